@@ -1,0 +1,183 @@
+"""The `onnxdoctor` command: parse, call the library, render, exit.
+
+Heavy imports (onnx, pydot, the pipeline) happen inside commands so that `--help`, `codes` and
+`explain` start fast; torch and onnxruntime are never imported in this process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from onnxdoctor import __version__
+from onnxdoctor.errors import OnnxDoctorError
+from onnxdoctor.graph_cmd import graph_command
+from onnxdoctor.scaffold.command import scaffold_command
+
+app = typer.Typer(
+    name="onnxdoctor",
+    help="A doctor for PyTorch -> ONNX exports that fail: export, check, run, compare, fix.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+def _guarded(func: Callable[..., None]) -> Callable[..., None]:
+    """Turn known errors into one line and their exit code (tracebacks with ONNXDOCTOR_DEBUG=1)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            func(*args, **kwargs)
+        except OnnxDoctorError as exc:
+            if os.environ.get("ONNXDOCTOR_DEBUG") == "1":
+                raise
+            typer.echo(f"onnxdoctor: error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+app.command("graph")(_guarded(graph_command))
+app.command("scaffold")(_guarded(scaffold_command))
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"onnxdoctor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """A doctor for PyTorch -> ONNX exports that fail."""
+
+
+@app.command()
+@_guarded
+def diagnose(
+    target: str = typer.Argument(..., help="model.py[:factory] or model.onnx"),
+    exporter: Optional[str] = typer.Option(
+        None, "--exporter", help="dynamo | torchscript | both (default: the script's `dynamo`, else torch's)"
+    ),
+    opset: Optional[int] = typer.Option(None, "--opset", help="Opset version to export at."),
+    custom_op_library: List[Path] = typer.Option(
+        [], "--custom-op-library", help="ONNX Runtime custom-op library (.so); repeatable."
+    ),
+    atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance for parity."),
+    rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for parity."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Keep the exported model here."),
+    input_shape: List[str] = typer.Option(
+        [], "--input-shape", help="For .onnx targets: name=1,3,224,224 (repeatable)."
+    ),
+    fix: bool = typer.Option(True, "--fix/--no-fix", help="Try the proposed fixes and report which work."),
+    all_fixes: bool = typer.Option(False, "--all-fixes", help="Verify every fix, not just until one is exact."),
+    write_fix: Optional[Path] = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 1) and nothing else."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Also write a Markdown report here."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds before the worker is killed."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the findings."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
+) -> None:
+    """Export, check, load, run and compare a model; name the first thing that breaks."""
+    from onnxdoctor.diagnose_cmd import run_diagnose
+
+    code = run_diagnose(
+        target=target,
+        exporter=exporter,
+        opset=opset,
+        custom_op_libraries=tuple(custom_op_library),
+        atol=atol,
+        rtol=rtol,
+        output=output,
+        input_shapes=tuple(input_shape),
+        fix=fix,
+        all_fixes=all_fixes,
+        write_fix=write_fix,
+        json_out=json_out,
+        report=report,
+        timeout=timeout,
+        force=force,
+        quiet=quiet,
+        verbose=verbose,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
+@_guarded
+def explain(code: str = typer.Argument(..., help="A code such as OD203, or its slug.")) -> None:
+    """Print what a code means, why it happens, how to fix it, and an example."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from onnxdoctor.codes import CODES, explanation
+
+    wanted = code.strip()
+    match = next((c for c in CODES if wanted.upper() == c.code or wanted.lower() == c.slug), None)
+    if match is None:
+        raise typer.BadParameter(f"unknown code {wanted!r}; `onnxdoctor codes` lists them", param_hint="CODE")
+    text = explanation(match.code)
+    console = Console()
+    if console.is_terminal:
+        console.print(Markdown(text))
+    else:
+        typer.echo(text)
+
+
+@app.command()
+@_guarded
+def codes(json_out: bool = typer.Option(False, "--json", help="Machine-readable list.")) -> None:
+    """List every code with its slug, stage and summary."""
+    from onnxdoctor.render.codes import print_codes
+
+    print_codes(json_out=json_out)
+
+
+@app.command()
+@_guarded
+def env(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Installed versions, the opsets each piece supports, and mismatches between them."""
+    from onnxdoctor.envinfo import run_env
+
+    raise typer.Exit(run_env(json_out=json_out))
+
+
+def main() -> None:
+    """Entry point: known errors become one line and an exit code; tracebacks need ONNXDOCTOR_DEBUG=1."""
+    debug = os.environ.get("ONNXDOCTOR_DEBUG") == "1"
+    try:
+        app(standalone_mode=True)
+    except OnnxDoctorError as exc:
+        if debug:
+            raise
+        typer.echo(f"onnxdoctor: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("onnxdoctor: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # our own bug: one line, exit 3
+        if debug:
+            raise
+        typer.echo(
+            f"onnxdoctor: internal error: {type(exc).__name__}: {exc} "
+            "(set ONNXDOCTOR_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The frozen table of finding codes; long explanations live in explanations/ODnnn.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+from onnxdoctor.model import Severity, Stage
+
+
+@dataclass(frozen=True)
+class Code:
+    """A stable finding code. Never renumber or reuse one."""
+
+    code: str
+    slug: str
+    stage: Stage
+    severity: Severity
+    summary: str
+    # Why a code has no fixture, when it cannot have one (DESIGN §3.3).
+    no_fixture_reason: str = ""
+
+
+E, W = Severity.ERROR, Severity.WARNING
+L, X, C, R, U, P, T = (
+    Stage.LOAD,
+    Stage.EXPORT,
+    Stage.CHECK,
+    Stage.ORT_LOAD,
+    Stage.ORT_RUN,
+    Stage.PARITY,
+    Stage.TOOL,
+)
+
+CODES: tuple[Code, ...] = (
+    # 0xx: environment (reported against the tool stage)
+    Code("OD001", "missing-dependency", T, E, "A library the stage needs is not installed"),
+    Code("OD002", "graphviz-missing", T, E, "Graphviz `dot` is not on PATH; only the .dot file was written"),
+    Code("OD003", "runtime-older-than-exporter", T, W, "The installed ONNX Runtime loads older opsets/IR versions than the exporter writes"),
+    Code("OD099", "environment-other", T, E, "Another environment problem"),
+    # 1xx: load
+    Code("OD101", "target-not-found", L, E, "The model script or ONNX file does not exist"),
+    Code("OD102", "target-unreadable", L, E, "The target is not a readable Python script (directory, binary, not UTF-8, empty)"),
+    Code("OD103", "script-syntax-error", L, E, "The model script has a syntax error"),
+    Code("OD104", "script-raised", L, E, "The model script raised while being imported"),
+    Code("OD105", "model-not-found", L, E, "The script defines no factory or module-level model"),
+    Code("OD106", "bad-factory-return", L, E, "The factory returned something other than (model, inputs[, kwargs])"),
+    Code("OD107", "inputs-not-tensors", L, E, "The example inputs are not tensors"),
+    Code("OD108", "forward-failed", L, E, "The model's forward raised with the example inputs"),
+    Code("OD109", "script-exited", L, E, "The model script called exit() while loading"),
+    Code("OD110", "onnx-file-invalid", L, E, "The ONNX file is empty, truncated, not a ModelProto, or not a regular file"),
+    Code("OD111", "external-data-escapes", L, E, "External data points outside the model's folder; refused"),
+    Code("OD112", "external-data-missing", L, E, "External data the model references is missing or out of range"),
+    Code("OD113", "model-not-a-module", L, E, "The model is not a torch.nn.Module or callable"),
+    Code("OD199", "load-other", L, E, "Loading failed for another reason"),
+    # 2xx: export
+    Code("OD201", "aten-op-unsupported-at-opset", X, E, "An aten operator is not supported at the requested opset"),
+    Code("OD202", "aten-op-unsupported", X, E, "An aten operator has no ONNX export at any opset"),
+    Code("OD203", "unregistered-custom-op", X, E, "A custom operator has no ONNX export mapping"),
+    Code("OD204", "torch-export-capture-failed", X, E, "torch.export could not capture the model (data-dependent control flow, guards)"),
+    Code("OD205", "bad-symbolic-node", X, E, "A user symbolic function emitted an invalid node (attribute suffix, arity)"),
+    Code("OD206", "training-mode-export", X, W, "The model was exported in training mode (dropout, batch norm)"),
+    Code("OD207", "opset-substituted", X, W, "The exporter wrote a different opset than requested"),
+    Code("OD208", "dynamic-shapes-invalid", X, E, "dynamic_shapes do not match what torch.export found"),
+    Code("OD209", "opset-out-of-range", X, E, "The requested opset is outside what the exporter supports"),
+    Code("OD299", "export-other", X, E, "Export failed for another reason"),
+    # 3xx: check
+    Code("OD301", "op-not-in-opset", C, E, "An ONNX op does not exist at the model's opset (No Op registered)"),
+    Code("OD302", "missing-opset-import", C, E, "A node uses a domain the model does not import"),
+    Code("OD303", "bad-node-spec", C, E, "A node violates its schema (inputs, attributes, types)"),
+    Code("OD304", "shape-inference-error", C, E, "ONNX shape inference failed"),
+    Code("OD305", "aten-node-in-graph", C, W, "The graph holds ATen fallback nodes few runtimes execute"),
+    Code("OD306", "graph-structure-invalid", C, E, "The graph is malformed (cycles, duplicate or undefined names)"),
+    Code("OD399", "check-other", C, E, "The ONNX checker failed for another reason"),
+    # 4xx: runtime load
+    Code("OD401", "unregistered-runtime-op", R, E, "ONNX Runtime has no kernel for a custom-domain op"),
+    Code("OD402", "no-kernel-for-type", R, E, "ONNX Runtime has no kernel for this op with these types/opset"),
+    Code("OD403", "ir-version-unsupported", R, E, "The model's IR version is newer than ONNX Runtime supports"),
+    Code("OD404", "opset-unsupported-by-runtime", R, E, "The model's opset is newer than ONNX Runtime supports"),
+    Code("OD405", "custom-op-library-failed", R, E, "A custom-op library could not be loaded"),
+    Code("OD406", "checker-passed-runtime-refused", R, W, "The ONNX checker passed a model ONNX Runtime refuses"),
+    Code("OD499", "runtime-load-other", R, E, "ONNX Runtime could not load the model for another reason"),
+    # 5xx: runtime run
+    Code("OD501", "runtime-error", U, E, "ONNX Runtime failed while running the example inputs"),
+    Code("OD502", "input-mismatch", U, E, "The example inputs do not match the model's inputs"),
+    Code("OD599", "runtime-run-other", U, E, "Running failed for another reason"),
+    # 6xx: parity
+    Code("OD601", "output-mismatch", P, E, "Outputs differ from PyTorch beyond tolerance"),
+    Code("OD602", "output-count-mismatch", P, E, "ONNX Runtime returned a different number of outputs than PyTorch"),
+    Code("OD603", "output-shape-mismatch", P, E, "An output's shape differs from PyTorch's"),
+    Code("OD604", "output-dtype-mismatch", P, E, "An output's dtype differs from PyTorch's"),
+    Code("OD699", "parity-other", P, E, "Comparing outputs failed for another reason"),
+    # 9xx: the tool itself
+    Code("OD901", "worker-crashed", T, E, "The worker process died from a signal"),
+    Code("OD902", "worker-timed-out", T, E, "The worker exceeded the time limit and was killed"),
+    Code("OD903", "worker-exited", T, E, "The worker exited without reporting a result"),
+    Code("OD904", "output-flood", T, W, "The model script printed more output than is kept"),
+    Code("OD999", "internal-error", T, E, "onnxdoctor itself failed (a bug: please report it)"),
+)
+
+_BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
+
+
+def get_code(code: str) -> Code:
+    """Return the code's table entry.
+
+    Raises:
+        KeyError: the code does not exist.
+    """
+    return _BY_CODE[code.upper()]
+
+
+def catch_all(stage: Stage) -> str:
+    """The `xx99` code of a stage."""
+    return {
+        Stage.LOAD: "OD199",
+        Stage.EXPORT: "OD299",
+        Stage.CHECK: "OD399",
+        Stage.ORT_LOAD: "OD499",
+        Stage.ORT_RUN: "OD599",
+        Stage.PARITY: "OD699",
+        Stage.TOOL: "OD999",
+    }[stage]
+
+
+def explanation(code: str) -> str:
+    """The long Markdown explanation of a code (What it means / Why / How to fix / Example)."""
+    entry = get_code(code)
+    return resources.files("onnxdoctor").joinpath(f"explanations/{entry.code}.md").read_text("utf-8")

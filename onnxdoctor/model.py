@@ -1,0 +1,173 @@
+"""Frozen data types shared by the pipeline, the classifier, the fixes and the renderers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Stage(str, Enum):
+    """A pipeline stage, in the order the pipeline runs them (TOOL is the tool itself)."""
+
+    LOAD = "load"
+    EXPORT = "export"
+    CHECK = "check"
+    ORT_LOAD = "ort_load"
+    ORT_RUN = "ort_run"
+    PARITY = "parity"
+    TOOL = "tool"
+
+    @property
+    def order(self) -> int:
+        """Position in the pipeline; TOOL sorts last."""
+        return list(Stage).index(self)
+
+
+PIPELINE_STAGES: tuple[Stage, ...] = (
+    Stage.LOAD,
+    Stage.EXPORT,
+    Stage.CHECK,
+    Stage.ORT_LOAD,
+    Stage.ORT_RUN,
+    Stage.PARITY,
+)
+ONNX_FILE_STAGES: tuple[Stage, ...] = (Stage.LOAD, Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN)
+
+
+class Status(str, Enum):
+    """How a stage ended. SKIPPED means not reached (an earlier stage failed)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+    SKIPPED = "skipped"
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class Applicability(str, Enum):
+    """How safe a fix is to apply as written (ruff's fix-safety idea)."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+    DISPLAY_ONLY = "display-only"
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An exception as the worker saw it, already reduced to plain data."""
+
+    type: str
+    message: str
+    chain: tuple[str, ...] = ()  # qualified type names, outermost first
+    chain_messages: tuple[str, ...] = ()
+    traceback_tail: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> ErrorInfo | None:
+        if not data:
+            return None
+        return cls(
+            type=str(data.get("type", "")),
+            message=str(data.get("message", "")),
+            chain=tuple(data.get("chain", ())),
+            chain_messages=tuple(data.get("chain_messages", ())),
+            traceback_tail=str(data.get("traceback_tail", "")),
+        )
+
+    def all_text(self) -> str:
+        """Every message in the chain, joined, for pattern matching."""
+        return "\n".join((self.message, *self.chain_messages))
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """What one stage did: status, time, the error if any, and facts it gathered."""
+
+    stage: Stage
+    status: Status
+    seconds: float = 0.0
+    error: ErrorInfo | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FixCheck:
+    """The result of re-running the pipeline with a fix applied."""
+
+    reached: Stage | None  # last stage that passed; PARITY means fully healthy
+    status: Status  # the status of the pipeline run as a whole
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    seconds: float = 0.0
+    detail: str = ""
+
+    @property
+    def works(self) -> bool:
+        return self.status is Status.PASSED and self.reached is Stage.PARITY
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A candidate remedy: a title, a snippet tailored to the finding, and maybe its check."""
+
+    kind: str
+    title: str
+    snippet: str = ""
+    applicability: Applicability = Applicability.DISPLAY_ONLY
+    cost: str = ""
+    check: FixCheck | None = None
+    # Machine-readable recipe the worker applies when verifying (see onnxdoctor.fixes).
+    recipe: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool | None:
+        """None until tried; then whether the fixed model reached parity."""
+        return None if self.check is None else self.check.works
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One classified problem (or warning) with everything known about where it is."""
+
+    code: str
+    stage: Stage
+    severity: Severity
+    message: str
+    op: str | None = None
+    node: str | None = None
+    source: str | None = None
+    opset: int | None = None
+    evidence: tuple[str, ...] = ()
+    fixes: tuple[Fix, ...] = ()
+
+    @property
+    def slug(self) -> str:
+        from onnxdoctor.codes import get_code
+
+        return get_code(self.code).slug
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The whole result of `diagnose`: per-exporter stage ladders and findings."""
+
+    target: str
+    exporter: str | None
+    stages: tuple[StageOutcome, ...]
+    findings: tuple[Finding, ...]
+    versions: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return not any(f.severity is Severity.ERROR for f in self.findings) and all(
+            s.status in (Status.PASSED, Status.SKIPPED) for s in self.stages
+        )

@@ -1,0 +1,37 @@
+"""Print the code table as a rich table or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from onnxdoctor.codes import CODES
+
+
+def codes_as_dicts() -> list[dict[str, str]]:
+    """Every code as plain data (the `codes --json` schema)."""
+    return [
+        {
+            "code": c.code,
+            "slug": c.slug,
+            "stage": c.stage.value,
+            "severity": c.severity.value,
+            "summary": c.summary,
+        }
+        for c in CODES
+    ]
+
+
+def print_codes(json_out: bool) -> None:
+    """Print every code, as a table on a terminal or JSON when asked."""
+    if json_out:
+        print(json.dumps({"schema": 1, "codes": codes_as_dicts()}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=True, header_style="bold", box=None)
+    for column in ("code", "slug", "stage", "severity", "summary"):
+        table.add_column(column)
+    for row in codes_as_dicts():
+        table.add_row(row["code"], row["slug"], row["stage"], row["severity"], row["summary"])
+    Console().print(table)
