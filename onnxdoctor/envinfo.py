@@ -1,0 +1,606 @@
+"""`onnxdoctor env`: installed versions, the opsets and IR versions each piece supports, mismatches.
+
+Nothing here imports torch, onnx or onnxruntime into the calling process (DESIGN §3). Facts that
+need those libraries come from a child process (`_probe_main`), and torch's exporter limits are
+read from torch's own source files without importing torch, which costs seconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ENV_SCHEMA = 1
+NOT_INSTALLED = "not installed"
+
+# Distribution names to ask importlib.metadata, per package; the first one installed wins.
+# ONNX Runtime ships the same `onnxruntime` module under several distributions.
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "onnx": ("onnx",),
+    "onnxruntime": (
+        "onnxruntime",
+        "onnxruntime-gpu",
+        "onnxruntime-directml",
+        "onnxruntime-openvino",
+        "onnxruntime-qnn",
+        "ort-nightly",
+        "ort-nightly-gpu",
+    ),
+    "onnxscript": ("onnxscript",),
+    "onnxruntime-extensions": ("onnxruntime-extensions",),
+    "typer": ("typer",),
+    "rich": ("rich",),
+    "pydot": ("pydot",),
+}
+
+# Packages without which a pipeline stage or command cannot run at all (code OD001).
+_REQUIRED_FOR: dict[str, str] = {
+    "torch": "exporting a model script (diagnose model.py)",
+    "onnx": "checking a model (the check stage) and `graph`",
+    "onnxruntime": "loading and running a model (the ort_load and ort_run stages)",
+    "onnxscript": "the dynamo exporter (torch.onnx.export(..., dynamo=True), torch's default)",
+    "onnxruntime-extensions": "Python kernels for custom ops in ONNX Runtime",
+    "pydot": "`onnxdoctor graph`",
+}
+
+PROBE_TIMEOUT_S = 60.0
+_TOOL_TIMEOUT_S = 10.0
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the stack, from package metadata only (nothing is imported).
+
+    Returns:
+        ``{"python": "3.11.7", "torch": "2.13.0+cpu", ..., "pydot": "not installed"}``; the keys
+        are always the same, in the same order.
+    """
+    versions = {"python": platform.python_version()}
+    for name, distributions in PACKAGES.items():
+        versions[name] = NOT_INSTALLED
+        for dist in distributions:
+            try:
+                versions[name] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return versions
+
+
+# ---------------------------------------------------------------- torch exporters (no import)
+
+
+def _package_dir(name: str) -> Path | None:
+    """The folder of a top-level package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def read_int_constants(path: Path, names: tuple[str, ...]) -> dict[str, int]:
+    """Module-level ``NAME = <int>`` assignments of a Python file, read with `ast` (not executed).
+
+    Names that are missing or not plain integers are left out.
+    """
+    try:
+        tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return {}
+    found: dict[str, int] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        if (
+            isinstance(target, ast.Name)
+            and target.id in names
+            and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int
+        ):
+            found[target.id] = node.value.value
+    return found
+
+
+# Where torch 2.x keeps the exporters' limits (torch/onnx/_constants.py and the dynamo exporter's
+# torch/onnx/_internal/exporter/_constants.py); both files are plain literals.
+_TORCH_CONSTANTS = ("ONNX_MIN_OPSET", "ONNX_MAX_OPSET", "ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET", "ONNX_DEFAULT_OPSET")
+_DYNAMO_CONSTANTS = ("TORCHLIB_OPSET", "ONNX_IR_VERSION")
+
+
+def torch_constants() -> dict[str, int]:
+    """torch.onnx's opset/IR constants, read from torch's source without importing torch.
+
+    Returns an empty dict when torch is missing or its files moved; `torch_constants_imported`
+    gives the same numbers by importing torch (slow), and a test keeps the two in agreement.
+    """
+    torch_dir = _package_dir("torch")
+    if torch_dir is None:
+        return {}
+    found = read_int_constants(torch_dir / "onnx" / "_constants.py", _TORCH_CONSTANTS)
+    found.update(
+        read_int_constants(torch_dir / "onnx" / "_internal" / "exporter" / "_constants.py", _DYNAMO_CONSTANTS)
+    )
+    return found
+
+
+_TORCH_IMPORT_CODE = """
+import json
+import torch.onnx._constants as c
+from torch.onnx._internal.exporter import _constants as d
+names = %r
+found = {n: getattr(c, n) for n in names[0] if isinstance(getattr(c, n, None), int)}
+found.update({n: getattr(d, n) for n in names[1] if isinstance(getattr(d, n, None), int)})
+print(json.dumps(found))
+"""
+
+
+def torch_constants_imported(timeout: float = 120.0) -> dict[str, int]:
+    """The same constants as `torch_constants`, by importing torch in a child process."""
+    code = _TORCH_IMPORT_CODE % ((_TORCH_CONSTANTS, _DYNAMO_CONSTANTS),)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=False
+        )
+        return {str(k): int(v) for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+    except (subprocess.TimeoutExpired, OSError, ValueError, IndexError):
+        return {}
+
+
+_OPSET_AS_OP = re.compile(r"^\s*from\s+onnxscript(?:\.onnx_opset)?\s+import\s+opset(\d+)\s+as\s+op\b", re.M)
+
+
+def torchlib_opset() -> int | None:
+    """The opset onnxscript's torchlib (the dynamo exporter's op library) is written against.
+
+    Read from torchlib's sources (`from onnxscript.onnx_opset import opset18 as op`), the most
+    common version wins; None when onnxscript is missing or the layout changed.
+    """
+    onnxscript_dir = _package_dir("onnxscript")
+    if onnxscript_dir is None:
+        return None
+    counts: dict[int, int] = {}
+    for source in sorted((onnxscript_dir / "function_libs" / "torch_lib" / "ops").glob("*.py")):
+        try:
+            text = source.read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for match in _OPSET_AS_OP.finditer(text):
+            counts[int(match.group(1))] = counts.get(int(match.group(1)), 0) + 1
+    return max(counts, key=lambda v: (counts[v], v)) if counts else None
+
+
+def exporter_facts(versions: dict[str, str]) -> dict[str, Any]:
+    """The opset range of each torch.onnx exporter, from torch's constants and onnxscript."""
+    consts = torch_constants() if versions.get("torch") != NOT_INSTALLED else {}
+    torchscript = {
+        "available": versions.get("torch") != NOT_INSTALLED,
+        "deprecated": True,
+        "min_opset": consts.get("ONNX_MIN_OPSET"),
+        "max_opset": consts.get("ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET"),
+        "default_opset": consts.get("ONNX_DEFAULT_OPSET"),
+        "note": "torch.onnx.export(..., dynamo=False); above max_opset it only warns",
+    }
+    native = consts.get("TORCHLIB_OPSET")
+    dynamo = {
+        "available": versions.get("torch") != NOT_INSTALLED and versions.get("onnxscript") != NOT_INSTALLED,
+        "default": True,
+        # The opset torchlib's functions are written in: the lowest the exporter writes natively.
+        "min_opset": native,
+        "max_opset": consts.get("ONNX_MAX_OPSET"),
+        "default_opset": consts.get("ONNX_DEFAULT_OPSET"),
+        "ir_version": consts.get("ONNX_IR_VERSION"),
+        "torchlib_opset": torchlib_opset(),
+        "note": (
+            f"torch.onnx.export(..., dynamo=True); a request below opset {native} goes through "
+            f"onnx's version converter and, when that fails, silently stays at {native}"
+            if native
+            else "torch.onnx.export(..., dynamo=True)"
+        ),
+    }
+    return {"torchscript": torchscript, "dynamo": dynamo}
+
+
+# ---------------------------------------------------------------- ONNX / ONNX Runtime (child)
+
+
+def _ort_refusal(message: str) -> str:
+    """ONNX Runtime's message without the `[ONNXRuntimeError] : 1 : FAIL : file.h:46 signature` prefix."""
+    text = " ".join(message.split())
+    stripped = re.sub(r"^\[ONNXRuntimeError\].*?\.(?:h|cc|cpp):\d+\s.*?\)\s(?=[A-Z])", "", text)
+    return stripped[:600]
+
+
+def _highest_loading(loads: Callable[[int], str | None], start: int, limit: int) -> tuple[int | None, str]:
+    """Scan versions upward; return the last one that loads before the first refusal, and that refusal."""
+    best: int | None = None
+    for version in range(start, limit + 1):
+        refusal = loads(version)
+        if refusal is None:
+            best = version
+        elif best is not None:
+            return best, _ort_refusal(refusal)
+    return best, ""
+
+
+def _probe_main() -> None:
+    """Child-process entry: print one JSON line of onnx and ONNX Runtime facts.
+
+    Only this function imports onnx and onnxruntime, and it runs in a child of `onnxdoctor env`.
+    """
+    facts: dict[str, Any] = {"onnx": {"installed": False}, "onnxruntime": {"installed": False}}
+    try:
+        import onnx
+        from onnx import TensorProto, helper
+    except Exception as exc:  # any failure to import is a fact to report, not a crash
+        facts["onnx"]["error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(facts))
+        return
+    facts["onnx"] = {
+        "installed": True,
+        "max_opset": int(onnx.defs.onnx_opset_version()),
+        "ir_version": int(onnx.IR_VERSION),
+    }
+    try:
+        import onnxruntime as ort  # noqa: TID251 - runs only in this child process
+    except Exception as exc:
+        facts["onnxruntime"]["error"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(facts))
+        return
+    ort.set_default_logger_severity(4)  # opset/IR refusals are expected; keep stderr quiet
+
+    def identity_model(opset: int, ir_version: int) -> bytes:
+        value = helper.make_tensor_value_info
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "probe",
+            [value("x", TensorProto.FLOAT, [1])],
+            [value("y", TensorProto.FLOAT, [1])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = ir_version
+        return model.SerializeToString()
+
+    def refusal(model: bytes) -> str | None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        try:
+            ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT raises its own Fail/InvalidGraph types; all mean "refused"
+            return str(exc) or type(exc).__name__
+        return None
+
+    started = time.perf_counter()
+    max_opset = int(onnx.defs.onnx_opset_version())
+    # Scan well past onnx's own maximum: ONNX Runtime may know newer opsets than the onnx package.
+    opset, opset_refusal = _highest_loading(lambda v: refusal(identity_model(v, 7)), 1, max_opset + 16)
+    # IR versions with an opset every runtime knows; IR 3 is the first with opset imports.
+    ir_version, ir_refusal = _highest_loading(
+        lambda v: refusal(identity_model(min(opset or 7, 7), v)), 3, int(onnx.IR_VERSION) + 16
+    )
+    facts["onnxruntime"] = {
+        "installed": True,
+        "version": str(ort.__version__),
+        "max_opset": opset,
+        "max_ir_version": ir_version,
+        "next_opset_refusal": opset_refusal,
+        "next_ir_refusal": ir_refusal,
+        "providers": list(ort.get_available_providers()),
+        "device": str(ort.get_device()),
+        "scan_seconds": round(time.perf_counter() - started, 3),
+    }
+    print(json.dumps(facts))
+
+
+def _probe_command() -> list[str]:
+    # Put onnxdoctor's own folder first, and (PYTHONSAFEPATH below) not the current directory, so
+    # a user's `onnx.py` next to their model cannot shadow the real package in the probe.
+    root = str(Path(__file__).resolve().parent.parent)
+    code = f"import sys; sys.path.insert(0, {root!r}); from onnxdoctor.envinfo import _probe_main; _probe_main()"
+    return [sys.executable, "-c", code]
+
+
+def probe_runtime(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """onnx's and ONNX Runtime's facts, gathered in a child process (see `_probe_main`).
+
+    Returns ``{"onnx": {...}, "onnxruntime": {...}}``; when the child fails or times out both hold
+    ``"installed"`` from package metadata and an ``"error"`` line instead of the facts.
+    """
+    return _finish_probe(_start_probe(), timeout)
+
+
+def _start_probe() -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    return subprocess.Popen(
+        _probe_command(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+
+
+def _finish_probe(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return _probe_failed(f"the probe took longer than {timeout:g} s and was stopped")
+    lines = out.strip().splitlines()
+    try:
+        facts = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        last = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        return _probe_failed(f"the probe process failed: {last[:300]}")
+    facts["seconds"] = round(time.perf_counter() - started, 3)
+    return dict(facts)
+
+
+def _probe_failed(reason: str) -> dict[str, Any]:
+    versions = package_versions()
+    return {
+        "onnx": {"installed": versions["onnx"] != NOT_INSTALLED, "error": reason},
+        "onnxruntime": {"installed": versions["onnxruntime"] != NOT_INSTALLED, "error": reason},
+    }
+
+
+# ---------------------------------------------------------------- external tools
+
+
+_TOOLS: dict[str, tuple[list[str], re.Pattern[str]]] = {
+    # `dot -V` prints "dot - graphviz version 2.43.0 (0)" on stderr.
+    "dot": (["dot", "-V"], re.compile(r"version\s+(\S+)")),
+    # `nvcc --version` ends with "Cuda compilation tools, release 13.0, V13.0.88".
+    "nvcc": (["nvcc", "--version"], re.compile(r"release\s+[\d.]+,\s*V(\S+)|release\s+([\d.]+)")),
+}
+
+
+def _start_tools() -> dict[str, tuple[str, subprocess.Popen[str] | None]]:
+    started: dict[str, tuple[str, subprocess.Popen[str] | None]] = {}
+    for name, (argv, _) in _TOOLS.items():
+        path = shutil.which(argv[0])
+        proc = None
+        if path:
+            try:
+                proc = subprocess.Popen(
+                    [path, *argv[1:]],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                )
+            except OSError:
+                proc = None
+        started[name] = (path or "", proc)
+    return started
+
+
+def _finish_tools(started: dict[str, tuple[str, subprocess.Popen[str] | None]]) -> dict[str, Any]:
+    tools: dict[str, Any] = {}
+    for name, (path, proc) in started.items():
+        entry: dict[str, Any] = {"found": bool(path), "path": path or None, "version": None}
+        if proc is not None:
+            try:
+                out, _ = proc.communicate(timeout=_TOOL_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            match = _TOOLS[name][1].search(out or "")
+            if match:
+                entry["version"] = next(g for g in match.groups() if g)
+        tools[name] = entry
+    return tools
+
+
+def tool_facts() -> dict[str, Any]:
+    """Whether Graphviz `dot` and CUDA's `nvcc` are on PATH, and their versions."""
+    return _finish_tools(_start_tools())
+
+
+# ---------------------------------------------------------------- mismatches
+
+
+def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
+    """Warnings for pieces that do not fit together, each with its code.
+
+    Pure: works on the dict `collect_env` builds (or any dict of that shape).
+    """
+    warnings: list[dict[str, str]] = []
+    versions: dict[str, str] = env.get("versions", {})
+    for package, needed_for in _REQUIRED_FOR.items():
+        if versions.get(package) == NOT_INSTALLED:
+            warnings.append(
+                {"code": "OD001", "message": f"{package} is not installed; it is needed for {needed_for}"}
+            )
+
+    onnx_facts: dict[str, Any] = env.get("onnx", {})
+    ort: dict[str, Any] = env.get("onnxruntime", {})
+    for side, facts in (("onnx", onnx_facts), ("onnxruntime", ort)):
+        if facts.get("installed") and facts.get("error"):
+            warnings.append({"code": "OD099", "message": f"could not inspect {side}: {facts['error']}"})
+
+    ort_opset, ort_ir = ort.get("max_opset"), ort.get("max_ir_version")
+    if isinstance(ort_opset, int):
+        writers: list[tuple[str, Any]] = [
+            ("onnx's newest opset (onnx.defs.onnx_opset_version())", onnx_facts.get("max_opset")),
+            ("the dynamo exporter's default opset", env.get("exporters", {}).get("dynamo", {}).get("default_opset")),
+            ("the TorchScript exporter's highest opset", env.get("exporters", {}).get("torchscript", {}).get("max_opset")),
+            ("torch.onnx's highest declared opset", env.get("exporters", {}).get("dynamo", {}).get("max_opset")),
+        ]
+        for who, opset in writers:
+            if isinstance(opset, int) and opset > ort_opset:
+                warnings.append(
+                    {
+                        "code": "OD003",
+                        "message": f"{who} is {opset}, but ONNX Runtime {ort.get('version', '')} loads "
+                        f"opsets up to {ort_opset}; models written at opset {opset} will not load "
+                        f"(export with opset_version={ort_opset} or upgrade onnxruntime)",
+                    }
+                )
+    if isinstance(ort_ir, int):
+        ir_writers: list[tuple[str, Any]] = [
+            ("onnx's IR version (onnx.IR_VERSION, used by onnx.helper.make_model)", onnx_facts.get("ir_version")),
+            ("the dynamo exporter's IR version", env.get("exporters", {}).get("dynamo", {}).get("ir_version")),
+        ]
+        for who, ir_version in ir_writers:
+            if isinstance(ir_version, int) and ir_version > ort_ir:
+                warnings.append(
+                    {
+                        "code": "OD003",
+                        "message": f"{who} is {ir_version}, but ONNX Runtime {ort.get('version', '')} loads "
+                        f"IR versions up to {ort_ir}; such models will not load (set model.ir_version "
+                        f"= {ort_ir} or upgrade onnxruntime)",
+                    }
+                )
+
+    dot = env.get("tools", {}).get("dot", {})
+    if dot and not dot.get("found"):
+        warnings.append(
+            {
+                "code": "OD002",
+                "message": "Graphviz `dot` is not on PATH; `graph` can only write .dot files "
+                "(install it: apt-get install graphviz, brew install graphviz, or conda install graphviz)",
+            }
+        )
+    return warnings
+
+
+# ---------------------------------------------------------------- public API and command
+
+
+def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Everything `onnxdoctor env` reports, as plain data (the `env --json` schema).
+
+    Runs the ONNX Runtime probe and the `dot`/`nvcc` version queries concurrently, each in its own
+    process; this process imports none of torch, onnx, onnxruntime.
+
+    Args:
+        timeout: seconds the child probing onnx/ONNX Runtime may take before it is stopped.
+
+    Returns:
+        ``{"schema": 1, "versions", "exporters", "onnx", "onnxruntime", "tools", "warnings"}``.
+    """
+    versions = package_versions()
+    probe = _start_probe() if versions["onnx"] != NOT_INSTALLED else None
+    tools_started = _start_tools()
+    exporters = exporter_facts(versions)  # file reads while the children work
+    facts = _finish_probe(probe, timeout) if probe else _probe_failed("onnx is not installed")
+    if versions["onnx"] == NOT_INSTALLED:
+        facts["onnx"].pop("error", None)  # OD001 already says so
+        if facts["onnxruntime"]["installed"]:
+            facts["onnxruntime"]["error"] = "not probed: the probe builds its test models with onnx"
+        else:
+            facts["onnxruntime"].pop("error", None)
+    env: dict[str, Any] = {
+        "schema": ENV_SCHEMA,
+        "versions": versions,
+        "exporters": exporters,
+        "onnx": facts["onnx"],
+        "onnxruntime": facts["onnxruntime"],
+        "tools": _finish_tools(tools_started),
+        "probe_seconds": facts.get("seconds"),
+    }
+    env["warnings"] = mismatch_warnings(env)
+    return env
+
+
+def _fmt(value: Any, missing: str = "unknown") -> str:
+    return missing if value is None else str(value)
+
+
+def _opset_range(low: Any, high: Any) -> str:
+    return f"{_fmt(low)}-{_fmt(high)}" if low is not None or high is not None else "unknown"
+
+
+def render_env(env: dict[str, Any], console: Any) -> None:
+    """Print `collect_env`'s result as a rich table on `console` (a rich Console)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("")
+    table.add_column("")
+    table.add_column("")
+    versions: dict[str, str] = env["versions"]
+    for index, (name, version) in enumerate(versions.items()):
+        style = "red" if version == NOT_INSTALLED else ""
+        table.add_row("packages" if index == 0 else "", name, f"[{style}]{escape(version)}[/]" if style else escape(version))
+    table.add_section()
+
+    ts, dyn = env["exporters"]["torchscript"], env["exporters"]["dynamo"]
+    if ts["available"]:
+        table.add_row(
+            "exporters",
+            "TorchScript (dynamo=False)",
+            f"opsets {_opset_range(ts['min_opset'], ts['max_opset'])}, default {_fmt(ts['default_opset'])}; deprecated",
+        )
+    else:
+        table.add_row("exporters", "TorchScript (dynamo=False)", "unavailable (torch not installed)")
+    if dyn["available"]:
+        table.add_row(
+            "",
+            "dynamo (dynamo=True, default)",
+            f"opsets {_fmt(dyn['min_opset'])}+ natively (torchlib: opset {_fmt(dyn['torchlib_opset'])}), "
+            f"default {_fmt(dyn['default_opset'])}, declared max {_fmt(dyn['max_opset'])}; "
+            f"writes IR {_fmt(dyn['ir_version'])}",
+        )
+        table.add_row("", "", f"[dim]lower requests are version-converted; on failure it stays at {_fmt(dyn['min_opset'])}[/]")
+    else:
+        table.add_row("", "dynamo (dynamo=True, default)", "unavailable (needs torch and onnxscript)")
+    table.add_section()
+
+    onnx_facts, ort = env["onnx"], env["onnxruntime"]
+    if onnx_facts.get("max_opset") is not None:
+        table.add_row("onnx", "newest opset / IR version", f"{onnx_facts['max_opset']} / {onnx_facts['ir_version']}")
+    else:
+        table.add_row("onnx", "newest opset / IR version", escape(onnx_facts.get("error") or NOT_INSTALLED))
+    if ort.get("max_opset") is not None:
+        table.add_row(
+            "onnxruntime",
+            "loads opsets / IR versions up to",
+            f"{ort['max_opset']} / {_fmt(ort.get('max_ir_version'))} [dim](probed)[/]",
+        )
+        table.add_row("", "execution providers", escape(", ".join(ort.get("providers", []))))
+    else:
+        table.add_row("onnxruntime", "loads opsets / IR versions up to", escape(ort.get("error") or NOT_INSTALLED))
+    table.add_section()
+
+    for index, (name, label) in enumerate((("dot", "Graphviz dot"), ("nvcc", "CUDA nvcc"))):
+        tool = env["tools"][name]
+        value = f"{_fmt(tool['version'], 'version unknown')}  [dim]{escape(tool['path'])}[/]" if tool["found"] else "not found"
+        table.add_row("tools" if index == 0 else "", label, value)
+    console.print(table)
+
+    for warning in env["warnings"]:
+        console.print(f"[yellow]warning[/] [bold]{warning['code']}[/] {escape(warning['message'])}")
+    if not env["warnings"]:
+        console.print("[green]no mismatches found[/]")
+
+
+def run_env(json_out: bool) -> int:
+    """`onnxdoctor env`: print the environment report; exit 1 when there are warnings, else 0."""
+    env = collect_env()
+    if json_out:
+        print(json.dumps(env, indent=2))
+    else:
+        from rich.console import Console
+
+        render_env(env, Console())
+    return 1 if env["warnings"] else 0
