@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import onnx
@@ -27,6 +28,7 @@ __all__ = [
     "OnnxFileError",
     "check_external_data",
     "external_refs",
+    "iter_tensors",
     "read_onnx",
     "safe_text",
 ]
@@ -272,7 +274,7 @@ def external_refs(model: onnx.ModelProto) -> list[ExternalRef]:
     from onnx import TensorProto
 
     refs = []
-    for tensor in _all_tensors(model):
+    for tensor in iter_tensors(model):
         if tensor.data_location != TensorProto.EXTERNAL:
             continue
         info = {safe_text(e.key): safe_text(e.value) for e in tensor.external_data}
@@ -361,12 +363,14 @@ def _vet_ref(ref: ExternalRef, base: str) -> OnnxFileError | None:
         return OnnxFileError("OD112", f"{where} is not a regular file")
     if st.st_nlink > 1:
         return OnnxFileError(
-            "OD111", f"{where} has {st.st_nlink} hard links and may be a file outside the folder; refused"
+            "OD111",
+            f"{where} has {st.st_nlink} hard links and may be a file outside the folder; refused",
         )
     offset = ref.offset or 0
     if offset > st.st_size:
         return OnnxFileError(
-            "OD112", f"{where}: offset {offset} lies beyond the end of the file ({st.st_size} bytes)"
+            "OD112",
+            f"{where}: offset {offset} lies beyond the end of the file ({st.st_size} bytes)",
         )
     if ref.length is not None and offset + ref.length > st.st_size:
         return OnnxFileError(
@@ -387,18 +391,24 @@ def _load_external(model: onnx.ModelProto, model_dir: str) -> None:
     except onnx.checker.ValidationError as exc:
         text = str(exc)
         code = "OD112" if "not regular file" in text else "OD111"
-        raise OnnxFileError(code, "onnx refused external data: " + _strip_dir(text, model_dir)) from None
+        raise OnnxFileError(
+            code, "onnx refused external data: " + _strip_dir(text, model_dir)
+        ) from None
     except (ValueError, OSError) as exc:
-        raise OnnxFileError("OD112", "external data could not be read: " + _strip_dir(str(exc), model_dir)) from None
+        raise OnnxFileError(
+            "OD112", "external data could not be read: " + _strip_dir(str(exc), model_dir)
+        ) from None
 
 
 def _strip_dir(text: str, model_dir: str) -> str:
     """Keep messages free of absolute paths: show locations relative to the model's folder."""
-    return text.replace(model_dir.rstrip(os.sep) + os.sep, "").replace(model_dir, ".").splitlines()[0]
+    return (
+        text.replace(model_dir.rstrip(os.sep) + os.sep, "").replace(model_dir, ".").splitlines()[0]
+    )
 
 
-def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    """Initializers, sparse initializers and tensor attributes of every graph, subgraphs included."""
+def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Initializers, sparse initializers and tensor attributes of every graph and subgraph."""
     stack = [model.graph]
     for function in model.functions:
         yield from _node_tensors(function.node, stack)

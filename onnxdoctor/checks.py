@@ -1,0 +1,673 @@
+"""The CHECK stage: ONNX checker, strict shape inference and our structural checks, as Findings.
+
+`onnx.checker.check_model` stops at the first error and, for a node inside an If/Loop/Scan body,
+names only the outermost node. To put every failing node on the picture we also check each node on
+its own (`onnx.checker.check_node`, with subgraphs emptied so that their outer-scope names do not
+look undefined), parse every node named in shape inference's aggregated error, and run cheap
+structural checks (SSA, order, cycles, undefined names, opset imports, ATen nodes) in Python.
+Nothing here raises for a bad model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from onnxdoctor.model import Finding, Severity, Stage
+from onnxdoctor.onnxfile import safe_text
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["LocatedFinding", "NodePath", "check_model", "check_model_located", "walk_nodes"]
+
+ATEN_DOMAIN = "org.pytorch.aten"
+# A node's place in the model: indices of nodes and names of graph attributes, from the main graph
+# down, e.g. (3, "then_branch", 0). Names are not unique (or may be empty); paths are.
+NodePath = tuple["int | str", ...]
+
+_CHECKER_CONTEXT = re.compile(r"==> Context: Bad node spec for node\. Name: (.*?) OpType: (\S+)")
+_SCHEMA_NODE = re.compile(r"^Node\((.*?)\) with schema")
+_NO_OP = re.compile(r"No Op registered for (\S+) with domain_version of (\d+)")
+_NO_OPSET = re.compile(r"No opset import for domain '?([^'\s]*)'?")
+_SHAPE_NODE = re.compile(r"\(op_type:([^,)]*)(?:, node name: (.*?))?\): ")
+_TOPO = re.compile(r"input '(.*?)' of node: \s*name: (.*?) OpType: (\S+)")
+_SSA = re.compile(r"however '(.*?)' has been used as output names multiple times")
+
+
+@dataclass(frozen=True)
+class LocatedFinding:
+    """A finding plus the exact node it is about, when known (names alone can be ambiguous)."""
+
+    finding: Finding
+    path: NodePath | None
+
+
+def check_model(
+    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = 5
+) -> list[Finding]:
+    """Check a model the way the CHECK stage does, and say what is wrong with which node.
+
+    Runs `onnx.checker.check_model` and strict shape inference (together what
+    `check_model(full_check=True)` does, run separately so that a checker error does not hide a
+    shape error), a per-node schema check, and our own structural checks.
+
+    Args:
+        model: the model, normally from `onnxdoctor.onnxfile.read_onnx`.
+        model_dir: the model's folder; stripped from messages so they hold no absolute paths.
+        max_per_kind: keep at most this many findings with the same code and op (the last kept one
+            says how many more nodes share the problem); None keeps them all.
+
+    Returns:
+        Findings with stage CHECK, errors first in model order; empty when the model is valid.
+    """
+    return [
+        lf.finding
+        for lf in check_model_located(model, model_dir=model_dir, max_per_kind=max_per_kind)
+    ]
+
+
+def check_model_located(
+    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = None
+) -> list[LocatedFinding]:
+    """Like `check_model`, with each finding's node path (for drawing). Keeps all by default."""
+    try:
+        return _limit(_Checker(model, model_dir).run(), max_per_kind)
+    except RecursionError:
+        finding = Finding(
+            code="OD306",
+            stage=Stage.CHECK,
+            severity=Severity.ERROR,
+            message="subgraphs are nested too deeply to check",
+        )
+        return [LocatedFinding(finding, None)]
+
+
+def walk_nodes(
+    graph: onnx.GraphProto, prefix: NodePath = ()
+) -> Iterator[tuple[NodePath, onnx.NodeProto]]:
+    """Every node of a graph and of its subgraphs, depth first, with its path."""
+    stack: list[tuple[NodePath, onnx.GraphProto]] = [(prefix, graph)]
+    while stack:
+        base, current = stack.pop()
+        pending: list[tuple[NodePath, onnx.GraphProto]] = []
+        for index, node in enumerate(current.node):
+            path = (*base, index)
+            yield path, node
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    pending.append(((*path, safe_text(attr.name)), attr.g))
+                for k, sub in enumerate(attr.graphs):
+                    pending.append(((*path, f"{safe_text(attr.name)}[{k}]"), sub))
+        stack.extend(reversed(pending))
+
+
+def op_label(node: onnx.NodeProto) -> str:
+    """`domain::op_type`, or just `op_type` for the default ONNX domain."""
+    domain = safe_text(node.domain)
+    op_type = safe_text(node.op_type)
+    return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
+
+
+class _Checker:
+    """One check run over one model; collects located findings."""
+
+    def __init__(self, model: onnx.ModelProto, model_dir: str | None) -> None:
+        self.model = model
+        self.model_dir = model_dir
+        self.opsets: dict[str, int] = {}
+        for opset in model.opset_import:
+            domain = safe_text(opset.domain)
+            self.opsets["" if domain == "ai.onnx" else domain] = int(opset.version)
+        self.nodes: list[tuple[NodePath, onnx.NodeProto]] = list(walk_nodes(model.graph))
+        self.by_name: dict[str, list[NodePath]] = defaultdict(list)
+        self.node_at: dict[NodePath, onnx.NodeProto] = {}
+        for path, node in self.nodes:
+            self.by_name[safe_text(node.name)].append(path)
+            self.node_at[path] = node
+        self.found: list[LocatedFinding] = []
+
+    # -- driver -----------------------------------------------------------------------------
+
+    def run(self) -> list[LocatedFinding]:
+        self._structure(self.model.graph, (), outer=frozenset())
+        self._opset_imports()
+        self._aten_nodes()
+        checker_error = self._onnx_checker()
+        if checker_error is not None:
+            # The checker reports one error; check each node alone to find every failing node.
+            self._each_node()
+            self._add_checker_error(checker_error)
+        self._shape_inference()
+        errors = [lf for lf in self.found if lf.finding.severity is Severity.ERROR]
+        others = [lf for lf in self.found if lf.finding.severity is not Severity.ERROR]
+        return errors + others
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _clean(self, text: str) -> str:
+        """One line, no absolute model folder, no trailing blank context."""
+        if self.model_dir:
+            base = os.path.abspath(self.model_dir).rstrip(os.sep)
+            text = text.replace(base + os.sep, "").replace(base, ".")
+        text = text.replace("\n\n==> Context: ", " | context: ")
+        return " ".join(text.split())
+
+    def _add(
+        self,
+        code: str,
+        message: str,
+        path: NodePath | None,
+        evidence: str = "",
+        severity: Severity = Severity.ERROR,
+        op: str | None = None,
+    ) -> None:
+        node = self.node_at.get(path) if path is not None else None
+        name = safe_text(node.name) if node is not None else None
+        if node is not None and op is None:
+            op = op_label(node)
+        opset = None
+        if node is not None:
+            domain = safe_text(node.domain)
+            opset = self.opsets.get("" if domain == "ai.onnx" else domain)
+        finding = Finding(
+            code=code,
+            stage=Stage.CHECK,
+            severity=severity,
+            message=message,
+            op=op,
+            node=name or None,
+            opset=opset,
+            evidence=(self._clean(evidence),) if evidence else (),
+        )
+        self.found.append(LocatedFinding(finding, path))
+
+    def _has(self, code: str, path: NodePath | None) -> bool:
+        return any(lf.finding.code == code and lf.path == path for lf in self.found)
+
+    def _describe(self, path: NodePath) -> str:
+        node = self.node_at[path]
+        name = safe_text(node.name)
+        where = f"node {name!r}" if name else f"an unnamed node (#{_path_text(path)})"
+        return f"{where} ({op_label(node)})"
+
+    def _resolve(self, name: str | None, op_type: str | None) -> NodePath | None:
+        """Find the node a library message names; by op type when the name is empty or unknown."""
+        if name:
+            paths = self.by_name.get(name)
+            if paths:
+                if op_type:
+                    for path in paths:
+                        if safe_text(self.node_at[path].op_type) == op_type:
+                            return path
+                return paths[0]
+        if op_type:
+            for path, node in self.nodes:
+                if safe_text(node.op_type) == op_type and (not name or not safe_text(node.name)):
+                    return path
+        return None
+
+    # -- our own structural checks ----------------------------------------------------------
+
+    def _structure(self, graph: onnx.GraphProto, prefix: NodePath, outer: frozenset[str]) -> None:
+        """SSA, order, cycles and undefined names in one graph, then in its subgraphs."""
+        defined: set[str] = set(outer)
+        defined.update(safe_text(v.name) for v in graph.input)
+        defined.update(safe_text(t.name) for t in graph.initializer)
+        defined.update(safe_text(t.values.name) for t in graph.sparse_initializer)
+        producer: dict[str, int] = {}
+        for index, node in enumerate(graph.node):
+            for out in node.output:
+                out = safe_text(out)
+                if not out:
+                    continue
+                if out in producer:
+                    first = self._describe((*prefix, producer[out]))
+                    self._add(
+                        "OD306",
+                        f"tensor {out!r} is produced twice: by {first} and by "
+                        f"{self._describe((*prefix, index))} (the graph must be in SSA form)",
+                        (*prefix, index),
+                    )
+                else:
+                    producer[out] = index
+        late: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        seen = set(defined)
+        for index, node in enumerate(graph.node):
+            for name in node.input:
+                name = safe_text(name)
+                if not name or name in seen:
+                    continue
+                if name in producer:
+                    late[index].append((name, producer[name]))
+                else:
+                    self._add(
+                        "OD306",
+                        f"input {name!r} of {self._describe((*prefix, index))} is not a graph "
+                        "input, an initializer or any node's output",
+                        (*prefix, index),
+                    )
+            seen.update(safe_text(o) for o in node.output if o)
+        if late:
+            self._order_and_cycles(graph, prefix, late, producer)
+        for out in graph.output:
+            name = safe_text(out.name)
+            if name and name not in producer and name not in defined:
+                self._add("OD306", f"graph output {name!r} is not produced by any node", None)
+        scope = frozenset(defined | set(producer))
+        for index, node in enumerate(graph.node):
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    self._structure(attr.g, (*prefix, index, safe_text(attr.name)), scope)
+                for k, sub in enumerate(attr.graphs):
+                    self._structure(sub, (*prefix, index, f"{safe_text(attr.name)}[{k}]"), scope)
+
+    def _order_and_cycles(
+        self,
+        graph: onnx.GraphProto,
+        prefix: NodePath,
+        late: dict[int, list[tuple[str, int]]],
+        producer: dict[str, int],
+    ) -> None:
+        """Inputs produced only later are either a cycle or merely an unsorted graph."""
+        cyclic = _nodes_on_cycles(graph, producer)
+        reported_cycles: set[frozenset[int]] = set()
+        for index, pairs in late.items():
+            for name, source in pairs:
+                component = cyclic.get(index)
+                if component is not None and component == cyclic.get(source):
+                    if component in reported_cycles:
+                        continue
+                    reported_cycles.add(component)
+                    members = ", ".join(self._describe((*prefix, i)) for i in sorted(component)[:6])
+                    more = f" and {len(component) - 6} more" if len(component) > 6 else ""
+                    self._add(
+                        "OD306",
+                        f"nodes form a cycle through tensor {name!r}: {members}{more}",
+                        (*prefix, index),
+                    )
+                else:
+                    self._add(
+                        "OD306",
+                        f"{self._describe((*prefix, index))} reads {name!r} before "
+                        f"{self._describe((*prefix, source))} produces it "
+                        "(nodes must be topologically sorted)",
+                        (*prefix, index),
+                    )
+
+    def _opset_imports(self) -> None:
+        if not self.opsets and not self.nodes:
+            self._add("OD302", "the model imports no opset at all (opset_import is empty)", None)
+        self._opset_versions()
+        missing: dict[str, NodePath] = {}
+        local_functions = {(safe_text(f.domain), safe_text(f.name)) for f in self.model.functions}
+        for path, node in self.nodes:
+            domain = safe_text(node.domain)
+            domain = "" if domain == "ai.onnx" else domain
+            if domain in self.opsets:
+                continue
+            if (domain, safe_text(node.op_type)) in local_functions and domain in self.opsets:
+                continue
+            missing.setdefault(domain, path)
+        for domain, path in missing.items():
+            shown = f"domain {domain!r}" if domain else "the default ONNX domain"
+            count = sum(
+                1
+                for _, n in self.nodes
+                if ("" if safe_text(n.domain) == "ai.onnx" else safe_text(n.domain)) == domain
+            )
+            self._add(
+                "OD302",
+                f"{self._describe(path)} uses {shown}, which the model does not import "
+                f"({count} node{'s' if count != 1 else ''}); add it to opset_import",
+                path,
+            )
+
+    def _opset_versions(self) -> None:
+        """The checker accepts opsets newer than onnx knows; runtimes built with it refuse them."""
+        import onnx
+
+        known = onnx.defs.onnx_opset_version()
+        version = self.opsets.get("")
+        if version is not None and version > known:
+            self._add(
+                "OD399",
+                f"the model imports default-domain opset {version}, newer than the newest "
+                f"this onnx knows ({known}); runtimes will refuse it",
+                None,
+                severity=Severity.WARNING,
+            )
+
+    def _aten_nodes(self) -> None:
+        for path, node in self.nodes:
+            if safe_text(node.domain) == ATEN_DOMAIN or safe_text(node.op_type) == "ATen":
+                operator = next(
+                    (safe_text(a.s) for a in node.attribute if safe_text(a.name) == "operator"), ""
+                )
+                what = f" (aten::{operator})" if operator else ""
+                self._add(
+                    "OD305",
+                    f"{self._describe(path)} is an ATen fallback node{what}; ONNX Runtime and most "
+                    "other runtimes have no kernel for it",
+                    path,
+                    severity=Severity.WARNING,
+                )
+
+    # -- the onnx checker -------------------------------------------------------------------
+
+    def _onnx_checker(self) -> str | None:
+        import onnx
+
+        try:
+            onnx.checker.check_model(_without_external_data(self.model), full_check=False)
+        except onnx.checker.ValidationError as exc:
+            return str(exc)
+        except ValueError as exc:  # a model over 2 GiB cannot be checked from memory
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - a checker failure is reported, never raised
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _each_node(self) -> None:
+        """check_node on every node, subgraphs emptied (their scope is checked structurally)."""
+        import onnx
+
+        ctx = onnx.checker.C.CheckerContext()
+        ctx.ir_version = int(self.model.ir_version)
+        ctx.opset_imports = dict(self.opsets)
+        for path, node in self.nodes:
+            probe = node
+            if any(a.HasField("g") or len(a.graphs) for a in node.attribute):
+                probe = onnx.NodeProto()
+                probe.CopyFrom(node)
+                for attr in probe.attribute:
+                    if attr.HasField("g"):
+                        attr.g.CopyFrom(onnx.GraphProto(name=attr.g.name))
+                    for sub in attr.graphs:
+                        sub.CopyFrom(onnx.GraphProto(name=sub.name))
+            try:
+                onnx.checker.check_node(probe, ctx)
+            except onnx.checker.ValidationError as exc:
+                self._node_error(str(exc), path)
+            except Exception as exc:  # noqa: BLE001 - a checker bug must not stop the check
+                self._node_error(f"{type(exc).__name__}: {exc}", path)
+
+    def _node_error(self, text: str, path: NodePath) -> None:
+        node = self.node_at[path]
+        first = text.strip().splitlines()[0] if text.strip() else text
+        code = _classify_checker_text(first)
+        if code == "OD302" and self._has("OD302", path):
+            return
+        if code == "OD302" and any(lf.finding.code == "OD302" for lf in self.found):
+            # One OD302 per missing domain is already there (structural); mark the node anyway.
+            domain = safe_text(node.domain)
+            self._add(
+                "OD302",
+                f"{self._describe(path)} uses domain {domain!r}, which the model does not import",
+                path,
+                evidence=text,
+            )
+            return
+        self._add(code, self._node_message(code, first, path), path, evidence=text)
+
+    def _node_message(self, code: str, first: str, path: NodePath) -> str:
+        node = self.node_at[path]
+        where = self._describe(path)
+        if code == "OD301":
+            match = _NO_OP.search(first)
+            version = int(match.group(2)) if match else self.opsets.get(safe_text(node.domain), 0)
+            since = _since_version(safe_text(node.op_type), safe_text(node.domain))
+            exists = f"; it exists from opset {since}" if since and since > version else ""
+            if since is None:
+                exists = "; no ONNX opset defines it"
+            return f"{where}: {safe_text(node.op_type)} is not in opset {version}{exists}"
+        if code == "OD302":
+            return (
+                f"{where} uses domain {safe_text(node.domain)!r}, which the model does not import"
+            )
+        return f"{where} violates its schema: {first}"
+
+    def _add_checker_error(self, text: str) -> None:
+        """The whole-model checker error, unless a more precise finding already covers it."""
+        first = text.strip().splitlines()[0] if text.strip() else text
+        code = _classify_checker_text(text)
+        path: NodePath | None = None
+        context = _CHECKER_CONTEXT.findall(text)
+        if context:
+            name, op_type = context[-1]
+            path = self._resolve(name, op_type)
+        elif (match := _SCHEMA_NODE.search(first)) is not None:
+            path = self._resolve(match.group(1), None)
+        elif (match := _TOPO.search(text)) is not None:
+            path = self._resolve(match.group(2), match.group(3))
+        if code == "OD306" and any(lf.finding.code == "OD306" for lf in self.found):
+            return
+        if code == "OD302" and any(lf.finding.code == "OD302" for lf in self.found):
+            return
+        if any(
+            lf.finding.evidence and lf.finding.evidence[0].startswith(self._clean(first))
+            for lf in self.found
+        ):
+            return  # the per-node check already located this error (maybe deeper in a subgraph)
+        if code == "OD306":
+            message = f"the ONNX checker rejects the graph structure: {self._clean(first)}"
+        elif "Field 'shape' of 'type' is required" in first:
+            message = self._shapeless_io_message(first)
+        elif path is not None and code in ("OD301", "OD302", "OD303"):
+            message = self._node_message(code, first, path)
+        else:
+            message = f"the ONNX checker rejects the model: {self._clean(first)}"
+        self._add(code, message, path, evidence=text)
+
+    def _shapeless_io_message(self, first: str) -> str:
+        """Name the graph inputs/outputs whose tensor type lacks a shape (the checker does not)."""
+        names = [
+            safe_text(vi.name)
+            for vi in (*self.model.graph.input, *self.model.graph.output)
+            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")
+        ]
+        which = f" ({', '.join(repr(n) for n in names[:5])})" if names else ""
+        return (
+            f"the ONNX checker rejects the model: a graph input or output{which} has a tensor type "
+            f"without a shape field: {self._clean(first)}"
+        )
+
+    # -- shape inference --------------------------------------------------------------------
+
+    def _shape_inference(self) -> None:
+        import onnx
+
+        try:
+            onnx.shape_inference.infer_shapes(
+                self.model, check_type=True, strict_mode=True, data_prop=True
+            )
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+            self._shape_errors(str(exc))
+        except Exception as exc:  # noqa: BLE001 - e.g. a model too large to serialize
+            self._add(
+                "OD304", f"shape inference failed: {self._clean(str(exc))}", None, evidence=str(exc)
+            )
+
+    def _shape_errors(self, text: str) -> None:
+        lines = [line for line in text.splitlines() if line.strip()]
+        for line in lines or [text]:
+            matches = list(_SHAPE_NODE.finditer(line))
+            path: NodePath | None = None
+            op_type = None
+            if matches:
+                last = matches[-1]
+                op_type, name = last.group(1), last.group(2)
+                path = self._resolve(name or "", op_type)
+                detail = line[last.end() :]
+            else:
+                detail = line
+            detail = re.sub(r"^\[(?:Shape|Type)InferenceError\]\s*", "", detail.strip())
+            detail = re.sub(r"^Inference error\(s\):\s*", "", detail)
+            if "No opset import for domain" in detail:
+                if any(lf.finding.code == "OD302" for lf in self.found):
+                    continue
+                code = "OD302"
+            else:
+                code = "OD304"
+            if path is not None and any(
+                lf.path == path and lf.finding.severity is Severity.ERROR for lf in self.found
+            ):
+                continue  # a node-spec error on the same node explains this one
+            if (
+                path is None
+                and detail
+                and any(
+                    lf.finding.code == code and self._clean(detail) in lf.finding.message
+                    for lf in self.found
+                )
+            ):
+                continue
+            where = self._describe(path) if path is not None else (op_type or "the graph")
+            self._add(
+                code,
+                f"shape inference failed at {where}: {self._clean(detail)}",
+                path,
+                evidence=line,
+                op=op_type if path is None else None,
+            )
+
+
+def _without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose external tensors are empty, or the model itself when it has none.
+
+    Given a ModelProto, the checker resolves external data against the current directory, not
+    the model's folder: it would reject a correct model and stat files it should not. External
+    data is vetted by `onnxdoctor.onnxfile` instead; the checker sees empty tensors (their
+    shapes do not matter to it, and shape inference runs on the real model).
+    """
+    import onnx
+    from onnx import TensorProto
+
+    from onnxdoctor.onnxfile import iter_tensors
+
+    if not any(t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model)):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for tensor in iter_tensors(copy):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            tensor.data_location = TensorProto.DEFAULT
+            del tensor.external_data[:]
+            del tensor.dims[:]
+            tensor.dims.append(0)
+    return copy
+
+
+def _classify_checker_text(text: str) -> str:
+    if _NO_OP.search(text):
+        return "OD301"
+    if _NO_OPSET.search(text) or "must specify opset_import" in text:
+        return "OD302"
+    if (
+        "topologically sorted" in text
+        or "single static assignment" in text
+        or "used as output names multiple times" in text
+    ):
+        return "OD306"
+    if "[ShapeInferenceError]" in text or "[TypeInferenceError]" in text:
+        return "OD304"
+    if "Bad node spec" in text or "with schema(" in text or "attribute" in text.lower():
+        return "OD303"
+    return "OD399"
+
+
+def _since_version(op_type: str, domain: str) -> int | None:
+    """The first opset of `domain` that defines `op_type`, from onnx's own schemas."""
+    import onnx
+
+    try:
+        return int(
+            onnx.defs.get_schema(
+                op_type, 10**6, "" if domain == "ai.onnx" else domain
+            ).since_version
+        )
+    except Exception:  # noqa: BLE001 - unknown op: not an ONNX op at any opset
+        return None
+
+
+def _nodes_on_cycles(graph: onnx.GraphProto, producer: dict[str, int]) -> dict[int, frozenset[int]]:
+    """Map each node that lies on a cycle to its strongly connected component (iterative Tarjan)."""
+    edges: list[list[int]] = [[] for _ in graph.node]
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            source = producer.get(safe_text(name))
+            if source is not None:
+                edges[source].append(index)
+    index_of: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    result: dict[int, frozenset[int]] = {}
+    counter = 0
+    for root in range(len(edges)):
+        if root in index_of:
+            continue
+        work: list[tuple[int, int]] = [(root, 0)]
+        while work:
+            vertex, child = work.pop()
+            if child == 0:
+                index_of[vertex] = low[vertex] = counter
+                counter += 1
+                stack.append(vertex)
+                on_stack.add(vertex)
+            recurse = False
+            for position in range(child, len(edges[vertex])):
+                target = edges[vertex][position]
+                if target not in index_of:
+                    work.append((vertex, position + 1))
+                    work.append((target, 0))
+                    recurse = True
+                    break
+                if target in on_stack:
+                    low[vertex] = min(low[vertex], index_of[target])
+            if recurse:
+                continue
+            if low[vertex] == index_of[vertex]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == vertex:
+                        break
+                if len(component) > 1 or vertex in edges[vertex]:
+                    frozen = frozenset(component)
+                    for member in component:
+                        result[member] = frozen
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[vertex])
+    return result
+
+
+def _path_text(path: NodePath) -> str:
+    return "/".join(str(p) for p in path)
+
+
+def _limit(found: list[LocatedFinding], max_per_kind: int | None) -> list[LocatedFinding]:
+    """Keep `max_per_kind` findings per (code, op); the last kept one counts the rest."""
+    if max_per_kind is None:
+        return found
+    totals = Counter((lf.finding.code, lf.finding.op) for lf in found)
+    kept: list[LocatedFinding] = []
+    seen: Counter[tuple[str, str | None]] = Counter()
+    for lf in found:
+        key = (lf.finding.code, lf.finding.op)
+        seen[key] += 1
+        if seen[key] > max_per_kind:
+            continue
+        if seen[key] == max_per_kind and totals[key] > max_per_kind:
+            extra = totals[key] - max_per_kind
+            note = f"and {extra} more node{'s' if extra != 1 else ''} with the same problem"
+            lf = LocatedFinding(replace(lf.finding, evidence=(*lf.finding.evidence, note)), lf.path)
+        kept.append(lf)
+    return kept
