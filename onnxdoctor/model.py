@@ -108,6 +108,8 @@ class FixCheck:
     max_rel_diff: float | None = None
     seconds: float = 0.0
     detail: str = ""
+    # The fixed model the re-run exported (in the run's work folder), for --write-fix.
+    artifact: str | None = None
 
     @property
     def works(self) -> bool:
@@ -147,6 +149,8 @@ class Finding:
     opset: int | None = None
     evidence: tuple[str, ...] = ()
     fixes: tuple[Fix, ...] = ()
+    # Popular advice that does not apply to the installed versions, said plainly.
+    notes: tuple[str, ...] = ()
 
     @property
     def slug(self) -> str:

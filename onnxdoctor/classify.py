@@ -1,0 +1,399 @@
+"""Pure classification: stage outcomes -> findings with stable codes.
+
+The worker reports what happened (exception type chain, messages, facts); this module decides
+what it means. Order of evidence: an explicit code the worker could determine itself (protocol
+violations, parity), then the exception type chain, then the normalized message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from onnxdoctor.codes import catch_all, get_code
+from onnxdoctor.model import ErrorInfo, Finding, Severity, Stage, StageOutcome, Status
+from onnxdoctor.normalize import first_line, normalize_message
+
+_UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_][\w.]*)")
+_TS_UNSUPPORTED = re.compile(
+    r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
+)
+_TS_ADDED_IN = re.compile(r"Support for this operator was added in version (\d+)")
+_NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
+_NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
+_NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
+_NOT_REGISTERED_RT = re.compile(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op")
+_NO_IMPLEMENTATION = re.compile(
+    r"Could not find an implementation for ([\w.]+)\((\d+)\) node with name '([^']*)'"
+)
+_IR_VERSION = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
+_OPSET_RT = re.compile(
+    r"(?:[Oo]pset (\d+) is under development|ONNX Runtime only \*guarantees\* support for models stamped "
+    r"with official released onnx opset versions\. Opset (\d+)|opset (\d+) .*not supported|"
+    r"domain_version of (\d+) is not supported)"
+)
+_OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|opset_version.*must be .*between|"
+                          r"ONNX opset version (\d+) is not supported|opset version (\d+) is not supported by")
+_SOURCE_RANGE = re.compile(r"#\s*([\w.\-/]+\.py):(\d+):\d+")
+
+_CAPTURE_TYPES = (
+    "torch._dynamo.exc.UserError",
+    "torch._dynamo.exc.Unsupported",
+    "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode",
+    "torch._dynamo.exc.TorchRuntimeError",
+    "torch.export.",
+)
+_CAPTURE_TEXT = (
+    "Could not guard on data-dependent expression",
+    "data-dependent",
+    "Failed to export the model with torch.export",
+    "Dynamic control flow is not supported",
+    "Could not extract specialized integer from data-dependent",
+)
+_DYNAMIC_SHAPES_TEXT = ("Constraints violated", "dynamic_shapes", "Dim(", "specialized")
+
+
+def extract_op(text: str) -> str | None:
+    """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
+    for pattern in (_UNRECOGNIZED_NS, _TS_UNSUPPORTED):
+        match = pattern.search(text)
+        if match:
+            return match.group(1)
+    match = _NO_ONNX_FUNCTION.search(text)
+    if match:
+        namespace, _, name = match.group(1).partition(".")
+        return f"{namespace}::{name}"
+    match = _NO_ONNX_FUNCTION_PLAIN.search(text)
+    if match:
+        raw = match.group(1)
+        if "::" in raw:
+            return raw
+        namespace, name, _overload = raw.split(".")
+        return f"{namespace}::{name}"
+    match = _NO_OP_REGISTERED.search(text)
+    if match:
+        return match.group(1)
+    match = _NOT_REGISTERED_RT.search(text)
+    if match:
+        return f"{match.group(1)}::{match.group(2)}" if match.group(1) else match.group(2)
+    match = _NO_IMPLEMENTATION.search(text)
+    if match:
+        return match.group(1)
+    return None
+
+
+def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> list[Finding]:
+    """Findings for one pipeline run: the first failure, then warnings that bite later."""
+    stages = list(stages)
+    findings: list[Finding] = []
+    by_stage = {s.stage: s for s in stages}
+    for outcome in stages:
+        if outcome.status in (Status.PASSED, Status.SKIPPED):
+            continue
+        findings.extend(_classify_failure(outcome, by_stage, base_dir))
+        break
+    findings.extend(_warnings(stages, base_dir))
+    return _dedupe(findings)
+
+
+def _classify_failure(
+    outcome: StageOutcome, by_stage: dict[Stage, StageOutcome], base_dir: str | None
+) -> list[Finding]:
+    facts = outcome.facts
+    error = outcome.error
+    text = error.all_text() if error else ""
+    evidence = _evidence(error, base_dir)
+    hint = facts.get("code")
+    if outcome.stage is Stage.CHECK and facts.get("findings"):
+        return [_from_record(r, base_dir) for r in facts["findings"]]
+    if hint:
+        code = str(hint)
+        message = normalize_message(first_line(error.message if error else "") or get_code(code).summary, base_dir=base_dir)
+        if code == "OD104" and error and error.chain_messages:
+            evidence = _evidence(error, base_dir)
+        return [
+            _finding(
+                code,
+                outcome.stage,
+                message,
+                op=facts.get("op"),
+                node=facts.get("node"),
+                source=facts.get("source"),
+                evidence=evidence,
+            )
+        ]
+    classifier = {
+        Stage.EXPORT: _classify_export,
+        Stage.ORT_LOAD: _classify_ort_load,
+    }.get(outcome.stage)
+    if classifier is not None:
+        found = classifier(outcome, text, evidence, base_dir, by_stage)
+        if found:
+            return found
+    code = catch_all(outcome.stage)
+    if outcome.stage is Stage.ORT_RUN:
+        code = "OD501"
+    message = normalize_message(first_line(error.message if error else "failed"), base_dir=base_dir)
+    return [
+        _finding(
+            code,
+            outcome.stage,
+            message,
+            op=facts.get("op") or (extract_op(text) if text else None),
+            node=facts.get("node"),
+            source=facts.get("source"),
+            evidence=evidence,
+        )
+    ]
+
+
+def _classify_export(
+    outcome: StageOutcome,
+    text: str,
+    evidence: tuple[str, ...],
+    base_dir: str | None,
+    by_stage: dict[Stage, StageOutcome],
+) -> list[Finding]:
+    facts = outcome.facts
+    error = outcome.error
+    assert error is not None
+    op = facts.get("op") or extract_op(text)
+    source = facts.get("source") or _source_from_text(text, base_dir)
+    opset = facts.get("requested_opset")
+    chain = " ".join(error.chain)
+
+    def make(code: str, message: str, **extra: Any) -> list[Finding]:
+        return [
+            _finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=facts.get("fx_node"),
+                     source=source, opset=extra.get("opset", opset), evidence=evidence)
+        ]
+
+    match = _UNRECOGNIZED_NS.search(text)
+    if match:
+        return make("OD203", f"custom op {match.group(1)} has no ONNX export mapping (TorchScript exporter)")
+    match = _TS_UNSUPPORTED.search(text)
+    if match:
+        op, at = match.group(1), int(match.group(2))
+        added = _TS_ADDED_IN.search(text)
+        if added:
+            return make("OD201", f"{op} is not supported at opset {at}; support starts at opset {added.group(1)}",
+                        op=op, opset=at)
+        return make("OD202", f"{op} has no ONNX export in the TorchScript exporter at any opset", op=op, opset=at)
+    match = _NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)
+    if match and op:
+        namespace = op.split("::", 1)[0]
+        if namespace not in ("aten", "prims", "quantized", "_operator"):
+            return make("OD203", f"custom op {op} has no ONNX export mapping (dynamo exporter)")
+        return make("OD202", f"{op} has no ONNX function in the dynamo exporter's registry")
+    if _OPSET_RANGE.search(text):
+        return make("OD209", normalize_message(first_line(error.message), base_dir=base_dir))
+    capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
+    if capture:
+        if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:
+            return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
+        return make("OD204", _capture_message(text, base_dir, "torch.export could not capture the model"))
+    if facts.get("symbolic_frame") or _bad_symbolic(text, error):
+        return make("OD205", normalize_message(first_line(error.message), base_dir=base_dir))
+    return []
+
+
+def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
+    markers = (
+        "is not a valid attribute",
+        "Invalid attribute specifier",
+        "Incompatible attribute kind",
+        "_jit_pass_onnx_graph_shape_type_inference",
+        "symbolic",
+        "g.op(",
+        "wrong number of",
+        "number of inputs",
+    )
+    return any(m in text for m in markers) and "torch.onnx" in (error.traceback_tail + " ".join(error.chain))
+
+
+def _capture_message(text: str, base_dir: str | None, default: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if any(key in line for key in ("Could not guard", "data-dependent", "Constraints violated", "Unsupported")):
+            return normalize_message(line, base_dir=base_dir, limit=300)
+    return default
+
+
+def _classify_ort_load(
+    outcome: StageOutcome,
+    text: str,
+    evidence: tuple[str, ...],
+    base_dir: str | None,
+    by_stage: dict[Stage, StageOutcome],
+) -> list[Finding]:
+    facts = outcome.facts
+    found: list[Finding] = []
+    match = _NOT_REGISTERED_RT.search(text)
+    if match:
+        domain, op_type = match.group(1), match.group(2)
+        op = f"{domain}::{op_type}" if domain else op_type
+        found.append(_finding("OD401", Stage.ORT_LOAD,
+                              f"ONNX Runtime has no kernel for {op}: register a custom-op library or kernel",
+                              op=op, node=facts.get("node"), evidence=evidence))
+    match = _NO_IMPLEMENTATION.search(text) if not found else None
+    if match:
+        op_type, version, node = match.group(1), int(match.group(2)), match.group(3)
+        types = facts.get("node_types") or {}
+        listed = _kernel_type_summary(facts.get("kernels") or [], version)
+        detail = f"; inputs are {', '.join(sorted(set(types.values())))}" if types else ""
+        message = f"ONNX Runtime (CPU) has no {op_type}({version}) kernel for these types{detail}"
+        if listed:
+            message += f"; its kernel table lists {listed}"
+        ev = evidence + tuple(f"kernel: {k}" for k in _kernel_lines(facts.get("kernels") or []))
+        found.append(_finding("OD402", Stage.ORT_LOAD, message, op=op_type, node=node or None,
+                              opset=version, evidence=ev))
+    match = _IR_VERSION.search(text) if not found else None
+    if match:
+        found.append(_finding("OD403", Stage.ORT_LOAD,
+                              f"the model's IR version {match.group(1)} is newer than this ONNX Runtime "
+                              f"supports (max {match.group(2)})", evidence=evidence))
+    match = _OPSET_RT.search(text) if not found else None
+    if match:
+        opset = next((int(g) for g in match.groups() if g), None)
+        found.append(_finding("OD404", Stage.ORT_LOAD,
+                              f"opset {opset} is newer than this ONNX Runtime supports", opset=opset,
+                              evidence=evidence))
+    check = by_stage.get(Stage.CHECK)
+    if check is not None and check.status is Status.PASSED:
+        code = found[0].code if found else catch_all(Stage.ORT_LOAD)
+        found.append(_finding("OD406", Stage.ORT_LOAD,
+                              f"onnx.checker passed this model, but ONNX Runtime refuses it ({code})"))
+    return found
+
+
+def _kernel_type_summary(kernels: list[dict[str, Any]], version: int) -> str:
+    for kernel in kernels:
+        if kernel.get("since", 0) <= version <= kernel.get("until", 10**6):
+            types = kernel.get("types") or {}
+            if types:
+                first = sorted(types)[0]
+                return f"{first} in {{{', '.join(t.replace('tensor(', '').rstrip(')') for t in types[first])}}}"
+    return ""
+
+
+def _kernel_lines(kernels: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for kernel in kernels[:8]:
+        types = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted((kernel.get('types') or {}).items()))
+        lines.append(f"{kernel.get('domain')} opset {kernel.get('since')}-{kernel.get('until')}: {types}")
+    return lines
+
+
+def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]:
+    found: list[Finding] = []
+    by_stage = {s.stage: s for s in stages}
+    load = by_stage.get(Stage.LOAD)
+    export = by_stage.get(Stage.EXPORT)
+    if load and load.facts.get("training") and load.facts.get("mode_sensitive_modules"):
+        modules = load.facts["mode_sensitive_modules"]
+        found.append(
+            _finding(
+                "OD206",
+                Stage.EXPORT,
+                f"the model is in training mode and has {len(modules)} mode-sensitive module(s) "
+                f"({', '.join(modules[:3])}); the export and the outputs depend on it",
+                evidence=tuple(w for w in (export.warnings if export else ()) if "training" in w)[:2],
+            )
+        )
+    if export and export.status is Status.PASSED:
+        requested = export.facts.get("requested_opset")
+        written = export.facts.get("written_opset")
+        if requested and written and int(requested) != int(written):
+            found.append(
+                _finding(
+                    "OD207",
+                    Stage.EXPORT,
+                    f"opset {requested} was requested but the {export.facts.get('exporter', '')} exporter "
+                    f"wrote opset {written}",
+                    opset=int(written),
+                )
+            )
+    check = by_stage.get(Stage.CHECK)
+    if check and check.status is Status.PASSED:
+        for record in check.facts.get("findings", []):
+            found.append(_from_record(record, base_dir))
+    return found
+
+
+def _from_record(record: dict[str, Any], base_dir: str | None) -> Finding:
+    code = record["code"]
+    return Finding(
+        code=code,
+        stage=get_code(code).stage,
+        severity=Severity(record.get("severity") or get_code(code).severity.value),
+        message=normalize_message(record.get("message", ""), base_dir=base_dir, limit=500),
+        op=record.get("op"),
+        node=record.get("node"),
+        source=record.get("source"),
+        opset=record.get("opset"),
+        evidence=tuple(normalize_message(e, base_dir=base_dir, limit=1500) for e in record.get("evidence", ())),
+    )
+
+
+def _finding(
+    code: str,
+    stage: Stage,
+    message: str,
+    *,
+    op: str | None = None,
+    node: str | None = None,
+    source: str | None = None,
+    opset: int | None = None,
+    evidence: tuple[str, ...] = (),
+) -> Finding:
+    entry = get_code(code)
+    return Finding(
+        code=code,
+        stage=stage,
+        severity=entry.severity,
+        message=message,
+        op=op,
+        node=node,
+        source=source,
+        opset=int(opset) if opset is not None else None,
+        evidence=evidence,
+    )
+
+
+def _evidence(error: ErrorInfo | None, base_dir: str | None) -> tuple[str, ...]:
+    if error is None:
+        return ()
+    # The innermost cause names the problem most directly (DispatchError inside ConversionError).
+    items = []
+    for kind, message in reversed(list(zip(error.chain[1:], error.chain_messages))):
+        items.append(f"{_short_type(kind)}: {normalize_message(message, base_dir=base_dir, limit=800)}")
+    items.append(f"{_short_type(error.type)}: {normalize_message(error.message, base_dir=base_dir, limit=1500)}")
+    return tuple(items[:4])
+
+
+def _short_type(qualified: str) -> str:
+    module, _, name = qualified.rpartition(".")
+    return name if module in ("builtins", "") else qualified
+
+
+def _source_from_text(text: str, base_dir: str | None) -> str | None:
+    for match in _SOURCE_RANGE.finditer(text):
+        path = match.group(1)
+        if "site-packages" in path or "/torch/" in path:
+            continue
+        return f"{path.rsplit('/', 1)[-1]}:{match.group(2)}"
+    return None
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[str, str | None, str | None]] = set()
+    result: list[Finding] = []
+    for finding in findings:
+        key = (finding.code, finding.op, finding.node)
+        if key in seen:
+            continue
+        seen.add(key)
+        result.append(finding)
+    errors = [f for f in result if f.severity is Severity.ERROR]
+    others = [f for f in result if f.severity is not Severity.ERROR]
+    return errors + others

@@ -1,0 +1,120 @@
+"""What the fix families know about a finding: the op, its schema, the exporter, the opset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnxdoctor.model import Finding, Stage, StageOutcome
+
+
+@dataclass(frozen=True)
+class OpArgument:
+    """One argument of a torch op's schema, as the export mappings need it."""
+
+    name: str
+    type: str
+    default: Any = None
+    has_default: bool = False
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type.startswith("Tensor")
+
+    @property
+    def onnx_suffix(self) -> str:
+        """The `g.op` attribute suffix for this type (`_f`, `_i`, `_s`, `_t`)."""
+        base = self.type.rstrip("?").replace("[]", "")
+        if base in ("float", "Scalar"):
+            return "f"
+        if base in ("int", "bool", "SymInt"):
+            return "i"
+        if base == "str":
+            return "s"
+        return "t"
+
+    @property
+    def parse_args_code(self) -> str:
+        """symbolic_helper.parse_args descriptor: v (value), f, i, b, s, is, fs."""
+        if self.is_tensor:
+            return "v"
+        base = self.type.rstrip("?")
+        return {"float": "f", "Scalar": "f", "int": "i", "SymInt": "i", "bool": "b", "str": "s",
+                "int[]": "is", "SymInt[]": "is", "float[]": "fs"}.get(base, "v")
+
+    @property
+    def python_annotation(self) -> str:
+        base = self.type.rstrip("?")
+        return {"float": "float", "Scalar": "float", "int": "int", "SymInt": "int", "bool": "bool",
+                "str": "str", "int[]": "Sequence[int]", "float[]": "Sequence[float]"}.get(base, "float")
+
+    @property
+    def extensions_type(self) -> str:
+        base = self.type.rstrip("?")
+        return {"float": "dt_float", "Scalar": "dt_float", "int": "dt_int64", "SymInt": "dt_int64",
+                "bool": "dt_int64", "str": "dt_string"}.get(base, "dt_float")
+
+
+@dataclass(frozen=True)
+class FixContext:
+    """Facts gathered by the worker that the families use to tailor snippets."""
+
+    target_kind: str
+    target_name: str
+    exporter: str | None
+    requested_opset: int | None
+    op: str | None
+    op_facts: dict[str, Any] = field(default_factory=dict)
+    call_args: list[Any] = field(default_factory=list)
+    training: bool = False
+    mode_sensitive: tuple[str, ...] = ()
+    outcomes: tuple[StageOutcome, ...] = ()
+
+    @classmethod
+    def build(cls, finding: Finding, context: dict[str, Any]) -> FixContext:
+        outcomes = tuple(context.get("outcomes", ()))
+        facts = {o.stage: o.facts for o in outcomes}
+        export = facts.get(Stage.EXPORT, {})
+        load = facts.get(Stage.LOAD, {})
+        target = context.get("target")
+        return cls(
+            target_kind=getattr(target, "kind", "script"),
+            target_name=getattr(target, "display", "model.py"),
+            exporter=context.get("exporter") or export.get("exporter"),
+            requested_opset=export.get("requested_opset"),
+            op=finding.op or export.get("op"),
+            op_facts=export.get("op_facts") or {},
+            call_args=list(export.get("call_args") or []),
+            training=bool(load.get("training")),
+            mode_sensitive=tuple(load.get("mode_sensitive_modules") or ()),
+            outcomes=outcomes,
+        )
+
+    @property
+    def schema_arguments(self) -> list[OpArgument]:
+        schema = self.op_facts.get("schema") or {}
+        return [
+            OpArgument(a["name"], a["type"], a.get("default"), "default" in a)
+            for a in schema.get("arguments", [])
+        ]
+
+    @property
+    def n_outputs(self) -> int:
+        schema = self.op_facts.get("schema") or {}
+        return max(1, len(schema.get("returns", ["Tensor"])))
+
+    @property
+    def namespace(self) -> str:
+        return (self.op or "custom::op").split("::", 1)[0]
+
+    @property
+    def op_name(self) -> str:
+        return (self.op or "custom::op").split("::", 1)[-1]
+
+    @property
+    def onnx_op_type(self) -> str:
+        """The custom-domain node's op type: the op's name in capitals, like `MYSELU`."""
+        return self.op_name.upper()
+
+    def other_exporter(self) -> str:
+        return "torchscript" if self.exporter == "dynamo" else "dynamo"

@@ -1,0 +1,203 @@
+"""Custom-domain export mapping plus an ONNX Runtime kernel, generated from the op's own schema.
+
+For `ns::name(Tensor x, float beta=1.0) -> Tensor` this writes a TorchScript symbolic (with the
+right `_f/_i/_s` suffixes), a dynamo `custom_translation_table` entry (an onnxscript function
+with full annotations), and an onnxruntime-extensions Python kernel that calls the op's own
+PyTorch implementation, so the wiring (domain, name, arity, attributes, types) is proven with
+numbers. The Python kernel proves wiring, not speed: `onnxdoctor scaffold` writes native ones.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.fixes._context import FixContext, OpArgument
+from onnxdoctor.model import Applicability, Finding, Fix
+
+CODES = ("OD203", "OD401")
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    if not ctx.op or "::" not in ctx.op or ctx.op.startswith("aten::"):
+        return []
+    if finding.code == "OD401":
+        return _runtime_only(ctx)
+    arguments = ctx.schema_arguments
+    if not arguments:
+        return [_unknown_schema(ctx)]
+    kernel = kernel_snippet(ctx, arguments)
+    scaffold = f"onnxdoctor scaffold {ctx.onnx_op_type} --namespace {ctx.namespace}"
+    cost = (
+        "needs a kernel for the custom domain in every runtime that loads the model; the Python "
+        f"kernel here proves the wiring (about 100 ns/element); `{scaffold}` writes native CPU "
+        "and CUDA kernels (see kernels/myselu/)"
+    )
+    dynamo_code = dynamo_snippet(ctx, arguments)
+    torchscript_code = torchscript_snippet(ctx, arguments)
+    return [
+        Fix(
+            kind="custom_op_dynamo",
+            title=f"Export {ctx.op} as {ctx.namespace}::{ctx.onnx_op_type} (dynamo custom_translation_table) "
+            "+ an ONNX Runtime kernel",
+            snippet=dynamo_code + "\n\n# ONNX Runtime side\n" + kernel
+            + "\n\n# export with: torch.onnx.export(model, args, 'model.onnx', dynamo=True,\n"
+            "#                   custom_translation_table=custom_translation_table)\n",
+            applicability=Applicability.UNSAFE,
+            cost=cost,
+            recipe={
+                "kind": "custom_op_dynamo",
+                "exporter": "dynamo",
+                "prelude": dynamo_code,
+                "translation_table_var": "custom_translation_table",
+                "ort_prelude": kernel,
+                "ort_extensions": True,
+            },
+        ),
+        Fix(
+            kind="custom_op_torchscript",
+            title=f"Export {ctx.op} as {ctx.namespace}::{ctx.onnx_op_type} (TorchScript symbolic) "
+            "+ an ONNX Runtime kernel",
+            snippet=torchscript_code + "\n\n# ONNX Runtime side\n" + kernel
+            + f"\n\n# export with: torch.onnx.export(model, args, 'model.onnx', dynamo=False,\n"
+            f"#                   custom_opsets={{'{ctx.namespace}': 1}})\n",
+            applicability=Applicability.UNSAFE,
+            cost=cost + "; the TorchScript exporter is deprecated",
+            recipe={
+                "kind": "custom_op_torchscript",
+                "exporter": "torchscript",
+                "prelude": torchscript_code,
+                "custom_opsets": {ctx.namespace: 1},
+                "ort_prelude": kernel,
+                "ort_extensions": True,
+                "isolated": True,  # registering a symbolic is process-wide (DESIGN §2)
+            },
+        ),
+    ]
+
+
+def notes(finding: Finding, ctx: FixContext) -> list[str]:
+    if finding.code != "OD203":
+        return []
+    return [
+        "`torch.onnx.register_custom_op_symbolic` only affects the TorchScript exporter "
+        "(dynamo=False); the default dynamo exporter needs `custom_translation_table` or "
+        "`torch.onnx.ops.symbolic`.",
+        "Downgrading torch does not help: no torch version exports an op it has no mapping for.",
+        "`enable_onnx_checker` and `export_raw_ir` no longer exist in torch.onnx.export.",
+    ]
+
+
+def _python_signature(arguments: list[OpArgument]) -> str:
+    parts = []
+    for argument in arguments:
+        if argument.is_tensor:
+            parts.append(f"{argument.name}: FLOAT")
+        elif argument.has_default:
+            parts.append(f"{argument.name}: {argument.python_annotation} = {argument.default!r}")
+        else:
+            parts.append(f"{argument.name}: {argument.python_annotation}")
+    return ", ".join(parts)
+
+
+def dynamo_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
+    """An onnxscript function emitting `ns::OPTYPE` with the op's attributes, in a translation table."""
+    tensors = [a.name for a in arguments if a.is_tensor]
+    attributes = [a.name for a in arguments if not a.is_tensor]
+    call = ", ".join(tensors + [f"{a}={a}" for a in attributes])
+    outputs = ", ".join(["FLOAT"] * ctx.n_outputs)
+    returns = outputs if ctx.n_outputs == 1 else f"tuple[{outputs}]"
+    function = f"{ctx.op_name}_to_onnx"
+    return (
+        "import onnxscript\n"
+        "import torch\n"
+        "from onnxscript import FLOAT\n"
+        + ("from typing import Sequence\n" if any("Sequence" in a.python_annotation for a in arguments) else "")
+        + f"\n{ctx.namespace} = onnxscript.values.Opset({ctx.namespace!r}, 1)\n\n\n"
+        f"@onnxscript.script({ctx.namespace})\n"
+        f"def {function}({_python_signature(arguments)}) -> {returns}:\n"
+        f"    # Full annotations, return type included: without them the export fails with\n"
+        f"    # \"The number of values and replacements must match\".\n"
+        f"    return {ctx.namespace}.{ctx.onnx_op_type}({call})\n\n\n"
+        f"custom_translation_table = {{torch.ops.{ctx.namespace}.{ctx.op_name}.default: {function}}}\n"
+    )
+
+
+def torchscript_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
+    """A symbolic registered with register_custom_op_symbolic, attribute suffixes from the schema."""
+    descriptors = ", ".join(repr(a.parse_args_code) for a in arguments)
+    names = ", ".join(a.name for a in arguments)
+    tensors = [a.name for a in arguments if a.is_tensor]
+    attributes = [f"{a.name}_{a.onnx_suffix}={a.name}" for a in arguments if not a.is_tensor]
+    call = ", ".join([repr(f"{ctx.namespace}::{ctx.onnx_op_type}"), *tensors, *attributes])
+    outputs = f", outputs={ctx.n_outputs}" if ctx.n_outputs > 1 else ""
+    set_type = f".setType({tensors[0]}.type())" if tensors and ctx.n_outputs == 1 else ""
+    return (
+        "import torch\n"
+        "from torch.onnx import register_custom_op_symbolic, symbolic_helper\n\n\n"
+        f"@symbolic_helper.parse_args({descriptors})\n"
+        f"def {ctx.op_name}_symbolic(g, {names}):\n"
+        f"    return g.op({call}{outputs}){set_type}\n\n\n"
+        f"# Register once per process, before torch.onnx.export(..., dynamo=False).\n"
+        f"register_custom_op_symbolic({ctx.op!r}, {ctx.op_name}_symbolic, 1)\n"
+    )
+
+
+def kernel_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
+    """An onnxruntime-extensions Python kernel that calls the op's PyTorch implementation."""
+    tensors = [a for a in arguments if a.is_tensor]
+    attributes = [a for a in arguments if not a.is_tensor]
+    attrs = ", ".join(f"{a.name!r}: PyCustomOpDef.{a.extensions_type}" for a in attributes)
+    reads = "".join(
+        f"    {a.name} = {a.python_annotation if a.python_annotation in ('float', 'int', 'str') else 'float'}"
+        f"(attrs.get({a.name!r}, {a.default!r}))\n"
+        for a in attributes
+    )
+    call = ", ".join([f"torch.from_numpy(np.asarray({t.name}))" for t in tensors] + [a.name for a in attributes])
+    inputs = ", ".join(["PyCustomOpDef.dt_float"] * len(tensors))
+    outputs = ", ".join(["PyCustomOpDef.dt_float"] * ctx.n_outputs)
+    result = "result.numpy()" if ctx.n_outputs == 1 else "tuple(r.numpy() for r in result)"
+    return (
+        "import numpy as np\n"
+        "import torch\n"
+        "from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op\n\n\n"
+        f"@onnx_op(op_type={f'{ctx.namespace}::{ctx.onnx_op_type}'!r}, inputs=[{inputs}], outputs=[{outputs}]"
+        + (f", attrs={{{attrs}}}" if attrs else "")
+        + ")\n"
+        f"def {ctx.op_name}_kernel({', '.join(t.name for t in tensors)}, **attrs):\n"
+        "    # Float attributes arrive with 6 significant digits: compare with a tolerance.\n"
+        f"{reads}"
+        f"    result = torch.ops.{ctx.namespace}.{ctx.op_name}({call})\n"
+        f"    return {result}\n\n\n"
+        "# In ONNX Runtime: options = onnxruntime.SessionOptions()\n"
+        "#                  options.register_custom_ops_library(get_library_path())\n"
+    )
+
+
+def _runtime_only(ctx: FixContext) -> list[Fix]:
+    domain, _, op_type = (ctx.op or "").partition("::")
+    return [
+        Fix(
+            kind="runtime_kernel",
+            title=f"Give ONNX Runtime a kernel for {domain}::{op_type}",
+            snippet=(
+                "# A native library you already have:\n"
+                "onnxdoctor diagnose model.onnx --custom-op-library path/to/libcustom_ops.so\n\n"
+                "# Or generate one (C++ CPU kernel, CUDA kernel, Python kernel, parity test):\n"
+                f"onnxdoctor scaffold {op_type} --namespace {domain}\n"
+                "# then: options.register_custom_ops_library('<the built .so>')\n"
+            ),
+            applicability=Applicability.DISPLAY_ONLY,
+            cost="needs a kernel in every runtime that loads the model",
+        )
+    ]
+
+
+def _unknown_schema(ctx: FixContext) -> Fix:
+    return Fix(
+        kind="custom_op_manual",
+        title=f"Map {ctx.op} to a custom-domain node and give ONNX Runtime a kernel",
+        snippet=(
+            f"onnxdoctor scaffold {ctx.onnx_op_type} --namespace {ctx.namespace}\n"
+            "# writes the torch op, both export mappings, ONNX Runtime kernels and a parity test\n"
+        ),
+        applicability=Applicability.DISPLAY_ONLY,
+        cost="the op's schema could not be read, so this fix was not generated or verified",
+    )

@@ -1,0 +1,28 @@
+"""`model.eval()` for models exported or compared in training mode (dropout, batch norm)."""
+
+from __future__ import annotations
+
+from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix
+
+CODES = ("OD206", "OD601", "OD501")
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    if not ctx.training or not ctx.mode_sensitive:
+        return []
+    modules = ", ".join(ctx.mode_sensitive[:3])
+    return [
+        Fix(
+            kind="eval_mode",
+            title="Call model.eval() before exporting",
+            snippet=(
+                "model = build_model()\n"
+                "model.eval()  # dropout off, batch norm uses its running statistics\n"
+                "torch.onnx.export(model, example_inputs, 'model.onnx')\n"
+            ),
+            applicability=Applicability.SAFE,
+            cost=f"none for inference; affects {modules}",
+            recipe={"kind": "eval_mode", "eval": True, "isolated": True},
+        )
+    ]

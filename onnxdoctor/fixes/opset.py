@@ -1,0 +1,45 @@
+"""Change the opset: the lowest one where every failing op exports, or one the runtime loads."""
+
+from __future__ import annotations
+
+from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix
+
+CODES = ("OD201", "OD209", "OD404")
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    if ctx.target_kind != "script":
+        return []
+    if finding.code == "OD201":
+        supported = ctx.op_facts.get("torchscript_opsets") or []
+        requested = finding.opset or ctx.requested_opset or 0
+        candidates = [v for v in supported if v > requested]
+        if not candidates:
+            return []
+        lowest = min(candidates)
+        return [_opset_fix(lowest, "torchscript", f"{ctx.op} exports from opset {lowest} on "
+                                                   "(the TorchScript exporter's registry)")]
+    if finding.code == "OD209":
+        return [_opset_fix(18, ctx.exporter or "dynamo", "opset 18 is the dynamo exporter's native opset")]
+    if finding.code == "OD404":
+        return [_opset_fix(18, ctx.exporter or "dynamo", "a lower opset that this ONNX Runtime loads")]
+    return []
+
+
+def notes(finding: Finding, ctx: FixContext) -> list[str]:
+    if finding.code != "OD201":
+        return []
+    return ["Downgrading torch does not add opset support; exporting at a higher opset does."]
+
+
+def _opset_fix(opset: int, exporter: str, why: str) -> Fix:
+    dynamo = exporter == "dynamo"
+    return Fix(
+        kind="opset",
+        title=f"Export at opset {opset}",
+        snippet=f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo={dynamo}, opset_version={opset})\n",
+        applicability=Applicability.SAFE,
+        cost=f"the runtime must support opset {opset}; {why}",
+        recipe={"kind": "opset", "opset": opset, "exporter": exporter},
+    )

@@ -1,0 +1,381 @@
+"""diagnose(target, options): run the worker, classify, propose fixes, verify them.
+
+The parent process never imports torch or onnxruntime: all of that happens in the worker.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from onnxdoctor.classify import classify
+from onnxdoctor.errors import UsageError
+from onnxdoctor.model import (
+    ONNX_FILE_STAGES,
+    Applicability,
+    PIPELINE_STAGES,
+    Diagnosis,
+    ErrorInfo,
+    Finding,
+    Fix,
+    FixCheck,
+    Severity,
+    Stage,
+    StageOutcome,
+    Status,
+)
+from onnxdoctor.normalize import first_line, normalize_message
+from onnxdoctor.supervise import WorkerResult, run_worker
+from onnxdoctor.worker.protocol import WorkerRequest
+
+FLOOD_BYTES = 1024 * 1024
+EXPORTERS = ("dynamo", "torchscript", "both")
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    """What `diagnose` should do; mirrors the CLI flags."""
+
+    exporter: str | None = None  # dynamo | torchscript | both | None (script's setting, else torch's)
+    opset: int | None = None
+    custom_op_libraries: tuple[str, ...] = ()
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    timeout: float = 600.0
+    fix: bool = True
+    all_fixes: bool = False
+    max_fix_checks: int = 4
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed `model.py[:factory]` or `model.onnx` argument."""
+
+    path: Path
+    factory: str | None
+    kind: str  # "script" | "onnx"
+
+    @property
+    def display(self) -> str:
+        return self.path.name + (f":{self.factory}" if self.factory else "")
+
+
+def parse_target(text: str) -> Target:
+    """Split `model.py:factory`; decide script vs ONNX by suffix (and content for odd names).
+
+    Raises:
+        UsageError: empty argument or a malformed factory name.
+    """
+    if not text.strip():
+        raise UsageError("no target given: pass model.py[:factory] or model.onnx")
+    factory = None
+    path_text = text
+    head, sep, tail = text.rpartition(":")
+    if sep and head and tail and not Path(text).exists():
+        if not tail.isidentifier():
+            raise UsageError(f"{tail!r} is not a valid factory name (after ':' in {text!r})")
+        path_text, factory = head, tail
+    path = Path(path_text).expanduser()
+    kind = "onnx" if path.suffix.lower() in (".onnx", ".pb", ".ort") else "script"
+    if kind == "onnx" and factory:
+        raise UsageError(f"{path.name} is an ONNX file: a ':factory' applies to Python scripts only")
+    return Target(path=path.absolute(), factory=factory, kind=kind)
+
+
+class Progress:
+    """Receives stage starts for the spinner; the default does nothing."""
+
+    def __call__(self, message: str) -> None:  # pragma: no cover - trivial
+        pass
+
+
+def diagnose(
+    target_text: str,
+    options: DiagnoseOptions,
+    *,
+    progress: Callable[[str], None] | None = None,
+    workdir: Path | None = None,
+) -> tuple[Diagnosis, ...]:
+    """Diagnose a model script or ONNX file; one Diagnosis per exporter run.
+
+    Fix verification runs in fresh workers (see onnxdoctor.fixes); the returned findings carry
+    their fixes with `check` filled in when verified.
+    """
+    target = parse_target(target_text)
+    if options.exporter not in (None, *EXPORTERS):
+        raise UsageError(f"--exporter must be one of {', '.join(EXPORTERS)}, not {options.exporter!r}")
+    for library in options.custom_op_libraries:
+        if not Path(library).exists():
+            raise UsageError(f"--custom-op-library {library}: no such file")
+    owned = workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-")) if workdir is None else workdir
+    try:
+        return _diagnose(target, options, workdir, progress or (lambda _m: None))
+    finally:
+        if owned:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _diagnose(
+    target: Target, options: DiagnoseOptions, workdir: Path, progress: Callable[[str], None]
+) -> tuple[Diagnosis, ...]:
+    from onnxdoctor.fixes import with_fixes
+
+    runs: list[tuple[str, dict[str, Any] | None]] = [("main", None)]
+    if target.kind == "script" and options.exporter == "both":
+        runs = [("main", {"kind": "exporter", "exporter": "dynamo"}), ("fix0", {"kind": "exporter", "exporter": "torchscript"})]
+    request = _request(target, options, workdir, apply_fix=runs[0][1],
+                       verify_fixes=tuple(f for _, f in runs[1:] if f is not None))
+    result = run_worker(request, timeout=options.timeout, cwd=_cwd(target), on_event=_progress_sink(progress))
+    diagnoses: list[Diagnosis] = []
+    for run_id, _fix in runs:
+        outcomes, tool_findings = outcomes_for_run(result, run_id, target, first_run=run_id == "main")
+        findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
+        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
+        context = {"target": target, "outcomes": outcomes, "exporter": exporter, "options": options}
+        findings = [with_fixes(f, context) for f in findings]
+        if options.fix and target.kind == "script":
+            findings = _verify(findings, target, options, workdir, progress, exporter)
+        diagnoses.append(
+            Diagnosis(
+                target=target.display,
+                exporter=exporter,
+                stages=tuple(outcomes),
+                findings=tuple(_rank_fixes(f) for f in findings),
+                versions=_versions(),
+                facts={"worker_seconds": round(result.seconds, 3),
+                       "onnx_path": next((o.facts.get("onnx_path") for o in outcomes
+                                          if o.stage is Stage.EXPORT and o.status is Status.PASSED), None)},
+            )
+        )
+    return tuple(diagnoses)
+
+
+def _request(
+    target: Target,
+    options: DiagnoseOptions,
+    workdir: Path,
+    *,
+    apply_fix: dict[str, Any] | None = None,
+    verify_fixes: tuple[dict[str, Any], ...] = (),
+    gather_facts: bool = True,
+) -> WorkerRequest:
+    events = workdir / f"events-{time.monotonic_ns()}.jsonl"
+    return WorkerRequest(
+        target=str(target.path),
+        kind=target.kind,
+        workdir=str(workdir),
+        events_path=str(events),
+        factory=target.factory,
+        exporter=None if options.exporter == "both" else options.exporter,
+        opset=options.opset,
+        custom_op_libraries=tuple(str(Path(p).absolute()) for p in options.custom_op_libraries),
+        atol=options.atol,
+        rtol=options.rtol,
+        input_shapes=dict(options.input_shapes),
+        apply_fix=apply_fix,
+        verify_fixes=verify_fixes,
+        gather_facts=gather_facts,
+    )
+
+
+def _cwd(target: Target) -> Path:
+    parent = target.path.parent
+    return parent if parent.is_dir() else Path.cwd()
+
+
+_STAGE_LABELS = {
+    "load": "loading the model",
+    "export": "exporting",
+    "check": "checking the ONNX graph",
+    "ort_load": "loading in ONNX Runtime",
+    "ort_run": "running in ONNX Runtime",
+    "parity": "comparing with PyTorch",
+}
+
+
+def _progress_sink(progress: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
+    def sink(event: dict[str, Any]) -> None:
+        if event.get("event") == "start":
+            run = event.get("run", "main")
+            label = _STAGE_LABELS.get(event.get("stage", ""), event.get("stage", ""))
+            progress(label if run == "main" else f"fix check {run[3:] if run.startswith('fix') else run}: {label}")
+
+    return sink
+
+
+def outcomes_for_run(
+    result: WorkerResult, run_id: str, target: Target, *, first_run: bool = True
+) -> tuple[list[StageOutcome], list[Finding]]:
+    """The stage ladder of one run from the worker's events, and tool findings (crash, timeout...)."""
+    stages = PIPELINE_STAGES if target.kind == "script" else ONNX_FILE_STAGES
+    records = {e["stage"]: e for e in result.events if e.get("event") == "stage" and e.get("run") == run_id}
+    started = [e["stage"] for e in result.events if e.get("event") == "start" and e.get("run") == run_id]
+    run_done = any(e.get("event") == "run_done" and e.get("run") == run_id for e in result.events)
+    outcomes: list[StageOutcome] = []
+    tool: list[Finding] = []
+    interrupted = None if run_done else next((s for s in reversed(started) if s not in records), None)
+    failed_before = False
+    for stage in stages:
+        record = records.get(stage.value)
+        if record is not None:
+            outcome = StageOutcome(
+                stage=stage,
+                status=Status(record.get("status", "failed")),
+                seconds=float(record.get("seconds", 0.0)),
+                error=ErrorInfo.from_dict(record.get("error")),
+                facts=record.get("facts") or {},
+                warnings=tuple(record.get("warnings") or ()),
+            )
+            failed_before = failed_before or outcome.status is not Status.PASSED
+        elif stage.value == interrupted and not failed_before:
+            status = Status.TIMED_OUT if result.timed_out else Status.CRASHED
+            outcome = StageOutcome(stage=stage, status=status, seconds=0.0)
+            failed_before = True
+        else:
+            outcome = StageOutcome(stage=stage, status=Status.SKIPPED)
+            if not run_done and not failed_before and first_run and interrupted is None:
+                # The worker died before it even started this stage.
+                outcome = replace(outcome, status=Status.CRASHED if not result.timed_out else Status.TIMED_OUT)
+                failed_before = True
+                interrupted = stage.value
+        outcomes.append(outcome)
+    if not run_done:
+        tool.append(_tool_finding(result, interrupted))
+    if first_run and result.output_bytes > FLOOD_BYTES:
+        tool.append(
+            Finding(
+                code="OD904",
+                stage=Stage.TOOL,
+                severity=Severity.WARNING,
+                message=f"the model script printed {result.output_bytes / 1e6:.1f} MB; "
+                "onnxdoctor kept the first 8 KB and the last 32 KB",
+            )
+        )
+    return outcomes, tool
+
+
+def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
+    where = f" during {stage}" if stage else ""
+    evidence = tuple(line for line in [_stderr_excerpt(result.stderr_tail)] if line)
+    if result.timed_out:
+        return Finding("OD902", Stage.TOOL, Severity.ERROR,
+                       f"the worker was still running after {result.seconds:.0f} s{where} and was killed "
+                       "(raise --timeout if the model is just slow)", evidence=evidence)
+    if result.signal_name:
+        return Finding("OD901", Stage.TOOL, Severity.ERROR,
+                       f"the worker died from {result.signal_name}{where}", evidence=evidence)
+    tail = result.stderr_tail
+    if result.returncode not in (0, None) and "Traceback" in tail and "onnxdoctor" in tail:
+        return Finding("OD999", Stage.TOOL, Severity.ERROR,
+                       f"onnxdoctor's worker failed{where}: {first_line(tail.strip().splitlines()[-1])}",
+                       evidence=evidence)
+    return Finding("OD903", Stage.TOOL, Severity.ERROR,
+                   f"the worker exited with status {result.returncode}{where} without reporting a result "
+                   "(os._exit() in the model code?)", evidence=evidence)
+
+
+def _stderr_excerpt(text: str) -> str:
+    text = normalize_message(text, limit=100000)
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-12:])[-2000:]
+
+
+# ---- fix verification -------------------------------------------------------------------------
+
+
+def _verify(
+    findings: list[Finding],
+    target: Target,
+    options: DiagnoseOptions,
+    workdir: Path,
+    progress: Callable[[str], None],
+    exporter: str | None,
+) -> list[Finding]:
+    """Re-run the pipeline with each candidate fix; in-process-safe ones share one worker."""
+    verified: list[Finding] = []
+    for finding in findings:
+        candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and finding.severity is Severity.ERROR]
+        candidates = candidates[: options.max_fix_checks] if not options.all_fixes else candidates
+        if not candidates:
+            verified.append(finding)
+            continue
+        checks: dict[int, FixCheck] = {}
+        shared = [(i, f) for i, f in candidates if not f.recipe.get("isolated")]
+        isolated = [(i, f) for i, f in candidates if f.recipe.get("isolated")]
+        if shared:
+            progress(f"verifying {len(shared)} fix(es) for {finding.code}")
+            request = _request(target, options, workdir,
+                               verify_fixes=tuple(f.recipe for _, f in shared), gather_facts=False)
+            request = replace(request, load_only=True, stop_on_success=not options.all_fixes)
+            result = run_worker(request, timeout=options.timeout, cwd=_cwd(target),
+                                on_event=_progress_sink(progress))
+            for position, (index, _fix) in enumerate(shared):
+                checks[index] = _fix_check(result, f"fix{position}", target)
+        for index, fix in isolated:
+            if not options.all_fixes and any(c.works for c in checks.values()):
+                break
+            progress(f"verifying fix: {fix.title}")
+            request = _request(target, options, workdir, apply_fix=fix.recipe, gather_facts=False)
+            result = run_worker(request, timeout=options.timeout, cwd=_cwd(target),
+                                on_event=_progress_sink(progress))
+            checks[index] = _fix_check(result, "main", target)
+        fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
+        verified.append(replace(finding, fixes=fixes))
+    return verified
+
+
+def _fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
+    outcomes, tool = outcomes_for_run(result, run_id, target, first_run=False)
+    ran = [o for o in outcomes if o.status is not Status.SKIPPED]
+    passed = [o for o in ran if o.status is Status.PASSED]
+    reached = passed[-1].stage if passed else None
+    failed = next((o for o in ran if o.status is not Status.PASSED), None)
+    seconds = round(sum(o.seconds for o in ran), 3)
+    parity = next((o for o in outcomes if o.stage is Stage.PARITY and o.status is not Status.SKIPPED), None)
+    max_abs = parity.facts.get("max_abs_diff") if parity else None
+    max_rel = parity.facts.get("max_rel_diff") if parity else None
+    export = next((o for o in outcomes if o.stage is Stage.EXPORT and o.status is Status.PASSED), None)
+    artifact = export.facts.get("onnx_path") if export else None
+    if failed is None and not tool and reached is Stage.PARITY:
+        return FixCheck(reached=reached, status=Status.PASSED, max_abs_diff=max_abs, max_rel_diff=max_rel,
+                        seconds=seconds, detail="exports, loads, runs and matches PyTorch", artifact=artifact)
+    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool
+    first = next((f for f in findings if f.severity is Severity.ERROR), None)
+    detail = f"{first.code}: {first.message}" if first else "did not complete"
+    status = failed.status if failed else Status.FAILED
+    return FixCheck(reached=reached, status=status, max_abs_diff=max_abs, max_rel_diff=max_rel,
+                    seconds=seconds, detail=detail[:500], artifact=artifact)
+
+
+def _rank_fixes(finding: Finding) -> Finding:
+    """Verified and exact first, then verified with error, then unverified, then failed."""
+
+    cost = {Applicability.SAFE: 0, Applicability.UNSAFE: 1, Applicability.DISPLAY_ONLY: 2}
+
+    def key(item: tuple[int, Fix]) -> tuple[int, int, float, int]:
+        index, fix = item
+        check = fix.check
+        if check is None:
+            return (2, cost[fix.applicability], 0.0, index)
+        if check.works:
+            # Among working fixes the cheaper one wins (no kernel to ship beats a custom domain).
+            return (0, cost[fix.applicability], check.max_abs_diff or 0.0, index)
+        return (3, cost[fix.applicability], 0.0, index)
+
+    ordered = tuple(fix for _, fix in sorted(enumerate(finding.fixes), key=key))
+    return replace(finding, fixes=ordered)
+
+
+def _versions() -> dict[str, str]:
+    try:
+        from onnxdoctor.envinfo import package_versions
+
+        return package_versions()
+    except ImportError:  # pragma: no cover - envinfo ships with the package
+        return {}

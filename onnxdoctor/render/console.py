@@ -1,0 +1,117 @@
+"""Console view: the stage ladder, then findings with their fixes (rich; plain when piped)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.syntax import Syntax
+from rich.text import Text
+
+from onnxdoctor.model import Diagnosis, Finding, Fix, Severity, Status
+
+_MARKS = {
+    Status.PASSED: ("✓", "green"),
+    Status.FAILED: ("✗", "red"),
+    Status.CRASHED: ("✗", "red"),
+    Status.TIMED_OUT: ("⏱", "red"),
+    Status.SKIPPED: ("·", "dim"),
+}
+
+
+def render_diagnoses(console: Console, diagnoses: tuple[Diagnosis, ...], *, quiet: bool = False,
+                     verbose: bool = False) -> None:
+    """Print every run (one per exporter) to `console`."""
+    for index, diagnosis in enumerate(diagnoses):
+        if index:
+            console.print()
+        render_diagnosis(console, diagnosis, quiet=quiet, verbose=verbose)
+
+
+def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = False, verbose: bool = False) -> None:
+    exporter = f" ({diagnosis.exporter} exporter)" if diagnosis.exporter else ""
+    if not quiet:
+        console.print(Text.assemble(("onnxdoctor diagnose ", "bold"), (diagnosis.target, "bold cyan"), exporter))
+        console.print(_ladder(diagnosis))
+    if not diagnosis.findings:
+        console.print(Text("healthy: exports, passes the checker, loads and runs in ONNX Runtime, "
+                           "and matches PyTorch", style="green"))
+        return
+    for finding in diagnosis.findings:
+        console.print()
+        console.print(_finding(finding, verbose=verbose))
+
+
+def _ladder(diagnosis: Diagnosis) -> Text:
+    text = Text()
+    for outcome in diagnosis.stages:
+        mark, style = _MARKS[outcome.status]
+        label = outcome.status.value.replace("_", " ") if outcome.status is not Status.SKIPPED else "not reached"
+        seconds = f"{outcome.seconds:6.2f}s" if outcome.status is not Status.SKIPPED else " " * 7
+        text.append(f"  {mark} ", style=style)
+        text.append(f"{outcome.stage.value:<9}", style="bold" if outcome.status is not Status.SKIPPED else "dim")
+        text.append(f" {seconds}  ", style="dim")
+        text.append(label + "\n", style=style)
+    text.rstrip()
+    return text
+
+
+def _finding(finding: Finding, *, verbose: bool) -> Group:
+    style = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}[finding.severity.value]
+    parts: list[object] = []
+    header = Text()
+    header.append(f"{finding.code} ", style=style)
+    header.append(f"{finding.slug}", style="bold")
+    header.append(f"  [{finding.severity.value}, {finding.stage.value}]", style="dim")
+    parts.append(header)
+    parts.append(Text("  " + finding.message))
+    where = [("op", finding.op), ("node", finding.node), ("source", finding.source),
+             ("opset", str(finding.opset) if finding.opset is not None else None)]
+    located = "   ".join(f"{k}: {v}" for k, v in where if v)
+    if located:
+        parts.append(Text("  " + located, style="cyan"))
+    evidence = finding.evidence if verbose else finding.evidence[:1]
+    for item in evidence:
+        lines = item.splitlines()
+        shown = lines if verbose else lines[:3]
+        parts.append(Text("  │ " + "\n  │ ".join(shown), style="dim"))
+    if finding.fixes:
+        parts.append(Text("  fixes:", style="bold"))
+        for number, fix in enumerate(finding.fixes, 1):
+            parts.extend(_fix(number, fix, show_snippet=verbose or number == 1))
+    for note in finding.notes:
+        parts.append(Text("  note: " + note, style="yellow"))
+    parts.append(Text(f"  more: onnxdoctor explain {finding.code}", style="dim"))
+    return Group(*parts)
+
+
+def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
+    check = fix.check
+    line = Text(f"   {number}. ")
+    if check is None:
+        line.append("not verified ", style="yellow" if fix.recipe else "dim")
+    elif check.works:
+        figures = f", max abs diff {check.max_abs_diff:.2g}" if check.max_abs_diff is not None else ""
+        line.append(f"verified ✓ (parity{figures}, {check.seconds:.1f}s) ", style="green")
+    else:
+        reached = check.reached.value if check.reached else "nothing"
+        line.append(f"tried ✗ (reached {reached}) ", style="red")
+    line.append(fix.title, style="bold" if check is not None and check.works else "")
+    parts: list[object] = [line]
+    if check is not None and not check.works and check.detail:
+        parts.append(Text(f"      {check.detail}", style="dim"))
+    if fix.cost:
+        parts.append(Text(f"      cost: {fix.cost}", style="dim"))
+    if show_snippet and fix.snippet:
+        parts.append(Syntax(fix.snippet.rstrip(), "python", theme="ansi_dark", padding=(0, 6),
+                            background_color="default", word_wrap=True))
+    return parts
+
+
+def plain_line(finding: Finding) -> str:
+    """One line per finding, for --quiet."""
+    where = f" [{finding.op}]" if finding.op else ""
+    return f"{finding.code} {finding.slug}{where}: {escape(finding.message)}"
+
+
+def severity_rank(finding: Finding) -> int:
+    return 0 if finding.severity is Severity.ERROR else 1

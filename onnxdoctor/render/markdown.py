@@ -1,0 +1,60 @@
+"""The Markdown report (`diagnose --report out.md`): the same content as the console view."""
+
+from __future__ import annotations
+
+from onnxdoctor import __version__
+from onnxdoctor.model import Diagnosis, Finding, Status
+
+
+def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
+    """Render every run as one Markdown document."""
+    lines: list[str] = [f"# onnxdoctor report: `{diagnoses[0].target}`", ""]
+    versions = diagnoses[0].versions
+    if versions:
+        lines.append("Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+        lines.append("")
+    for diagnosis in diagnoses:
+        title = f"{diagnosis.exporter} exporter" if diagnosis.exporter else "ONNX file"
+        lines += [f"## {title}", "", "| stage | status | seconds |", "|---|---|---|"]
+        for outcome in diagnosis.stages:
+            seconds = f"{outcome.seconds:.2f}" if outcome.status is not Status.SKIPPED else ""
+            status = "not reached" if outcome.status is Status.SKIPPED else outcome.status.value
+            lines.append(f"| {outcome.stage.value} | {status} | {seconds} |")
+        lines.append("")
+        if not diagnosis.findings:
+            lines += ["Healthy: exports, passes the checker, loads and runs in ONNX Runtime, matches PyTorch.", ""]
+        for finding in diagnosis.findings:
+            lines += _finding(finding)
+    lines.append(f"_onnxdoctor {__version__}_")
+    return "\n".join(lines) + "\n"
+
+
+def _finding(finding: Finding) -> list[str]:
+    lines = [f"### {finding.code} `{finding.slug}` ({finding.severity.value}, {finding.stage.value})", "",
+             finding.message, ""]
+    for key, value in (("op", finding.op), ("node", finding.node), ("source", finding.source),
+                       ("opset", finding.opset)):
+        if value is not None:
+            lines.append(f"- **{key}**: `{value}`")
+    lines.append("")
+    if finding.evidence:
+        lines += ["<details><summary>evidence</summary>", "", "```text", *finding.evidence, "```", "",
+                  "</details>", ""]
+    for number, fix in enumerate(finding.fixes, 1):
+        check = fix.check
+        if check is None:
+            status = "not verified"
+        elif check.works:
+            diff = f", max abs diff {check.max_abs_diff:.2g}" if check.max_abs_diff is not None else ""
+            status = f"verified: reached parity{diff} in {check.seconds:.1f} s"
+        else:
+            reached = check.reached.value if check.reached else "nothing"
+            status = f"tried: failed, reached {reached} ({check.detail})"
+        lines += [f"{number}. **{fix.title}** — {status}", ""]
+        if fix.cost:
+            lines += [f"   Cost: {fix.cost}", ""]
+        if fix.snippet:
+            lines += ["   ```python", *("   " + line for line in fix.snippet.rstrip().splitlines()), "   ```", ""]
+    for note in finding.notes:
+        lines += [f"> Note: {note}", ""]
+    return lines

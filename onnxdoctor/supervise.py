@@ -1,0 +1,167 @@
+"""Run the worker in its own process group with bounded time and bounded captured output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from onnxdoctor.worker.protocol import WorkerRequest, read_events
+
+HEAD_BYTES = 8 * 1024
+TAIL_BYTES = 32 * 1024
+
+
+class _Capture:
+    """Reads a pipe to its end, keeping the head, the tail and the total size (never all of it)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: IO[bytes]) -> None:
+        try:
+            while True:
+                chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+                if not chunk:
+                    break
+                self.total += len(chunk)
+                if len(self.head) < HEAD_BYTES:
+                    self.head += chunk[: HEAD_BYTES - len(self.head)]
+                self.tail += chunk
+                if len(self.tail) > TAIL_BYTES:
+                    del self.tail[: len(self.tail) - TAIL_BYTES]
+        except (OSError, ValueError):
+            pass
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def text(self) -> str:
+        if self.total <= TAIL_BYTES:
+            data = bytes(self.tail)
+        else:
+            tail_start = self.total - len(self.tail)  # offset of the tail in the whole stream
+            if tail_start <= len(self.head):
+                data = bytes(self.head) + bytes(self.tail[len(self.head) - tail_start :])
+            else:
+                cut = tail_start - len(self.head)
+                data = bytes(self.head) + f"\n…[{cut} bytes cut]…\n".encode() + bytes(self.tail)
+        return data.decode("utf-8", errors="replace")
+
+    def tail_text(self) -> str:
+        return bytes(self.tail).decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    """How the worker process ended, its events, and what it printed (bounded)."""
+
+    events: list[dict[str, Any]]
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    stdout: str = ""
+    stderr_tail: str = ""
+    output_bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+    @property
+    def finished(self) -> bool:
+        return any(e.get("event") == "done" for e in self.events)
+
+
+def run_worker(
+    request: WorkerRequest,
+    *,
+    timeout: float,
+    cwd: Path,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> WorkerResult:
+    """Start `python -m onnxdoctor.worker`, watch it, and kill its whole group when done or late."""
+    request_path = Path(request.workdir) / f"request-{time.monotonic_ns()}.json"
+    request_path.write_text(request.to_json(), "utf-8")
+    env = dict(os.environ)
+    env.setdefault("PYTHONIOENCODING", "utf-8")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # The package must be importable from the worker even when run from a source checkout.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "onnxdoctor.worker", str(request_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=str(cwd),
+        env=env,
+        start_new_session=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    out, err = _Capture(process.stdout), _Capture(process.stderr)
+    timed_out = False
+    seen = 0
+    try:
+        while True:
+            try:
+                process.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if on_event is not None:
+                events = list(read_events(request.events_path))
+                for event in events[seen:]:
+                    on_event(event)
+                seen = len(events)
+            if time.monotonic() - started > timeout:
+                timed_out = True
+                _kill_group(process.pid)
+                process.wait()
+                break
+    except KeyboardInterrupt:
+        _kill_group(process.pid)
+        process.wait()
+        raise
+    finally:
+        # Grandchildren the script started live in the same group: end them too.
+        _kill_group(process.pid)
+    out.join(2.0)
+    err.join(2.0)
+    events = list(read_events(request.events_path))
+    if on_event is not None:
+        for event in events[seen:]:
+            on_event(event)
+    return WorkerResult(
+        events=events,
+        returncode=process.returncode,
+        timed_out=timed_out,
+        seconds=time.monotonic() - started,
+        stdout=out.text(),
+        stderr_tail=err.tail_text(),
+        output_bytes=out.total + err.total,
+    )
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

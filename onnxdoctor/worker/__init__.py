@@ -1,0 +1,1 @@
+"""The worker: runs the pipeline in a fresh subprocess. The only package that imports torch/onnxruntime."""

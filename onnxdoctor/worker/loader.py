@@ -1,0 +1,178 @@
+"""Load a model script by the protocol of DESIGN §3.2 (runs inside the worker)."""
+
+from __future__ import annotations
+
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SETTING_NAMES = (
+    "opset_version",
+    "dynamo",
+    "input_names",
+    "output_names",
+    "dynamic_shapes",
+    "custom_op_libraries",
+)
+
+
+class ProtocolError(Exception):
+    """The script does not follow the model-script protocol; `code` is the finding's code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class LoadedModel:
+    """The user's model, its example inputs, and the script's optional settings."""
+
+    model: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    settings: dict[str, Any] = field(default_factory=dict)
+    factory: str = ""
+
+
+def read_script_source(path: Path) -> str:
+    """Read the script as UTF-8 text, refusing binaries and empty files with a clear code."""
+    if not path.exists():
+        raise ProtocolError("OD101", f"{path.name}: no such file")
+    if path.is_dir():
+        raise ProtocolError("OD102", f"{path.name} is a directory, not a Python script")
+    if not path.is_file():
+        raise ProtocolError("OD102", f"{path.name} is not a regular file")
+    data = path.read_bytes()
+    if not data.strip():
+        raise ProtocolError("OD102", f"{path.name} is empty")
+    if b"\x00" in data:
+        raise ProtocolError("OD102", f"{path.name} is a binary file, not a Python script")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(
+            "OD102", f"{path.name} is not valid UTF-8 (byte {exc.start}): not a Python script"
+        ) from exc
+
+
+def load_script(path: Path, factory: str | None) -> LoadedModel:
+    """Import the script and build (model, args, kwargs) following DESIGN §3.2.
+
+    Raises:
+        ProtocolError: the script breaks the protocol (code OD1xx and what was expected).
+        SyntaxError, SystemExit, Exception: raised by the script itself; the caller classifies.
+    """
+    source = read_script_source(path)
+    compile(source, str(path), "exec")  # a SyntaxError here is the script's, reported as OD103
+    namespace = runpy.run_path(str(path), run_name="__onnxdoctor__")
+    settings = {name: namespace[name] for name in SETTING_NAMES if name in namespace}
+
+    if factory is not None:
+        if factory not in namespace:
+            raise ProtocolError(
+                "OD105", f"{path.name} defines no {factory!r} (the factory named after ':')"
+            )
+        return _from_factory(namespace, factory, settings)
+    if "get_model" in namespace:
+        return _from_factory(namespace, "get_model", settings)
+    if "model" in namespace:
+        if "example_inputs" not in namespace:
+            raise ProtocolError(
+                "OD105",
+                f"{path.name} defines `model` but not `example_inputs` "
+                "(a tuple of tensors to call the model with)",
+            )
+        args, kwargs = _split_inputs(namespace["example_inputs"], "example_inputs")
+        return LoadedModel(_check_model(namespace["model"], "model"), args, kwargs, settings, "model")
+    found = sorted(
+        name
+        for name, value in namespace.items()
+        if not name.startswith("_") and isinstance(value, torch.nn.Module)
+    )
+    hint = f"; it has module-level nn.Module instance(s) {', '.join(found)}" if found else ""
+    raise ProtocolError(
+        "OD105",
+        f"{path.name} defines neither get_model() nor module-level `model` + `example_inputs`"
+        f"{hint}. Add `def get_model(): return model, (example_input,)` or name a factory "
+        f"with {path.name}:FACTORY",
+    )
+
+
+def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]) -> LoadedModel:
+    fn = namespace[name]
+    if not callable(fn):
+        raise ProtocolError("OD106", f"{name} is a {type(fn).__name__}, not a function")
+    result = fn()
+    if isinstance(result, tuple) and len(result) in (2, 3):
+        model = _check_model(result[0], f"{name}()[0]")
+        args, kwargs = _split_inputs(result[1], f"{name}()[1]")
+        if len(result) == 3:
+            if not isinstance(result[2], dict):
+                raise ProtocolError(
+                    "OD106", f"{name}()[2] must be a dict of keyword inputs, got {type(result[2]).__name__}"
+                )
+            kwargs = {**kwargs, **result[2]}
+            _check_tensors(kwargs, f"{name}()[2]")
+        return LoadedModel(model, args, kwargs, settings, name)
+    if isinstance(result, torch.nn.Module) or (callable(result) and not isinstance(result, tuple)):
+        for inputs_name in ("get_inputs", "example_inputs"):
+            if inputs_name in namespace:
+                value = namespace[inputs_name]
+                value = value() if inputs_name == "get_inputs" and callable(value) else value
+                args, kwargs = _split_inputs(value, inputs_name)
+                return LoadedModel(_check_model(result, f"{name}()"), args, kwargs, settings, name)
+        raise ProtocolError(
+            "OD106",
+            f"{name}() returned only a model; return (model, example_inputs) or also define "
+            "get_inputs() or example_inputs",
+        )
+    shape = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
+    raise ProtocolError(
+        "OD106",
+        f"{name}() returned {shape}; expected (model, example_inputs) or "
+        "(model, example_inputs, example_kwargs)",
+    )
+
+
+def _check_model(model: Any, where: str) -> Any:
+    if isinstance(model, torch.nn.Module):
+        return model
+    raise ProtocolError(
+        "OD113", f"{where} is a {type(model).__name__}, not a torch.nn.Module"
+    )
+
+
+def _split_inputs(value: Any, where: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(value, torch.Tensor):
+        value = (value,)
+    elif isinstance(value, list):
+        value = tuple(value)
+    if isinstance(value, dict):
+        _check_tensors(value, where)
+        return (), dict(value)
+    if not isinstance(value, tuple):
+        raise ProtocolError(
+            "OD107", f"{where} is a {type(value).__name__}; expected a tensor or a tuple of tensors"
+        )
+    _check_tensors(value, where)
+    return value, {}
+
+
+def _check_tensors(value: Any, where: str) -> None:
+    """Accept tensors, None, python scalars and nestings of them; name the first offender."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if isinstance(item, (torch.Tensor, bool, int, float, type(None))):
+            continue
+        if isinstance(item, (tuple, list, dict)):
+            _check_tensors(item, f"{where}[{key!r}]")
+            continue
+        raise ProtocolError(
+            "OD107",
+            f"{where}[{key!r}] is a {type(item).__name__}; example inputs must be tensors "
+            "(or python numbers, None, and tuples/lists/dicts of them)",
+        )

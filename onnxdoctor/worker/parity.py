@@ -1,0 +1,113 @@
+"""Compare ONNX Runtime's outputs with PyTorch's: count, shape, dtype, then values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: float, rtol: float) -> dict[str, Any]:
+    """Per-output figures and the first mismatch's code (None when all agree).
+
+    Values agree when |ort - torch| <= atol + rtol * |torch| element-wise (numpy.allclose's rule);
+    NaNs agree only with NaNs in the same places.
+    """
+    rows: list[dict[str, Any]] = []
+    code: str | None = None
+    message = ""
+    if len(torch_outputs) != len(ort_outputs):
+        return {
+            "code": "OD602",
+            "message": f"PyTorch returned {len(torch_outputs)} output tensors, ONNX Runtime {len(ort_outputs)}",
+            "outputs": [],
+            "max_abs_diff": None,
+            "max_rel_diff": None,
+        }
+    worst_abs = 0.0
+    worst_rel = 0.0
+    for index, (expected_t, actual) in enumerate(zip(torch_outputs, ort_outputs)):
+        expected = _numpy(expected_t)
+        actual = np.asarray(actual)
+        row: dict[str, Any] = {
+            "index": index,
+            "torch_shape": list(expected.shape),
+            "ort_shape": list(actual.shape),
+            "torch_dtype": str(expected.dtype),
+            "ort_dtype": str(actual.dtype),
+        }
+        rows.append(row)
+        if expected.shape != actual.shape:
+            # A scalar vs a 1-element tensor is the same number: compare values, report shape.
+            if expected.size == actual.size == 1:
+                actual = actual.reshape(expected.shape)
+            else:
+                row["ok"] = False
+                if code is None:
+                    code, message = "OD603", (
+                        f"output {index}: shape {tuple(actual.shape)} from ONNX Runtime, "
+                        f"{tuple(expected.shape)} from PyTorch"
+                    )
+                continue
+        if expected.dtype != actual.dtype and not _same_kind_bf16(expected_t, actual):
+            row["ok"] = False
+            if code is None:
+                code, message = "OD604", (
+                    f"output {index}: dtype {actual.dtype} from ONNX Runtime, {expected.dtype} from PyTorch"
+                )
+            continue
+        abs_diff, rel_diff, ok = _differences(expected, actual, atol, rtol)
+        row.update(max_abs_diff=abs_diff, max_rel_diff=rel_diff, ok=ok)
+        worst_abs = max(worst_abs, abs_diff)
+        worst_rel = max(worst_rel, rel_diff)
+        if not ok and code is None:
+            code, message = "OD601", (
+                f"output {index} differs: max abs error {abs_diff:.3g}, max rel error {rel_diff:.3g} "
+                f"(atol {atol:g}, rtol {rtol:g})"
+            )
+    return {
+        "code": code,
+        "message": message,
+        "outputs": rows,
+        "max_abs_diff": worst_abs,
+        "max_rel_diff": worst_rel,
+    }
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):
+        import torch
+
+        tensor = value.detach().cpu()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.float()
+        return tensor.numpy()
+    return np.asarray(value)
+
+
+def _same_kind_bf16(expected: Any, actual: np.ndarray) -> bool:
+    return "bfloat16" in str(getattr(expected, "dtype", "")) and actual.dtype == np.float32
+
+
+def _differences(expected: np.ndarray, actual: np.ndarray, atol: float, rtol: float) -> tuple[float, float, bool]:
+    if expected.size == 0:
+        return 0.0, 0.0, True
+    if expected.dtype == np.bool_ or actual.dtype == np.bool_:
+        mismatches = float(np.count_nonzero(expected != actual))
+        return mismatches, mismatches / expected.size, mismatches == 0
+    e = expected.astype(np.float64)
+    a = actual.astype(np.float64)
+    nan_e, nan_a = np.isnan(e), np.isnan(a)
+    if np.any(nan_e != nan_a):
+        return float("inf"), float("inf"), False
+    finite = ~nan_e
+    e, a = e[finite], a[finite]
+    if e.size == 0:
+        return 0.0, 0.0, True
+    inf_same = np.isinf(e) & (e == a)
+    diff = np.where(inf_same, 0.0, np.abs(a - e))
+    abs_diff = float(np.max(diff))
+    rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+    rel_diff = float(np.max(np.where(diff == 0, 0.0, rel)))
+    ok = bool(np.all(diff <= atol + rtol * np.abs(e)))
+    return abs_diff, rel_diff, ok

@@ -1,0 +1,84 @@
+"""The request and event formats shared by the parent and the worker (plain JSON, no torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """Everything the worker needs to run the pipeline once (plus fix re-runs)."""
+
+    target: str
+    kind: str  # "script" | "onnx"
+    workdir: str
+    events_path: str
+    factory: str | None = None
+    exporter: str | None = None  # "dynamo" | "torchscript" | None: the script's setting, else torch's
+    opset: int | None = None
+    custom_op_libraries: tuple[str, ...] = ()
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    # A fix recipe applied to the main run (the fix verification of a process-unsafe fix).
+    apply_fix: dict[str, Any] | None = None
+    # Fix recipes verified one after another in this process after the main run (safe ones).
+    verify_fixes: tuple[dict[str, Any], ...] = ()
+    # Gather registry facts for failing ops (costs an import or two; off for fix re-runs).
+    gather_facts: bool = True
+    # Stop the main run after LOAD (fix verification only needs the loaded model).
+    load_only: bool = False
+    # Stop verifying fixes after the first one that reaches parity.
+    stop_on_success: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerRequest:
+        data = json.loads(text)
+        data["custom_op_libraries"] = tuple(data.get("custom_op_libraries", ()))
+        data["verify_fixes"] = tuple(data.get("verify_fixes", ()))
+        return cls(**data)
+
+
+def append_event(path: str, event: dict[str, Any]) -> None:
+    """Append one event line and flush it to disk, so a crash right after still leaves it."""
+    line = json.dumps(event, default=_json_default) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The events written so far; a half-written last line (a crash mid-write) is skipped."""
+    try:
+        text = Path(path).read_text("utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            yield event
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy / torch scalars
+        try:
+            return value.item()
+        except Exception:
+            pass
+    return repr(value)

@@ -1,0 +1,98 @@
+"""What the exporters' own registries and ONNX's schemas say about an op (runs in the worker).
+
+Answers "at which opsets can this aten op be exported?" without exporting once per opset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any
+
+TORCHSCRIPT_OPSETS = range(7, 21)
+
+
+def torchscript_opsets(op: str) -> list[int]:
+    """Opsets at which the TorchScript exporter has a symbolic for `op` (e.g. "aten::grid_sampler").
+
+    A symbolic registered at opset N serves every opset >= N until the next registration, so the
+    answer is every opset from the lowest registration up to the exporter's maximum.
+    """
+    from torch.onnx._internal.torchscript_exporter import registration
+
+    for version in TORCHSCRIPT_OPSETS:  # registration happens as the modules import
+        with contextlib.suppress(ImportError):
+            importlib.import_module(f"torch.onnx._internal.torchscript_exporter.symbolic_opset{version}")
+    group = registration.registry.get_function_group(op)
+    if group is None:
+        return []
+    return [v for v in TORCHSCRIPT_OPSETS if group.get(v) is not None]
+
+
+def dynamo_has_function(op: str) -> bool | None:
+    """Whether the dynamo exporter's ONNX registry (torchlib) has a function for `op`."""
+    import torch
+    from torch.onnx._internal.exporter import _registration
+
+    namespace, _, name = op.partition("::")
+    packet = getattr(getattr(torch.ops, namespace, None), name, None)
+    if packet is None:
+        return None
+    registry = _registration.ONNXRegistry.from_torchlib()
+    for overload_name in packet.overloads():
+        overload = getattr(packet, overload_name)
+        if registry.is_registered(overload):
+            return True
+    return False
+
+
+def onnx_since_versions(op_type: str, domain: str = "") -> list[int]:
+    """The opsets at which ONNX (re)defined `op_type`; the first is where it appears."""
+    import onnx.defs
+
+    versions = []
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.name == op_type and schema.domain == domain:
+            versions.append(schema.since_version)
+    return sorted(set(versions))
+
+
+def custom_op_schema(op: str) -> dict[str, Any] | None:
+    """The schema of a torch.library op: argument names, types, defaults; number of returns."""
+    import torch
+    import torch._library.custom_ops as custom_ops
+
+    namespace, _, name = op.partition("::")
+    packet = getattr(getattr(torch.ops, namespace, None), name, None)
+    if packet is None:
+        return None
+    overload = getattr(packet, "default", None) or getattr(packet, packet.overloads()[0])
+    schema = overload._schema
+    arguments = []
+    for argument in schema.arguments:
+        entry: dict[str, Any] = {"name": argument.name, "type": str(argument.type)}
+        if argument.has_default_value():
+            default = argument.default_value
+            entry["default"] = default if isinstance(default, (int, float, bool, str)) or default is None else repr(default)
+        arguments.append(entry)
+    return {
+        "schema": str(schema),
+        "arguments": arguments,
+        "returns": [str(r.type) for r in schema.returns],
+        "python_impl": op in custom_ops.OPDEFS,
+        "python_impl_name": getattr(getattr(custom_ops.OPDEFS.get(op), "_init_fn", None), "__name__", None),
+        "has_fake": op in custom_ops.OPDEFS and custom_ops.OPDEFS[op]._abstract_fn is not None,
+    }
+
+
+def op_facts(op: str) -> dict[str, Any]:
+    """Everything the fix proposals need to know about a failing op."""
+    facts: dict[str, Any] = {"op": op}
+    with contextlib.suppress(Exception):
+        facts["torchscript_opsets"] = torchscript_opsets(op)
+    with contextlib.suppress(Exception):
+        facts["dynamo_has_function"] = dynamo_has_function(op)
+    if not op.startswith("aten::"):
+        with contextlib.suppress(Exception):
+            facts["schema"] = custom_op_schema(op)
+    return facts

@@ -1,0 +1,703 @@
+"""The pipeline stages, run inside the worker process: the only place torch and onnxruntime load.
+
+Each stage returns an outcome record and never raises; the first failure ends the run. Records
+are appended to the events file as they happen, so a crash or a kill still leaves the parent
+the last stage reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import os
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from onnxdoctor.worker.protocol import WorkerRequest, append_event
+
+STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
+STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
+
+
+class StageFailed(Exception):
+    """A stage found a problem it can describe precisely (a code hint and facts)."""
+
+    def __init__(self, message: str, code: str | None = None, **facts: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.facts = facts
+
+
+def error_info(exc: BaseException) -> dict[str, Any]:
+    """Reduce an exception and its cause/context chain to plain data."""
+    chain: list[str] = []
+    messages: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < 12:
+        seen.add(id(current))
+        chain.append(f"{type(current).__module__}.{type(current).__qualname__}")
+        messages.append(str(current)[:8000])
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    return {
+        "type": chain[0],
+        "message": messages[0],
+        "chain": chain,
+        "chain_messages": messages[1:],
+        "traceback_tail": tail[-6000:],
+    }
+
+
+class Runner:
+    """Runs the stages for one request; `run_once` can be repeated for fix re-runs."""
+
+    def __init__(self, request: WorkerRequest) -> None:
+        self.request = request
+        self.target = Path(request.target)
+        self.workdir = Path(request.workdir)
+        self._kernels_registered: set[str] = set()
+        self._snippets = 0
+
+    def _run_snippet(self, code: str, name: str, model: Any) -> dict[str, Any]:
+        """Run a fix's code from a real file: onnxscript reads function source with inspect."""
+        import runpy
+
+        import torch
+
+        self._snippets += 1
+        path = self.workdir / f"{name}_{os.getpid()}_{self._snippets}.py"
+        path.write_text(code, "utf-8")
+        return runpy.run_path(str(path), init_globals={"torch": torch, "model": model})
+
+    def emit(self, event: dict[str, Any]) -> None:
+        append_event(self.request.events_path, event)
+
+    # ---- the generic stage wrapper -------------------------------------------------------
+
+    def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> dict[str, Any]:
+        self.emit({"event": "start", "stage": name, "run": run_id})
+        started = time.perf_counter()
+        record: dict[str, Any] = {"event": "stage", "run": run_id, "stage": name}
+        caught: list[warnings.WarningMessage] = []
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                facts = fn() or {}
+            record.update(status="passed", facts=facts)
+        except StageFailed as exc:
+            # Report the library's own exception, not our wrapper, when there is one.
+            original = exc.__cause__ if exc.code is None and exc.__cause__ is not None else exc
+            record.update(status="failed", error=error_info(original), facts=dict(exc.facts))
+            if exc.code:
+                record["facts"]["code"] = exc.code
+        except SystemExit as exc:
+            record.update(status="failed", error=error_info(exc), facts={"code": "OD109", "exit_code": str(exc.code)})
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the user's code may raise anything
+            record.update(status="failed", error=error_info(exc), facts={})
+        record["seconds"] = round(time.perf_counter() - started, 4)
+        record["warnings"] = _warning_texts(caught)
+        self.emit(record)
+        return record
+
+    # ---- a whole run ---------------------------------------------------------------------
+
+    def run_once(
+        self, run_id: str, fix: dict[str, Any] | None = None, reuse: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Run the stages; with `reuse`, take LOAD's results from an earlier run of this process.
+
+        Re-importing the script would register its custom ops twice, which torch refuses, so
+        in-process fix re-runs reuse the loaded model; fixes that change the model or torch's
+        global registries run in a fresh worker instead.
+        """
+        state: dict[str, Any] = {"fix": fix or {}}
+        names = STAGES_SCRIPT if self.request.kind == "script" else STAGES_ONNX
+        records: list[dict[str, Any]] = []
+        if reuse is not None:
+            for key in ("loaded", "torch_outputs", "onnx_model"):
+                if key in reuse:
+                    state[key] = reuse[key]
+            self.emit({"event": "stage", "run": run_id, "stage": "load", "status": "passed",
+                       "seconds": 0.0, "facts": {"reused": True}, "warnings": []})
+            names = names[1:]
+        if self.request.load_only and reuse is None:
+            names = names[:1]
+        for name in names:
+            fn = getattr(self, f"_stage_{self.request.kind}_{name}", None) or getattr(self, f"_stage_{name}")
+            record = self.stage(name, lambda fn=fn: fn(state), run_id)
+            records.append(record)
+            if record["status"] != "passed":
+                break
+        self.emit({"event": "run_done", "run": run_id})
+        return records, state
+
+    # ---- LOAD ----------------------------------------------------------------------------
+
+    def _stage_script_load(self, state: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from onnxdoctor.worker.loader import ProtocolError, load_script
+
+        torch.manual_seed(0)
+        try:
+            loaded = load_script(self.target, self.request.factory)
+        except ProtocolError as exc:
+            raise StageFailed(str(exc), exc.code) from None
+        except SyntaxError as exc:
+            raise StageFailed(
+                f"{Path(exc.filename or self.target).name}:{exc.lineno}: {exc.msg}", "OD103",
+                source=f"{self.target.name}:{exc.lineno}",
+            ) from None
+        except SystemExit:
+            raise
+        except BaseException as exc:
+            info = error_info(exc)
+            raise StageFailed(
+                f"{self.target.name} raised {type(exc).__name__} while loading: {exc}",
+                "OD104",
+                source=_user_frame(exc, self.target),
+                raised=info["type"],
+            ) from exc
+        model = loaded.model
+        fix = state["fix"]
+        if fix.get("eval"):
+            model.eval()
+        state["loaded"] = loaded
+        facts: dict[str, Any] = {
+            "factory": loaded.factory,
+            "model_class": type(model).__qualname__,
+            "training": bool(getattr(model, "training", False)),
+            "mode_sensitive_modules": _mode_sensitive_modules(model),
+            "settings": {k: _jsonable(v) for k, v in loaded.settings.items()},
+            "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
+        }
+        reference_model = copy.deepcopy(model) if facts["training"] else model
+        torch.manual_seed(0)
+        try:
+            with torch.no_grad():
+                outputs = reference_model(*loaded.args, **loaded.kwargs)
+        except BaseException as exc:
+            raise StageFailed(
+                f"forward() raised {type(exc).__name__} with the example inputs: {_first(exc)}",
+                "OD108",
+                source=_user_frame(exc, self.target),
+                **facts,
+            ) from exc
+        state["torch_outputs"] = _tensor_leaves(outputs)
+        facts["outputs"] = [_describe(t) for t in state["torch_outputs"]]
+        return facts
+
+    def _stage_onnx_load(self, state: dict[str, Any]) -> dict[str, Any]:
+        from onnxdoctor.onnxfile import OnnxFileError, read_onnx
+
+        try:
+            model = read_onnx(self.target, load_external_data=True)
+        except OnnxFileError as exc:
+            raise StageFailed(exc.message, exc.code) from None
+        state["onnx_model"] = model
+        return _model_facts(model)
+
+    # ---- EXPORT --------------------------------------------------------------------------
+
+    def _stage_export(self, state: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        loaded = state["loaded"]
+        fix = state["fix"]
+        settings = loaded.settings
+        dynamo = self._choose_dynamo(settings, fix)
+        opset = fix.get("opset") or self.request.opset or settings.get("opset_version")
+        path = self.workdir / f"model-{os.getpid()}-{time.monotonic_ns()}.onnx"
+        namespace: dict[str, Any] = {}
+        if fix.get("prelude"):
+            namespace = self._run_snippet(fix["prelude"], f"fix_{fix.get('kind', 'x')}", loaded.model)
+        kwargs: dict[str, Any] = {
+            "kwargs": loaded.kwargs or None,
+            "dynamo": dynamo,
+            "opset_version": opset,
+            "input_names": settings.get("input_names"),
+            "output_names": settings.get("output_names"),
+        }
+        if dynamo:
+            kwargs["dynamic_shapes"] = settings.get("dynamic_shapes")
+            table = namespace.get(fix.get("translation_table_var") or "", None)
+            if table:
+                kwargs["custom_translation_table"] = table
+        if fix.get("custom_opsets") and not dynamo:
+            kwargs["custom_opsets"] = dict(fix["custom_opsets"])
+        if fix.get("operator_export_type"):
+            kwargs["operator_export_type"] = getattr(
+                torch.onnx.OperatorExportTypes, fix["operator_export_type"]
+            )
+        model_or_program: Any = loaded.model
+        if fix.get("decompose_ops"):
+            model_or_program = _decomposed_program(loaded, fix["decompose_ops"])
+        facts: dict[str, Any] = {
+            "exporter": "dynamo" if dynamo else "torchscript",
+            "requested_opset": opset,
+        }
+        state["exporter"] = facts["exporter"]
+        try:
+            with _quiet_torch_logs():
+                torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            facts.update(self._export_failure_facts(exc, loaded, dynamo))
+            raise StageFailed(_first(exc), None, **facts) from exc
+        import onnx
+
+        state["onnx_path"] = path
+        model = onnx.load(str(path), load_external_data=False)
+        facts.update(_model_facts(model))
+        facts["onnx_path"] = str(path)
+        return facts
+
+    def _choose_dynamo(self, settings: dict[str, Any], fix: dict[str, Any]) -> bool:
+        import torch
+
+        choice = fix.get("exporter") or self.request.exporter
+        if choice:
+            return choice == "dynamo"
+        if "dynamo" in settings:
+            return bool(settings["dynamo"])
+        return bool(inspect.signature(torch.onnx.export).parameters["dynamo"].default)
+
+    def _export_failure_facts(self, exc: BaseException, loaded: Any, dynamo: bool) -> dict[str, Any]:
+        """Op, node, source line and registry facts for an export failure (best effort)."""
+        from onnxdoctor.classify import extract_op
+
+        info = error_info(exc)
+        op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
+        facts: dict[str, Any] = {"source": _user_frame(exc, self.target)}
+        if op:
+            facts["op"] = op
+            with contextlib.suppress(Exception):
+                facts.update(_locate_op(loaded, op, self.target))
+            if self.request.gather_facts:
+                with contextlib.suppress(Exception):
+                    from onnxdoctor.worker.registry import op_facts
+
+                    facts["op_facts"] = op_facts(op)
+        return facts
+
+    # ---- CHECK ---------------------------------------------------------------------------
+
+    def _stage_check(self, state: dict[str, Any]) -> dict[str, Any]:
+        import onnx
+
+        from onnxdoctor.checks import check_model
+
+        model = state.get("onnx_model")
+        if model is None:
+            model = onnx.load(str(state["onnx_path"]), load_external_data=False)
+        state["onnx_model"] = model
+        findings = check_model(model, model_dir=str(self.target.parent))
+        records = [_finding_record(f) for f in findings]
+        errors = [r for r in records if r["severity"] == "error"]
+        if errors:
+            raise StageFailed(errors[0]["message"], errors[0]["code"], findings=records)
+        return {"findings": records}
+
+    # ---- ORT_LOAD ------------------------------------------------------------------------
+
+    def _stage_ort_load(self, state: dict[str, Any]) -> dict[str, Any]:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        fix = state["fix"]
+        libraries = list(self.request.custom_op_libraries)
+        loaded = state.get("loaded")
+        if loaded is not None:
+            libraries += [str(p) for p in loaded.settings.get("custom_op_libraries", ())]
+        libraries += list(fix.get("custom_op_libraries", ()))
+        if fix.get("ort_prelude") and fix["ort_prelude"] not in self._kernels_registered:
+            # onnxruntime-extensions keeps Python kernels in a process-wide table: register once.
+            self._run_snippet(fix["ort_prelude"], f"kernel_{fix.get('kind', 'x')}", None)
+            self._kernels_registered.add(fix["ort_prelude"])
+        if fix.get("ort_extensions"):
+            from onnxruntime_extensions import get_library_path
+
+            libraries.append(get_library_path())
+        for library in libraries:
+            try:
+                options.register_custom_ops_library(str(library))
+            except Exception as exc:
+                raise StageFailed(
+                    f"custom-op library {Path(library).name} failed to load: {_first(exc)}",
+                    "OD405",
+                    library=str(library),
+                ) from exc
+        if "onnx_path" in state:
+            source: Any = str(state["onnx_path"])  # our own export: no foreign external data
+        else:
+            source = state["onnx_model"].SerializeToString()
+        try:
+            session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            facts = {}
+            with contextlib.suppress(Exception):
+                model = state.get("onnx_model")
+                if model is None and "onnx_path" in state:
+                    import onnx
+
+                    model = onnx.load(str(state["onnx_path"]), load_external_data=False)
+                facts = _kernel_facts(str(exc), model)
+            raise StageFailed(_first(exc), None, **facts) from exc
+        state["session"] = session
+        return {
+            "providers": session.get_providers(),
+            "session_inputs": [
+                {"name": i.name, "type": i.type, "shape": [_dim(d) for d in i.shape]}
+                for i in session.get_inputs()
+            ],
+        }
+
+    # ---- ORT_RUN -------------------------------------------------------------------------
+
+    def _stage_script_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
+        loaded = state["loaded"]
+        tensors = _tensor_leaves((loaded.args, loaded.kwargs))
+        feeds = _feeds_for_session(state["session"], tensors)
+        state["ort_outputs"] = _run_session(state["session"], feeds)
+        return {"outputs": len(state["ort_outputs"])}
+
+    def _stage_onnx_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
+        feeds, described = _random_feeds(state["session"], self.request.input_shapes)
+        state["ort_outputs"] = _run_session(state["session"], feeds)
+        return {"inputs": described, "outputs": len(state["ort_outputs"])}
+
+    # ---- PARITY --------------------------------------------------------------------------
+
+    def _stage_parity(self, state: dict[str, Any]) -> dict[str, Any]:
+        from onnxdoctor.worker.parity import compare_outputs
+
+        report = compare_outputs(
+            state["torch_outputs"], state["ort_outputs"], self.request.atol, self.request.rtol
+        )
+        if report["code"]:
+            raise StageFailed(report["message"], report["code"], **report)
+        return report
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def _run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
+    try:
+        return list(session.run(None, feeds))
+    except Exception as exc:
+        text = str(exc)
+        code = "OD502" if ("INVALID_ARGUMENT" in text and "input" in text.lower()) else None
+        raise StageFailed(_first(exc), code) from exc
+
+
+def _feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
+    inputs = session.get_inputs()
+    arrays = [_to_numpy(t) for t in tensors]
+    if len(arrays) < len(inputs):
+        raise StageFailed(
+            f"the model has {len(inputs)} inputs but the example inputs hold {len(arrays)} tensors",
+            "OD502",
+        )
+    # Exporters drop unused inputs; a count mismatch then keeps the first ones in order.
+    return {i.name: a for i, a in zip(inputs, arrays)}
+
+
+def _to_numpy(tensor: Any) -> Any:
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.contiguous().numpy()
+
+
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+    "tensor(float16)": "float16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
+
+
+def _random_feeds(session: Any, shapes: dict[str, list[int]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    feeds: dict[str, Any] = {}
+    described: list[dict[str, Any]] = []
+    for item in session.get_inputs():
+        if item.type not in _ORT_TYPES:
+            raise StageFailed(
+                f"input {item.name!r} has type {item.type}; random inputs exist only for tensors of "
+                f"{', '.join(sorted(_ORT_TYPES))}",
+                "OD502",
+            )
+        if item.name in shapes:
+            shape = list(shapes[item.name])
+        else:
+            shape = [d if isinstance(d, int) and d >= 0 else 2 for d in item.shape]
+        dtype = np.dtype(_ORT_TYPES[item.type])
+        if dtype.kind == "f":
+            value = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            value = rng.integers(0, 2, shape).astype(bool)
+        else:
+            value = rng.integers(0, 4, shape).astype(dtype)
+        feeds[item.name] = value
+        described.append({"name": item.name, "type": item.type, "shape": shape})
+    return feeds, described
+
+
+def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
+    """For "Could not find an implementation", the types ONNX Runtime's kernel table lists."""
+    import re
+
+    match = re.search(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'", message)
+    unregistered = re.search(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op", message)
+    if unregistered and model is not None:
+        domain, op_type = unregistered.group(1), unregistered.group(2)
+        for node in model.graph.node:
+            if node.op_type == op_type and node.domain == domain:
+                return {"node": node.name or None, "op": f"{domain}::{op_type}" if domain else op_type}
+    if not match:
+        return {}
+    op_type, version, node = match.group(1), int(match.group(2)), match.group(3)
+    from onnxruntime.capi import _pybind_state as C
+
+    kernels = []
+    for kernel in C.get_all_opkernel_def():
+        if kernel.op_name != op_type or kernel.provider != "CPUExecutionProvider":
+            continue
+        kernels.append(
+            {
+                "domain": kernel.domain or "ai.onnx",
+                "since": kernel.version_range[0],
+                "until": kernel.version_range[1],
+                "types": {k: sorted(set(v)) for k, v in kernel.type_constraints.items()},
+            }
+        )
+    node_types: dict[str, str] = {}
+    if model is not None:
+        node_types = _node_input_types(model, node)
+    return {"op": op_type, "node": node, "op_version": version, "kernels": kernels, "node_types": node_types}
+
+
+def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        inferred = model
+    types: dict[str, str] = {}
+    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        if value.type.HasField("tensor_type"):
+            types[value.name] = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()
+    for init in inferred.graph.initializer:
+        types[init.name] = onnx.TensorProto.DataType.Name(init.data_type).lower()
+    for node in inferred.graph.node:
+        if node.name == node_name:
+            return {name: types.get(name, "?") for name in node.input if name}
+    return {}
+
+
+def _decomposed_program(loaded: Any, ops: list[str]) -> Any:
+    """torch.export the model and decompose the named custom ops into their own Python bodies."""
+    import torch
+    import torch._library.custom_ops as custom_ops
+
+    program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
+    table = {}
+    for qualname in ops:
+        namespace, name = qualname.split("::", 1)
+        opdef = custom_ops.OPDEFS.get(qualname)
+        overload = getattr(getattr(torch.ops, namespace), name).default
+        if opdef is not None:
+            table[overload] = opdef._init_fn
+        else:
+            raise StageFailed(f"{qualname} has no Python implementation to decompose into", "OD299")
+    return program.run_decompositions(table)
+
+
+def _locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
+    """Find the op's FX node through torch.export to learn the user's source line and call values."""
+    import torch
+
+    program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
+    wanted = op.replace("::", ".")
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = str(getattr(node.target, "name", lambda: node.target)())
+        if not (name == op or str(node.target).startswith(wanted) or name.startswith(op + ".")):
+            continue
+        facts: dict[str, Any] = {"fx_node": node.name}
+        trace = node.meta.get("stack_trace") or ""
+        source = _user_line_from_trace(trace, target)
+        if source:
+            facts["source"] = source
+        facts["call_args"] = [_jsonable(a) if not isinstance(a, torch.fx.Node) else "<tensor>" for a in node.args]
+        facts["call_kwargs"] = {
+            k: (_jsonable(v) if not isinstance(v, torch.fx.Node) else "<tensor>") for k, v in node.kwargs.items()
+        }
+        return facts
+    return {}
+
+
+def _user_line_from_trace(trace: str, target: Path) -> str | None:
+    import re
+
+    best = None
+    for match in re.finditer(r'File "([^"]+)", line (\d+)', trace):
+        path = Path(match.group(1))
+        if path.resolve() == target.resolve() or path.parent.resolve() == target.parent.resolve():
+            best = f"{path.name}:{match.group(2)}"
+    return best
+
+
+def _user_frame(exc: BaseException, target: Path) -> str | None:
+    """The innermost traceback frame inside the user's folder, as file:line."""
+    best = None
+    folder = target.resolve().parent
+    for item in traceback.extract_tb(exc.__traceback__):
+        try:
+            path = Path(item.filename).resolve()
+        except (OSError, ValueError):
+            continue
+        if path.parent == folder:
+            best = f"{path.name}:{item.lineno}"
+    if best is None and isinstance(exc, SyntaxError) and exc.lineno:
+        best = f"{target.name}:{exc.lineno}"
+    return best
+
+
+def _model_facts(model: Any) -> dict[str, Any]:
+    opsets = {imp.domain or "ai.onnx": imp.version for imp in model.opset_import}
+    op_types = sorted({(n.domain or "ai.onnx") + "::" + n.op_type for n in model.graph.node})
+    return {
+        "ir_version": model.ir_version,
+        "opset_imports": opsets,
+        "written_opset": opsets.get("ai.onnx"),
+        "node_count": len(model.graph.node),
+        "op_types": op_types,
+        "aten_nodes": [n.name for n in model.graph.node if n.op_type == "ATen"][:20],
+        "graph_inputs": [i.name for i in model.graph.input],
+        "graph_outputs": [o.name for o in model.graph.output],
+    }
+
+
+def _finding_record(finding: Any) -> dict[str, Any]:
+    return {
+        "code": finding.code,
+        "severity": finding.severity.value,
+        "message": finding.message,
+        "op": finding.op,
+        "node": finding.node,
+        "opset": finding.opset,
+        "evidence": list(finding.evidence),
+        "source": finding.source,
+    }
+
+
+def _mode_sensitive_modules(model: Any) -> list[str]:
+    import torch
+
+    kinds = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, kinds):
+            found.append(f"{name or '<root>'} ({type(module).__name__})")
+    return found[:20]
+
+
+def _tensor_leaves(value: Any) -> list[Any]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    leaves, _ = pytree.tree_flatten(value)
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _describe(tensor: Any) -> dict[str, Any]:
+    return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", "")}
+
+
+def _dim(dim: Any) -> Any:
+    return dim if isinstance(dim, int) else str(dim)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return repr(value)[:200]
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text
+
+
+def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
+    texts: list[str] = []
+    for item in caught:
+        text = f"{item.category.__name__}: {item.message}"
+        if text not in texts:
+            texts.append(text[:1000])
+    return texts[:30]
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Any:
+    """Keep torch's export logging out of the user's captured output where torch allows it."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def main(argv: list[str]) -> int:
+    """Worker entry point: `python -m onnxdoctor.worker REQUEST.json`."""
+    import faulthandler
+
+    faulthandler.enable(file=sys.stderr, all_threads=False)
+    request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
+    runner = Runner(request)
+    records, state = runner.run_once("main", request.apply_fix)
+    if records and records[0]["status"] == "passed":
+        for index, fix in enumerate(request.verify_fixes):
+            fix_records, _ = runner.run_once(f"fix{index}", fix, reuse=state)
+            healthy = all(r["status"] == "passed" for r in fix_records) and fix_records[-1]["stage"] == "parity"
+            if healthy and request.stop_on_success:
+                break
+    append_event(request.events_path, {"event": "done"})
+    return 0
