@@ -192,8 +192,10 @@ def exporter_facts(versions: dict[str, str]) -> dict[str, Any]:
         "deprecated": True,
         "min_opset": consts.get("ONNX_MIN_OPSET"),
         "max_opset": consts.get("ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET"),
+        # Above max_opset it warns but still writes, up to this; beyond, "Unsupported onnx_opset_version".
+        "max_opset_with_warning": consts.get("ONNX_MAX_OPSET"),
         "default_opset": consts.get("ONNX_DEFAULT_OPSET"),
-        "note": "torch.onnx.export(..., dynamo=False); above max_opset it only warns",
+        "note": "torch.onnx.export(..., dynamo=False)",
     }
     native = consts.get("TORCHLIB_OPSET")
     dynamo = {
@@ -201,13 +203,15 @@ def exporter_facts(versions: dict[str, str]) -> dict[str, Any]:
         "default": True,
         # The opset torchlib's functions are written in: the lowest the exporter writes natively.
         "min_opset": native,
-        "max_opset": consts.get("ONNX_MAX_OPSET"),
+        # Higher opsets are reached with onnx's version converter, so onnx's newest opset is the
+        # ceiling; collect_env fills it in from the probe (None until then).
+        "max_opset": None,
         "default_opset": consts.get("ONNX_DEFAULT_OPSET"),
         "ir_version": consts.get("ONNX_IR_VERSION"),
         "torchlib_opset": torchlib_opset(),
         "note": (
-            f"torch.onnx.export(..., dynamo=True); a request below opset {native} goes through "
-            f"onnx's version converter and, when that fails, silently stays at {native}"
+            f"torch.onnx.export(..., dynamo=True); other opsets go through onnx's version "
+            f"converter and, when that fails, the model silently stays at opset {native}"
             if native
             else "torch.onnx.export(..., dynamo=True)"
         ),
@@ -442,7 +446,6 @@ def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
             ("onnx's newest opset (onnx.defs.onnx_opset_version())", onnx_facts.get("max_opset")),
             ("the dynamo exporter's default opset", env.get("exporters", {}).get("dynamo", {}).get("default_opset")),
             ("the TorchScript exporter's highest opset", env.get("exporters", {}).get("torchscript", {}).get("max_opset")),
-            ("torch.onnx's highest declared opset", env.get("exporters", {}).get("dynamo", {}).get("max_opset")),
         ]
         for who, opset in writers:
             if isinstance(opset, int) and opset > ort_opset:
@@ -508,6 +511,8 @@ def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
             facts["onnxruntime"]["error"] = "not probed: the probe builds its test models with onnx"
         else:
             facts["onnxruntime"].pop("error", None)
+    if exporters["dynamo"]["available"]:
+        exporters["dynamo"]["max_opset"] = facts["onnx"].get("max_opset")
     env: dict[str, Any] = {
         "schema": ENV_SCHEMA,
         "versions": versions,
@@ -549,7 +554,8 @@ def render_env(env: dict[str, Any], console: Any) -> None:
         table.add_row(
             "exporters",
             "TorchScript (dynamo=False)",
-            f"opsets {_opset_range(ts['min_opset'], ts['max_opset'])}, default {_fmt(ts['default_opset'])}; deprecated",
+            f"opsets {_opset_range(ts['min_opset'], ts['max_opset'])} "
+            f"(up to {_fmt(ts['max_opset_with_warning'])} with a warning), default {_fmt(ts['default_opset'])}; deprecated",
         )
     else:
         table.add_row("exporters", "TorchScript (dynamo=False)", "unavailable (torch not installed)")
@@ -557,11 +563,13 @@ def render_env(env: dict[str, Any], console: Any) -> None:
         table.add_row(
             "",
             "dynamo (dynamo=True, default)",
-            f"opsets {_fmt(dyn['min_opset'])}+ natively (torchlib: opset {_fmt(dyn['torchlib_opset'])}), "
-            f"default {_fmt(dyn['default_opset'])}, declared max {_fmt(dyn['max_opset'])}; "
-            f"writes IR {_fmt(dyn['ir_version'])}",
+            f"opset {_fmt(dyn['min_opset'])} natively (torchlib: opset {_fmt(dyn['torchlib_opset'])}), "
+            f"{_opset_range(dyn['min_opset'], dyn['max_opset'])} by version conversion, "
+            f"default {_fmt(dyn['default_opset'])}; writes IR {_fmt(dyn['ir_version'])}",
         )
-        table.add_row("", "", f"[dim]lower requests are version-converted; on failure it stays at {_fmt(dyn['min_opset'])}[/]")
+        table.add_row(
+            "", "", f"[dim]a failed conversion silently leaves the model at opset {_fmt(dyn['min_opset'])}[/]"
+        )
     else:
         table.add_row("", "dynamo (dynamo=True, default)", "unavailable (needs torch and onnxscript)")
     table.add_section()

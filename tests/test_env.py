@@ -136,24 +136,28 @@ def test_torchlib_opset_is_the_dynamo_exporters_native_opset(env_json: dict[str,
 
 
 _EXPORT_CODE = """
-import io, json, logging, warnings
+import io, json, logging, sys, warnings
 import torch, onnx
 warnings.simplefilter("ignore")
 logging.disable(logging.CRITICAL)
-class M(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x) + 1
-x = torch.randn(2, 3)
-out = {}
-f = io.BytesIO()
-torch.onnx.export(M(), (x,), f, dynamo=False)
-out["torchscript_default"] = onnx.load_from_string(f.getvalue()).opset_import[0].version
-f = io.BytesIO()
-torch.onnx.export(M(), (x,), f, dynamo=False, opset_version=%d)
-out["torchscript_max"] = onnx.load_from_string(f.getvalue()).opset_import[0].version
-p = torch.onnx.export(M(), (x,), dynamo=True)
-out["dynamo_default"] = p.model_proto.opset_import[0].version
-out["dynamo_ir"] = p.model_proto.ir_version
+ts_max, ts_max_warn, dynamo_max = (int(a) for a in sys.argv[1:4])
+model, x = torch.nn.Linear(3, 2).eval(), torch.randn(1, 3)
+def torchscript(opset):
+    f = io.BytesIO()
+    torch.onnx.export(model, (x,), f, dynamo=False, **({} if opset is None else {"opset_version": opset}))
+    return onnx.load_from_string(f.getvalue()).opset_import[0].version
+def dynamo(opset):
+    p = torch.onnx.export(model, (x,), dynamo=True, **({} if opset is None else {"opset_version": opset}))
+    return p.model_proto.opset_import[0].version, p.model_proto.ir_version
+out = {"ts_default": torchscript(None), "ts_max": torchscript(ts_max), "ts_max_warn": torchscript(ts_max_warn)}
+try:
+    torchscript(ts_max_warn + 1)
+    out["ts_beyond"] = "exported"
+except RuntimeError as e:
+    out["ts_beyond"] = str(e)
+out["dynamo_default"], out["dynamo_ir"] = dynamo(None)
+out["dynamo_max"] = dynamo(dynamo_max)[0]
+out["dynamo_11"] = dynamo(11)[0]
 print(json.dumps(out))
 """
 
@@ -163,19 +167,25 @@ def test_reported_exporter_opsets_are_what_torch_writes(env_json: dict[str, Any]
     pytest.importorskip("torch")
     pytest.importorskip("onnxscript")
     ts, dyn = env_json["exporters"]["torchscript"], env_json["exporters"]["dynamo"]
+    limits = (ts["max_opset"], ts["max_opset_with_warning"], dyn["max_opset"])
     proc = subprocess.run(
-        [sys.executable, "-c", _EXPORT_CODE % ts["max_opset"]],
+        [sys.executable, "-c", _EXPORT_CODE, *map(str, limits)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     written = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert written["torchscript_default"] == ts["default_opset"]
-    assert written["torchscript_max"] == ts["max_opset"]
+    assert written["ts_default"] == ts["default_opset"]
+    assert written["ts_max"] == ts["max_opset"]
+    assert written["ts_max_warn"] == ts["max_opset_with_warning"]
+    assert "Unsupported onnx_opset_version" in written["ts_beyond"]
     assert written["dynamo_default"] == dyn["default_opset"]
     assert written["dynamo_ir"] == dyn["ir_version"]
+    assert written["dynamo_max"] == dyn["max_opset"] == env_json["onnx"]["max_opset"]
+    # The silent substitution the env note (and OD207) describes.
+    assert written["dynamo_11"] == dyn["min_opset"]
 
 
 def test_env_imports_neither_torch_nor_onnxruntime_in_the_cli_process() -> None:
@@ -237,7 +247,7 @@ def _facts(ort_opset: int, ort_ir: int) -> dict[str, Any]:
         "versions": envinfo.package_versions(),
         "exporters": {
             "torchscript": {"max_opset": 20},
-            "dynamo": {"default_opset": 20, "max_opset": 23, "ir_version": 10},
+            "dynamo": {"default_opset": 20, "max_opset": 28, "ir_version": 10},
         },
         "onnx": {"installed": True, "max_opset": 28, "ir_version": 14},
         "onnxruntime": {"installed": True, "version": "1.x", "max_opset": ort_opset, "max_ir_version": ort_ir},
@@ -249,8 +259,8 @@ def test_a_runtime_older_than_the_writers_is_OD003() -> None:
     none = [w for w in envinfo.mismatch_warnings(_facts(28, 14)) if w["code"] == "OD003"]
     assert none == []
     old = [w["message"] for w in envinfo.mismatch_warnings(_facts(19, 9)) if w["code"] == "OD003"]
-    # onnx's newest opset, dynamo's default, TorchScript's max, torch's declared max; two IR writers.
-    assert len(old) == 6
+    # onnx's newest opset, dynamo's default, TorchScript's max; two IR writers.
+    assert len(old) == 5
     assert any("onnx's newest opset" in m and "28" in m and "up to 19" in m for m in old)
     assert any("TorchScript" in m and "20" in m for m in old)
     assert any("IR version" in m and "14" in m and "up to 9" in m for m in old)
