@@ -1,10 +1,82 @@
-"""`onnxdoctor scaffold` (placeholder until the generator lands)."""
+"""`onnxdoctor scaffold`: validate, render and write a custom-op package (no torch/onnx imports)."""
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
 import typer
 
+from onnxdoctor.errors import RefusedWrite, UsageError
 
-def scaffold_command(name: str = typer.Argument(..., help="Op name, e.g. MYSELU")) -> None:
-    """Write a complete custom-op package."""
-    raise typer.Exit(3)
+
+def scaffold_command(
+    name: str = typer.Argument(..., help="Op name, e.g. MYSELU (an ASCII identifier; the folder is its lowercase)."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help="torch.library namespace = ONNX domain (default: mynamespace)."),
+    expr: Optional[str] = typer.Option(
+        None, "--expr", help='Elementwise math over the inputs and attributes, e.g. "x * sigmoid(beta * x)".'
+    ),
+    attr: List[str] = typer.Option([], "--attr", help="Attribute NAME:float=DEFAULT or NAME:int=DEFAULT; repeatable."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", help="Comma-separated input names (default: x)."),
+    opset: Optional[int] = typer.Option(None, "--opset", help="ONNX opset to export at (18-20; default 18)."),
+    out: Path = typer.Option(Path("."), "--out", help="Parent folder; the package goes to OUT/<name lowercase>/."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the package's files if the folder has files."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the files that would be written; write nothing."),
+) -> None:
+    """Write a complete custom-op package: torch op, both ONNX exports, ORT kernels, CUDA, tests."""
+    from onnxdoctor.scaffold.generate import EXECUTABLE, build_spec, render_package
+
+    spec = build_spec(name, namespace=namespace, expression=expr, attrs=attr, inputs=inputs, opset=opset)
+    files = render_package(spec)
+    target = out / spec.lname
+    if dry_run:
+        for file_name in sorted(files):
+            typer.echo(str(target / file_name))
+        return
+    write_package(target, files, force=force, executable=EXECUTABLE)
+    typer.echo(f"wrote {len(files)} files to {target}/")
+    typer.echo(f"test: cd {target} && bash build.sh && python -m pytest -q test_{spec.lname}.py")
+    if not spec.has_math:
+        typer.echo("the math is missing: fill the places marked WRITE THE MATH (the tests say so until then)")
+
+
+def write_package(target: Path, files: Dict[str, str], force: bool, executable: frozenset[str]) -> None:
+    """Write `files` into `target`, all or nothing.
+
+    Raises:
+        RefusedWrite: `target` is not a folder, or holds files and `force` is off.
+        UsageError: the parent cannot be created or written.
+    """
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise RefusedWrite(f"{target} exists and is not a folder")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise RefusedWrite(f"{target} exists and has files; use --force to overwrite the package's files")
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        # Render into a sibling temporary folder first, so a failure leaves nothing half-written.
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+        staging.chmod(0o755)  # mkdtemp makes it private; the package folder should not be
+    except OSError as exc:
+        raise UsageError(f"cannot write under {parent}: {exc.strerror or exc}") from None
+    try:
+        for file_name, content in files.items():
+            path = staging / file_name
+            path.write_text(content, encoding="utf-8", newline="\n")
+            if file_name in executable:
+                path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        if not target.exists():
+            staging.rename(target)
+            return
+        for file_name in files:
+            os.replace(staging / file_name, target / file_name)
+    except OSError as exc:
+        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if staging.exists():
+            for leftover in staging.iterdir():
+                leftover.unlink()
+            staging.rmdir()
