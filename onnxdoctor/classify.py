@@ -34,6 +34,7 @@ _OPSET_RT = re.compile(
 )
 _OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|opset_version.*must be .*between|"
                           r"ONNX opset version (\d+) is not supported|opset version (\d+) is not supported by")
+_RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 _SOURCE_RANGE = re.compile(r"#\s*([\w.\-/]+\.py):(\d+):\d+")
 
 _CAPTURE_TYPES = (
@@ -105,7 +106,8 @@ def _classify_failure(
     evidence = _evidence(error, base_dir)
     hint = facts.get("code")
     if outcome.stage is Stage.CHECK and facts.get("findings"):
-        return [_from_record(r, base_dir) for r in facts["findings"]]
+        found = [_from_record(r, base_dir) for r in facts["findings"]]
+        return _blame_user_symbolic(found, by_stage) + found
     if hint:
         code = str(hint)
         message = normalize_message(first_line(error.message if error else "") or get_code(code).summary, base_dir=base_dir)
@@ -131,16 +133,20 @@ def _classify_failure(
         if found:
             return found
     code = catch_all(outcome.stage)
+    op, node = facts.get("op") or (extract_op(text) if text else None), facts.get("node")
     if outcome.stage is Stage.ORT_RUN:
         code = "OD501"
+        running = _RUNNING_NODE.search(text)
+        if running:
+            op, node = running.group(1), running.group(2)
     message = normalize_message(first_line(error.message if error else "failed"), base_dir=base_dir)
     return [
         _finding(
             code,
             outcome.stage,
             message,
-            op=facts.get("op") or (extract_op(text) if text else None),
-            node=facts.get("node"),
+            op=op,
+            node=node,
             source=facts.get("source"),
             evidence=evidence,
         )
@@ -197,6 +203,31 @@ def _classify_export(
     return []
 
 
+def _blame_user_symbolic(found: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:
+    """A schema error in a TorchScript export whose script registered symbolics: likely theirs."""
+    load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
+    symbolics = load.facts.get("custom_symbolics") if load else None
+    if not symbolics or not export or export.facts.get("exporter") != "torchscript":
+        return []
+    first = next((f for f in found if f.severity is Severity.ERROR and f.code in ("OD303", "OD301", "OD304")), None)
+    if first is None:
+        return []
+    op = next(iter(symbolics)) if len(symbolics) == 1 else None
+    names = ", ".join(symbolics)
+    return [
+        _finding(
+            "OD205",
+            Stage.EXPORT,
+            f"the node {first.node or first.op} breaks its schema ({first.code}); it was emitted by a "
+            f"symbolic function registered in your script ({names})",
+            op=op,
+            node=first.node,
+            opset=first.opset,
+            evidence=(first.message, *first.evidence),
+        )
+    ]
+
+
 def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
     markers = (
         "is not a valid attribute",
@@ -207,6 +238,7 @@ def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
         "g.op(",
         "wrong number of",
         "number of inputs",
+        "incompatible function arguments",
     )
     return any(m in text for m in markers) and "torch.onnx" in (error.traceback_tail + " ".join(error.chain))
 
@@ -259,7 +291,10 @@ def _classify_ort_load(
                               f"opset {opset} is newer than this ONNX Runtime supports", opset=opset,
                               evidence=evidence))
     check = by_stage.get(Stage.CHECK)
-    if check is not None and check.status is Status.PASSED:
+    checker_too_old = check is not None and any(
+        "higher than the checker's" in r.get("message", "") for r in check.facts.get("findings", [])
+    )
+    if check is not None and check.status is Status.PASSED and not checker_too_old:
         code = found[0].code if found else catch_all(Stage.ORT_LOAD)
         found.append(_finding("OD406", Stage.ORT_LOAD,
                               f"onnx.checker passed this model, but ONNX Runtime refuses it ({code})"))
@@ -303,7 +338,21 @@ def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]
     if export and export.status is Status.PASSED:
         requested = export.facts.get("requested_opset")
         written = export.facts.get("written_opset")
-        if requested and written and int(requested) != int(written):
+        exporter = export.facts.get("exporter", "")
+        ceiling = export.facts.get("exporter_max_opset")
+        if requested and ((ceiling and int(requested) > int(ceiling)) or
+                          (written and exporter == "dynamo" and int(requested) > int(written))):
+            limit = f"its maximum is {ceiling}" if ceiling else f"it wrote opset {written} instead"
+            found.append(
+                _finding(
+                    "OD209",
+                    Stage.EXPORT,
+                    f"opset {requested} is beyond what the {exporter} exporter supports ({limit})",
+                    opset=int(requested),
+                    evidence=tuple(w for w in export.warnings if "opset" in w.lower())[:2],
+                )
+            )
+        elif requested and written and int(requested) != int(written):
             found.append(
                 _finding(
                     "OD207",
@@ -311,6 +360,29 @@ def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]
                     f"opset {requested} was requested but the {export.facts.get('exporter', '')} exporter "
                     f"wrote opset {written}",
                     opset=int(written),
+                )
+            )
+    if export and export.facts.get("dynamic_shapes_requested") and export.facts.get("symbolic_input_dims") == 0:
+        found.append(
+            _finding(
+                "OD208",
+                Stage.EXPORT,
+                "dynamic_shapes were requested but every input dimension of the exported model is static: "
+                "torch.export specialized them (the model only accepts the example shapes)",
+                evidence=tuple(w for w in export.warnings if "dynamic" in w.lower() or "special" in w.lower())[:2],
+            )
+        )
+    run = by_stage.get(Stage.ORT_RUN)
+    if run and run.status is Status.PASSED and "model_inputs" in run.facts:
+        names, given = run.facts["model_inputs"], run.facts.get("example_tensors", 0)
+        if len(names) < given:
+            found.append(
+                _finding(
+                    "OD502",
+                    Stage.ORT_RUN,
+                    f"the exported model takes {len(names)} input(s) ({', '.join(names)}) but the example "
+                    f"inputs hold {given} tensors: the exporter dropped unused input(s), so feeding the "
+                    "model by the original input names fails",
                 )
             )
     check = by_stage.get(Stage.CHECK)

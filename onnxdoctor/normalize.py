@@ -13,6 +13,9 @@ import re
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+_ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+# "…/reshape_helper.h:47 onnxruntime::ReshapeHelper::ReshapeHelper(const …&, bool) " before the words
+_CC_FUNCTION = re.compile(r"(?:[\w./\\-]+/)?[\w.-]+\.(?:cc|cpp|h|hpp|cu|c):\d+ [\w:~<>]+\((?:[^()]|\([^()]*\))*\)\s*")
 _CC_POS = re.compile(r"(?:[\w./\\-]+/)?([\w.-]+\.(?:cc|cpp|h|hpp|cu|c)):\d+(?::\d+)?")
 _TIMESTAMP = re.compile(
     r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b"
@@ -40,6 +43,8 @@ def normalize_message(text: str, *, base_dir: str | None = None, limit: int = 40
     home = os.path.expanduser("~")
     if home and home != "/":
         text = text.replace(home + "/", "~/")
+    text = _ORT_PREFIX.sub("", text)
+    text = _CC_FUNCTION.sub("", text)
     text = _SITE_PACKAGES.sub("<site-packages>/", text)
     text = _TMP_PATH.sub("<tmp>/", text)
     text = _CC_POS.sub(r"\1", text)

@@ -126,6 +126,10 @@ def _diagnose(
 ) -> tuple[Diagnosis, ...]:
     from onnxdoctor.fixes import with_fixes
 
+    if target.kind == "script":
+        early = _precheck_script(target)
+        if early is not None:
+            return (early,)
     runs: list[tuple[str, dict[str, Any] | None]] = [("main", None)]
     if target.kind == "script" and options.exporter == "both":
         runs = [("main", {"kind": "exporter", "exporter": "dynamo"}), ("fix0", {"kind": "exporter", "exporter": "torchscript"})]
@@ -154,6 +158,24 @@ def _diagnose(
             )
         )
     return tuple(diagnoses)
+
+
+def _precheck_script(target: Target) -> Diagnosis | None:
+    """Refuse unreadable or unparsable scripts here: no worker, no torch import needed."""
+    from onnxdoctor.scriptfile import ScriptError, check_script
+
+    try:
+        check_script(target.path)
+    except ScriptError as exc:
+        source = f"{target.path.name}:{exc.line}" if exc.line else None
+        finding = Finding(exc.code, Stage.LOAD, Severity.ERROR, str(exc), source=source)
+        stages = tuple(
+            StageOutcome(stage, Status.FAILED if stage is Stage.LOAD else Status.SKIPPED)
+            for stage in PIPELINE_STAGES
+        )
+        return Diagnosis(target=target.display, exporter=None, stages=stages, findings=(finding,),
+                         versions=_versions())
+    return None
 
 
 def _request(

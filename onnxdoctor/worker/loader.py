@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from onnxdoctor.scriptfile import ScriptError, check_script
 
 SETTING_NAMES = (
     "opset_version",
@@ -38,27 +41,6 @@ class LoadedModel:
     factory: str = ""
 
 
-def read_script_source(path: Path) -> str:
-    """Read the script as UTF-8 text, refusing binaries and empty files with a clear code."""
-    if not path.exists():
-        raise ProtocolError("OD101", f"{path.name}: no such file")
-    if path.is_dir():
-        raise ProtocolError("OD102", f"{path.name} is a directory, not a Python script")
-    if not path.is_file():
-        raise ProtocolError("OD102", f"{path.name} is not a regular file")
-    data = path.read_bytes()
-    if not data.strip():
-        raise ProtocolError("OD102", f"{path.name} is empty")
-    if b"\x00" in data:
-        raise ProtocolError("OD102", f"{path.name} is a binary file, not a Python script")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(
-            "OD102", f"{path.name} is not valid UTF-8 (byte {exc.start}): not a Python script"
-        ) from exc
-
-
 def load_script(path: Path, factory: str | None) -> LoadedModel:
     """Import the script and build (model, args, kwargs) following DESIGN §3.2.
 
@@ -66,8 +48,10 @@ def load_script(path: Path, factory: str | None) -> LoadedModel:
         ProtocolError: the script breaks the protocol (code OD1xx and what was expected).
         SyntaxError, SystemExit, Exception: raised by the script itself; the caller classifies.
     """
-    source = read_script_source(path)
-    compile(source, str(path), "exec")  # a SyntaxError here is the script's, reported as OD103
+    try:
+        check_script(path)
+    except ScriptError as exc:
+        raise ProtocolError(exc.code, str(exc)) from None
     namespace = runpy.run_path(str(path), run_name="__onnxdoctor__")
     settings = {name: namespace[name] for name in SETTING_NAMES if name in namespace}
 
@@ -106,6 +90,13 @@ def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]
     fn = namespace[name]
     if not callable(fn):
         raise ProtocolError("OD106", f"{name} is a {type(fn).__name__}, not a function")
+    required = _required_parameters(fn)
+    if required:
+        raise ProtocolError(
+            "OD199",
+            f"{name}() needs argument(s) {', '.join(required)}; the factory must be callable with "
+            "none (give them defaults, or wrap it in a function that supplies them)",
+        )
     result = fn()
     if isinstance(result, tuple) and len(result) in (2, 3):
         model = _check_model(result[0], f"{name}()[0]")
@@ -136,6 +127,20 @@ def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]
         f"{name}() returned {shape}; expected (model, example_inputs) or "
         "(model, example_inputs, example_kwargs)",
     )
+
+
+def _required_parameters(fn: Any) -> list[str]:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                       inspect.Parameter.KEYWORD_ONLY)
+    ]
 
 
 def _check_model(model: Any, where: str) -> Any:

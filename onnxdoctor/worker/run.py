@@ -179,6 +179,7 @@ class Runner:
             "settings": {k: _jsonable(v) for k, v in loaded.settings.items()},
             "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
         }
+        facts["custom_symbolics"] = _custom_symbolics()
         reference_model = copy.deepcopy(model) if facts["training"] else model
         torch.manual_seed(0)
         try:
@@ -259,6 +260,15 @@ class Runner:
         model = onnx.load(str(path), load_external_data=False)
         facts.update(_model_facts(model))
         facts["onnx_path"] = str(path)
+        if dynamo and settings.get("dynamic_shapes") is not None:
+            facts["dynamic_shapes_requested"] = True
+            facts["symbolic_input_dims"] = sum(
+                1 for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param
+            )
+        if not dynamo:
+            from torch.onnx import _constants
+
+            facts["exporter_max_opset"] = _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
         return facts
 
     def _choose_dynamo(self, settings: dict[str, Any], fix: dict[str, Any]) -> bool:
@@ -278,8 +288,18 @@ class Runner:
         info = error_info(exc)
         op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
         facts: dict[str, Any] = {"source": _user_frame(exc, self.target)}
+        symbolic = _symbolic_frame(exc, self.target)
+        if symbolic:
+            # The failure happened inside the user's own symbolic function, called by torch.onnx.
+            facts["symbolic_frame"] = symbolic
+            facts["source"] = symbolic["source"]
+            owners = [op for op, fn in _custom_symbolics().items() if fn == symbolic["function"]]
+            if owners and not op:
+                op = owners[0]
+                facts["op"] = op
         if op:
             facts["op"] = op
+        if op and not symbolic:
             with contextlib.suppress(Exception):
                 facts.update(_locate_op(loaded, op, self.target))
             if self.request.gather_facts:
@@ -302,6 +322,10 @@ class Runner:
         state["onnx_model"] = model
         findings = check_model(model, model_dir=str(self.target.parent))
         records = [_finding_record(f) for f in findings]
+        for record in records:
+            if "is higher than the checker's" in record["message"]:
+                # The onnx library is older than the model; only the runtime load can tell more.
+                record["severity"] = "warning"
         errors = [r for r in records if r["severity"] == "error"]
         if errors:
             raise StageFailed(errors[0]["message"], errors[0]["code"], findings=records)
@@ -369,7 +393,8 @@ class Runner:
         tensors = _tensor_leaves((loaded.args, loaded.kwargs))
         feeds = _feeds_for_session(state["session"], tensors)
         state["ort_outputs"] = _run_session(state["session"], feeds)
-        return {"outputs": len(state["ort_outputs"])}
+        names = [i.name for i in state["session"].get_inputs()]
+        return {"outputs": len(state["ort_outputs"]), "example_tensors": len(tensors), "model_inputs": names}
 
     def _stage_onnx_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
         feeds, described = _random_feeds(state["session"], self.request.input_shapes)
@@ -385,7 +410,8 @@ class Runner:
             state["torch_outputs"], state["ort_outputs"], self.request.atol, self.request.rtol
         )
         if report["code"]:
-            raise StageFailed(report["message"], report["code"], **report)
+            facts = {k: v for k, v in report.items() if k not in ("code", "message")}
+            raise StageFailed(report["message"], report["code"], **facts)
         return report
 
 
@@ -572,6 +598,41 @@ def _user_line_from_trace(trace: str, target: Path) -> str | None:
         if path.resolve() == target.resolve() or path.parent.resolve() == target.parent.resolve():
             best = f"{path.name}:{match.group(2)}"
     return best
+
+
+def _symbolic_frame(exc: BaseException, target: Path) -> dict[str, Any] | None:
+    """The user's frame when torch.onnx called into the user's code and it failed there."""
+    folder = target.resolve().parent
+    seen_torch_onnx = False
+    found = None
+    for item in traceback.extract_tb(exc.__traceback__):
+        filename = item.filename.replace("\\", "/")
+        if "/torch/onnx/" in filename:
+            seen_torch_onnx = True
+            continue
+        try:
+            inside = Path(item.filename).resolve().parent == folder
+        except (OSError, ValueError):
+            inside = False
+        if inside and seen_torch_onnx:
+            found = {"source": f"{Path(item.filename).name}:{item.lineno}", "function": item.name,
+                     "line": (item.line or "").strip()}
+    return found
+
+
+def _custom_symbolics() -> dict[str, str]:
+    """Ops for which the user's script registered its own TorchScript symbolic -> function name."""
+    try:
+        from torch.onnx._internal.torchscript_exporter import registration
+    except ImportError:
+        return {}
+    found: dict[str, str] = {}
+    for name, group in registration.registry._registry.items():
+        overrides = getattr(getattr(group, "_functions", None), "_overrides", None)
+        if overrides:
+            function = next(iter(overrides.values()))
+            found[name] = getattr(function, "__name__", "")
+    return dict(sorted(found.items()))
 
 
 def _user_frame(exc: BaseException, target: Path) -> str | None:
