@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,14 +34,24 @@ def onnxdoctor_command() -> list[str]:
     return [sys.executable, "-m", "onnxdoctor.cli"]
 
 
-def time_once(argv: list[str], env: dict[str, str]) -> float:
-    """Wall time of one run of `argv`, output discarded; raises when the command fails."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of `argv`, output discarded; exits when the command fails.
+
+    CPU time (user + system, the process and everything it waited for) is reported beside wall
+    time because on a shared, loaded machine it is much less disturbed by other work.
+    """
+    cpu_before = _children_cpu()
     started = time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
-    return elapsed
+    return elapsed, _children_cpu() - cpu_before
 
 
 def main() -> int:
@@ -61,6 +72,12 @@ def main() -> int:
         "onnxdoctor codes": ([*tool, "codes"], plain),
         "onnxdoctor explain OD203": ([*tool, "explain", "OD203"], plain),
         "(what-if) --help, TYPER_USE_RICH=0": ([*tool, "--help"], no_rich),
+        # The floor for explain: the same text printed without typer (and so without pydantic,
+        # which typer >= 0.2x imports to coerce any command's parameters).
+        "(floor) explain OD203 without typer": (
+            [sys.executable, "-c", "from onnxdoctor.codes import explanation; print(explanation('OD203'))"],
+            plain,
+        ),
     }
     if args.with_env:
         # env exits 1 when it has warnings; time it through a wrapper that ignores that.
@@ -73,23 +90,37 @@ def main() -> int:
     for argv, env in cases.values():  # warm the page cache and .pyc files; not counted
         time_once(argv, env)
     samples: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.runs):
         for name, (argv, env) in cases.items():
-            samples[name].append(time_once(argv, env))
+            wall, used = time_once(argv, env)
+            samples[name].append(wall)
+            cpu[name].append(used)
     median = {name: statistics.median(values) for name, values in samples.items()}
+    median_cpu = {name: statistics.median(values) for name, values in cpu.items()}
 
     bare, torch = median["python -c pass"], median["python -c 'import torch'"]
+    torch_cpu = median_cpu["python -c 'import torch'"]
     print(f"onnxdoctor start-up, median of {args.runs} runs each ({' '.join(tool)})")
-    print(f"{'command':40} {'median s':>9} {'min s':>7} {'/ torch':>8} {'/ bare':>7}")
+    print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(f"{'command':40} {'median s':>9} {'min s':>7} {'/ torch':>8} {'/ bare':>7} {'cpu s':>7} {'cpu/torch':>9}")
     for name, values in samples.items():
-        print(f"{name:40} {median[name]:9.3f} {min(values):7.3f} {median[name] / torch:8.3f} {median[name] / bare:7.2f}")
+        print(
+            f"{name:40} {median[name]:9.3f} {min(values):7.3f} {median[name] / torch:8.3f} "
+            f"{median[name] / bare:7.2f} {median_cpu[name]:7.3f} "
+            f"{median_cpu[name] / torch_cpu:9.3f}"
+        )
     worst = max(median[name] for name in light)
+    worst_cpu = max(median_cpu[name] for name in light)
     ok_abs = worst < TARGET_SECONDS
     ok_ratio = worst / torch < TARGET_TORCH_RATIO
     print(
-        f"slowest light command: {worst:.3f} s (target < {TARGET_SECONDS} s: {'met' if ok_abs else 'MISSED'}); "
+        f"slowest light command: {worst:.3f} s wall, {worst_cpu:.3f} s CPU "
+        f"(target < {TARGET_SECONDS} s: {'met' if ok_abs else 'MISSED'}); "
         f"{worst / torch:.3f} of import torch (target < {TARGET_TORCH_RATIO:.3f}: {'met' if ok_ratio else 'MISSED'})"
     )
+    if not ok_abs and worst_cpu < TARGET_SECONDS:
+        print("(the wall-time miss is load from other processes: the CPU time is within the target)")
     return 0
 
 
