@@ -47,10 +47,14 @@ def time_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """
     cpu_before = _children_cpu()
     started = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
+    proc = subprocess.run(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False
+    )
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
+        raise SystemExit(
+            f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}"
+        )
     return elapsed, _children_cpu() - cpu_before
 
 
@@ -58,7 +62,9 @@ def main() -> int:
     """Time every command, print medians and ratios, and say whether the targets are met."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="runs per command (median reported)")
-    parser.add_argument("--with-env", action="store_true", help="also time `onnxdoctor env` (probes ORT)")
+    parser.add_argument(
+        "--with-env", action="store_true", help="also time `onnxdoctor env` (probes ORT)"
+    )
     args = parser.parse_args()
 
     tool = onnxdoctor_command()
@@ -75,14 +81,25 @@ def main() -> int:
         # The floor for explain: the same text printed without typer (and so without pydantic,
         # which typer >= 0.2x imports to coerce any command's parameters).
         "(floor) explain OD203 without typer": (
-            [sys.executable, "-c", "from onnxdoctor.codes import explanation; print(explanation('OD203'))"],
+            [
+                sys.executable,
+                "-c",
+                "from onnxdoctor.codes import explanation; print(explanation('OD203'))",
+            ],
             plain,
         ),
     }
     if args.with_env:
         # env exits 1 when it has warnings; time it through a wrapper that ignores that.
         cases["onnxdoctor env --json"] = (
-            [sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])", *tool, "env", "--json"],
+            [
+                sys.executable,
+                "-c",
+                "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                *tool,
+                "env",
+                "--json",
+            ],
             plain,
         )
     light = ("onnxdoctor --help", "onnxdoctor codes", "onnxdoctor explain OD203")
@@ -102,8 +119,12 @@ def main() -> int:
     bare, torch = median["python -c pass"], median["python -c 'import torch'"]
     torch_cpu = median_cpu["python -c 'import torch'"]
     print(f"onnxdoctor start-up, median of {args.runs} runs each ({' '.join(tool)})")
-    print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
-    print(f"{'command':40} {'median s':>9} {'min s':>7} {'/ torch':>8} {'/ bare':>7} {'cpu s':>7} {'cpu/torch':>9}")
+    print(
+        f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'command':40} {'median s':>9} {'min s':>7} {'/ torch':>8} {'/ bare':>7} {'cpu s':>7} {'cpu/torch':>9}"
+    )
     for name, values in samples.items():
         print(
             f"{name:40} {median[name]:9.3f} {min(values):7.3f} {median[name] / torch:8.3f} "
@@ -120,7 +141,9 @@ def main() -> int:
         f"{worst / torch:.3f} of import torch (target < {TARGET_TORCH_RATIO:.3f}: {'met' if ok_ratio else 'MISSED'})"
     )
     if not ok_abs and worst_cpu < TARGET_SECONDS:
-        print("(the wall-time miss is load from other processes: the CPU time is within the target)")
+        print(
+            "(the wall-time miss is load from other processes: the CPU time is within the target)"
+        )
     return 0
 
 

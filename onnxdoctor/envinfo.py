@@ -19,7 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ENV_SCHEMA = 1
 NOT_INSTALLED = "not installed"
@@ -118,7 +119,12 @@ def read_int_constants(path: Path, names: tuple[str, ...]) -> dict[str, int]:
 
 # Where torch 2.x keeps the exporters' limits (torch/onnx/_constants.py and the dynamo exporter's
 # torch/onnx/_internal/exporter/_constants.py); both files are plain literals.
-_TORCH_CONSTANTS = ("ONNX_MIN_OPSET", "ONNX_MAX_OPSET", "ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET", "ONNX_DEFAULT_OPSET")
+_TORCH_CONSTANTS = (
+    "ONNX_MIN_OPSET",
+    "ONNX_MAX_OPSET",
+    "ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET",
+    "ONNX_DEFAULT_OPSET",
+)
 _DYNAMO_CONSTANTS = ("TORCHLIB_OPSET", "ONNX_IR_VERSION")
 
 
@@ -133,7 +139,9 @@ def torch_constants() -> dict[str, int]:
         return {}
     found = read_int_constants(torch_dir / "onnx" / "_constants.py", _TORCH_CONSTANTS)
     found.update(
-        read_int_constants(torch_dir / "onnx" / "_internal" / "exporter" / "_constants.py", _DYNAMO_CONSTANTS)
+        read_int_constants(
+            torch_dir / "onnx" / "_internal" / "exporter" / "_constants.py", _DYNAMO_CONSTANTS
+        )
     )
     return found
 
@@ -154,14 +162,20 @@ def torch_constants_imported(timeout: float = 120.0) -> dict[str, int]:
     code = _TORCH_IMPORT_CODE % ((_TORCH_CONSTANTS, _DYNAMO_CONSTANTS),)
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=False
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         return {str(k): int(v) for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
     except (subprocess.TimeoutExpired, OSError, ValueError, IndexError):
         return {}
 
 
-_OPSET_AS_OP = re.compile(r"^\s*from\s+onnxscript(?:\.onnx_opset)?\s+import\s+opset(\d+)\s+as\s+op\b", re.M)
+_OPSET_AS_OP = re.compile(
+    r"^\s*from\s+onnxscript(?:\.onnx_opset)?\s+import\s+opset(\d+)\s+as\s+op\b", re.M
+)
 
 
 def torchlib_opset() -> int | None:
@@ -192,14 +206,16 @@ def exporter_facts(versions: dict[str, str]) -> dict[str, Any]:
         "deprecated": True,
         "min_opset": consts.get("ONNX_MIN_OPSET"),
         "max_opset": consts.get("ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET"),
-        # Above max_opset it warns but still writes, up to this; beyond, "Unsupported onnx_opset_version".
+        # Above max_opset it warns but still writes, up to this one; beyond it fails
+        # ("Unsupported onnx_opset_version").
         "max_opset_with_warning": consts.get("ONNX_MAX_OPSET"),
         "default_opset": consts.get("ONNX_DEFAULT_OPSET"),
         "note": "torch.onnx.export(..., dynamo=False)",
     }
     native = consts.get("TORCHLIB_OPSET")
     dynamo = {
-        "available": versions.get("torch") != NOT_INSTALLED and versions.get("onnxscript") != NOT_INSTALLED,
+        "available": versions.get("torch") != NOT_INSTALLED
+        and versions.get("onnxscript") != NOT_INSTALLED,
         "default": True,
         # The opset torchlib's functions are written in: the lowest the exporter writes natively.
         "min_opset": native,
@@ -223,14 +239,16 @@ def exporter_facts(versions: dict[str, str]) -> dict[str, Any]:
 
 
 def _ort_refusal(message: str) -> str:
-    """ONNX Runtime's message without the `[ONNXRuntimeError] : 1 : FAIL : file.h:46 signature` prefix."""
+    """ONNX Runtime's message without its `[ONNXRuntimeError] : 1 : FAIL : file.h:46 fn()` part."""
     text = " ".join(message.split())
     stripped = re.sub(r"^\[ONNXRuntimeError\].*?\.(?:h|cc|cpp):\d+\s.*?\)\s(?=[A-Z])", "", text)
     return stripped[:600]
 
 
-def _highest_loading(loads: Callable[[int], str | None], start: int, limit: int) -> tuple[int | None, str]:
-    """Scan versions upward; return the last one that loads before the first refusal, and that refusal."""
+def _highest_loading(
+    loads: Callable[[int], str | None], start: int, limit: int
+) -> tuple[int | None, str]:
+    """Scan versions upward: the last that loads before the first refusal, and that refusal."""
     best: int | None = None
     for version in range(start, limit + 1):
         refusal = loads(version)
@@ -277,7 +295,7 @@ def _probe_main() -> None:
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = ir_version
-        return model.SerializeToString()
+        return bytes(model.SerializeToString())
 
     def refusal(model: bytes) -> str | None:
         options = ort.SessionOptions()
@@ -291,7 +309,9 @@ def _probe_main() -> None:
     started = time.perf_counter()
     max_opset = int(onnx.defs.onnx_opset_version())
     # Scan well past onnx's own maximum: ONNX Runtime may know newer opsets than the onnx package.
-    opset, opset_refusal = _highest_loading(lambda v: refusal(identity_model(v, 7)), 1, max_opset + 16)
+    opset, opset_refusal = _highest_loading(
+        lambda v: refusal(identity_model(v, 7)), 1, max_opset + 16
+    )
     # IR versions with an opset every runtime knows; IR 3 is the first with opset imports.
     ir_version, ir_refusal = _highest_loading(
         lambda v: refusal(identity_model(min(opset or 7, 7), v)), 3, int(onnx.IR_VERSION) + 16
@@ -314,7 +334,10 @@ def _probe_command() -> list[str]:
     # Put onnxdoctor's own folder first, and (PYTHONSAFEPATH below) not the current directory, so
     # a user's `onnx.py` next to their model cannot shadow the real package in the probe.
     root = str(Path(__file__).resolve().parent.parent)
-    code = f"import sys; sys.path.insert(0, {root!r}); from onnxdoctor.envinfo import _probe_main; _probe_main()"
+    code = (
+        f"import sys; sys.path.insert(0, {root!r}); "
+        "from onnxdoctor.envinfo import _probe_main; _probe_main()"
+    )
     return [sys.executable, "-c", code]
 
 
@@ -431,44 +454,63 @@ def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
     for package, needed_for in _REQUIRED_FOR.items():
         if versions.get(package) == NOT_INSTALLED:
             warnings.append(
-                {"code": "OD001", "message": f"{package} is not installed; it is needed for {needed_for}"}
+                {
+                    "code": "OD001",
+                    "message": f"{package} is not installed; it is needed for {needed_for}",
+                }
             )
 
     onnx_facts: dict[str, Any] = env.get("onnx", {})
     ort: dict[str, Any] = env.get("onnxruntime", {})
     for side, facts in (("onnx", onnx_facts), ("onnxruntime", ort)):
         if facts.get("installed") and facts.get("error"):
-            warnings.append({"code": "OD099", "message": f"could not inspect {side}: {facts['error']}"})
+            warnings.append(
+                {"code": "OD099", "message": f"could not inspect {side}: {facts['error']}"}
+            )
 
     ort_opset, ort_ir = ort.get("max_opset"), ort.get("max_ir_version")
+    ort_version = ort.get("version", "")
     if isinstance(ort_opset, int):
         writers: list[tuple[str, Any]] = [
             ("onnx's newest opset (onnx.defs.onnx_opset_version())", onnx_facts.get("max_opset")),
-            ("the dynamo exporter's default opset", env.get("exporters", {}).get("dynamo", {}).get("default_opset")),
-            ("the TorchScript exporter's highest opset", env.get("exporters", {}).get("torchscript", {}).get("max_opset")),
+            (
+                "the dynamo exporter's default opset",
+                env.get("exporters", {}).get("dynamo", {}).get("default_opset"),
+            ),
+            (
+                "the TorchScript exporter's highest opset",
+                env.get("exporters", {}).get("torchscript", {}).get("max_opset"),
+            ),
         ]
         for who, opset in writers:
             if isinstance(opset, int) and opset > ort_opset:
                 warnings.append(
                     {
                         "code": "OD003",
-                        "message": f"{who} is {opset}, but ONNX Runtime {ort.get('version', '')} loads "
+                        "message": f"{who} is {opset}, but ONNX Runtime {ort_version} loads "
                         f"opsets up to {ort_opset}; models written at opset {opset} will not load "
                         f"(export with opset_version={ort_opset} or upgrade onnxruntime)",
                     }
                 )
     if isinstance(ort_ir, int):
         ir_writers: list[tuple[str, Any]] = [
-            ("onnx's IR version (onnx.IR_VERSION, used by onnx.helper.make_model)", onnx_facts.get("ir_version")),
-            ("the dynamo exporter's IR version", env.get("exporters", {}).get("dynamo", {}).get("ir_version")),
+            (
+                "onnx's IR version (onnx.IR_VERSION, used by onnx.helper.make_model)",
+                onnx_facts.get("ir_version"),
+            ),
+            (
+                "the dynamo exporter's IR version",
+                env.get("exporters", {}).get("dynamo", {}).get("ir_version"),
+            ),
         ]
         for who, ir_version in ir_writers:
             if isinstance(ir_version, int) and ir_version > ort_ir:
                 warnings.append(
                     {
                         "code": "OD003",
-                        "message": f"{who} is {ir_version}, but ONNX Runtime {ort.get('version', '')} loads "
-                        f"IR versions up to {ort_ir}; such models will not load (set model.ir_version "
+                        "message": f"{who} is {ir_version}, but ONNX Runtime {ort_version} loads "
+                        f"IR versions up to {ort_ir}; such models will not load "
+                        "(set model.ir_version "
                         f"= {ort_ir} or upgrade onnxruntime)",
                     }
                 )
@@ -479,7 +521,8 @@ def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
             {
                 "code": "OD002",
                 "message": "Graphviz `dot` is not on PATH; `graph` can only write .dot files "
-                "(install it: apt-get install graphviz, brew install graphviz, or conda install graphviz)",
+                "(install it: apt-get install graphviz, brew install graphviz, "
+                "or conda install graphviz)",
             }
         )
     return warnings
@@ -546,7 +589,11 @@ def render_env(env: dict[str, Any], console: Any) -> None:
     versions: dict[str, str] = env["versions"]
     for index, (name, version) in enumerate(versions.items()):
         style = "red" if version == NOT_INSTALLED else ""
-        table.add_row("packages" if index == 0 else "", name, f"[{style}]{escape(version)}[/]" if style else escape(version))
+        table.add_row(
+            "packages" if index == 0 else "",
+            name,
+            f"[{style}]{escape(version)}[/]" if style else escape(version),
+        )
     table.add_section()
 
     ts, dyn = env["exporters"]["torchscript"], env["exporters"]["dynamo"]
@@ -555,30 +602,45 @@ def render_env(env: dict[str, Any], console: Any) -> None:
             "exporters",
             "TorchScript (dynamo=False)",
             f"opsets {_opset_range(ts['min_opset'], ts['max_opset'])} "
-            f"(up to {_fmt(ts['max_opset_with_warning'])} with a warning), default {_fmt(ts['default_opset'])}; deprecated",
+            f"(up to {_fmt(ts['max_opset_with_warning'])} with a warning), "
+            f"default {_fmt(ts['default_opset'])}; deprecated",
         )
     else:
-        table.add_row("exporters", "TorchScript (dynamo=False)", "unavailable (torch not installed)")
+        table.add_row(
+            "exporters", "TorchScript (dynamo=False)", "unavailable (torch not installed)"
+        )
     if dyn["available"]:
         table.add_row(
             "",
             "dynamo (dynamo=True, default)",
-            f"opset {_fmt(dyn['min_opset'])} natively (torchlib: opset {_fmt(dyn['torchlib_opset'])}), "
+            f"opset {_fmt(dyn['min_opset'])} natively "
+            f"(torchlib: opset {_fmt(dyn['torchlib_opset'])}), "
             f"{_opset_range(dyn['min_opset'], dyn['max_opset'])} by version conversion, "
             f"default {_fmt(dyn['default_opset'])}; writes IR {_fmt(dyn['ir_version'])}",
         )
         table.add_row(
-            "", "", f"[dim]a failed conversion silently leaves the model at opset {_fmt(dyn['min_opset'])}[/]"
+            "",
+            "",
+            "[dim]a failed conversion silently leaves the model at opset "
+            f"{_fmt(dyn['min_opset'])}[/]",
         )
     else:
-        table.add_row("", "dynamo (dynamo=True, default)", "unavailable (needs torch and onnxscript)")
+        table.add_row(
+            "", "dynamo (dynamo=True, default)", "unavailable (needs torch and onnxscript)"
+        )
     table.add_section()
 
     onnx_facts, ort = env["onnx"], env["onnxruntime"]
     if onnx_facts.get("max_opset") is not None:
-        table.add_row("onnx", "newest opset / IR version", f"{onnx_facts['max_opset']} / {onnx_facts['ir_version']}")
+        table.add_row(
+            "onnx",
+            "newest opset / IR version",
+            f"{onnx_facts['max_opset']} / {onnx_facts['ir_version']}",
+        )
     else:
-        table.add_row("onnx", "newest opset / IR version", escape(onnx_facts.get("error") or NOT_INSTALLED))
+        table.add_row(
+            "onnx", "newest opset / IR version", escape(onnx_facts.get("error") or NOT_INSTALLED)
+        )
     if ort.get("max_opset") is not None:
         table.add_row(
             "onnxruntime",
@@ -587,12 +649,20 @@ def render_env(env: dict[str, Any], console: Any) -> None:
         )
         table.add_row("", "execution providers", escape(", ".join(ort.get("providers", []))))
     else:
-        table.add_row("onnxruntime", "loads opsets / IR versions up to", escape(ort.get("error") or NOT_INSTALLED))
+        table.add_row(
+            "onnxruntime",
+            "loads opsets / IR versions up to",
+            escape(ort.get("error") or NOT_INSTALLED),
+        )
     table.add_section()
 
     for index, (name, label) in enumerate((("dot", "Graphviz dot"), ("nvcc", "CUDA nvcc"))):
         tool = env["tools"][name]
-        value = f"{_fmt(tool['version'], 'version unknown')}  [dim]{escape(tool['path'])}[/]" if tool["found"] else "not found"
+        value = (
+            f"{_fmt(tool['version'], 'version unknown')}  [dim]{escape(tool['path'])}[/]"
+            if tool["found"]
+            else "not found"
+        )
         table.add_row("tools" if index == 0 else "", label, value)
     console.print(table)
 

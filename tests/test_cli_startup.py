@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ print(json.dumps({"results": results, "heavy": heavy}))
 """
 
 
-def _run_in_child(*commands: list[str]) -> dict[str, object]:
+def _run_in_child(*commands: list[str]) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps(list(commands)), json.dumps(HEAVY)],
         capture_output=True,
@@ -49,12 +50,18 @@ def test_importing_the_cli_imports_nothing_heavy() -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["codes"], ["codes", "--json"], ["explain", "OD203"], ["explain", "unregistered-custom-op"]],
+    [
+        ["--help"],
+        ["codes"],
+        ["codes", "--json"],
+        ["explain", "OD203"],
+        ["explain", "unregistered-custom-op"],
+    ],
     ids=lambda a: " ".join(a),
 )
 def test_light_command_imports_nothing_heavy(args: list[str]) -> None:
     outcome = _run_in_child(args)
-    (result,) = outcome["results"]  # type: ignore[misc]
+    (result,) = outcome["results"]
     assert result["exception"] is None
     assert result["exit_code"] == 0, result["stdout"]
     assert result["stdout"].strip()
@@ -62,8 +69,10 @@ def test_light_command_imports_nothing_heavy(args: list[str]) -> None:
 
 
 def test_all_light_commands_in_one_process_import_nothing_heavy() -> None:
-    outcome = _run_in_child(["--help"], ["codes"], ["explain", "OD203"], ["explain", "OD999"], ["--version"])
-    assert [r["exit_code"] for r in outcome["results"]] == [0, 0, 0, 0, 0]  # type: ignore[union-attr]
+    outcome = _run_in_child(
+        ["--help"], ["codes"], ["explain", "OD203"], ["explain", "OD999"], ["--version"]
+    )
+    assert [r["exit_code"] for r in outcome["results"]] == [0, 0, 0, 0, 0]
     assert outcome["heavy"] == []
 
 
@@ -79,9 +88,14 @@ def test_the_real_entry_point_imports_nothing_heavy() -> None:
         "main()\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "## What it means" in proc.stdout
-    line = next(l for l in proc.stderr.splitlines() if l.startswith("HEAVY="))
-    assert json.loads(line[len("HEAVY="):]) == []
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("HEAVY="))
+    assert json.loads(line[len("HEAVY=") :]) == []

@@ -33,7 +33,9 @@ STAGE_OF_DIGIT = {
 # APIs that do not exist in torch 2.13 / onnxruntime 1.32 (DESIGN §2). An explanation may name
 # one only to say so, on the same line.
 NONEXISTENT_APIS = ("enable_onnx_checker", "export_raw_ir", "register_shape_inference", "OpKernel")
-PLACEHOLDER = re.compile(r"\b(TODO|TBD|FIXME|XXX|lorem ipsum)\b|<(fill|placeholder|code|slug)[^>]*>", re.I)
+PLACEHOLDER = re.compile(
+    r"\b(TODO|TBD|FIXME|XXX|lorem ipsum)\b|<(fill|placeholder|code|slug)[^>]*>", re.I
+)
 
 runner = CliRunner()
 
@@ -129,7 +131,9 @@ def _outside_code_blocks(text: str) -> list[str]:
 
 def test_no_explanation_without_a_code() -> None:
     known = {c.code for c in CODES}
-    orphans = sorted(p.name for p in EXPLANATIONS.iterdir() if p.stem not in known or p.suffix != ".md")
+    orphans = sorted(
+        p.name for p in EXPLANATIONS.iterdir() if p.stem not in known or p.suffix != ".md"
+    )
     assert orphans == []
 
 
@@ -138,8 +142,8 @@ def test_python_snippets_in_explanations_parse(entry: Code) -> None:
     text = explanation(entry.code)
     for block in re.findall(r"^ *```python\n(.*?)^ *```", text, flags=re.M | re.S):
         lines = block.splitlines()
-        indent = min((len(l) - len(l.lstrip()) for l in lines if l.strip()), default=0)
-        ast.parse("\n".join(l[indent:] for l in lines))
+        indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
+        ast.parse("\n".join(ln[indent:] for ln in lines))
 
 
 def test_nonexistent_apis_are_only_named_to_say_they_do_not_exist() -> None:
@@ -148,7 +152,9 @@ def test_nonexistent_apis_are_only_named_to_say_they_do_not_exist() -> None:
         text = " ".join(path.read_text("utf-8").split())  # sentences may wrap lines
         for sentence in re.split(r"(?<=[.:])\s", text):
             for api in NONEXISTENT_APIS:
-                if api in sentence and not re.search(r"(does not|no longer) exist|has no", sentence):
+                if api in sentence and not re.search(
+                    r"(does not|no longer) exist|has no", sentence
+                ):
                     offending.append((path.name, api, sentence[:120]))
     assert offending == []
 
@@ -208,7 +214,7 @@ def test_codes_json_lists_every_code() -> None:
     data = json.loads(result.stdout)
     assert data["schema"] == 1
     assert [row["code"] for row in data["codes"]] == _ids(CODES)
-    for row, entry in zip(data["codes"], CODES):
+    for row, entry in zip(data["codes"], CODES, strict=True):
         assert row == {
             "code": entry.code,
             "slug": entry.slug,

@@ -18,7 +18,9 @@ from onnxdoctor import envinfo
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _run_cli(*args: str, env: dict[str, str] | None = None, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def _run_cli(
+    *args: str, env: dict[str, str] | None = None, python_flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     code = "import sys; from onnxdoctor.cli import main; sys.argv = ['onnxdoctor', *sys.argv[1:]]; main()"
     return subprocess.run(
         [sys.executable, *python_flags, "-c", code, *args],
@@ -85,12 +87,12 @@ def _identity(opset: int, ir_version: int) -> bytes:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = ir_version
-    return model.SerializeToString()
+    return bytes(model.SerializeToString())
 
 
 def _loads_and_runs(model: bytes) -> bool:
     import numpy as np
-    import onnxruntime as ort
+    import onnxruntime as ort  # noqa: TID251 - the test checks the probe against ORT itself
 
     try:
         session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -199,7 +201,12 @@ def test_env_imports_neither_torch_nor_onnxruntime_in_the_cli_process() -> None:
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'onnxruntime', 'onnx'))))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=REPO, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
@@ -250,7 +257,12 @@ def _facts(ort_opset: int, ort_ir: int) -> dict[str, Any]:
             "dynamo": {"default_opset": 20, "max_opset": 28, "ir_version": 10},
         },
         "onnx": {"installed": True, "max_opset": 28, "ir_version": 14},
-        "onnxruntime": {"installed": True, "version": "1.x", "max_opset": ort_opset, "max_ir_version": ort_ir},
+        "onnxruntime": {
+            "installed": True,
+            "version": "1.x",
+            "max_opset": ort_opset,
+            "max_ir_version": ort_ir,
+        },
         "tools": {"dot": {"found": True}},
     }
 
@@ -278,7 +290,10 @@ def test_the_runtime_refusal_prefix_is_stripped() -> None:
         "onnxruntime::Model::Model(onnx::ModelProto&&, const onnxruntime::PathString&, "
         "const onnxruntime::logging::Logger&) Unsupported model IR version: 15, max supported IR version: 14"
     )
-    assert envinfo._ort_refusal(raw) == "Unsupported model IR version: 15, max supported IR version: 14"
+    assert (
+        envinfo._ort_refusal(raw)
+        == "Unsupported model IR version: 15, max supported IR version: 14"
+    )
 
 
 def test_a_probe_that_cannot_finish_is_a_warning_not_a_hang() -> None:
