@@ -93,7 +93,7 @@ FUNCTIONS: Dict[str, Function] = {
 }
 
 # Internal: the derivative of relu/abs/min/max. Never accepted from the user's expression.
-_STEP = Function(1, "({0} > 0).to(grad.dtype)", "(1.0 if {0} > 0 else 0.0)", "", "", "")
+_STEP = Function(1, "({0} > 0).to(grad.dtype)", "(1.0 if {0} > 0 else 0.0)", "np.heaviside({0}, 0.0)", "", "")
 
 _BINOPS: Dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 _ONNX_BINOPS: Dict[str, str] = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "**": "Pow"}
@@ -412,8 +412,6 @@ def to_python(expr: Expr, backend: str) -> str:
         if is_scalar(e):
             return spec.scalar.format(*args)
         template = spec.torch if backend == "torch" else spec.numpy
-        if backend == "numpy" and e.fn == "step":
-            template = "np.greater({0}, 0).astype(x_.dtype)"
         return template.format(*args)
 
     return _infix(expr, leaf, call, lambda a, b: None)
