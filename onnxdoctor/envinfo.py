@@ -582,7 +582,7 @@ def render_env(env: dict[str, Any], console: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column("")
     table.add_column("")
     table.add_column("")
