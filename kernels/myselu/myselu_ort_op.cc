@@ -48,7 +48,8 @@ struct FloatToBFloat16 {
 
 // One non-template function per float span, so target_clones can build AVX-512 and AVX2/FMA clones
 // next to the baseline x86-64 one; the loader picks one at run time (ifunc), so the .so runs on any
-// x86-64 (measured on one core: 2.3 ns/element baseline, 0.66 AVX2, 0.49 AVX-512).
+// x86-64. For MYSELU on one Zen 4 core the AVX2 clone was about 3x and the AVX-512 one about 5x
+// faster than the baseline SSE2 build.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
