@@ -8,6 +8,7 @@ violations, parity), then the exception type chain, then the normalized message.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Iterable
 
 from onnxdoctor.codes import catch_all, get_code
@@ -32,7 +33,7 @@ _OPSET_RT = re.compile(
     r"with official released onnx opset versions\. Opset (\d+)|opset (\d+) .*not supported|"
     r"domain_version of (\d+) is not supported)"
 )
-_OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|opset_version.*must be .*between|"
+_OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|Unsupported onnx_opset_version: (\d+)|opset_version.*must be .*between|"
                           r"ONNX opset version (\d+) is not supported|opset version (\d+) is not supported by")
 _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 _SOURCE_RANGE = re.compile(r"#\s*([\w.\-/]+\.py):(\d+):\d+")
@@ -110,7 +111,7 @@ def _classify_failure(
         return _blame_user_symbolic(found, by_stage) + found
     if hint:
         code = str(hint)
-        message = normalize_message(first_line(error.message if error else "") or get_code(code).summary, base_dir=base_dir)
+        message = first_line(normalize_message(error.message if error else "", base_dir=base_dir)) or get_code(code).summary
         if code == "OD104" and error and error.chain_messages:
             evidence = _evidence(error, base_dir)
         return [
@@ -139,7 +140,7 @@ def _classify_failure(
         running = _RUNNING_NODE.search(text)
         if running:
             op, node = running.group(1), running.group(2)
-    message = normalize_message(first_line(error.message if error else "failed"), base_dir=base_dir)
+    message = first_line(normalize_message(error.message if error else "failed", base_dir=base_dir))
     return [
         _finding(
             code,
@@ -192,14 +193,15 @@ def _classify_export(
             return make("OD203", f"custom op {op} has no ONNX export mapping (dynamo exporter)")
         return make("OD202", f"{op} has no ONNX function in the dynamo exporter's registry")
     if _OPSET_RANGE.search(text):
-        return make("OD209", normalize_message(first_line(error.message), base_dir=base_dir))
+        found = make("OD209", first_line(normalize_message(error.message, base_dir=base_dir)))
+        return [replace(found[0], severity=Severity.ERROR)]  # here the export itself failed
     capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
     if capture:
         if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         return make("OD204", _capture_message(text, base_dir, "torch.export could not capture the model"))
     if facts.get("symbolic_frame") or _bad_symbolic(text, error):
-        return make("OD205", normalize_message(first_line(error.message), base_dir=base_dir))
+        return make("OD205", first_line(normalize_message(error.message, base_dir=base_dir)))
     return []
 
 

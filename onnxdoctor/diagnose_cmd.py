@@ -6,7 +6,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from onnxdoctor.errors import RefusedWrite, UsageError
 from onnxdoctor.model import Diagnosis, Fix, Severity
@@ -164,17 +164,17 @@ def _keep_output(diagnoses: tuple[Diagnosis, ...], output: Path) -> None:
 
 
 def _copy_model(source: Path, destination: Path) -> None:
-    """Copy a model and its external-data file(s) written beside it by the exporter."""
-    shutil.copyfile(source, destination)
-    for extra in _external_files(source):
-        target = destination.parent / extra.name.replace(source.name, destination.name, 1)
-        shutil.copyfile(extra, target)
+    """Save the exported model under the user's name, weights inline or in `<name>.data` beside it.
 
+    The exporter names its external-data file after its own temporary file, so a plain copy would
+    leave a model pointing at a file that does not exist.
+    """
+    import onnx
 
-def _external_files(source: Path) -> Iterator[Path]:
-    for candidate in source.parent.glob(source.name + ".*"):
-        if candidate.is_file() and candidate.suffix == ".data":
-            yield candidate
+    model = onnx.load(str(source), load_external_data=True)
+    large = model.ByteSize() > 1_800_000_000
+    onnx.save(model, str(destination), save_as_external_data=large,
+              location=destination.name + ".data" if large else None)
 
 
 def best_verified_fix(diagnoses: tuple[Diagnosis, ...]) -> Fix | None:
