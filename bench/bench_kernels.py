@@ -46,22 +46,24 @@ def ensure_native_library() -> Path:
     return library
 
 
-def time_round_robin(fns: Dict[str, Callable[[], object]], repeats: Dict[str, int]) -> Dict[str, float]:
-    """Best-of seconds per variant, timed in turns so a busy machine slows every variant alike.
+def time_in_rounds(fns: Dict[str, Callable[[], object]], repeats: Dict[str, int], rounds: int = 3) -> Dict[str, float]:
+    """Best-of seconds per variant: each variant runs `repeats` times in a block, in `rounds` turns.
 
-    The minimum, not the median: on a shared machine other processes only ever add time.
+    Blocks, not call-by-call interleaving: every ONNX Runtime session (and torch's OpenMP) keeps its
+    own threads spinning for a while after a call, which would steal the CPU from whichever variant
+    runs next. Rounds, so a busy spell on this shared machine does not land on one variant only.
+    The minimum, not the median: other processes only ever add time.
     """
-    for fn in fns.values():
-        fn()  # warm-up: first-run allocations, thread-pool start, page faults on the output
-    samples: Dict[str, List[float]] = {label: [] for label in fns}
-    for turn in range(max(repeats.values())):
+    best = {label: float("inf") for label in fns}
+    for _ in range(rounds):
         for label, fn in fns.items():
-            if turn >= repeats[label]:
-                continue
-            start = time.perf_counter()
-            fn()
-            samples[label].append(time.perf_counter() - start)
-    return {label: min(values) for label, values in samples.items()}
+            fn()  # warm-up: first-run allocations, thread-pool start, page faults on the output
+            for _ in range(repeats[label]):
+                start = time.perf_counter()
+                fn()
+                best[label] = min(best[label], time.perf_counter() - start)
+            time.sleep(0.05)  # let the spinning threads of this variant go idle
+    return best
 
 
 def silu_graph() -> "onnx.ModelProto":  # noqa: F821 - imported lazily below
@@ -92,7 +94,8 @@ def main() -> int:
     """Run every variant at every size and print times, GB/s and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1e5,1e7")
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5, help="turns over all variants (best of all)")
     parser.add_argument("--python-max", type=float, default=1e6, help="cap on elements for the Python kernel")
     options = parser.parse_args()
 
@@ -104,7 +107,8 @@ def main() -> int:
     import myselu_ort
 
     print(f"onnxruntime {ort.__version__}, torch {torch.__version__}, cpus {os.cpu_count()}, "
-          f"torch threads {torch.get_num_threads()}")
+          f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} "
+          "(a busy shared machine moves these figures by 2x between runs; compare ratios within one run)")
     rows: List[Tuple[int, str, int, float]] = []
     for size_text in options.sizes.split(","):
         n = int(float(size_text))
@@ -120,8 +124,8 @@ def main() -> int:
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         variants["torch_silu"] = (n, lambda: torch.ops.aten.silu.out(xt, out=yt))
         variants["memcpy"] = (n, lambda: np.copyto(y, x))
-        repeats = {label: options.repeat if label != "python" else max(3, options.repeat // 4) for label in variants}
-        best = time_round_robin({label: fn for label, (_, fn) in variants.items()}, repeats)
+        repeats = {label: options.repeat if label != "python" else max(2, options.repeat // 10) for label in variants}
+        best = time_in_rounds({label: fn for label, (_, fn) in variants.items()}, repeats, options.rounds)
         for label, (count, _) in variants.items():
             rows.append((n, label, count, best[label]))
         # The native result must be right before its speed means anything.
