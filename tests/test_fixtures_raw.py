@@ -256,3 +256,18 @@ def test_tool_fixtures_die(name: str, expected: int) -> None:
 def test_flood_prints_50_mib() -> None:
     out = _run_get_model(FIXTURES / "tool/od904_flood.py", 120)
     assert out.returncode == 0 and len(out.stdout) == 50 * 1024 * 1024 and len(out.stderr) >= 1024 * 1024
+
+
+def test_every_code_has_a_fixture_or_a_reason() -> None:
+    from expected import NO_FIXTURE
+
+    from onnxdoctor.codes import CODES
+
+    have = {f.code for f in INDEX}
+    missing = [c.code for c in CODES if c.code not in have and c.code not in NO_FIXTURE]
+    assert not missing, f"codes with neither a fixture nor a reason: {missing}"
+    for f in INDEX:
+        if f.code:
+            assert f.code in {c.code for c in CODES}, f.code
+        if not f.path.endswith("od101_does_not_exist.py"):
+            assert (FIXTURES / f.path).exists() or (FIXTURES / f.path).is_symlink(), f.path
