@@ -12,9 +12,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# torch and onnxruntime may only ever be imported by the worker; onnx, onnxscript and numpy cost
-# 0.1-1 s each, which the light commands must not pay either.
-HEAVY = ("torch", "onnxruntime", "onnx", "onnxscript", "onnx_ir", "numpy")
+# torch and onnxruntime may only ever be imported by the worker; onnx, onnxscript, numpy and pydot
+# cost 0.05-1 s each, which the light commands must not pay either.
+HEAVY = ("torch", "onnxruntime", "onnx", "onnxscript", "onnx_ir", "numpy", "pydot")
 
 _CHILD = """
 import json, sys
