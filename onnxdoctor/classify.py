@@ -171,7 +171,7 @@ def _classify_export(
 
     def make(code: str, message: str, **extra: Any) -> list[Finding]:
         return [
-            _finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=facts.get("fx_node"),
+            _finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=None,
                      source=source, opset=extra.get("opset", opset), evidence=evidence)
         ]
 

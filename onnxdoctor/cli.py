@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional
 import typer
 
 from onnxdoctor import __version__
-from onnxdoctor.errors import OnnxDoctorError
+from onnxdoctor.errors import OnnxDoctorError, UsageError
 from onnxdoctor.graph_cmd import graph_command
 from onnxdoctor.scaffold.command import scaffold_command
 
@@ -25,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -121,20 +122,20 @@ def diagnose(
 def explain(code: str = typer.Argument(..., help="A code such as OD203, or its slug.")) -> None:
     """Print what a code means, why it happens, how to fix it, and an example."""
     from rich.console import Console
-    from rich.markdown import Markdown
 
-    from onnxdoctor.codes import CODES, explanation
+    from onnxdoctor.codes import explanation, find_code
 
-    wanted = code.strip()
-    match = next((c for c in CODES if wanted.upper() == c.code or wanted.lower() == c.slug), None)
+    match = find_code(code)
     if match is None:
-        raise typer.BadParameter(f"unknown code {wanted!r}; `onnxdoctor codes` lists them", param_hint="CODE")
+        raise UsageError(f"unknown code {code.strip()!r}; `onnxdoctor codes` lists them")
     text = explanation(match.code)
     console = Console()
     if console.is_terminal:
+        from rich.markdown import Markdown
+
         console.print(Markdown(text))
     else:
-        typer.echo(text)
+        typer.echo(text, nl=False)
 
 
 @app.command()

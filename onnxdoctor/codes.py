@@ -110,6 +110,12 @@ def get_code(code: str) -> Code:
     return _BY_CODE[code.upper()]
 
 
+def find_code(text: str) -> Code | None:
+    """The code named by `text`: a code such as OD203 (any case) or its slug."""
+    wanted = text.strip()
+    return _BY_CODE.get(wanted.upper()) or next((c for c in CODES if c.slug == wanted.lower()), None)
+
+
 def catch_all(stage: Stage) -> str:
     """The `xx99` code of a stage."""
     return {

@@ -338,7 +338,10 @@ def _verify(
             result = run_worker(request, timeout=options.timeout, cwd=_cwd(target),
                                 on_event=_progress_sink(progress))
             for position, (index, _fix) in enumerate(shared):
-                checks[index] = _fix_check(result, f"fix{position}", target)
+                run_id = f"fix{position}"
+                if any(e.get("run") == run_id for e in result.events) or not result.finished:
+                    checks[index] = _fix_check(result, run_id, target)
+                # else: the worker stopped after an earlier fix worked; this one stays untried
         for index, fix in isolated:
             if not options.all_fixes and any(c.works for c in checks.values()):
                 break

@@ -197,11 +197,6 @@ def test_unknown_code_is_a_usage_error() -> None:
     assert "Traceback" not in result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py raises typer.BadParameter, which typer renders as a usage block and a boxed "
-    "error (5 lines); raising onnxdoctor.errors.UsageError gives one line",
-)
 def test_unknown_code_is_one_line() -> None:
     result = runner.invoke(app, ["explain", "OD777"])
     assert result.exit_code == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console, Group
 from rich.markup import escape
+from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.text import Text
 
@@ -55,6 +56,11 @@ def _ladder(diagnosis: Diagnosis) -> Text:
     return text
 
 
+def _indented(renderable: object, left: int) -> Padding:
+    """Indent a block so that wrapped lines keep the indentation."""
+    return Padding(renderable, (0, 0, 0, left), expand=False)
+
+
 def _finding(finding: Finding, *, verbose: bool) -> Group:
     style = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}[finding.severity.value]
     parts: list[object] = []
@@ -63,32 +69,33 @@ def _finding(finding: Finding, *, verbose: bool) -> Group:
     header.append(f"{finding.slug}", style="bold")
     header.append(f"  [{finding.severity.value}, {finding.stage.value}]", style="dim")
     parts.append(header)
-    parts.append(Text("  " + finding.message))
+    parts.append(_indented(Text(finding.message), 2))
     where = [("op", finding.op), ("node", finding.node), ("source", finding.source),
              ("opset", str(finding.opset) if finding.opset is not None else None)]
     located = "   ".join(f"{k}: {v}" for k, v in where if v)
     if located:
-        parts.append(Text("  " + located, style="cyan"))
+        parts.append(_indented(Text(located, style="cyan"), 2))
     evidence = finding.evidence if verbose else finding.evidence[:1]
     for item in evidence:
         lines = item.splitlines()
         shown = lines if verbose else lines[:3]
-        parts.append(Text("  │ " + "\n  │ ".join(shown), style="dim"))
+        parts.append(_indented(Text("\n".join(shown), style="dim"), 4))
     if finding.fixes:
-        parts.append(Text("  fixes:", style="bold"))
+        parts.append(_indented(Text("fixes:", style="bold"), 2))
         for number, fix in enumerate(finding.fixes, 1):
             parts.extend(_fix(number, fix, show_snippet=verbose or number == 1))
     for note in finding.notes:
-        parts.append(Text("  note: " + note, style="yellow"))
-    parts.append(Text(f"  more: onnxdoctor explain {finding.code}", style="dim"))
+        parts.append(_indented(Text("note: " + note, style="yellow"), 2))
+    parts.append(_indented(Text(f"more: onnxdoctor explain {finding.code}", style="dim"), 2))
     return Group(*parts)
 
 
 def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
     check = fix.check
-    line = Text(f"   {number}. ")
+    line = Text(f"{number}. ")
     if check is None:
-        line.append("not verified ", style="yellow" if fix.recipe else "dim")
+        label = "not tried " if fix.recipe else "suggestion "
+        line.append(label, style="yellow" if fix.recipe else "dim")
     elif check.works:
         figures = f", max abs diff {check.max_abs_diff:.2g}" if check.max_abs_diff is not None else ""
         line.append(f"verified ✓ (parity{figures}, {check.seconds:.1f}s) ", style="green")
@@ -96,14 +103,14 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
         reached = check.reached.value if check.reached else "nothing"
         line.append(f"tried ✗ (reached {reached}) ", style="red")
     line.append(fix.title, style="bold" if check is not None and check.works else "")
-    parts: list[object] = [line]
+    parts: list[object] = [_indented(line, 3)]
     if check is not None and not check.works and check.detail:
-        parts.append(Text(f"      {check.detail}", style="dim"))
+        parts.append(_indented(Text(check.detail, style="dim"), 6))
     if fix.cost:
-        parts.append(Text(f"      cost: {fix.cost}", style="dim"))
+        parts.append(_indented(Text(f"cost: {fix.cost}", style="dim"), 6))
     if show_snippet and fix.snippet:
-        parts.append(Syntax(fix.snippet.rstrip(), "python", theme="ansi_dark", padding=(0, 6),
-                            background_color="default", word_wrap=True))
+        parts.append(_indented(Syntax(fix.snippet.rstrip(), "python", theme="ansi_dark",
+                                      background_color="default", word_wrap=True), 6))
     return parts
 
 

@@ -88,11 +88,14 @@ def custom_op_schema(op: str) -> dict[str, Any] | None:
 def op_facts(op: str) -> dict[str, Any]:
     """Everything the fix proposals need to know about a failing op."""
     facts: dict[str, Any] = {"op": op}
+    if not op.startswith("aten::"):
+        # A custom op is in neither exporter's registry (that is the failure): skip the costly
+        # registry builds and read what the fixes need, its schema.
+        with contextlib.suppress(Exception):
+            facts["schema"] = custom_op_schema(op)
+        return facts
     with contextlib.suppress(Exception):
         facts["torchscript_opsets"] = torchscript_opsets(op)
     with contextlib.suppress(Exception):
         facts["dynamo_has_function"] = dynamo_has_function(op)
-    if not op.startswith("aten::"):
-        with contextlib.suppress(Exception):
-            facts["schema"] = custom_op_schema(op)
     return facts

@@ -1,0 +1,48 @@
+"""The `onnxdoctor` executable: a fast path for the table commands, typer for everything else.
+
+`codes`, `explain` and `--version` only read the code table; answering them before typer (which
+imports pydantic and rich's help machinery) keeps them near Python's own start-up time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _fast(argv: list[str]) -> int | None:
+    """Handle `--version`, `codes [--json]` and `explain CODE`; None means "not mine"."""
+    if argv == ["--version"]:
+        from onnxdoctor import __version__
+
+        print(f"onnxdoctor {__version__}")
+        return 0
+    if argv in (["codes"], ["codes", "--json"]) and not sys.stdout.isatty():
+        from onnxdoctor.render.codes import print_codes
+
+        print_codes(json_out=argv[-1] == "--json")
+        return 0
+    if len(argv) == 2 and argv[0] == "explain" and not argv[1].startswith("-") and not sys.stdout.isatty():
+        from onnxdoctor.codes import find_code, explanation
+
+        match = find_code(argv[1])
+        if match is None:
+            print(f"onnxdoctor: error: unknown code {argv[1]!r}; `onnxdoctor codes` lists them", file=sys.stderr)
+            return 2
+        sys.stdout.write(explanation(match.code))
+        return 0
+    return None
+
+
+def main() -> None:
+    """Console-script entry point."""
+    if os.environ.get("ONNXDOCTOR_DEBUG") != "1":
+        try:
+            code = _fast(sys.argv[1:])
+        except BrokenPipeError:
+            code = 0
+        if code is not None:
+            sys.exit(code)
+    from onnxdoctor.cli import main as typer_main
+
+    typer_main()
