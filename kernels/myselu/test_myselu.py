@@ -125,7 +125,7 @@ def test_both_kernels_on_one_session_options_are_refused() -> None:
 
     options = myselu_ort.session_options("native")
     options.register_custom_ops_library(myselu_ort.register_python_kernel())
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="MYSELU"):  # "Failed to add kernel for MYSELU mynamespace ..."
         ort.InferenceSession(
             myselu_ort.single_node_model().SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
