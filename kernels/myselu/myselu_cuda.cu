@@ -12,7 +12,9 @@
 
 #include <cstdint>
 
-namespace {
+// The math helpers live in a named namespace: nvcc warns about unused ones in an anonymous one,
+// and each expression uses only a few.
+namespace myselu_cuda_math {
 
 __device__ __forceinline__ float od_sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 __device__ __forceinline__ float od_exp(float v) { return expf(v); }
@@ -39,6 +41,12 @@ template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+}  // namespace myselu_cuda_math
+
+namespace {
+
+using namespace myselu_cuda_math;
 
 __device__ __forceinline__ float myselu_element(float x, float beta) {
   return x * od_sigmoid(beta * x);
