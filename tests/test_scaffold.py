@@ -166,3 +166,16 @@ def test_unknown_names_are_named_in_the_error() -> None:
         E.parse_expression("x * gamma", ["x"], ["beta"])
     with pytest.raises(UsageError, match="unknown function 'softmax'"):
         E.parse_expression("softmax(x)", ["x"], [])
+
+
+def test_scaffold_invocation_round_trips_through_the_cli(tmp_path: Path) -> None:
+    from onnxdoctor.scaffold import REFERENCE_PACKAGE, scaffold_invocation
+
+    assert (REPO / REFERENCE_PACKAGE / "myselu_ort_op.cc").is_file()
+    line = scaffold_invocation("MYGELU", "acme", ("x", "y"), {"beta": ("float", 1.0), "k": ("int", 2)}, "x * sigmoid(beta * y) + k")
+    assert line == "onnxdoctor scaffold MYGELU --namespace acme --expr 'x * sigmoid(beta * y) + k' --attr beta:float=1.0 --attr k:int=2 --inputs x,y"
+    import shlex
+
+    result = scaffold(*shlex.split(line)[2:], "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "scaffold MYGELU --namespace acme" in (tmp_path / "mygelu" / "README.md").read_text()
