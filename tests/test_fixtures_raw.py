@@ -271,3 +271,12 @@ def test_every_code_has_a_fixture_or_a_reason() -> None:
             assert f.code in {c.code for c in CODES}, f.code
         if not f.path.endswith("od101_does_not_exist.py"):
             assert (FIXTURES / f.path).exists() or (FIXTURES / f.path).is_symlink(), f.path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fx", [f for f in INDEX if f.code is None and f.path.endswith(".py")], ids=lambda f: f.path)
+def test_healthy_fixtures_pass_every_stage(fx: Fixture) -> None:
+    target = str(FIXTURES / fx.path) + (":make_small" if fx.path.endswith("form_named_factory.py") else "")
+    for rec in _observe(target, "both" if fx.exporters == "both" else "script"):
+        assert [s for s in rec["stages"] if s["status"] != "passed"] == [], rec.get("exporter")
+        assert rec["stages"][-1]["stage"].startswith("parity")
