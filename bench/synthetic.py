@@ -7,26 +7,33 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def synthetic_model(n_nodes: int, width: int = 16, subgraphs: int = 3) -> onnx.ModelProto:
-    """A valid opset-17 model with about `n_nodes` nodes (subgraph bodies included).
+def synthetic_model(n_nodes: int, width: int = 4, subgraphs: int = 3) -> onnx.ModelProto:
+    """A valid opset-17 model with `n_nodes` nodes, If bodies included.
 
-    The main chain alternates MatMul (with an initializer), Add, Relu and Tanh; every eighth step
-    branches into Sigmoid and merges back with Mul (net_drawer's worst case: many short edges);
-    `subgraphs` If nodes each hold a small body in both branches.
+    The main chain cycles MatMul and Add (each with its own small weight, as in a real network),
+    Relu and Tanh; every eighth step branches into Sigmoid and merges back with Mul, every 32nd
+    step adds a residual connection from 32 steps back, and `subgraphs` If nodes each hold a
+    two-node body in both branches.
     """
     rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), "W")
-    bias = numpy_helper.from_array(np.zeros(width, np.float32), "B")
-    cond = numpy_helper.from_array(np.array(True), "cond")
+    initializers: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
     current = "x"
+    history: list[str] = []
     step = 0
-    if_every = max(n_nodes // (subgraphs + 1), 1) if subgraphs else None
-    while len(nodes) < n_nodes:
+    body_nodes = 4
+    budget = n_nodes - 1  # the final Identity
+    if_at = {budget * (k + 1) // (subgraphs + 1) for k in range(subgraphs)} if subgraphs else set()
+    while True:
+        used = len(nodes) + body_nodes * sum(n.op_type == "If" for n in nodes)
+        if used >= budget:
+            break
         step += 1
         out = f"t{step}"
-        kind = step % 4
-        if if_every and step % if_every == 0 and sum(n.op_type == "If" for n in nodes) < subgraphs:
+        if any(used <= at < used + 2 for at in if_at) and budget - used > body_nodes:
+            if_at = {at for at in if_at if not used <= at < used + 2}
+            cond = f"cond{step}"
+            initializers.append(numpy_helper.from_array(np.array(True), cond))
             branches = []
             for side in ("then", "else"):
                 body = [
@@ -37,44 +44,48 @@ def synthetic_model(n_nodes: int, width: int = 16, subgraphs: int = 3) -> onnx.M
                         "Neg", [f"{side}{step}_a"], [f"{side}{step}_b"], name=f"{side}_neg_{step}"
                     ),
                 ]
-                branches.append(
-                    helper.make_graph(
-                        body,
-                        f"{side}_{step}",
-                        [],
-                        [
-                            helper.make_tensor_value_info(
-                                f"{side}{step}_b", TensorProto.FLOAT, [1, width]
-                            )
-                        ],
-                    )
+                result = helper.make_tensor_value_info(
+                    f"{side}{step}_b", TensorProto.FLOAT, [1, width]
                 )
+                branches.append(helper.make_graph(body, f"{side}_{step}", [], [result]))
             nodes.append(
                 helper.make_node(
                     "If",
-                    ["cond"],
+                    [cond],
                     [out],
                     name=f"if_{step}",
                     then_branch=branches[0],
                     else_branch=branches[1],
                 )
             )
-            nodes.extend([])  # bodies count below through their nodes
-            current = out
-            continue
-        if step % 8 == 0:
+        elif step % 32 == 0 and len(history) >= 32 and budget - used >= 1:
+            nodes.append(
+                helper.make_node("Add", [current, history[-32]], [out], name=f"residual_{step}")
+            )
+        elif step % 8 == 0 and budget - used >= 2:
             nodes.append(
                 helper.make_node("Sigmoid", [current], [f"s{step}"], name=f"sigmoid_{step}")
             )
             nodes.append(helper.make_node("Mul", [current, f"s{step}"], [out], name=f"mul_{step}"))
-        elif kind == 0:
-            nodes.append(helper.make_node("MatMul", [current, "W"], [out], name=f"matmul_{step}"))
-        elif kind == 1:
-            nodes.append(helper.make_node("Add", [current, "B"], [out], name=f"add_{step}"))
-        elif kind == 2:
+        elif step % 4 == 0:
+            weight = f"W{step}"
+            initializers.append(
+                numpy_helper.from_array(
+                    rng.standard_normal((width, width)).astype(np.float32), weight
+                )
+            )
+            nodes.append(
+                helper.make_node("MatMul", [current, weight], [out], name=f"matmul_{step}")
+            )
+        elif step % 4 == 1:
+            bias = f"B{step}"
+            initializers.append(numpy_helper.from_array(np.zeros(width, np.float32), bias))
+            nodes.append(helper.make_node("Add", [current, bias], [out], name=f"add_{step}"))
+        elif step % 4 == 2:
             nodes.append(helper.make_node("Relu", [current], [out], name=f"relu_{step}"))
         else:
             nodes.append(helper.make_node("Tanh", [current], [out], name=f"tanh_{step}"))
+        history.append(out)
         current = out
     nodes.append(helper.make_node("Identity", [current], ["y"], name="output"))
     graph = helper.make_graph(
@@ -82,6 +93,21 @@ def synthetic_model(n_nodes: int, width: int = 16, subgraphs: int = 3) -> onnx.M
         f"synthetic_{n_nodes}",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
-        [weight, bias, cond],
+        initializers,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def count_nodes(model: onnx.ModelProto) -> int:
+    """Nodes in the model, subgraph bodies included."""
+    total = 0
+    stack = [model.graph]
+    while stack:
+        graph = stack.pop()
+        total += len(graph.node)
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+    return total

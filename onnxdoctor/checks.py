@@ -300,8 +300,16 @@ class _Checker:
                     )
 
     def _opset_imports(self) -> None:
-        if not self.opsets and not self.nodes:
-            self._add("OD302", "the model imports no opset at all (opset_import is empty)", None)
+        if not self.model.opset_import and self.model.ir_version >= 3:
+            # One model-level finding, not one per node: nothing is imported at all.
+            self._add(
+                "OD399",
+                "the model has no opset_import at all; it must import the default ONNX domain "
+                "(opset_import: ai.onnx and the version it was built for)",
+                None,
+                evidence="model with IR version >= 3 must specify opset_import for ONNX",
+            )
+            return
         self._opset_versions()
         missing: dict[str, NodePath] = {}
         local_functions = {(safe_text(f.domain), safe_text(f.name)) for f in self.model.functions}
@@ -400,8 +408,8 @@ class _Checker:
         node = self.node_at[path]
         first = text.strip().splitlines()[0] if text.strip() else text
         code = _classify_checker_text(first)
-        if code == "OD302" and self._has("OD302", path):
-            return
+        if code == "OD302" and (self._has("OD302", path) or not self.model.opset_import):
+            return  # already reported, or covered by the one "no opset_import at all" finding
         if code == "OD302" and any(lf.finding.code == "OD302" for lf in self.found):
             # One OD302 per missing domain is already there (structural); mark the node anyway.
             domain = safe_text(node.domain)
@@ -446,7 +454,9 @@ class _Checker:
             path = self._resolve(match.group(2), match.group(3))
         if code == "OD306" and any(lf.finding.code == "OD306" for lf in self.found):
             return
-        if code == "OD302" and any(lf.finding.code == "OD302" for lf in self.found):
+        if code == "OD302" and (
+            any(lf.finding.code == "OD302" for lf in self.found) or not self.model.opset_import
+        ):
             return
         if any(
             lf.finding.evidence and lf.finding.evidence[0].startswith(self._clean(first))
@@ -508,7 +518,9 @@ class _Checker:
             detail = re.sub(r"^\[(?:Shape|Type)InferenceError\]\s*", "", detail.strip())
             detail = re.sub(r"^Inference error\(s\):\s*", "", detail)
             if "No opset import for domain" in detail:
-                if any(lf.finding.code == "OD302" for lf in self.found):
+                if not self.model.opset_import or any(
+                    lf.finding.code == "OD302" for lf in self.found
+                ):
                     continue
                 code = "OD302"
             else:

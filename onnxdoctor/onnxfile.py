@@ -71,7 +71,7 @@ def read_onnx(path: str | Path, *, load_external_data: bool = False) -> onnx.Mod
 
     The file must be a regular file (a FIFO or a device is refused without being opened for a
     blocking read) of 1 byte to 2 GiB, must parse as a ModelProto, and must look like a model
-    (an IR version, a graph, an opset import). Names that are not valid UTF-8 are replaced, the
+    (an IR version and a graph). Names that are not valid UTF-8 are replaced, the
     same way everywhere, by their backslash-escaped text so that every consumer gets `str`.
 
     Args:
@@ -178,14 +178,16 @@ def _require_regular(st: os.stat_result, shown: str) -> None:
 
 
 def _require_model_shape(model: onnx.ModelProto, shown: str) -> None:
-    """Refuse protobufs that parse as a ModelProto but are not one (GraphProto, NodeProto, ...)."""
+    """Refuse protobufs that parse as a ModelProto but are not one (GraphProto, NodeProto, ...).
+
+    A missing opset_import is not refused here: that is a real model with a defect, which the
+    CHECK stage reports (and IR versions below 3 have no opset_import at all).
+    """
     missing = []
     if model.ir_version <= 0:
         missing.append("no IR version")
     if not model.HasField("graph"):
         missing.append("no graph")
-    if not model.opset_import:
-        missing.append("no opset import")
     if missing:
         raise OnnxFileError(
             "OD110",

@@ -167,9 +167,20 @@ def test_undefined_input_is_OD306() -> None:
     assert "'zz'" in finding.message
 
 
-def test_missing_default_opset_import_is_OD302() -> None:
-    [finding] = check_model(_model([helper.make_node("Relu", ["x"], ["y"])], opsets=()))
-    assert finding.code == "OD302" and "default ONNX domain" in finding.message
+def test_no_opset_import_at_all_is_one_OD399() -> None:
+    model = _model(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])], opsets=()
+    )
+    [finding] = check_model(model)
+    assert finding.code == "OD399" and "no opset_import" in finding.message
+    assert finding.evidence == ("model with IR version >= 3 must specify opset_import for ONNX",)
+
+
+def test_default_domain_missing_beside_another_import_is_OD302() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], opsets=(("custom", 1),))
+    [finding] = check_model(model)
+    assert (finding.code, finding.node) == ("OD302", "r")
+    assert "default ONNX domain" in finding.message
 
 
 def test_unnamed_node_is_located_by_path() -> None:

@@ -86,6 +86,14 @@ def test_bare_graphproto_is_not_a_model(tmp_path: Path) -> None:
     assert info.value.code == "OD110"
 
 
+def test_model_without_opset_import_is_read_for_the_checker(tmp_path: Path) -> None:
+    model = _relu_model()
+    del model.opset_import[:]
+    path = tmp_path / "noopset.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert len(read_onnx(path).graph.node) == 1
+
+
 def test_directory_and_devices_are_refused_without_reading(tmp_path: Path) -> None:
     assert _code(tmp_path) == "OD110"
     link = tmp_path / "zero.onnx"
