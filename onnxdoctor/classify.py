@@ -109,6 +109,8 @@ def _classify_failure(
     if outcome.stage is Stage.CHECK and facts.get("findings"):
         found = [_from_record(r, base_dir) for r in facts["findings"]]
         return _blame_user_symbolic(found, by_stage) + found
+    if hint and outcome.stage is Stage.PARITY:
+        return [_parity_finding(str(hint), outcome, by_stage, evidence, base_dir)]
     if hint:
         code = str(hint)
         message = first_line(normalize_message(error.message if error else "", base_dir=base_dir)) or get_code(code).summary
@@ -203,6 +205,38 @@ def _classify_export(
     if facts.get("symbolic_frame") or _bad_symbolic(text, error):
         return make("OD205", first_line(normalize_message(error.message, base_dir=base_dir)))
     return []
+
+
+def _parity_finding(
+    code: str,
+    outcome: StageOutcome,
+    by_stage: dict[Stage, StageOutcome],
+    evidence: tuple[str, ...],
+    base_dir: str | None,
+) -> Finding:
+    """A parity finding located at the first diverging node when that could be found."""
+    facts = outcome.facts
+    message = outcome.error.message if outcome.error else get_code(code).summary
+    rows = [
+        f"output {r['index']}: torch {r['torch_dtype']}{r['torch_shape']} vs ort {r['ort_dtype']}{r['ort_shape']}"
+        + (f", max abs {r['max_abs_diff']:.3g}, max rel {r['max_rel_diff']:.3g}" if "max_abs_diff" in r else "")
+        for r in facts.get("outputs", [])
+    ]
+    op = node = None
+    diverging = facts.get("diverging")
+    if diverging:
+        op, node = diverging.get("op"), diverging.get("node")
+        message += (
+            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}): "
+            f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
+        )
+    load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
+    symbolics = (load.facts.get("custom_symbolics") if load else None) or {}
+    if not diverging and symbolics and export and export.facts.get("exporter") == "torchscript":
+        op = next(iter(symbolics)) if len(symbolics) == 1 else None
+        message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
+    return _finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
+                    node=node, evidence=tuple(rows) + evidence[:1])
 
 
 def _blame_user_symbolic(found: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:

@@ -143,7 +143,7 @@ def _diagnose(
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
         context = {"target": target, "outcomes": outcomes, "exporter": exporter, "options": options}
         findings = [with_fixes(f, context) for f in findings]
-        if options.fix and target.kind == "script":
+        if options.fix:
             findings = _verify(findings, target, options, workdir, progress, exporter)
         diagnoses.append(
             Diagnosis(
@@ -365,11 +365,15 @@ def _fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
     parity = next((o for o in outcomes if o.stage is Stage.PARITY and o.status is not Status.SKIPPED), None)
     max_abs = parity.facts.get("max_abs_diff") if parity else None
     max_rel = parity.facts.get("max_rel_diff") if parity else None
-    export = next((o for o in outcomes if o.stage is Stage.EXPORT and o.status is Status.PASSED), None)
-    artifact = export.facts.get("onnx_path") if export else None
-    if failed is None and not tool and reached is Stage.PARITY:
+    producer = next((o for o in outcomes if o.stage in (Stage.EXPORT, Stage.LOAD) and o.facts.get("onnx_path")
+                     and o.status is Status.PASSED), None)
+    artifact = producer.facts.get("onnx_path") if producer else None
+    final = Stage.PARITY if target.kind == "script" else Stage.ORT_RUN
+    if failed is None and not tool and reached is final:
         return FixCheck(reached=reached, status=Status.PASSED, max_abs_diff=max_abs, max_rel_diff=max_rel,
-                        seconds=seconds, detail="exports, loads, runs and matches PyTorch", artifact=artifact)
+                        seconds=seconds, artifact=artifact,
+                        detail="exports, loads, runs and matches PyTorch" if final is Stage.PARITY
+                        else "passes the checker, loads and runs in ONNX Runtime")
     findings = classify(outcomes, base_dir=str(target.path.parent)) + tool
     first = next((f for f in findings if f.severity is Severity.ERROR), None)
     detail = f"{first.code}: {first.message}" if first else "did not complete"

@@ -11,11 +11,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from onnxdoctor.fixes import aten_fallback, contrib_ops, custom_op, decompose, eval_mode, exporter, opset, runtime
+from onnxdoctor.fixes import (
+    aten_fallback,
+    contrib_ops,
+    custom_op,
+    decompose,
+    eval_mode,
+    exporter,
+    onnx_file,
+    opset,
+    runtime,
+)
 from onnxdoctor.fixes._context import FixContext
 from onnxdoctor.model import Finding, Fix
 
-FAMILIES = (eval_mode, decompose, custom_op, opset, contrib_ops, exporter, runtime, aten_fallback)
+FAMILIES = (eval_mode, decompose, custom_op, opset, onnx_file, contrib_ops, exporter, runtime, aten_fallback)
 
 __all__ = ["propose_fixes", "FAMILIES", "FixContext"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnxdoctor.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 
-CODES = ("OD402", "OD403", "OD404")
+CODES = ("OD402", "OD403")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -25,21 +25,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                 ),
                 applicability=Applicability.UNSAFE,
                 cost="lowering ir_version is only valid when no newer IR feature is used",
-            )
-        ]
-    if finding.code == "OD404" and ctx.target_kind == "onnx":
-        return [
-            Fix(
-                kind="version_converter",
-                title="Convert the model to an opset this ONNX Runtime supports",
-                snippet=(
-                    "import onnx\nfrom onnx import version_converter\n\n"
-                    "model = onnx.load('model.onnx')\n"
-                    "converted = version_converter.convert_version(model, 21)  # see `onnxdoctor env`\n"
-                    "onnx.save(converted, 'model-opset21.onnx')\n"
-                ),
-                applicability=Applicability.UNSAFE,
-                cost="the converter refuses models invalid at their own opset",
             )
         ]
     return []

@@ -98,7 +98,8 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
         line.append(label, style="yellow" if fix.recipe else "dim")
     elif check.works:
         figures = f", max abs diff {check.max_abs_diff:.2g}" if check.max_abs_diff is not None else ""
-        line.append(f"verified ✓ (parity{figures}, {check.seconds:.1f}s) ", style="green")
+        reached = check.reached.value if check.reached else "?"
+        line.append(f"verified ✓ ({reached}{figures}, {check.seconds:.1f}s) ", style="green")
     else:
         reached = check.reached.value if check.reached else "nothing"
         line.append(f"tried ✗ (reached {reached}) ", style="red")

@@ -203,8 +203,24 @@ class Runner:
             model = read_onnx(self.target, load_external_data=True)
         except OnnxFileError as exc:
             raise StageFailed(exc.message, exc.code) from None
+        transform = state["fix"].get("onnx_transform")
+        if transform:
+            from onnxdoctor.onnx_transforms import TransformError, apply_transform
+
+            try:
+                model = apply_transform(model, transform)
+            except TransformError as exc:
+                raise StageFailed(str(exc), "OD199") from None
+            path = self.workdir / f"fixed-{os.getpid()}-{time.monotonic_ns()}.onnx"
+            import onnx
+
+            onnx.save(model, str(path))
+            state["fixed_path"] = path
         state["onnx_model"] = model
-        return _model_facts(model)
+        facts = _model_facts(model)
+        if "fixed_path" in state:
+            facts["onnx_path"] = str(state["fixed_path"])
+        return facts
 
     # ---- EXPORT --------------------------------------------------------------------------
 
@@ -248,7 +264,7 @@ class Runner:
         state["exporter"] = facts["exporter"]
         try:
             with _quiet_torch_logs():
-                torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
+                state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -411,8 +427,34 @@ class Runner:
         )
         if report["code"]:
             facts = {k: v for k, v in report.items() if k not in ("code", "message")}
+            if report["code"] == "OD601" and state.get("onnx_program") is not None:
+                with contextlib.suppress(Exception):
+                    facts["diverging"] = self._first_diverging_value(state)
             raise StageFailed(report["message"], report["code"], **facts)
         return report
+
+    def _first_diverging_value(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Compare every intermediate value with PyTorch's (dynamo exports name values after FX nodes)."""
+        from torch.onnx import verification
+
+        loaded = state["loaded"]
+        with _quiet_torch_logs():
+            infos = verification.verify_onnx_program(
+                state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
+            )
+        producers = {out: node for node in state["onnx_model"].graph.node for out in node.output}
+        for info in infos:
+            if info.max_abs_diff > self.request.atol and info.max_rel_diff > self.request.rtol:
+                node = producers.get(info.name)
+                return {
+                    "value": info.name,
+                    "node": node.name if node is not None else None,
+                    "op": node.op_type if node is not None else None,
+                    "max_abs_diff": float(info.max_abs_diff),
+                    "max_rel_diff": float(info.max_rel_diff),
+                    "compared": len(infos),
+                }
+        return None
 
 
 # ---- helpers --------------------------------------------------------------------------------
