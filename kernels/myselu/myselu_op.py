@@ -6,7 +6,6 @@ Importing this module registers the op; call it as `torch.ops.mynamespace.myselu
 
 from __future__ import annotations
 
-import math  # noqa: F401  (used by expressions over attributes only)
 from typing import Any, Optional, Tuple
 
 import torch
@@ -18,21 +17,6 @@ INPUT_NAMES: Tuple[str, ...] = ("x",)
 ATTRIBUTE_DEFAULTS = {"beta": 1.0}
 EXPRESSION = 'x * sigmoid(beta * x)'
 MATH_IS_WRITTEN = True
-
-
-def _sigmoid(v: float) -> float:
-    """Scalar logistic function without overflow (for expressions over attributes only)."""
-    return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
-
-
-def _softplus(v: float) -> float:
-    """Scalar log(1 + e^v) without overflow."""
-    return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
-
-
-def _sign(v: float) -> float:
-    """Scalar sign, 0 at 0."""
-    return float((v > 0) - (v < 0))
 
 
 def myselu_reference(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:

@@ -16,7 +16,6 @@ defined twice in the domain): use one kernel per session.
 from __future__ import annotations
 
 import functools
-import math  # noqa: F401  (used by expressions over attributes only)
 import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -44,25 +43,9 @@ def native_library_path() -> Optional[Path]:
     return path if path.is_file() else None
 
 
-def _sigmoid(v: float) -> float:
-    return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
-
-
-def _softplus(v: float) -> float:
-    return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
-
-
-def _sign(v: float) -> float:
-    return float((v > 0) - (v < 0))
-
-
 def _np_sigmoid(v: np.ndarray) -> np.ndarray:
-    # The tanh form never overflows, so no warnings and no inf/inf for large |v|.
+    """Logistic function; the tanh form never overflows (no warnings, no inf/inf)."""
     return 0.5 * (1.0 + np.tanh(0.5 * v))
-
-
-def _np_erf(v: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[v.dtype])(v)
 
 
 def myselu_numpy(x: np.ndarray, beta: float = 1.0) -> np.ndarray:

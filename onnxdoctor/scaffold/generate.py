@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from dataclasses import dataclass
 from importlib import resources
@@ -344,10 +345,55 @@ def _fragments(spec: OpSpec) -> Dict[str, str]:
     f["cuda_c_params_bf16"] = ", ".join(f"const __nv_bfloat16* {n}" for n in ins)
     f["cuda_ctypes_attrs"] = "".join(f', ctypes.c_float(ATTRIBUTES["{a.name}"])' for a in attrs)
 
+    # Python helpers: only what the printed expressions call.
+    op_code = f["torch_body"] + "\n" + f.get("backward_lines", "")
+    f["py_helpers"], op_math = _helpers_for(op_code)
+    f["math_import"] = "import math\n" if op_math else ""
+    f["np_helpers"], np_math = _helpers_for(f["np_body"])
+    f["math_import_ort"] = "import math\n" if np_math else ""
+
     # tests
     f["test_attr_values"] = ", ".join(f'"{a.name}": {_test_value(a)}' for a in attrs)
     f["test_attr_types"] = ", ".join(f'"{a.name}": onnx.AttributeProto.{"FLOAT" if a.type == "float" else "INT"}' for a in attrs)
     return f
+
+
+# Helpers the printed Python may call; only those a package uses are written into it.
+_PY_HELPERS: Dict[str, str] = {
+    "_sigmoid": (
+        "def _sigmoid(v: float) -> float:\n"
+        '    """Scalar logistic function without overflow (expressions over attributes)."""\n'
+        "    return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))\n"
+    ),
+    "_softplus": (
+        "def _softplus(v: float) -> float:\n"
+        '    """Scalar log(1 + e^v) without overflow."""\n'
+        "    return max(v, 0.0) + math.log1p(math.exp(-abs(v)))\n"
+    ),
+    "_sign": (
+        "def _sign(v: float) -> float:\n"
+        '    """Scalar sign, 0 at 0."""\n'
+        "    return float((v > 0) - (v < 0))\n"
+    ),
+    "_np_sigmoid": (
+        "def _np_sigmoid(v: np.ndarray) -> np.ndarray:\n"
+        '    """Logistic function; the tanh form never overflows (no warnings, no inf/inf)."""\n'
+        "    return 0.5 * (1.0 + np.tanh(0.5 * v))\n"
+    ),
+    "_np_erf": (
+        "def _np_erf(v: np.ndarray) -> np.ndarray:\n"
+        '    """erf elementwise (numpy has none), keeping the dtype."""\n'
+        "    return np.vectorize(math.erf, otypes=[v.dtype])(v)\n"
+    ),
+}
+
+
+def _helpers_for(code: str) -> Tuple[str, bool]:
+    """The helper definitions `code` calls (each followed by two blank lines), and whether math is needed."""
+    used = [name for name in _PY_HELPERS if re.search(rf"(?<![\w.]){name}\(", code)]
+    text = "".join(_PY_HELPERS[name] + "\n\n" for name in used)
+    needs_math = "math." in code or any("math." in _PY_HELPERS[name] for name in used)
+    return text, needs_math
 
 
 def _test_value(attr: Attr) -> str:
@@ -355,7 +401,9 @@ def _test_value(attr: Attr) -> str:
     if attr.type == "int":
         return repr(int(attr.default) + 2)
     value = attr.default * 0.75 + 0.125 if attr.default != 0 else 0.625
-    return repr(float(value))
+    # A multiple of 1/64: exact in float32, so the ONNX attribute (always float32) equals the
+    # Python float the torch op gets, and double-precision comparisons stay tight.
+    return repr(round(value * 64) / 64)
 
 
 # ------------------------------------------------------------------------------------ render
