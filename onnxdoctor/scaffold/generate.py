@@ -253,7 +253,9 @@ def _fragments(spec: OpSpec) -> Dict[str, str]:
         f["backward_return"] = ", ".join(returns) + ("," if len(returns) == 1 else "")
         f["n_inputs"] = str(len(ins))
         f["autograd_section"] = _render_text("autograd.py.tmpl", f).rstrip("\n")
+        f["typing_import"] = "from typing import Any, Optional, Tuple"
     else:
+        f["typing_import"] = "from typing import Tuple"
         f["autograd_section"] = "# WRITE THE MATH: add an autograd formula (register_autograd) once the math exists."
 
     # TorchScript
