@@ -101,6 +101,7 @@ BAD_ARGS: List[List[str]] = [
     ["MYOP", "--attr", "beta:str=1"], ["MYOP", "--attr", "beta:float=abc"], ["MYOP", "--attr", "1beta:float=1"],
     ["MYOP", "--attr", "beta:float=nan"], ["MYOP", "--attr", "torch:float=1"],
     ["MYOP", "--inputs", "x,,y"], ["MYOP", "--inputs", "x,x"], ["MYOP", "--inputs", "od_x"],
+    ["MYSELU", "--attr", "gamma:float=2"],  # the reference math uses beta
 ]
 
 

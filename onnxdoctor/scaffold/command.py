@@ -55,6 +55,8 @@ def write_package(target: Path, files: Dict[str, str], force: bool, executable: 
     if target.is_dir() and any(target.iterdir()) and not force:
         raise RefusedWrite(f"{target} exists and has files; use --force to overwrite the package's files")
     parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        raise RefusedWrite(f"--out {parent} is not a folder")
     try:
         parent.mkdir(parents=True, exist_ok=True)
         # Render into a sibling temporary folder first, so a failure leaves nothing half-written.
