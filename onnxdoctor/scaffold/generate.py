@@ -151,7 +151,15 @@ def build_spec(
     if duplicates:
         raise UsageError(f"duplicate input/attribute name(s): {', '.join(duplicates)}")
     if expression is not None:
-        tree = E.parse_expression(expression, input_names, [a.name for a in attr_specs])
+        try:
+            tree = E.parse_expression(expression, input_names, [a.name for a in attr_specs])
+        except UsageError as exc:
+            if reference is None or "--expr" in given:
+                raise
+            raise UsageError(
+                f"{name}'s reference math {expression!r} needs input(s) {', '.join(reference[1])} and "
+                f"attribute(s) {', '.join(a[0] for a in reference[2])}; pass --expr for other math ({exc})"
+            ) from None
         expression = expression.strip()
     else:
         tree = E.Var(input_names[0], "input")
