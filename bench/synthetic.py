@@ -111,3 +111,103 @@ def count_nodes(model: onnx.ModelProto) -> int:
                     stack.append(attr.g)
                 stack.extend(attr.graphs)
     return total
+
+
+def example_model() -> onnx.ModelProto:
+    """A small exported-looking model with two problems, drawn for the README.
+
+    `/head/act/Gelu` is not in opset 17 (Gelu arrives in opset 20: OD301), and
+    `mynamespace::MYSELU` passes the checker but has no ONNX Runtime kernel (OD401 with --runtime).
+    """
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    then_body = helper.make_graph(
+        [
+            helper.make_node(
+                "Softmax", ["/head/act/Gelu_output_0"], ["probs"], name="/head/Softmax", axis=-1
+            )
+        ],
+        "then_branch",
+        [],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])],
+    )
+    else_body = helper.make_graph(
+        [
+            helper.make_node(
+                "Identity", ["/head/act/Gelu_output_0"], ["logits_out"], name="/head/Identity"
+            )
+        ],
+        "else_branch",
+        [],
+        [helper.make_tensor_value_info("logits_out", TensorProto.FLOAT, [1, 10])],
+    )
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["image", "conv.weight", "conv.bias"],
+            ["/features/conv/Conv_output_0"],
+            name="/features/conv/Conv",
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node(
+            "Relu",
+            ["/features/conv/Conv_output_0"],
+            ["/features/relu/Relu_output_0"],
+            name="/features/relu/Relu",
+        ),
+        helper.make_node(
+            "MYSELU",
+            ["/features/relu/Relu_output_0"],
+            ["/features/act/MYSELU_output_0"],
+            name="/features/act/MYSELU",
+            domain="mynamespace",
+        ),
+        helper.make_node(
+            "GlobalAveragePool",
+            ["/features/act/MYSELU_output_0"],
+            ["/pool/GlobalAveragePool_output_0"],
+            name="/pool/GlobalAveragePool",
+        ),
+        helper.make_node(
+            "Flatten", ["/pool/GlobalAveragePool_output_0"], ["/Flatten_output_0"], name="/Flatten"
+        ),
+        helper.make_node(
+            "Gemm",
+            ["/Flatten_output_0", "fc.weight", "fc.bias"],
+            ["/head/fc/Gemm_output_0"],
+            name="/head/fc/Gemm",
+            transB=1,
+        ),
+        helper.make_node(
+            "Gelu", ["/head/fc/Gemm_output_0"], ["/head/act/Gelu_output_0"], name="/head/act/Gelu"
+        ),
+        helper.make_node(
+            "If",
+            ["return_probs"],
+            ["output"],
+            name="/head/If",
+            then_branch=then_body,
+            else_branch=else_body,
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "main_graph",
+        [
+            helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 32, 32]),
+            helper.make_tensor_value_info("return_probs", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 10])],
+        [
+            weight("conv.weight", 8, 3, 3, 3),
+            weight("conv.bias", 8),
+            weight("fc.weight", 10, 8),
+            weight("fc.bias", 10),
+        ],
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mynamespace", 1)]
+    )

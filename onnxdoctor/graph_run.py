@@ -1,0 +1,457 @@
+"""The `graph` command's work: read, check, mark, draw, render, summarise; returns the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from onnxdoctor.errors import RefusedWrite, UsageError
+from onnxdoctor.model import Finding, Severity, Stage
+
+if TYPE_CHECKING:
+    import onnx
+
+    from onnxdoctor.checks import NodePath
+    from onnxdoctor.graph import Drawing, Mark
+
+FORMATS = ("svg", "png", "dot")
+INSTALL_HINT = (
+    "install Graphviz: `apt-get install graphviz` (Debian/Ubuntu), `brew install graphviz` "
+    "(macOS) or `conda install graphviz`"
+)
+# Findings listed in the summary; the rest are counted (diagnose --json has them all).
+SUMMARY_FINDINGS = 12
+
+
+@dataclass(frozen=True)
+class GraphRequest:
+    """Everything the command line asked for (see graph_cmd.graph_command for the meanings)."""
+
+    model: Path
+    formats: tuple[str, ...] = ()
+    output: Path | None = None
+    force: bool = False
+    tensors: bool = False
+    initializers: bool = False
+    rankdir: str = "TB"
+    check: bool = True
+    runtime: bool = False
+    custom_op_libraries: tuple[Path, ...] = ()
+    from_json: Path | None = None
+    focus: str | None = None
+    radius: int = 2
+    max_nodes: int = 5000
+    layout: str = "auto"
+    timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A finding and the node paths it is drawn on (empty: listed, not drawn)."""
+
+    finding: Finding
+    paths: tuple[NodePath, ...]
+
+
+def run_graph(request: GraphRequest, echo: Any = None) -> int:
+    """Draw the model as asked; print the written path and a one-screen summary.
+
+    Returns:
+        0 drawn with no error findings, 1 drawn with findings or Graphviz missing.
+
+    Raises:
+        UsageError: bad options, unreadable model, refused overwrite (exit code 2).
+    """
+    say = echo or typer.echo
+    started = time.perf_counter()
+    fmt, out = _output_path(request)
+    saved = _load_saved_findings(request.from_json) if request.from_json else []
+    for library in request.custom_op_libraries:
+        if not library.is_file():
+            raise UsageError(f"--custom-op-library {library}: no such file")
+
+    from onnxdoctor.checks import check_model_located, walk_nodes
+    from onnxdoctor.graph import (
+        DrawOptions,
+        GraphvizError,
+        GraphvizMissing,
+        build_drawing,
+        find_graphviz,
+        render,
+    )
+    from onnxdoctor.onnxfile import OnnxFileError, check_external_data, read_onnx
+
+    try:
+        model = read_onnx(request.model)
+    except OnnxFileError as exc:
+        raise UsageError(f"{exc.code}: {exc.message}") from None
+    model_dir = str(request.model.resolve().parent)
+    nodes = list(walk_nodes(model.graph))
+
+    placed: list[_Placed] = []
+    for problem in check_external_data(model, model_dir):
+        placed.append(
+            _Placed(Finding(problem.code, Stage.LOAD, Severity.ERROR, problem.message), ())
+        )
+    if request.check:
+        for located in check_model_located(model, model_dir=model_dir):
+            paths = (located.path,) if located.path is not None else ()
+            placed.append(_Placed(located.finding, paths))
+    notes: list[str] = []
+    if request.runtime:
+        runtime_findings, runtime_notes = _runtime_findings(request)
+        notes += runtime_notes
+        placed += [_Placed(f, _paths_for(f, nodes)) for f in runtime_findings]
+    placed += [_Placed(f, _paths_for(f, nodes)) for f in saved]
+    placed = _dedupe(placed)
+
+    marks: dict[NodePath, list[Mark]] = {}
+    from onnxdoctor.graph import Mark as MarkType
+
+    for item in placed:
+        for path in item.paths:
+            marks.setdefault(path, []).append(
+                MarkType(item.finding.code, item.finding.severity.value, item.finding.message)
+            )
+    options = DrawOptions(
+        tensors=request.tensors,
+        initializers=request.initializers,
+        rankdir=request.rankdir,
+        focus=request.focus,
+        radius=request.radius,
+        max_nodes=request.max_nodes,
+        layout=request.layout,
+    )
+    try:
+        drawing = build_drawing(model, marks, options, title=request.model.name)
+    except LookupError as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    notes = drawing.notes + notes
+
+    written: Path | None = None
+    tool_findings: list[Finding] = []
+    if fmt == "dot":
+        _write_text(out, drawing.dot_text)
+        written = out
+    else:
+        program = drawing.engine[0]
+        if find_graphviz(program) is None:
+            dot_out = out.with_suffix(".dot")
+            _refuse_overwrite(dot_out, request.force, request.model)
+            _write_text(dot_out, drawing.dot_text)
+            written = dot_out
+            render_cmd = " ".join(
+                (
+                    *drawing.engine,
+                    f"-T{fmt}",
+                    _shell_quote(dot_out.name),
+                    "-o",
+                    _shell_quote(out.name),
+                )
+            )
+            tool_findings.append(
+                Finding(
+                    "OD002",
+                    Stage.TOOL,
+                    Severity.ERROR,
+                    f"Graphviz `{program}` is not on PATH, so no {fmt.upper()} was drawn; "
+                    f"{INSTALL_HINT}. Wrote {dot_out}; render it later with `{render_cmd}`",
+                )
+            )
+        else:
+            try:
+                render(drawing, fmt, out, timeout=request.timeout)
+            except GraphvizMissing:  # vanished between the check and the run
+                raise UsageError(f"Graphviz `{program}` is not on PATH; {INSTALL_HINT}") from None
+            except GraphvizError as exc:
+                dot_out = out.with_suffix(".dot")
+                if request.force or not dot_out.exists():
+                    _write_text(dot_out, drawing.dot_text)
+                    raise UsageError(f"{exc} (the graph source is in {dot_out})") from None
+                raise UsageError(str(exc)) from None
+            written = out
+    seconds = time.perf_counter() - started
+    findings = [p.finding for p in placed] + tool_findings
+    _print_summary(
+        say, request, model, written, fmt, drawing, placed, tool_findings, notes, seconds
+    )
+    return 1 if any(f.severity is Severity.ERROR for f in findings) else 0
+
+
+# -- options and paths -------------------------------------------------------------------------
+
+
+def _output_path(request: GraphRequest) -> tuple[str, Path]:
+    """Validate the options that need no model, and pick (format, output path)."""
+    if request.rankdir.upper() not in ("TB", "LR"):
+        raise UsageError(f"--rankdir must be TB or LR, not {request.rankdir!r}")
+    if request.layout not in ("auto", "dot", "layered"):
+        raise UsageError(f"--layout must be auto, dot or layered, not {request.layout!r}")
+    if request.radius < 0:
+        raise UsageError("--radius must be 0 or more")
+    if request.max_nodes < 0:
+        raise UsageError("--max-nodes must be 0 (no limit) or more")
+    if request.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    if len(request.formats) > 1:
+        raise UsageError("choose one of --png, --svg, --dot")
+    suffix = request.output.suffix.lower().lstrip(".") if request.output else ""
+    if request.formats:
+        fmt = request.formats[0]
+    elif suffix in FORMATS:
+        fmt = suffix
+    elif request.output is not None:
+        raise UsageError(f"cannot tell the format from {request.output}: add --svg, --png or --dot")
+    else:
+        fmt = "svg"
+    model = request.model
+    if not os.path.lexists(model):
+        raise UsageError(f"OD101: {model} does not exist")
+    out = request.output if request.output is not None else model.with_suffix(f".{fmt}")
+    if out.is_dir():
+        raise UsageError(f"-o {out} is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+    _refuse_overwrite(out, request.force, model)
+    return fmt, out
+
+
+def _refuse_overwrite(out: Path, force: bool, model: Path) -> None:
+    try:
+        same = out.exists() and os.path.samefile(out, model)
+    except OSError:
+        same = False
+    if same:
+        raise RefusedWrite(f"{out} is the model itself; choose another output with -o")
+    if os.path.lexists(out) and not force:
+        raise RefusedWrite(f"{out} exists; use --force to overwrite it")
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+# -- findings from elsewhere -------------------------------------------------------------------
+
+
+def _load_saved_findings(path: Path) -> list[Finding]:
+    """Findings from a saved `diagnose --json` result (schema 1, DESIGN §4)."""
+    from onnxdoctor.codes import get_code
+
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"--from {path}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"--from {path}: cannot read it: {exc.strerror}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--from {path}: not JSON ({type(exc).__name__})") from None
+    runs = data if isinstance(data, list) else [data]
+    findings: list[Finding] = []
+    for run in runs:
+        if not isinstance(run, dict) or not isinstance(run.get("findings"), list):
+            raise UsageError(f"--from {path}: not a `diagnose --json` result (no findings list)")
+        for entry in run["findings"]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("code"), str):
+                continue
+            try:
+                known = get_code(entry["code"])
+            except KeyError:
+                continue  # a code from a newer onnxdoctor: nothing to say about it here
+            try:
+                stage = Stage(entry.get("stage") or known.stage.value)
+            except ValueError:
+                stage = known.stage
+            try:
+                severity = Severity(entry.get("severity") or known.severity.value)
+            except ValueError:
+                severity = known.severity
+            findings.append(
+                Finding(
+                    code=known.code,
+                    stage=stage,
+                    severity=severity,
+                    message=str(entry.get("message") or known.summary),
+                    op=entry["op"] if isinstance(entry.get("op"), str) else None,
+                    node=entry["node"] if isinstance(entry.get("node"), str) else None,
+                )
+            )
+    return findings
+
+
+def _runtime_findings(request: GraphRequest) -> tuple[list[Finding], list[str]]:
+    """Load the model in ONNX Runtime through the worker (the pipeline's ORT_LOAD stage)."""
+    from onnxdoctor.model import Status
+    from onnxdoctor.pipeline import DiagnoseOptions, diagnose
+
+    options = DiagnoseOptions(
+        custom_op_libraries=tuple(str(p) for p in request.custom_op_libraries),
+        fix=False,
+        timeout=max(request.timeout, 60.0),
+    )
+    diagnoses = diagnose(str(request.model), options)
+    findings: list[Finding] = []
+    notes: list[str] = []
+    for diagnosis in diagnoses:
+        findings += [f for f in diagnosis.findings if f.stage is not Stage.CHECK]
+        statuses = {s.stage: s.status for s in diagnosis.stages}
+        load = statuses.get(Stage.ORT_LOAD)
+        if load is Status.PASSED:
+            run = statuses.get(Stage.ORT_RUN)
+            notes.append(
+                "runtime: ONNX Runtime loaded the model"
+                + (" and ran it on generated inputs" if run is Status.PASSED else "")
+            )
+        elif load is Status.SKIPPED or load is None:
+            first = next(
+                (s for s in diagnosis.stages if s.status not in (Status.PASSED, Status.SKIPPED)),
+                None,
+            )
+            where = first.stage.value if first else "an earlier stage"
+            notes.append(f"runtime: ONNX Runtime was not tried: {where} failed first")
+    return findings, notes
+
+
+def _paths_for(
+    finding: Finding, nodes: Sequence[tuple[NodePath, onnx.NodeProto]]
+) -> tuple[NodePath, ...]:
+    """Nodes a finding names: by node name, else every node of its op (OD401 names only the op)."""
+    from onnxdoctor.checks import op_label
+    from onnxdoctor.onnxfile import safe_text
+
+    if finding.node:
+        by_name = tuple(p for p, n in nodes if safe_text(n.name) == finding.node)
+        if by_name:
+            return by_name
+    if finding.op and finding.stage in (Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN):
+        wanted = finding.op.removeprefix("ai.onnx::")
+        return tuple(p for p, n in nodes if op_label(n) == wanted)
+    return ()
+
+
+def _dedupe(placed: Iterable[_Placed]) -> list[_Placed]:
+    seen: set[tuple[str, str | None, str]] = set()
+    result = []
+    for item in placed:
+        key = (item.finding.code, item.finding.node, item.finding.message)
+        if key not in seen:
+            seen.add(key)
+            result.append(item)
+    return result
+
+
+# -- the summary -------------------------------------------------------------------------------
+
+
+def _print_summary(
+    say: Any,
+    request: GraphRequest,
+    model: onnx.ModelProto,
+    written: Path | None,
+    fmt: str,
+    drawing: Drawing,
+    placed: Sequence[_Placed],
+    tool_findings: Sequence[Finding],
+    notes: Sequence[str],
+    seconds: float,
+) -> None:
+    from onnxdoctor.checks import op_label, walk_nodes
+    from onnxdoctor.graph import describe_value
+    from onnxdoctor.onnxfile import safe_text
+
+    if written is not None:
+        if tool_findings and written.suffix == ".dot" and fmt != "dot":
+            layout = "Graphviz source only, see OD002 below"
+        elif drawing.layout == "dot":
+            layout = "Graphviz dot"
+        else:
+            layout = "layered layout, neato -n2"
+        say(
+            f"wrote {written} ({drawing.drawn_ops} of {drawing.total_ops} nodes, {layout}, "
+            f"{seconds:.1f} s)"
+        )
+    if fmt == "png" and drawing.drawn_ops > 1000:
+        say("  note: a PNG of this size is scaled down and hard to read; --svg zooms without loss")
+    for note in notes:
+        say(f"  {note}")
+    all_nodes = [n for _, n in walk_nodes(model.graph)]
+    in_bodies = len(all_nodes) - len(model.graph.node)
+    histogram = Counter(op_label(n) for n in all_nodes)
+    opsets = (
+        ", ".join(f"{safe_text(o.domain) or 'ai.onnx'} {o.version}" for o in model.opset_import)
+        or "none"
+    )
+    say(f"model: {request.model.name} · IR {model.ir_version} · opsets: {opsets}")
+    body_text = f" ({in_bodies} inside If/Loop/Scan bodies)" if in_bodies else ""
+    say(f"nodes: {len(all_nodes)}{body_text}")
+    if histogram:
+        top = histogram.most_common(10)
+        rest = len(histogram) - len(top)
+        ops = ", ".join(f"{op} {count}" for op, count in top)
+        say(f"ops: {ops}" + (f", … {rest} more op types" if rest > 0 else ""))
+    standard = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview.training"}
+    custom = Counter(safe_text(n.domain) for n in all_nodes if safe_text(n.domain) not in standard)
+    if custom:
+        say(
+            "custom domains: "
+            + ", ".join(f"{d} ({c} node{'s' if c != 1 else ''})" for d, c in custom.items())
+        )
+    initializers = {safe_text(t.name) for t in model.graph.initializer}
+    inputs = [describe_value(v) for v in model.graph.input if safe_text(v.name) not in initializers]
+    say("inputs: " + (", ".join(_cap(inputs)) or "none"))
+    say("outputs: " + (", ".join(_cap([describe_value(v) for v in model.graph.output])) or "none"))
+    findings = [p for p in placed] + [_Placed(f, ()) for f in tool_findings]
+    if not findings:
+        say("findings: none" + ("" if request.check else " (the checker was not run: --no-check)"))
+        return
+    errors = sum(1 for p in findings if p.finding.severity is Severity.ERROR)
+    warnings = len(findings) - errors
+    say(
+        f"findings: {errors} error(s), {warnings} warning(s); "
+        "marked nodes are red (errors) or orange (warnings)"
+    )
+    for item in findings[:SUMMARY_FINDINGS]:
+        shown = "" if item.paths or item.finding.node is None else " (not drawn: no such node)"
+        limit = 1000 if item.finding.stage is Stage.TOOL else 220  # install hints stay whole
+        message = _one_line(item.finding.message, limit)
+        say(f"  {item.finding.code} {item.finding.severity.value}: {message}{shown}")
+    if len(findings) > SUMMARY_FINDINGS:
+        say(
+            f"  … and {len(findings) - SUMMARY_FINDINGS} more; "
+            f"`onnxdoctor diagnose {request.model.name}` lists them all"
+        )
+
+
+def _cap(values: list[str], limit: int = 6) -> list[str]:
+    return values if len(values) <= limit else [*values[:limit], f"… {len(values) - limit} more"]
+
+
+def _one_line(text: str, limit: int = 220) -> str:
+    from onnxdoctor.graph import _visible
+
+    flat = _visible(" ".join(text.split()))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

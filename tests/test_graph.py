@@ -1,0 +1,304 @@
+"""`onnxdoctor graph`: writes the picture where asked, marks problems, focuses, cuts, explains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from graph_models import chain, if_model, model, save, svg_clusters, svg_node_fill, svg_nodes, value
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from onnxdoctor.cli import app
+
+runner = CliRunner()
+
+
+def _graph(*args: str | Path) -> CliRunner.invoke:  # type: ignore[valid-type]
+    return runner.invoke(app, ["graph", *[str(a) for a in args]])
+
+
+def test_svg_next_to_the_model_with_summary(tmp_path: Path) -> None:
+    path = save(chain(3), tmp_path / "m.onnx")
+    result = _graph(path)
+    assert result.exit_code == 0, result.output
+    svg = tmp_path / "m.svg"
+    assert result.stdout.startswith(f"wrote {svg} ")
+    nodes = svg_nodes(svg)
+    assert len(nodes) == 3 + 2  # three ops, the input and the output
+    assert ["Relu", "node1"] in nodes
+    assert "nodes: 3" in result.stdout and "ops: Relu 3" in result.stdout
+    assert "inputs: x: float32[2,3]" in result.stdout
+    assert "opsets: ai.onnx 17" in result.stdout
+    assert "findings: none" in result.stdout
+
+
+def test_never_overwrites_without_force(tmp_path: Path) -> None:
+    path = save(chain(2), tmp_path / "m.onnx")
+    out = tmp_path / "m.svg"
+    out.write_text("keep me")
+    result = _graph(path, "--svg")
+    assert result.exit_code == 2
+    assert "exists; use --force" in result.stderr
+    assert out.read_text() == "keep me"
+    assert _graph(path, "--svg", "--force").exit_code == 0
+    assert out.read_text().lstrip().startswith("<?xml")
+
+
+def test_output_may_not_be_the_model_itself(tmp_path: Path) -> None:
+    path = save(chain(2), tmp_path / "m.onnx")
+    before = path.read_bytes()
+    result = _graph(path, "--dot", "-o", path, "--force")
+    assert result.exit_code == 2 and "the model itself" in result.stderr
+    assert path.read_bytes() == before
+
+
+def test_png_and_dot_formats(tmp_path: Path) -> None:
+    path = save(chain(2), tmp_path / "m.onnx")
+    assert _graph(path, "--png").exit_code == 0
+    assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = tmp_path / "custom name.dot"
+    assert _graph(path, "-o", out).exit_code == 0  # the format follows the suffix
+    assert out.read_text().startswith("digraph")
+    result = _graph(path, "--png", "--svg")
+    assert result.exit_code == 2 and "choose one" in result.stderr
+
+
+def test_failing_node_is_red_with_its_code(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="fine"),
+        helper.make_node("Gelu", ["a"], ["y"], name="bad"),
+    ]
+    path = save(model(nodes, opsets=(("", 11),)), tmp_path / "m.onnx")
+    result = _graph(path)
+    assert result.exit_code == 1, result.output
+    svg = tmp_path / "m.svg"
+    assert ["Gelu", "bad", "OD301"] in svg_nodes(svg)
+    assert svg_node_fill(svg, "bad") == "#f8c9c9"
+    assert svg_node_fill(svg, "fine") == "#dbe9f6"
+    assert "OD301 error: node 'bad' (Gelu): Gelu is not in opset 11" in result.stdout
+
+
+def test_custom_domain_has_its_own_colour_and_is_listed(tmp_path: Path) -> None:
+    nodes = [helper.make_node("MYSELU", ["x"], ["y"], name="mine", domain="mynamespace")]
+    path = save(model(nodes, opsets=(("", 17), ("mynamespace", 1))), tmp_path / "m.onnx")
+    result = _graph(path)
+    assert result.exit_code == 0
+    assert ["mynamespace::MYSELU", "mine"] in svg_nodes(tmp_path / "m.svg")
+    assert svg_node_fill(tmp_path / "m.svg", "mine") not in (None, "#dbe9f6", "#f8c9c9")
+    assert "custom domains: mynamespace (1 node)" in result.stdout
+
+
+def test_subgraphs_are_clusters_and_inner_failures_are_marked_there(tmp_path: Path) -> None:
+    path = save(if_model(depth=2, bad_inner=True), tmp_path / "m.onnx")
+    result = _graph(path)
+    assert result.exit_code == 1, result.output
+    svg = tmp_path / "m.svg"
+    assert len(svg_clusters(svg)) == 4  # then/else of two nested Ifs
+    assert ["Gelu", "innermost", "OD301"] in svg_nodes(svg)
+    assert ["If", "if1"] in svg_nodes(svg)  # the If itself is not blamed for its body
+    assert "(4 inside If/Loop/Scan bodies)" in result.stdout
+
+
+def test_tensors_as_ellipses_and_initializers_on_request(tmp_path: Path) -> None:
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [2, 3], [0.0] * 6)
+    nodes = [
+        helper.make_node("Add", ["x", "W"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu"),
+    ]
+    path = save(model(nodes, initializers=[weight]), tmp_path / "m.onnx")
+    assert _graph(path).exit_code == 0
+    folded = svg_nodes(tmp_path / "m.svg")
+    assert len(folded) == 4 and not any("W" in n for n in folded)
+    assert _graph(path, "--tensors", "--initializers", "--force").exit_code == 0
+    drawn = svg_nodes(tmp_path / "m.svg")
+    assert ["a", "float32[2,3]"] in drawn  # the intermediate tensor is its own ellipse
+    assert ["W", "float32[2,3]"] in drawn
+    assert len(drawn) == 2 + 1 + 1 + 1 + 1  # ops, tensor a, input, output, weight
+
+
+def test_rankdir(tmp_path: Path) -> None:
+    path = save(chain(2), tmp_path / "m.onnx")
+    assert _graph(path, "--dot", "--rankdir", "LR").exit_code == 0
+    assert "rankdir=LR" in (tmp_path / "m.dot").read_text()
+    assert _graph(path, "--dot", "--rankdir", "XY", "--force").exit_code == 2
+
+
+def test_focus_draws_the_neighbourhood(tmp_path: Path) -> None:
+    path = save(chain(30), tmp_path / "m.onnx")
+    result = _graph(path, "--focus", "node15", "--radius", "2")
+    assert result.exit_code == 0, result.output
+    ops = [n for n in svg_nodes(tmp_path / "m.svg") if n and n[0] == "Relu"]
+    assert sorted(n[1] for n in ops) == ["node13", "node14", "node15", "node16", "node17"]
+    assert "focus: 5 of 30 nodes within 2 step(s) of 'node15'" in result.stdout
+    by_tensor = _graph(path, "--focus", "t15", "--radius", "0", "--force")
+    assert by_tensor.exit_code == 0
+    assert len([n for n in svg_nodes(tmp_path / "m.svg") if n[0] == "Relu"]) == 2
+
+
+def test_focus_on_an_unknown_name_suggests_close_ones(tmp_path: Path) -> None:
+    path = save(chain(5), tmp_path / "m.onnx")
+    result = _graph(path, "--focus", "node_3")
+    assert result.exit_code == 2
+    assert "no node or tensor named 'node_3'" in result.stderr and "'node3'" in result.stderr
+    assert not (tmp_path / "m.svg").exists()
+
+
+def test_max_nodes_says_what_was_cut_and_how_to_see_it(tmp_path: Path) -> None:
+    path = save(chain(50), tmp_path / "m.onnx")
+    result = _graph(path, "--max-nodes", "10")
+    assert result.exit_code == 0, result.output
+    nodes = svg_nodes(tmp_path / "m.svg")
+    assert len([n for n in nodes if n[0] == "Relu"]) == 10
+    assert ["… 40 more nodes not drawn", "--max-nodes 50 to draw them"] in nodes
+    assert "drew the first 10 of 50 nodes; 40 were cut from 'node10' (Relu) on" in result.stdout
+    assert "--max-nodes 50" in result.stdout and "--focus NODE" in result.stdout
+
+
+def test_max_nodes_reports_findings_on_cut_nodes(tmp_path: Path) -> None:
+    m = chain(20)
+    m.graph.node[15].op_type = "Gelu"
+    m.opset_import[0].version = 11
+    path = save(m, tmp_path / "m.onnx")
+    result = _graph(path, "--max-nodes", "10")
+    assert result.exit_code == 1
+    assert "1 node(s) with findings were cut: 'node15' (Gelu)" in result.stdout
+
+
+def test_from_saved_diagnosis_marks_named_nodes(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="r"),
+        helper.make_node("MYSELU", ["a"], ["y"], name="myselu_0", domain="mynamespace"),
+    ]
+    path = save(model(nodes, opsets=(("", 17), ("mynamespace", 1))), tmp_path / "m.onnx")
+    saved = {
+        "schema": 1,
+        "target": "m.onnx",
+        "stages": [],
+        "findings": [
+            {
+                "code": "OD401",
+                "stage": "ort_load",
+                "severity": "error",
+                "op": "mynamespace::MYSELU",
+                "node": "myselu_0",
+                "message": "ONNX Runtime has no kernel for mynamespace::MYSELU",
+            },
+            {
+                "code": "OD406",
+                "stage": "ort_load",
+                "severity": "warning",
+                "op": None,
+                "node": None,
+                "message": "the checker passed",
+            },
+            {"code": "OD777", "message": "from a newer onnxdoctor: ignored"},
+        ],
+    }
+    diagnosis = tmp_path / "diagnosis.json"
+    diagnosis.write_text(json.dumps(saved))
+    result = _graph(path, "--from", diagnosis)
+    assert result.exit_code == 1, result.output
+    assert ["mynamespace::MYSELU", "myselu_0", "OD401"] in svg_nodes(tmp_path / "m.svg")
+    assert "OD406 warning: the checker passed" in result.stdout
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"schema": 1}'])
+def test_from_rejects_what_is_not_a_diagnosis(tmp_path: Path, content: str) -> None:
+    path = save(chain(2), tmp_path / "m.onnx")
+    bad = tmp_path / "d.json"
+    bad.write_text(content)
+    result = _graph(path, "--from", bad)
+    assert result.exit_code == 2 and "--from" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_large_graph_uses_the_layered_layout(tmp_path: Path) -> None:
+    path = save(chain(900), tmp_path / "m.onnx")
+    result = _graph(path, "--max-nodes", "0")
+    assert result.exit_code == 0, result.output
+    assert "layered layout" in result.stdout
+    assert len(svg_nodes(tmp_path / "m.svg")) == 902
+
+
+def test_layered_layout_keeps_clusters_and_marks(tmp_path: Path) -> None:
+    path = save(if_model(depth=1, bad_inner=True), tmp_path / "m.onnx")
+    result = _graph(path, "--layout", "layered")
+    assert result.exit_code == 1 and "layered layout" in result.stdout
+    assert len(svg_clusters(tmp_path / "m.svg")) == 2
+    assert ["Gelu", "innermost", "OD301"] in svg_nodes(tmp_path / "m.svg")
+
+
+def test_drawing_does_not_need_external_weights_but_reports_them(tmp_path: Path) -> None:
+    weight = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[2, 3])
+    weight.data_location = TensorProto.EXTERNAL
+    for key, val in (("location", "../outside.bin"),):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, val
+    (tmp_path / "outside.bin").write_bytes(bytes(24))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    nodes = [helper.make_node("Add", ["x", "W"], ["y"], name="add")]
+    path = save(model(nodes, initializers=[weight]), folder / "m.onnx")
+    result = _graph(path)
+    assert result.exit_code == 1, result.output
+    assert (folder / "m.svg").exists()
+    assert "OD111 error: external data '../outside.bin' of tensor 'W' uses '..'" in result.stdout
+
+
+def test_zero_node_model_is_drawn(tmp_path: Path) -> None:
+    path = save(model([], outputs=[value("x")]), tmp_path / "m.onnx")
+    result = _graph(path)
+    assert result.exit_code == 0, result.output
+    assert "nodes: 0" in result.stdout
+    assert len(svg_nodes(tmp_path / "m.svg")) == 2
+
+
+def test_graph_help_imports_nothing_heavy() -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from onnxdoctor.cli import app\n"
+        "r = CliRunner().invoke(app, ['graph', '--help'])\n"
+        "assert r.exit_code == 0 and '--focus' in r.stdout, r.output\n"
+        "heavy = [m for m in ('torch', 'onnxruntime', 'onnx', 'pydot') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_default_max_nodes_is_one_number() -> None:
+    from onnxdoctor import graph, graph_cmd
+
+    assert graph_cmd.DEFAULT_MAX_NODES == graph.DEFAULT_MAX_NODES
+
+
+def test_unnamed_failing_node_is_still_marked(tmp_path: Path) -> None:
+    path = save(
+        model([helper.make_node("Gelu", ["x"], ["y"])], opsets=(("", 11),)), tmp_path / "m.onnx"
+    )
+    assert _graph(path).exit_code == 1
+    assert ["Gelu", "OD301"] in svg_nodes(tmp_path / "m.svg")
+
+
+def test_checker_can_be_skipped(tmp_path: Path) -> None:
+    path = save(
+        model([helper.make_node("Gelu", ["x"], ["y"], name="g")], opsets=(("", 11),)),
+        tmp_path / "m.onnx",
+    )
+    result = _graph(path, "--no-check")
+    assert result.exit_code == 0
+    assert ["Gelu", "g"] in svg_nodes(tmp_path / "m.svg")
+    assert "--no-check" in result.stdout
+
+
+def test_onnx_model_roundtrip_helper_is_valid() -> None:
+    onnx.checker.check_model(if_model(depth=3), full_check=True)
