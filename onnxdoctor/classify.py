@@ -92,6 +92,8 @@ def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> 
     for outcome in stages:
         if outcome.status in (Status.PASSED, Status.SKIPPED):
             continue
+        if outcome.status in (Status.CRASHED, Status.TIMED_OUT):
+            break  # the worker died: the supervisor's tool finding (OD901/OD902/OD903) says how
         findings.extend(_classify_failure(outcome, by_stage, base_dir))
         break
     findings.extend(_warnings(stages, base_dir))
@@ -326,14 +328,20 @@ def _classify_ort_load(
         found.append(_finding("OD404", Stage.ORT_LOAD,
                               f"opset {opset} is newer than this ONNX Runtime supports", opset=opset,
                               evidence=evidence))
+    if not found:
+        error = outcome.error
+        found.append(_finding(catch_all(Stage.ORT_LOAD), Stage.ORT_LOAD,
+                              first_line(normalize_message(error.message if error else "failed", base_dir=base_dir)),
+                              op=facts.get("op"), node=facts.get("node"), evidence=evidence))
     check = by_stage.get(Stage.CHECK)
     checker_too_old = check is not None and any(
         "higher than the checker's" in r.get("message", "") for r in check.facts.get("findings", [])
     )
     if check is not None and check.status is Status.PASSED and not checker_too_old:
-        code = found[0].code if found else catch_all(Stage.ORT_LOAD)
+        first = found[0]
         found.append(_finding("OD406", Stage.ORT_LOAD,
-                              f"onnx.checker passed this model, but ONNX Runtime refuses it ({code})"))
+                              f"onnx.checker passed this model, but ONNX Runtime refuses it ({first.code})",
+                              op=first.op, node=first.node, opset=first.opset))
     return found
 
 
@@ -406,6 +414,22 @@ def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]
                 "dynamic_shapes were requested but every input dimension of the exported model is static: "
                 "torch.export specialized them (the model only accepts the example shapes)",
                 evidence=tuple(w for w in export.warnings if "dynamic" in w.lower() or "special" in w.lower())[:2],
+            )
+        )
+    parity = by_stage.get(Stage.PARITY)
+    nones = load.facts.get("none_outputs", 0) if load else 0
+    if parity and parity.status is Status.PASSED and nones:
+        total = len(load.facts.get("outputs", [])) + nones
+        found.append(
+            replace(
+                _finding(
+                    "OD602",
+                    Stage.PARITY,
+                    f"PyTorch returns {total} outputs, {nones} of them None; the ONNX model has "
+                    f"{total - nones}: the exporter drops None outputs, so code that unpacks "
+                    f"{total} values from ONNX Runtime breaks",
+                ),
+                severity=Severity.WARNING,
             )
         )
     run = by_stage.get(Stage.ORT_RUN)

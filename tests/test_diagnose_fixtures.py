@@ -74,7 +74,8 @@ def test_headline_fixture_points_at_the_users_line() -> None:
     kinds = [fix.kind for fix in finding.fixes]
     assert kinds[:3] == ["decompose", "custom_op_dynamo", "custom_op_torchscript"]
     symbolic = next(f for f in finding.fixes if f.kind == "custom_op_torchscript").snippet
-    assert "g.op('mynamespace::MYSELU', x, beta_f=beta)" in symbolic or "beta_f" in symbolic
+    assert "g.op('mynamespace::MYSELU', x).setType(x.type())" in symbolic
+    assert "register_custom_op_symbolic('mynamespace::myselu', myselu_symbolic, 1)" in symbolic
     assert all(fix.verified is None for fix in finding.fixes)
 
 

@@ -193,7 +193,9 @@ class Runner:
                 **facts,
             ) from exc
         state["torch_outputs"] = _tensor_leaves(outputs)
+        state["torch_none_outputs"] = _none_leaves(outputs)
         facts["outputs"] = [_describe(t) for t in state["torch_outputs"]]
+        facts["none_outputs"] = state["torch_none_outputs"]
         return facts
 
     def _stage_onnx_load(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -738,6 +740,17 @@ def _tensor_leaves(value: Any) -> list[Any]:
 
     leaves, _ = pytree.tree_flatten(value)
     return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _none_leaves(value: Any) -> int:
+    """How many outputs PyTorch returns as None (exporters drop them from the graph)."""
+    if value is None:
+        return 0  # a bare None output is no output at all
+    if isinstance(value, (tuple, list)):
+        return sum(1 if item is None else _none_leaves(item) for item in value)
+    if isinstance(value, dict):
+        return sum(1 if item is None else _none_leaves(item) for item in value.values())
+    return 0
 
 
 def _describe(tensor: Any) -> dict[str, Any]:
