@@ -276,6 +276,7 @@ class Runner:
 
         state["onnx_path"] = path
         model = onnx.load(str(path), load_external_data=False)
+        state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(_model_facts(model))
         facts["onnx_path"] = str(path)
         if dynamo and settings.get("dynamic_shapes") is not None:
