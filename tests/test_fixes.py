@@ -112,3 +112,26 @@ def test_write_fix_writes_a_model_that_loads(path: str, tmp_path: Path) -> None:
     assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"}  # decomposed: standard ops only
     again = CliRunner().invoke(app, ["diagnose", str(FIXTURES / path), "--write-fix", str(out), "--quiet"])
     assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_onnx_file_op_missing_at_its_opset_gets_a_verified_opset_raise(tmp_path: Path) -> None:
+    diagnosis = diagnose(str(FIXTURES / "check/od301_gelu_opset11.onnx"), DiagnoseOptions(fix=True))[0]
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD301"
+    fix = next(f for f in finding.fixes if f.kind == "raise_opset")
+    assert fix.recipe["onnx_transform"] == {"kind": "set_opset", "opset": 20}  # Gelu appears at 20
+    assert fix.verified is True and fix.check is not None and fix.check.reached is Stage.ORT_RUN
+
+
+def test_onnx_file_opset_too_new_for_the_runtime_is_lowered_and_verified() -> None:
+    diagnosis = diagnose(str(FIXTURES / "ort_load/od404_opset_29.onnx"), DiagnoseOptions(fix=True))[0]
+    finding = next(f for f in diagnosis.findings if f.code == "OD404")
+    fix = next(f for f in finding.fixes if f.kind == "lower_opset")
+    assert fix.verified is True, fix.check
+
+
+def test_data_dependent_branch_fix_is_verified_but_marked_unsafe() -> None:
+    fixes = _fixes("export/od204_data_dependent_if.py")
+    exporter = fixes["exporter"]
+    assert exporter.verified is True, exporter.check
+    assert exporter.applicability.value == "unsafe" and "torch.cond" in exporter.cost

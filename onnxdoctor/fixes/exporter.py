@@ -16,12 +16,18 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     dynamo = other == "dynamo"
     cost = "the TorchScript exporter is deprecated (opsets 7-20)" if not dynamo else (
         "the dynamo exporter writes opset 18 or newer and needs torch.export to capture the model")
+    applicability = Applicability.SAFE
+    if finding.code == "OD204" and not dynamo:
+        # Tracing records only the branch the example input takes.
+        cost = ("TorchScript traces the branch the example input takes and bakes it in: other inputs "
+                "may need the other branch. Prefer rewriting the condition with torch.cond")
+        applicability = Applicability.UNSAFE
     return [
         Fix(
             kind="exporter",
             title=f"Use the {other} exporter (dynamo={dynamo})",
             snippet=f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo={dynamo})\n",
-            applicability=Applicability.SAFE,
+            applicability=applicability,
             cost=cost,
             recipe={"kind": "exporter", "exporter": other},
         )
