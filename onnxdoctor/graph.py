@@ -24,7 +24,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnxdoctor.checks import NodePath, op_label
 from onnxdoctor.onnxfile import safe_text
@@ -57,6 +57,7 @@ LABEL_CHARS = 48
 PNG_DPI = 72
 PNG_MAX_PIXELS = 12_000_000
 PNG_MAX_SIDE = 30_000  # cairo refuses surfaces above 32767 pixels a side
+PNG_SMALL_SIDE = 10_000  # pixels a side at most for a `dot` layout
 
 _DOMAIN_COLOURS = {
     "": "#dbe9f6",
@@ -295,7 +296,6 @@ def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
             _Item(new_id("i"), kind, [name, _type_text(value.type)], describe_value(value))
         )
         scope[name] = item.id
-    initializer_names = {safe_text(t.name) for t in main.initializer}
     for tensor in main.initializer:
         name = safe_text(tensor.name)
         if name in scope:  # an initializer also listed as an input (IR < 4): it is a weight
@@ -391,7 +391,6 @@ def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
         source = produced.get(name) or scope.get(name)
         if source:
             links.append(_Link(source, item.id, name))
-    del initializer_names
     return _Model(items, links, clusters, op_ids, tensor_info)
 
 
@@ -502,8 +501,8 @@ def build_drawing(
             "(SVG; Graphviz still copes), or --focus NODE --radius K for one region"
         )
         if marked_cut:
-            names = ", ".join(_item_name(i) for i in marked_cut[:5])
-            notes.append(f"{len(marked_cut)} node(s) with findings were cut: {names}")
+            listed = ", ".join(_item_name(i) for i in marked_cut[:5])
+            notes.append(f"{len(marked_cut)} node(s) with findings were cut: {listed}")
         more = _Item(
             "more",
             "more",
@@ -748,7 +747,8 @@ def _pydot_text(
         graph.set("remincross", "false")
     graph.set_node_defaults(**_NODE_DEFAULTS)
     graph.set_edge_defaults(**_EDGE_DEFAULTS)
-    subgraphs: dict[str, pydot.Cluster] = {}
+    # pydot's stubs type add_subgraph/Node/Edge more narrowly than pydot accepts.
+    subgraphs: dict[str, Any] = {}
     for cid, cluster in clusters.items():
         subgraphs[cid] = pydot.Cluster(
             cid.removeprefix("cluster_"),
@@ -762,9 +762,11 @@ def _pydot_text(
         (parent or graph).add_subgraph(subgraphs[cid])
     for element in elements:
         container = subgraphs.get(element.cluster) if element.cluster else None
-        (container or graph).add_node(pydot.Node(element.id, **element.attrs))
+        attrs: dict[str, Any] = dict(element.attrs)
+        (container or graph).add_node(pydot.Node(element.id, **attrs))
     for edge in edges:
-        graph.add_edge(pydot.Edge(edge.src, edge.dst, **edge.attrs))
+        edge_attrs: dict[str, Any] = dict(edge.attrs)
+        graph.add_edge(pydot.Edge(edge.src, edge.dst, **edge_attrs))
     return graph.to_string()
 
 
@@ -874,36 +876,57 @@ def _layered_text(
         for k, element in enumerate(row):
             slot[element.id] = float(k)
         by_layer[level] = row
-    row_width = {
-        lv: sum(e.width for e in row) + _X_GAP * max(len(row) - 1, 0)
+    # "Across" is the direction within a layer, "along" the direction of the flow.
+    lr = options.rankdir == "LR"
+
+    def across_size(e: _Element) -> float:
+        return e.height if lr else e.width
+
+    def along_size(e: _Element) -> float:
+        return e.width if lr else e.height
+
+    gap_across, gap_along = (0.2, 0.6) if lr else (_X_GAP, _Y_GAP)
+    span = {
+        lv: sum(across_size(e) for e in row) + gap_across * max(len(row) - 1, 0)
         for lv, row in by_layer.items()
     }
-    row_height = {lv: max(e.height for e in row) for lv, row in by_layer.items()}
-    typical_w = max(1.0, sorted(row_width.values())[len(row_width) // 2] if row_width else 1.0)
-    typical_h = (sum(row_height.values()) / len(row_height) if row_height else 0.5) + _Y_GAP
-    # Fold a long chain into columns so that the picture is roughly 16:10, not a 20,000-row strip.
-    if options.rankdir == "LR":
-        per_column = max(8, round(math.sqrt(n_layers * typical_w * 1.6 / typical_h)))
-    else:
-        per_column = max(8, round(math.sqrt(n_layers * typical_w / (1.6 * typical_h))))
-    columns = _fold(n_layers, per_column, _cluster_spans(elements, layer, clusters))
-    pos: dict[str, tuple[float, float]] = {}
-    across = 0.0  # inches along the fold direction
-    total_along = 0.0
-    for column in columns:
-        width = max((row_width.get(lv, 0.0) for lv in column), default=0.0)
+    depth = {lv: max(along_size(e) for e in row) for lv, row in by_layer.items()}
+    spans = _cluster_spans(elements, layer, clusters)
+
+    def extent(per_band: int) -> tuple[list[list[int]], float, float]:
+        """The bands for `per_band` layers each, and the picture's width and height (inches)."""
+        folded = _fold(n_layers, per_band, spans)
+        across = sum(max((span.get(lv, 0.0) for lv in b), default=0.0) + 1.2 for b in folded)
+        along = max(sum(depth.get(lv, 0.4) + gap_along for lv in b) for b in folded)
+        return folded, (along if lr else across), (across if lr else along)
+
+    # Fold a long chain into bands so that the picture is about 16:10, not a 20,000-layer strip.
+    low, high = 8, max(8, n_layers)
+    while low < high:
+        middle = (low + high) // 2
+        _, width, height = extent(middle)
+        # TB: longer bands make the picture narrower; LR: wider. Seek the first at 16:10.
+        if (width / height > 1.6) if not lr else (width / height < 1.6):
+            low = middle + 1
+        else:
+            high = middle
+    bands, _, _ = extent(low)
+    pos: dict[str, tuple[float, float]] = {}  # (across, along) centre, inches
+    across_total = 0.0
+    along_total = 0.0
+    for band in bands:
+        band_span = max((span.get(lv, 0.0) for lv in band), default=0.0)
         along = 0.0
-        for lv in column:
+        for lv in band:
             row = by_layer.get(lv, [])
-            start = across + (width - row_width.get(lv, 0.0)) / 2
-            height = row_height.get(lv, 0.4)
+            start = across_total + (band_span - span.get(lv, 0.0)) / 2
+            row_depth = depth.get(lv, 0.4)
             for element in row:
-                centre = start + element.width / 2
-                pos[element.id] = (centre, along + height / 2)
-                start += element.width + _X_GAP
-            along += height + _Y_GAP
-        total_along = max(total_along, along)
-        across += width + 1.2  # gap between columns
+                pos[element.id] = (start + across_size(element) / 2, along + row_depth / 2)
+                start += across_size(element) + gap_across
+            along += row_depth + gap_along
+        along_total = max(along_total, along)
+        across_total += band_span + 1.2  # gap between bands
     lines = ["digraph onnx {"]
     graph_attrs = _graph_defaults(options, title)
     graph_attrs.pop("rankdir")
@@ -914,20 +937,19 @@ def _layered_text(
     )
     lines.append("edge [" + " ".join(f"{k}={v}" for k, v in _EDGE_DEFAULTS.items()) + "];")
     points = 72.0
-    height_total = total_along
 
     def xy(element_id: str) -> tuple[float, float]:
         a, b = pos[element_id]
-        if options.rankdir == "LR":
-            return b * points, (across - a) * points
-        return a * points, (height_total - b) * points  # Graphviz's y axis points up
+        if lr:
+            return b * points, (across_total - a) * points
+        return a * points, (along_total - b) * points  # Graphviz's y axis points up
 
     members: dict[str, list[_Element]] = defaultdict(list)
     for element in elements:
-        cluster = element.cluster
-        while cluster:
-            members[cluster].append(element)
-            cluster = clusters[cluster].parent if cluster in clusters else None
+        owner = element.cluster
+        while owner:
+            members[owner].append(element)
+            owner = clusters[owner].parent if owner in clusters else None
     for cid, cluster in clusters.items():
         inside = members.get(cid)
         if not inside:
@@ -936,8 +958,6 @@ def _layered_text(
         for element in inside:
             x, y = xy(element.id)
             w, h = element.width * points / 2, element.height * points / 2
-            if options.rankdir == "LR":
-                w, h = h, w
             xs += [x - w, x + w]
             ys += [y - h, y + h]
         pad = 8.0
@@ -948,19 +968,14 @@ def _layered_text(
         )
     for element in elements:
         x, y = xy(element.id)
-        w, h = (element.width, element.height)
-        if options.rankdir == "LR":
-            pass
+        w, h = element.width, element.height
         attrs = " ".join(f"{k}={v}" for k, v in element.attrs.items())
         lines.append(f'{element.id} [{attrs} width={w:.2f} height={h:.2f} pos="{x:.1f},{y:.1f}"];')
     for edge in edges:
         attrs = " ".join(f"{k}={v}" for k, v in edge.attrs.items())
         lines.append(f"{edge.src} -> {edge.dst}" + (f" [{attrs}];" if attrs else ";"))
     lines.append("}")
-    if options.rankdir == "LR":
-        size = (total_along, across)
-    else:
-        size = (across, total_along)
+    size = (along_total, across_total) if lr else (across_total, along_total)
     return "\n".join(lines) + "\n", size
 
 
@@ -1021,15 +1036,18 @@ def render(drawing: Drawing, fmt: str, out: Path, *, timeout: float = 300.0) -> 
 
 
 def _png_size_flags(drawing: Drawing) -> list[str]:
-    """Cap a PNG at about 12 Mpixels: Graphviz scales the drawing down to fit `size`."""
-    if drawing.size_inches is not None:
-        width, height = drawing.size_inches
-    else:
-        width = height = math.sqrt(PNG_MAX_PIXELS) / PNG_DPI  # unknown until dot has laid it out
+    """Bound a PNG: Graphviz scales the drawing down to fit `size` (inches) at `dpi`.
+
+    The layered layout's size is known: scale it to about PNG_MAX_PIXELS at PNG_DPI. A `dot`
+    layout (at most DOT_LAYOUT_LIMIT nodes) is only known after layout: draw it sharper, at 96
+    dpi, and let `size` cap each side at PNG_SMALL_SIDE pixels.
+    """
+    if drawing.size_inches is None:
+        side = PNG_SMALL_SIDE / 96
+        return ["-Gdpi=96", f"-Gsize={side:.1f},{side:.1f}"]
+    width, height = drawing.size_inches
     area = max(width * height, 1e-6) * PNG_DPI * PNG_DPI
     scale = min(1.0, math.sqrt(PNG_MAX_PIXELS / area))
     w_in = min(width * scale, PNG_MAX_SIDE / PNG_DPI) + 0.5
     h_in = min(height * scale, PNG_MAX_SIDE / PNG_DPI) + 0.5
-    if drawing.size_inches is None:
-        w_in = h_in = PNG_MAX_SIDE / PNG_DPI / 3  # 10,000 px a side at most for dot layouts
     return [f"-Gdpi={PNG_DPI}", f"-Gsize={w_in:.1f},{h_in:.1f}"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,8 @@ INSTALL_HINT = (
     "install Graphviz: `apt-get install graphviz` (Debian/Ubuntu), `brew install graphviz` "
     "(macOS) or `conda install graphviz`"
 )
+# A saved diagnosis is a few kilobytes; refuse anything absurd before reading it.
+MAX_DIAGNOSIS_BYTES = 64 * 2**20
 # Findings listed in the summary; the rest are counted (diagnose --json has them all).
 SUMMARY_FINDINGS = 12
 
@@ -261,6 +264,11 @@ def _load_saved_findings(path: Path) -> list[Finding]:
     from onnxdoctor.codes import get_code
 
     try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read forever
+            raise UsageError(f"--from {path}: not a regular file")
+        if info.st_size > MAX_DIAGNOSIS_BYTES:
+            raise UsageError(f"--from {path}: {info.st_size} bytes is too large for a diagnosis")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"--from {path}: no such file") from None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import onnx
@@ -217,12 +219,30 @@ def test_from_rejects_what_is_not_a_diagnosis(tmp_path: Path, content: str) -> N
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_from_does_not_block_on_a_fifo(tmp_path: Path) -> None:
+    path = save(chain(2), tmp_path / "m.onnx")
+    fifo = tmp_path / "d.json"
+    os.mkfifo(fifo)
+    result = _graph(path, "--from", fifo)
+    assert result.exit_code == 2 and "not a regular file" in result.stderr
+
+
 def test_large_graph_uses_the_layered_layout(tmp_path: Path) -> None:
     path = save(chain(900), tmp_path / "m.onnx")
     result = _graph(path, "--max-nodes", "0")
     assert result.exit_code == 0, result.output
     assert "layered layout" in result.stdout
     assert len(svg_nodes(tmp_path / "m.svg")) == 902
+
+
+@pytest.mark.parametrize("rankdir", ["TB", "LR"])
+def test_layered_layout_folds_long_chains_into_a_wide_picture(tmp_path: Path, rankdir: str) -> None:
+    path = save(chain(400), tmp_path / "m.onnx")
+    result = _graph(path, "--layout", "layered", "--rankdir", rankdir)
+    assert result.exit_code == 0, result.output
+    root = ET.parse(tmp_path / "m.svg").getroot()
+    width, height = (float(root.get(k, "0").removesuffix("pt")) for k in ("width", "height"))
+    assert 1.0 < width / height < 3.0  # not a 400-box strip
 
 
 def test_layered_layout_keeps_clusters_and_marks(tmp_path: Path) -> None:
