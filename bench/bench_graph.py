@@ -164,6 +164,7 @@ def main() -> int:
                 out,
             )
         skip = naive_timed_out and not options.full
+        png_skipped = skip
         for fmt in ("svg", "png"):
             if skip:
                 naive[fmt] = None
@@ -176,10 +177,12 @@ def main() -> int:
                 naive_timed_out = True
                 if fmt == "svg":  # the PNG needs the same layout: it would time out as well
                     naive["png"] = None
+                    png_skipped = True
                     break
         row = (
             f"{size:>6} | {_fmt(ours['svg'], timeout):>9} {_fmt(ours['png'], timeout):>9} | "
-            f"{_fmt(naive['svg'], timeout, skip):>10} {_fmt(naive['png'], timeout, skip):>10} | "
+            f"{_fmt(naive['svg'], timeout, skip):>10} "
+            f"{_fmt(naive['png'], timeout, png_skipped):>10} | "
             f"{_ratio(naive['svg'], ours['svg'], timeout):>9} "
             f"{_ratio(naive['png'], ours['png'], timeout):>9}"
         )

@@ -47,7 +47,8 @@ __all__ = [
 
 # Ops drawn by default; beyond it the rest is cut with a note (see DrawOptions.max_nodes).
 DEFAULT_MAX_NODES = 5000
-# Above this many Graphviz nodes, `dot` layout gets too slow (measured): use the layered layout.
+# Above this many Graphviz nodes (or 3x as many edges), `dot` gets too slow (measured): above it,
+# the layered layout.
 DOT_LAYOUT_LIMIT = 800
 # Above this many ops, edges lose their tensor-name labels (they would only clutter).
 EDGE_LABEL_LIMIT = 300
@@ -546,7 +547,8 @@ def build_drawing(
     elements, edges = _elements(collected, options.tensors, labelled_edges)
     layout = options.layout
     if layout == "auto":
-        layout = "dot" if len(elements) <= DOT_LAYOUT_LIMIT else "layered"
+        small = len(elements) <= DOT_LAYOUT_LIMIT and len(edges) <= 3 * DOT_LAYOUT_LIMIT
+        layout = "dot" if small else "layered"
     if layout == "dot":
         text = _pydot_text(
             elements, edges, collected.clusters, options, title, quick=len(elements) > 300

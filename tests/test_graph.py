@@ -322,3 +322,20 @@ def test_checker_can_be_skipped(tmp_path: Path) -> None:
 
 def test_onnx_model_roundtrip_helper_is_valid() -> None:
     onnx.checker.check_model(if_model(depth=3), full_check=True)
+
+
+def test_runtime_marks_what_onnx_runtime_refuses(tmp_path: Path) -> None:
+    # The checker passes a custom domain it knows nothing about; only a session load refuses it.
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="r"),
+        helper.make_node("MYSELU", ["a"], ["y"], name="myselu_0", domain="mynamespace"),
+    ]
+    path = save(model(nodes, opsets=(("", 17), ("mynamespace", 1))), tmp_path / "m.onnx")
+    assert _graph(path).exit_code == 0
+    result = _graph(path, "--runtime", "--force")
+    assert result.exit_code == 1, result.output
+    [marked] = [n for n in svg_nodes(tmp_path / "m.svg") if "myselu_0" in n]
+    assert marked[0] == "mynamespace::MYSELU" and "OD401" in marked[2].split()
+    assert svg_node_fill(tmp_path / "m.svg", "myselu_0") == "#f8c9c9"
+    assert "OD401 error" in result.stdout
+    assert "torch" not in sys.modules and "onnxruntime" not in sys.modules
