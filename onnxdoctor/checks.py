@@ -463,6 +463,18 @@ class _Checker:
             for lf in self.found
         ):
             return  # the per-node check already located this error (maybe deeper in a subgraph)
+        if "is higher than the checker's" in first:
+            # The onnx library is older than the model: the checker cannot judge it, so this is
+            # a warning; only a runtime load can tell whether it is usable (OD403).
+            self._add(
+                "OD399",
+                f"the model's IR version {self.model.ir_version} is newer than this onnx checks "
+                f"({self._clean(first)}); a runtime load decides (--runtime, diagnose)",
+                None,
+                evidence=text,
+                severity=Severity.WARNING,
+            )
+            return
         if code == "OD306":
             message = f"the ONNX checker rejects the graph structure: {self._clean(first)}"
         elif "Field 'shape' of 'type' is required" in first:

@@ -230,3 +230,11 @@ def test_external_data_is_not_resolved_against_the_working_directory(
 def test_opset_newer_than_onnx_knows_is_a_warning() -> None:
     [finding] = check_model(_model([helper.make_node("Relu", ["x"], ["y"])], opsets=(("", 99),)))
     assert (finding.code, finding.severity) == ("OD399", Severity.WARNING)
+
+
+def test_ir_version_newer_than_the_checker_is_a_warning() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], opsets=(("", 17),))
+    model.ir_version = onnx.IR_VERSION + 1
+    [finding] = check_model(model)
+    assert (finding.code, finding.severity) == ("OD399", Severity.WARNING)
+    assert "is higher than the checker's" in finding.evidence[0]
