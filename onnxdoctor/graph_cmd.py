@@ -47,7 +47,10 @@ def graph_command(
         help="Also load the model in ONNX Runtime (worker subprocess); mark what it refuses.",
     ),
     custom_op_library: list[Path] = typer.Option(
-        [], "--custom-op-library", help="ONNX Runtime custom-op library for --runtime; repeatable."
+        [],
+        "--custom-op-library",
+        metavar="<path>",
+        help="ONNX Runtime custom-op library for --runtime; repeatable.",
     ),
     from_json: Path | None = typer.Option(
         None, "--from", help="Mark the nodes named in a saved `diagnose --json` result."
