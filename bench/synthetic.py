@@ -1,4 +1,10 @@
-"""Synthetic ONNX models for the graph benchmark: chains with branches, weights, a few If bodies."""
+"""Synthetic ONNX models for the graph benchmark and the README example (docs/graph-example.png).
+
+Regenerate the example:
+
+    python bench/synthetic.py model.onnx
+    onnxdoctor graph model.onnx --png -o docs/graph-example.png --force
+"""
 
 from __future__ import annotations
 
@@ -211,3 +217,13 @@ def example_model() -> onnx.ModelProto:
     return helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("mynamespace", 1)]
     )
+
+
+if __name__ == "__main__":
+    # python bench/synthetic.py OUT.onnx [N]: the README example, or a synthetic model of N nodes.
+    import sys
+
+    target = sys.argv[1] if len(sys.argv) > 1 else "model.onnx"
+    built = synthetic_model(int(sys.argv[2])) if len(sys.argv) > 2 else example_model()
+    with open(target, "wb") as handle:
+        handle.write(built.SerializeToString())
