@@ -174,6 +174,8 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
                 render(drawing, fmt, out, timeout=request.timeout)
             except GraphvizMissing:  # vanished between the check and the run
                 raise UsageError(f"Graphviz `{program}` is not on PATH; {INSTALL_HINT}") from None
+            except OSError as exc:  # e.g. the disk filled up while Graphviz wrote
+                raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
             except GraphvizError as exc:
                 dot_out = out.with_suffix(".dot")
                 if request.force or not dot_out.exists():
@@ -223,6 +225,8 @@ def _output_path(request: GraphRequest) -> tuple[str, Path]:
         raise UsageError(f"-o {out} is a directory; give a file name")
     if not out.parent.is_dir():
         raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {out}: folder {out.parent} is not writable")
     _refuse_overwrite(out, request.force, model)
     return fmt, out
 
