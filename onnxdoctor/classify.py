@@ -203,7 +203,13 @@ def _classify_export(
     if capture:
         if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
-        return make("OD204", _capture_message(text, base_dir, "torch.export could not capture the model"))
+        detail = _capture_message(text, base_dir, "")
+        if "data-dependent" in text:
+            message = ("torch.export cannot capture Python control flow or conversions on tensor values "
+                       "(if/while on a tensor, .item(), int(tensor))")
+        else:
+            message = "torch.export could not capture the model"
+        return make("OD204", message + (f": {detail}" if detail else ""))
     if facts.get("symbolic_frame") or _bad_symbolic(text, error):
         return make("OD205", first_line(normalize_message(error.message, base_dir=base_dir)))
     return []
@@ -283,9 +289,9 @@ def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
 
 def _capture_message(text: str, base_dir: str | None, default: str) -> str:
     for line in text.splitlines():
-        line = line.strip()
+        line = re.sub(r"^<class '[\w.]+'>: ", "", line.strip())
         if any(key in line for key in ("Could not guard", "data-dependent", "Constraints violated", "Unsupported")):
-            return normalize_message(line, base_dir=base_dir, limit=300)
+            return normalize_message(line, base_dir=base_dir, limit=200)
     return default
 
 
@@ -406,6 +412,19 @@ def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]
                     opset=int(written),
                 )
             )
+    frozen = [w for w in (export.warnings if export else ()) if "might cause the trace to be incorrect" in w]
+    if export and export.status is Status.PASSED and frozen:
+        found.append(
+            _finding(
+                "OD210",
+                Stage.EXPORT,
+                "the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
+                "recorded only what the example input did: other inputs can give wrong results "
+                "without any error",
+                source=_warning_source(frozen[0], base_dir),
+                evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
+            )
+        )
     if export and export.facts.get("dynamic_shapes_requested") and export.facts.get("symbolic_input_dims") == 0:
         found.append(
             _finding(
@@ -450,6 +469,13 @@ def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]
         for record in check.facts.get("findings", []):
             found.append(_from_record(record, base_dir))
     return found
+
+
+def _warning_source(text: str, base_dir: str | None) -> str | None:
+    match = re.search(r"([\w.\-/]+\.py):(\d+)", text)
+    if match and "site-packages" not in match.group(1):
+        return f"{match.group(1).rsplit('/', 1)[-1]}:{match.group(2)}"
+    return None
 
 
 def _from_record(record: dict[str, Any], base_dir: str | None) -> Finding:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -159,6 +160,9 @@ def env(json_out: bool = typer.Option(False, "--json", help="Machine-readable ou
 def main() -> None:
     """Entry point: known errors become one line and an exit code; tracebacks need ONNXDOCTOR_DEBUG=1."""
     debug = os.environ.get("ONNXDOCTOR_DEBUG") == "1"
+    # Turn SIGTERM/SIGHUP into SystemExit so `finally` blocks kill the worker group and clean up.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda number, _frame: sys.exit(128 + number))
     try:
         app(standalone_mode=True)
     except OnnxDoctorError as exc:

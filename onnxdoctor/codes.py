@@ -63,6 +63,7 @@ CODES: tuple[Code, ...] = (
     Code("OD207", "opset-substituted", X, W, "The exporter wrote a different opset than requested"),
     Code("OD208", "dynamic-shapes-invalid", X, E, "dynamic_shapes do not match what torch.export found"),
     Code("OD209", "opset-out-of-range", X, W, "The requested opset is outside what the exporter supports"),
+    Code("OD210", "traced-value-frozen", X, W, "The TorchScript tracer froze a data-dependent branch or value"),
     Code("OD299", "export-other", X, E, "Export failed for another reason"),
     # 3xx: check
     Code("OD301", "op-not-in-opset", C, E, "An ONNX op does not exist at the model's opset (No Op registered)"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import tempfile
@@ -71,17 +72,19 @@ def run_diagnose(
         raise UsageError(f"--exporter must be one of {', '.join(EXPORTERS)}, not {exporter!r}")
     if opset is not None and not 1 <= opset <= 100:
         raise UsageError(f"--opset {opset} is not an opset version")
-    if timeout <= 0:
-        raise UsageError("--timeout must be positive")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise UsageError("--timeout must be a positive number of seconds")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
-        if value < 0:
-            raise UsageError(f"{name} must not be negative")
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{name} must be a finite, non-negative number")
     for library in custom_op_libraries:
         if not library.is_file():
             raise UsageError(f"--custom-op-library {library}: no such file")
     for path, what in ((output, "--output"), (report, "--report")):
         if path is not None:
             check_writable(path, force=force, what=what)
+    if write_fix is not None and write_fix.exists() and not write_fix.is_dir():
+        raise UsageError(f"--write-fix {write_fix} is a file; give a folder")
     if write_fix is not None and write_fix.exists() and any(write_fix.iterdir()) and not force:
         raise RefusedWrite(f"--write-fix {write_fix} is not empty; pass --force to write into it")
     if output is not None and parsed.kind == "onnx":
@@ -99,13 +102,17 @@ def run_diagnose(
         all_fixes=all_fixes,
     )
     workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-"))
+    notes: list[str] = []  # outputs that could not be written; the diagnosis is still shown
     try:
         with _progress(enabled=not json_out and not quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
-        if output is not None:
-            _keep_output(diagnoses, output)
-        if write_fix is not None:
-            _write_fix(diagnoses, write_fix, force=force)
+        for wanted, write in ((output, lambda: _keep_output(diagnoses, output)),
+                              (write_fix, lambda: _write_fix(diagnoses, write_fix, force=force))):
+            if wanted is not None:
+                try:
+                    write()
+                except UsageError as exc:
+                    notes.append(str(exc))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -118,7 +125,10 @@ def run_diagnose(
 
         from onnxdoctor.render.console import plain_line, render_diagnoses
 
+        # Piped output is not wrapped: wrapped code snippets would not paste back as Python.
         console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=400)
         if quiet:
             for diagnosis in diagnoses:
                 for finding in diagnosis.findings:
@@ -130,7 +140,9 @@ def run_diagnose(
     if report is not None:
         from onnxdoctor.render.markdown import to_markdown
 
-        report.write_text(to_markdown(diagnoses), "utf-8")
+        report.write_text(to_markdown(diagnoses), "utf-8", errors="surrogateescape")
+    for note in notes:
+        print(f"onnxdoctor: {note}", file=sys.stderr)
     has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
     return 1 if has_errors else 0
 

@@ -15,8 +15,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 _ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
 # "…/reshape_helper.h:47 onnxruntime::ReshapeHelper::ReshapeHelper(const …&, bool) " before the words
-_CC_FUNCTION = re.compile(r"(?:[\w./\\-]+/)?[\w.-]+\.(?:cc|cpp|h|hpp|cu|c):\d+ [\w:~<>]+\((?:[^()]|\([^()]*\))*\)\s*")
-_CC_POS = re.compile(r"(?:[\w./\\-]+/)?([\w.-]+\.(?:cc|cpp|h|hpp|cu|c)):\d+(?::\d+)?")
+_CC_FUNCTION = re.compile(r"(?<![\w./\\-])(?:[\w./\\-]+/)?[\w.-]+\.(?:cc|cpp|h|hpp|cu|c):\d+ [\w:~<>]+\((?:[^()]|\([^()]*\))*\)\s*")
+_CC_POS = re.compile(r"(?<![\w./\\-])(?:[\w./\\-]+/)?([\w.-]+\.(?:cc|cpp|h|hpp|cu|c)):\d+(?::\d+)?")
 _TIMESTAMP = re.compile(
     r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b"
 )
@@ -35,6 +35,8 @@ def normalize_message(text: str, *, base_dir: str | None = None, limit: int = 40
         base_dir: the user's model folder; paths inside it are shown relative to it.
         limit: the maximum length kept (a marker is appended when cut).
     """
+    if len(text) > limit * 4:
+        text = text[: limit * 4]  # the regexes below are not linear on pathological input
     text = _ANSI.sub("", text)
     text = _GLOG_PREFIX.sub("", text)
     if base_dir:

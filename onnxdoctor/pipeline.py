@@ -138,6 +138,8 @@ def _diagnose(
     result = run_worker(request, timeout=options.timeout, cwd=_cwd(target), on_event=_progress_sink(progress))
     diagnoses: list[Diagnosis] = []
     for run_id, _fix in runs:
+        if run_id != "main" and not any(e.get("run") == run_id for e in result.events):
+            continue  # the main run never got past LOAD: there is no second run to report
         outcomes, tool_findings = outcomes_for_run(result, run_id, target, first_run=run_id == "main")
         findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
@@ -257,7 +259,10 @@ def outcomes_for_run(
             failed_before = failed_before or outcome.status is not Status.PASSED
         elif stage.value == interrupted and not failed_before:
             status = Status.TIMED_OUT if result.timed_out else Status.CRASHED
-            outcome = StageOutcome(stage=stage, status=status, seconds=0.0)
+            began = next((e.get("time") for e in reversed(result.events)
+                          if e.get("event") == "start" and e.get("stage") == stage.value and e.get("run") == run_id), None)
+            seconds = max(0.0, result.ended_at - began) if isinstance(began, (int, float)) else 0.0
+            outcome = StageOutcome(stage=stage, status=status, seconds=round(seconds, 3))
             failed_before = True
         else:
             outcome = StageOutcome(stage=stage, status=Status.SKIPPED)
@@ -303,9 +308,8 @@ def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
 
 
 def _stderr_excerpt(text: str) -> str:
-    text = normalize_message(text, limit=100000)
-    lines = [line for line in text.splitlines() if line.strip()]
-    return "\n".join(lines[-12:])[-2000:]
+    lines = [line for line in text.splitlines() if line.strip()][-12:]
+    return normalize_message("\n".join(lines)[-4000:], limit=2000)
 
 
 # ---- fix verification -------------------------------------------------------------------------
@@ -319,10 +323,25 @@ def _verify(
     progress: Callable[[str], None],
     exporter: str | None,
 ) -> list[Finding]:
-    """Re-run the pipeline with each candidate fix; in-process-safe ones share one worker."""
+    """Re-run the pipeline with each candidate fix; in-process-safe ones share one worker.
+
+    A recipe proposed by two findings (model.eval() answers OD601 and OD206) is run once.
+    """
     verified: list[Finding] = []
+    done: dict[str, FixCheck] = {}
     for finding in findings:
-        candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and finding.severity is Severity.ERROR]
+        if done:
+            finding = replace(finding, fixes=tuple(
+                replace(f, check=done.get(_recipe_key(f.recipe), f.check)) if f.recipe else f
+                for f in finding.fixes))
+        if exporter is not None:
+            # Fixes that do not choose an exporter are checked with the run's own exporter.
+            finding = replace(finding, fixes=tuple(
+                replace(f, recipe={**f.recipe, "exporter": exporter})
+                if f.recipe and "exporter" not in f.recipe and "onnx_transform" not in f.recipe else f
+                for f in finding.fixes))
+        candidates = [(i, fix) for i, fix in enumerate(finding.fixes)
+                      if fix.recipe and fix.check is None and finding.severity is Severity.ERROR]
         candidates = candidates[: options.max_fix_checks] if not options.all_fixes else candidates
         if not candidates:
             verified.append(finding)
@@ -339,7 +358,7 @@ def _verify(
                                 on_event=_progress_sink(progress))
             for position, (index, _fix) in enumerate(shared):
                 run_id = f"fix{position}"
-                if any(e.get("run") == run_id for e in result.events) or not result.finished:
+                if any(e.get("run") == run_id for e in result.events):
                     checks[index] = _fix_check(result, run_id, target)
                 # else: the worker stopped after an earlier fix worked; this one stays untried
         for index, fix in isolated:
@@ -351,8 +370,20 @@ def _verify(
                                 on_event=_progress_sink(progress))
             checks[index] = _fix_check(result, "main", target)
         fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
+        for index, check in checks.items():
+            done[_recipe_key(finding.fixes[index].recipe)] = check
         verified.append(replace(finding, fixes=fixes))
-    return verified
+    return [
+        replace(f, fixes=tuple(replace(x, check=done.get(_recipe_key(x.recipe), x.check)) if x.recipe else x
+                               for x in f.fixes))
+        for f in verified
+    ]
+
+
+def _recipe_key(recipe: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(recipe, sort_keys=True, default=str)
 
 
 def _fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
@@ -369,6 +400,12 @@ def _fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
                      and o.status is Status.PASSED), None)
     artifact = producer.facts.get("onnx_path") if producer else None
     final = Stage.PARITY if target.kind == "script" else Stage.ORT_RUN
+    frozen = [f for f in classify(outcomes) if f.code == "OD210"]
+    if failed is None and not tool and reached is final and frozen:
+        return FixCheck(reached=reached, status=Status.FAILED, max_abs_diff=max_abs, max_rel_diff=max_rel,
+                        seconds=seconds, artifact=artifact,
+                        detail="OD210: matches PyTorch on the example input only: the tracer froze a "
+                        "data-dependent branch or value (rewrite it with torch.where or torch.cond)")
     if failed is None and not tool and reached is final:
         return FixCheck(reached=reached, status=Status.PASSED, max_abs_diff=max_abs, max_rel_diff=max_rel,
                         seconds=seconds, artifact=artifact,

@@ -68,6 +68,7 @@ class WorkerResult:
 
     events: list[dict[str, Any]]
     returncode: int | None
+    ended_at: float  # wall-clock time.time() when the worker ended (or was killed)
     timed_out: bool
     seconds: float
     stdout: str = ""
@@ -143,6 +144,7 @@ def run_worker(
     finally:
         # Grandchildren the script started live in the same group: end them too.
         _kill_group(process.pid)
+        ended_at = time.time()
     out.join(2.0)
     err.join(2.0)
     events = list(read_events(request.events_path))
@@ -152,6 +154,7 @@ def run_worker(
     return WorkerResult(
         events=events,
         returncode=process.returncode,
+        ended_at=ended_at,
         timed_out=timed_out,
         seconds=time.monotonic() - started,
         stdout=out.text(),

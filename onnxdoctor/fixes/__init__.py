@@ -14,6 +14,7 @@ from typing import Any
 from onnxdoctor.fixes import (
     aten_fallback,
     contrib_ops,
+    control_flow,
     custom_op,
     decompose,
     eval_mode,
@@ -25,7 +26,7 @@ from onnxdoctor.fixes import (
 from onnxdoctor.fixes._context import FixContext
 from onnxdoctor.model import Finding, Fix
 
-FAMILIES = (eval_mode, decompose, custom_op, opset, onnx_file, contrib_ops, exporter, runtime, aten_fallback)
+FAMILIES = (eval_mode, control_flow, decompose, custom_op, opset, onnx_file, contrib_ops, exporter, runtime, aten_fallback)
 
 __all__ = ["propose_fixes", "FAMILIES", "FixContext"]
 

@@ -19,7 +19,14 @@ class OpArgument:
 
     @property
     def is_tensor(self) -> bool:
-        return self.type.startswith("Tensor")
+        return self.type in ("Tensor", "Tensor?")
+
+    @property
+    def supported(self) -> bool:
+        """Whether the generated mappings can carry this argument (tensor lists cannot)."""
+        # Lists and optional tensors have no attribute type in onnxruntime-extensions' kernels.
+        return self.type in ("Tensor", "float", "int", "bool", "str", "Scalar", "SymInt",
+                             "float?", "int?", "bool?", "str?", "Scalar?")
 
     @property
     def onnx_suffix(self) -> str:
@@ -49,10 +56,11 @@ class OpArgument:
                 "str": "str", "int[]": "Sequence[int]", "float[]": "Sequence[float]"}.get(base, "float")
 
     @property
-    def extensions_type(self) -> str:
+    def extensions_type(self) -> str | None:
+        """onnxruntime-extensions attribute type; None where it has none (lists)."""
         base = self.type.rstrip("?")
         return {"float": "dt_float", "Scalar": "dt_float", "int": "dt_int64", "SymInt": "dt_int64",
-                "bool": "dt_int64", "str": "dt_string"}.get(base, "dt_float")
+                "bool": "dt_int64", "str": "dt_string"}.get(base)
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD401":
         return _runtime_only(ctx)
     arguments = ctx.schema_arguments
-    if not arguments:
+    if not arguments or not all(a.supported for a in arguments) or not any(a.is_tensor for a in arguments):
         return [_unknown_schema(ctx)]
     kernel = kernel_snippet(ctx, arguments)
-    scaffold = f"onnxdoctor scaffold {ctx.onnx_op_type} --namespace {ctx.namespace}"
+    scaffold = scaffold_command(ctx, arguments)
     cost = (
         "needs a kernel for the custom domain in every runtime that loads the model; the Python "
         f"kernel here proves the wiring (about 100 ns/element); `{scaffold}` writes native CPU "
-        "and CUDA kernels (see kernels/myselu/)"
+        "and CUDA kernels (the reference MYSELU package is kernels/myselu/ in the onnxdoctor repository)"
     )
     dynamo_code = dynamo_snippet(ctx, arguments)
     torchscript_code = torchscript_snippet(ctx, arguments)
@@ -81,8 +81,21 @@ def notes(finding: Finding, ctx: FixContext) -> list[str]:
         "(dynamo=False); the default dynamo exporter needs `custom_translation_table` or "
         "`torch.onnx.ops.symbolic`.",
         "Downgrading torch does not help: no torch version exports an op it has no mapping for.",
-        "`enable_onnx_checker` and `export_raw_ir` no longer exist in torch.onnx.export.",
     ]
+
+
+def scaffold_command(ctx: FixContext, arguments: list[OpArgument]) -> str:
+    """The `onnxdoctor scaffold` line for this op's own signature (inputs and attributes)."""
+    from onnxdoctor.scaffold import scaffold_invocation
+
+    inputs = tuple(a.name for a in arguments if a.is_tensor) or ("x",)
+    attrs = {
+        a.name: ("int" if a.onnx_suffix == "i" else "float", a.default if a.has_default else 0)
+        for a in arguments
+        if not a.is_tensor and a.onnx_suffix in ("f", "i")
+    }
+    command = scaffold_invocation(ctx.onnx_op_type, ctx.namespace, inputs, attrs or None, None)
+    return command + " --expr '<your op's math>'"
 
 
 def _python_signature(arguments: list[OpArgument]) -> str:
@@ -115,9 +128,17 @@ def dynamo_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
         f"def {function}({_python_signature(arguments)}) -> {returns}:\n"
         f"    # Full annotations, return type included: without them the export fails with\n"
         f"    # \"The number of values and replacements must match\".\n"
-        f"    return {ctx.namespace}.{ctx.onnx_op_type}({call})\n\n\n"
+        + _dynamo_body(ctx, call) +
+        "\n\n"
         f"custom_translation_table = {{torch.ops.{ctx.namespace}.{ctx.op_name}.default: {function}}}\n"
     )
+
+
+def _dynamo_body(ctx: FixContext, call: str) -> str:
+    if ctx.n_outputs == 1:
+        return f"    return {ctx.namespace}.{ctx.onnx_op_type}({call})\n"
+    names = ", ".join(f"out{i}" for i in range(ctx.n_outputs))
+    return f"    {names} = {ctx.namespace}.{ctx.onnx_op_type}({call})\n    return {names}\n"
 
 
 def torchscript_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
@@ -143,14 +164,19 @@ def torchscript_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
 def kernel_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
     """An onnxruntime-extensions Python kernel that calls the op's PyTorch implementation."""
     tensors = [a for a in arguments if a.is_tensor]
-    attributes = [a for a in arguments if not a.is_tensor]
+    attributes = [a for a in arguments if not a.is_tensor and a.extensions_type]
     attrs = ", ".join(f"{a.name!r}: PyCustomOpDef.{a.extensions_type}" for a in attributes)
     reads = "".join(
         f"    {a.name} = {a.python_annotation if a.python_annotation in ('float', 'int', 'str') else 'float'}"
         f"(attrs.get({a.name!r}, {a.default!r}))\n"
         for a in attributes
     )
-    call = ", ".join([f"torch.from_numpy(np.asarray({t.name}))" for t in tensors] + [a.name for a in attributes])
+    # The op is called with its arguments in schema order (tensors and attributes interleaved).
+    call = ", ".join(
+        f"torch.from_numpy(np.asarray({a.name}))" if a.is_tensor else a.name
+        for a in arguments
+        if a.is_tensor or a.extensions_type
+    )
     inputs = ", ".join(["PyCustomOpDef.dt_float"] * len(tensors))
     outputs = ", ".join(["PyCustomOpDef.dt_float"] * ctx.n_outputs)
     result = "result.numpy()" if ctx.n_outputs == 1 else "tuple(r.numpy() for r in result)"
@@ -166,6 +192,7 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
         f"{reads}"
         f"    result = torch.ops.{ctx.namespace}.{ctx.op_name}({call})\n"
         f"    return {result}\n\n\n"
+        f"# torch.ops.{ctx.namespace}.{ctx.op_name} must exist in this process: import the module that defines it.\n"
         "# In ONNX Runtime: options = onnxruntime.SessionOptions()\n"
         "#                  options.register_custom_ops_library(get_library_path())\n"
     )

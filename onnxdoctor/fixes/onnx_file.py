@@ -21,11 +21,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                 title=f"Raise the model's opset import to {since}, where {finding.op} exists",
                 snippet=(
                     "import onnx\n\n"
-                    "model = onnx.load('model.onnx')\n"
+                    f"model = onnx.load({ctx.target_name!r})\n"
                     "for entry in model.opset_import:\n"
                     "    if entry.domain in ('', 'ai.onnx'):\n"
                     f"        entry.version = {since}  # {finding.op} appears at opset {since}\n"
-                    f"onnx.save(model, 'model-opset{since}.onnx')\n"
+                    f"onnx.save(model, {_renamed(ctx.target_name, since)!r})\n"
                     "# Safe only because no other op of this model changes definition in between\n"
                     "# (onnxdoctor checked the schemas); otherwise re-export at the higher opset.\n"
                 ),
@@ -44,14 +44,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                 title=f"Lower the model's opset import to {target}",
                 snippet=(
                     "import onnx\nfrom onnx import version_converter\n\n"
-                    "model = onnx.load('model.onnx')\n"
+                    f"model = onnx.load({ctx.target_name!r})\n"
                     f"# When no op of the model changes between opset {target} and {finding.opset}, the import\n"
                     "# alone can change (onnxdoctor checked the schemas); otherwise convert:\n"
                     f"# model = version_converter.convert_version(model, {target})\n"
                     "for entry in model.opset_import:\n"
                     "    if entry.domain in ('', 'ai.onnx'):\n"
                     f"        entry.version = {target}\n"
-                    f"onnx.save(model, 'model-opset{target}.onnx')\n"
+                    f"onnx.save(model, {_renamed(ctx.target_name, target)!r})\n"
                 ),
                 applicability=Applicability.UNSAFE,
                 cost=f"valid only while no op of the model changes between opsets {target} and {finding.opset}",
@@ -60,6 +60,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             )
         ]
     return []
+
+
+def _renamed(name: str, opset: int) -> str:
+    stem = name[:-5] if name.endswith(".onnx") else name
+    return f"{stem}-opset{opset}.onnx"
 
 
 def _since_version(op_type: str) -> int | None:

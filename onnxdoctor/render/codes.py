@@ -30,8 +30,9 @@ def print_codes(json_out: bool) -> None:
     from rich.table import Table
 
     table = Table(show_header=True, header_style="bold", box=None)
-    for column in ("code", "slug", "stage", "severity", "summary"):
-        table.add_column(column)
+    for column in ("code", "slug", "stage", "severity"):
+        table.add_column(column, no_wrap=True)  # codes and slugs are identifiers: never cut
+    table.add_column("summary")
     for row in codes_as_dicts():
         table.add_row(row["code"], row["slug"], row["stage"], row["severity"], row["summary"])
     Console().print(table)

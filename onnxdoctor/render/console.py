@@ -34,8 +34,12 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = Fa
         console.print(Text.assemble(("onnxdoctor diagnose ", "bold"), (diagnosis.target, "bold cyan"), exporter))
         console.print(_ladder(diagnosis))
     if not diagnosis.findings:
-        console.print(Text("healthy: exports, passes the checker, loads and runs in ONNX Runtime, "
-                           "and matches PyTorch", style="green"))
+        if diagnosis.exporter is None:
+            verdict = "healthy: passes the checker, loads and runs in ONNX Runtime"
+        else:
+            verdict = ("healthy: exports, passes the checker, loads and runs in ONNX Runtime, "
+                       "and matches PyTorch")
+        console.print(Text(verdict, style="green"))
         return
     for finding in diagnosis.findings:
         console.print()
@@ -83,7 +87,7 @@ def _finding(finding: Finding, *, verbose: bool) -> Group:
     if finding.fixes:
         parts.append(_indented(Text("fixes:", style="bold"), 2))
         for number, fix in enumerate(finding.fixes, 1):
-            parts.extend(_fix(number, fix, show_snippet=verbose or number == 1))
+            parts.extend(_fix(number, fix, show_snippet=verbose or number == 1 or bool(fix.verified)))
     for note in finding.notes:
         parts.append(_indented(Text("note: " + note, style="yellow"), 2))
     parts.append(_indented(Text(f"more: onnxdoctor explain {finding.code}", style="dim"), 2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from onnxdoctor import __version__
@@ -61,13 +62,31 @@ def diagnosis_dict(diagnosis: Diagnosis) -> dict[str, Any]:
 
 
 def to_json(diagnoses: tuple[Diagnosis, ...]) -> str:
-    """Schema 1: the first run's keys at top level; `runs` holds every run (one per exporter)."""
+    """Schema 1. `runs` holds every run (one per exporter); the top level sums them up: `healthy`
+    only when every run is, `findings` from every run (each with its `exporter`), `stages` and
+    `exporter` of the first run."""
     first = diagnoses[0]
+    findings = [
+        {**finding_dict(f), "exporter": d.exporter} for d in diagnoses for f in d.findings
+    ]
     document: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "tool_version": __version__,
         **diagnosis_dict(first),
+        "healthy": all(d.healthy for d in diagnoses),
+        "findings": findings,
         "versions": first.versions,
         "runs": [diagnosis_dict(d) for d in diagnoses],
     }
-    return json.dumps(document, indent=2, default=str)
+    return json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities are not JSON: they become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from onnxdoctor.worker.run import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A script's non-daemon threads or blocking atexit hooks must not keep the worker alive.
+    os._exit(code)

@@ -39,6 +39,8 @@ class LoadedModel:
     kwargs: dict[str, Any]
     settings: dict[str, Any] = field(default_factory=dict)
     factory: str = ""
+    # The script's globals: fix snippets run with them, as they would in the user's script.
+    namespace: dict[str, Any] = field(default_factory=dict)
 
 
 def load_script(path: Path, factory: str | None) -> LoadedModel:
@@ -55,6 +57,12 @@ def load_script(path: Path, factory: str | None) -> LoadedModel:
     namespace = runpy.run_path(str(path), run_name="__onnxdoctor__")
     settings = {name: namespace[name] for name in SETTING_NAMES if name in namespace}
 
+    loaded = _build(path, namespace, settings, factory)
+    loaded.namespace = namespace
+    return loaded
+
+
+def _build(path: Path, namespace: dict[str, Any], settings: dict[str, Any], factory: str | None) -> LoadedModel:
     if factory is not None:
         if factory not in namespace:
             raise ProtocolError(

@@ -70,7 +70,7 @@ def custom_op_schema(op: str) -> dict[str, Any] | None:
     schema = overload._schema
     arguments = []
     for argument in schema.arguments:
-        entry: dict[str, Any] = {"name": argument.name, "type": str(argument.type)}
+        entry: dict[str, Any] = {"name": argument.name, "type": _schema_type(argument.type)}
         if argument.has_default_value():
             default = argument.default_value
             entry["default"] = default if isinstance(default, (int, float, bool, str)) or default is None else repr(default)
@@ -78,11 +78,23 @@ def custom_op_schema(op: str) -> dict[str, Any] | None:
     return {
         "schema": str(schema),
         "arguments": arguments,
-        "returns": [str(r.type) for r in schema.returns],
+        "returns": [_schema_type(r.type) for r in schema.returns],
         "python_impl": op in custom_ops.OPDEFS,
         "python_impl_name": getattr(getattr(custom_ops.OPDEFS.get(op), "_init_fn", None), "__name__", None),
         "has_fake": op in custom_ops.OPDEFS and custom_ops.OPDEFS[op]._abstract_fn is not None,
     }
+
+
+def _schema_type(kind: Any) -> str:
+    """A schema type in schema spelling: `float?`, `int[]`, `Scalar`, `Tensor` (str() says
+    `Optional[float]`, `List[int]`, `number`)."""
+    import torch
+
+    if isinstance(kind, torch.OptionalType):
+        return _schema_type(kind.getElementType()) + "?"
+    if isinstance(kind, torch.ListType):
+        return _schema_type(kind.getElementType()) + "[]"
+    return {"number": "Scalar"}.get(str(kind), str(kind))
 
 
 def op_facts(op: str) -> dict[str, Any]:

@@ -42,7 +42,10 @@ def error_info(exc: BaseException) -> dict[str, Any]:
     while current is not None and id(current) not in seen and len(chain) < 12:
         seen.add(id(current))
         chain.append(f"{type(current).__module__}.{type(current).__qualname__}")
-        messages.append(str(current)[:8000])
+        try:
+            messages.append(str(current)[:8000])
+        except Exception:  # a user exception whose __str__ raises
+            messages.append(f"<{type(current).__name__}: message unavailable>")
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     return {
@@ -64,8 +67,11 @@ class Runner:
         self._kernels_registered: set[str] = set()
         self._snippets = 0
 
-    def _run_snippet(self, code: str, name: str, model: Any) -> dict[str, Any]:
-        """Run a fix's code from a real file: onnxscript reads function source with inspect."""
+    def _run_snippet(self, code: str, name: str, loaded: Any) -> dict[str, Any]:
+        """Run a fix's code as the user would paste it into their script: with its globals.
+
+        The code runs from a real file because onnxscript reads function source with inspect.
+        """
         import runpy
 
         import torch
@@ -73,7 +79,12 @@ class Runner:
         self._snippets += 1
         path = self.workdir / f"{name}_{os.getpid()}_{self._snippets}.py"
         path.write_text(code, "utf-8")
-        return runpy.run_path(str(path), init_globals={"torch": torch, "model": model})
+        scope: dict[str, Any] = dict(loaded.namespace) if loaded is not None else {}
+        scope.pop("__file__", None)
+        scope.update(torch=torch)
+        if loaded is not None:
+            scope.update(model=loaded.model, example_inputs=loaded.args)
+        return runpy.run_path(str(path), init_globals=scope)
 
     def emit(self, event: dict[str, Any]) -> None:
         append_event(self.request.events_path, event)
@@ -81,7 +92,7 @@ class Runner:
     # ---- the generic stage wrapper -------------------------------------------------------
 
     def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> dict[str, Any]:
-        self.emit({"event": "start", "stage": name, "run": run_id})
+        self.emit({"event": "start", "stage": name, "run": run_id, "time": time.time()})
         started = time.perf_counter()
         record: dict[str, Any] = {"event": "stage", "run": run_id, "stage": name}
         caught: list[warnings.WarningMessage] = []
@@ -122,11 +133,12 @@ class Runner:
         names = STAGES_SCRIPT if self.request.kind == "script" else STAGES_ONNX
         records: list[dict[str, Any]] = []
         if reuse is not None:
-            for key in ("loaded", "torch_outputs", "onnx_model"):
+            for key in ("loaded", "torch_outputs", "onnx_model", "load_facts"):
                 if key in reuse:
                     state[key] = reuse[key]
+            facts = {**reuse.get("load_facts", {}), "reused": True}
             self.emit({"event": "stage", "run": run_id, "stage": "load", "status": "passed",
-                       "seconds": 0.0, "facts": {"reused": True}, "warnings": []})
+                       "seconds": 0.0, "facts": facts, "warnings": []})
             names = names[1:]
         if self.request.load_only and reuse is None:
             names = names[:1]
@@ -193,9 +205,9 @@ class Runner:
                 **facts,
             ) from exc
         state["torch_outputs"] = _tensor_leaves(outputs)
-        state["torch_none_outputs"] = _none_leaves(outputs)
         facts["outputs"] = [_describe(t) for t in state["torch_outputs"]]
-        facts["none_outputs"] = state["torch_none_outputs"]
+        facts["none_outputs"] = _none_leaves(outputs)
+        state["load_facts"] = facts
         return facts
 
     def _stage_onnx_load(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -237,7 +249,7 @@ class Runner:
         path = self.workdir / f"model-{os.getpid()}-{time.monotonic_ns()}.onnx"
         namespace: dict[str, Any] = {}
         if fix.get("prelude"):
-            namespace = self._run_snippet(fix["prelude"], f"fix_{fix.get('kind', 'x')}", loaded.model)
+            namespace = self._run_snippet(fix["prelude"], f"fix_{fix.get('kind', 'x')}", loaded)
         kwargs: dict[str, Any] = {
             "kwargs": loaded.kwargs or None,
             "dynamo": dynamo,
@@ -257,8 +269,9 @@ class Runner:
                 torch.onnx.OperatorExportTypes, fix["operator_export_type"]
             )
         model_or_program: Any = loaded.model
-        if fix.get("decompose_ops"):
-            model_or_program = _decomposed_program(loaded, fix["decompose_ops"])
+        if fix.get("program_var"):
+            # The fix built an ExportedProgram itself (e.g. run_decompositions): export that.
+            model_or_program = namespace[fix["program_var"]]
         facts: dict[str, Any] = {
             "exporter": "dynamo" if dynamo else "torchscript",
             "requested_opset": opset,
@@ -591,24 +604,6 @@ def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
     return {}
 
 
-def _decomposed_program(loaded: Any, ops: list[str]) -> Any:
-    """torch.export the model and decompose the named custom ops into their own Python bodies."""
-    import torch
-    import torch._library.custom_ops as custom_ops
-
-    program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
-    table = {}
-    for qualname in ops:
-        namespace, name = qualname.split("::", 1)
-        opdef = custom_ops.OPDEFS.get(qualname)
-        overload = getattr(getattr(torch.ops, namespace), name).default
-        if opdef is not None:
-            table[overload] = opdef._init_fn
-        else:
-            raise StageFailed(f"{qualname} has no Python implementation to decompose into", "OD299")
-    return program.run_decompositions(table)
-
-
 def _locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
     """Find the op's FX node through torch.export to learn the user's source line and call values."""
     import torch
@@ -681,19 +676,32 @@ def _custom_symbolics() -> dict[str, str]:
 
 
 def _user_frame(exc: BaseException, target: Path) -> str | None:
-    """The innermost traceback frame inside the user's folder, as file:line."""
-    best = None
+    """The innermost frame inside the user's folder, as file:line, searching the cause chain.
+
+    torch re-raises capture errors from its own frames; the user's line is in the original
+    exception's traceback, or in the message (`File "model.py", line 5`).
+    """
     folder = target.resolve().parent
-    for item in traceback.extract_tb(exc.__traceback__):
-        try:
-            path = Path(item.filename).resolve()
-        except (OSError, ValueError):
-            continue
-        if path.parent == folder:
-            best = f"{path.name}:{item.lineno}"
-    if best is None and isinstance(exc, SyntaxError) and exc.lineno:
-        best = f"{target.name}:{exc.lineno}"
-    return best
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        best = None
+        for item in traceback.extract_tb(current.__traceback__):
+            try:
+                path = Path(item.filename).resolve()
+            except (OSError, ValueError):
+                continue
+            if path.parent == folder:
+                best = f"{path.name}:{item.lineno}"
+        if best is None:
+            best = _user_line_from_trace(str(current), target)
+        if best is not None:
+            return best
+        if isinstance(current, SyntaxError) and current.lineno:
+            return f"{target.name}:{current.lineno}"
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _model_facts(model: Any) -> dict[str, Any]:
