@@ -324,6 +324,7 @@ def _runtime_findings(request: GraphRequest) -> tuple[list[Finding], list[str]]:
         custom_op_libraries=tuple(str(p) for p in request.custom_op_libraries),
         fix=False,
         timeout=max(request.timeout, 60.0),
+        skip_check=True,  # checked in-process already; the runtime's verdict is wanted regardless
     )
     diagnoses = diagnose(str(request.model), options)
     findings: list[Finding] = []

@@ -50,6 +50,7 @@ class DiagnoseOptions:
     fix: bool = True
     all_fixes: bool = False
     max_fix_checks: int = 4
+    skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ def _request(
         apply_fix=apply_fix,
         verify_fixes=verify_fixes,
         gather_facts=gather_facts,
+        skip_check=options.skip_check,
     )
 
 
@@ -239,6 +241,10 @@ def outcomes_for_run(
     """The stage ladder of one run from the worker's events, and tool findings (crash, timeout...)."""
     stages = PIPELINE_STAGES if target.kind == "script" else ONNX_FILE_STAGES
     records = {e["stage"]: e for e in result.events if e.get("event") == "stage" and e.get("run") == run_id}
+    if "check" not in records and not any(e.get("stage") == "check" for e in result.events) and any(
+        e.get("stage") == "ort_load" and e.get("run") == run_id for e in result.events
+    ):
+        stages = tuple(s for s in stages if s is not Stage.CHECK)  # the caller skipped CHECK
     started = [e["stage"] for e in result.events if e.get("event") == "start" and e.get("run") == run_id]
     run_done = any(e.get("event") == "run_done" and e.get("run") == run_id for e in result.events)
     outcomes: list[StageOutcome] = []

@@ -32,6 +32,8 @@ class WorkerRequest:
     gather_facts: bool = True
     # Stop the main run after LOAD (fix verification only needs the loaded model).
     load_only: bool = False
+    # Skip CHECK (graph --runtime checks in-process and wants the runtime's verdict regardless).
+    skip_check: bool = False
     # Stop verifying fixes after the first one that reaches parity.
     stop_on_success: bool = False
 

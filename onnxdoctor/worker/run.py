@@ -142,6 +142,8 @@ class Runner:
             names = names[1:]
         if self.request.load_only and reuse is None:
             names = names[:1]
+        if self.request.skip_check:
+            names = tuple(n for n in names if n != "check")
         for name in names:
             fn = getattr(self, f"_stage_{self.request.kind}_{name}", None) or getattr(self, f"_stage_{name}")
             record = self.stage(name, lambda fn=fn: fn(state), run_id)
