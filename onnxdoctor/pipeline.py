@@ -125,8 +125,6 @@ def diagnose(
 def _diagnose(
     target: Target, options: DiagnoseOptions, workdir: Path, progress: Callable[[str], None]
 ) -> tuple[Diagnosis, ...]:
-    from onnxdoctor.fixes import with_fixes
-
     if target.kind == "script":
         early = _precheck_script(target)
         if early is not None:
@@ -136,18 +134,21 @@ def _diagnose(
         runs = [("main", {"kind": "exporter", "exporter": "dynamo"}), ("fix0", {"kind": "exporter", "exporter": "torchscript"})]
     request = _request(target, options, workdir, apply_fix=runs[0][1],
                        verify_fixes=tuple(f for _, f in runs[1:] if f is not None))
+    # One exporter: the worker also verifies the in-process-safe fixes right away, reusing the
+    # model it loaded (no second torch import); it plans them with prepare_findings below.
+    request = replace(request, plan_fixes=options.fix and len(runs) == 1,
+                      all_fixes=options.all_fixes, stop_on_success=not options.all_fixes)
     result = run_worker(request, timeout=options.timeout, cwd=_cwd(target), on_event=_progress_sink(progress))
     diagnoses: list[Diagnosis] = []
     for run_id, _fix in runs:
         if run_id != "main" and not any(e.get("run") == run_id for e in result.events):
             continue  # the main run never got past LOAD: there is no second run to report
         outcomes, tool_findings = outcomes_for_run(result, run_id, target, first_run=run_id == "main")
-        findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
-        context = {"target": target, "outcomes": outcomes, "exporter": exporter, "options": options}
-        findings = [with_fixes(f, context) for f in findings]
+        findings = prepare_findings(outcomes, tool_findings, target, options, exporter)
         if options.fix:
-            findings = _verify(findings, target, options, workdir, progress, exporter)
+            planned = _planned_checks(result, target) if run_id == "main" else None
+            findings = _verify(findings, target, options, workdir, progress, planned)
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -321,40 +322,95 @@ def _stderr_excerpt(text: str) -> str:
 # ---- fix verification -------------------------------------------------------------------------
 
 
+def prepare_findings(
+    outcomes: list[StageOutcome],
+    tool_findings: list[Finding],
+    target: Target,
+    options: DiagnoseOptions,
+    exporter: str | None,
+) -> list[Finding]:
+    """Classify a run and attach its fixes; the worker calls this too, to plan fix checks."""
+    from onnxdoctor.fixes import with_fixes
+
+    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
+    context = {"target": target, "outcomes": outcomes, "exporter": exporter, "options": options}
+    findings = [with_fixes(f, context) for f in findings]
+    if exporter is None:
+        return findings
+    # Fixes that do not choose an exporter are checked with the run's own exporter.
+    return [
+        replace(finding, fixes=tuple(
+            replace(f, recipe={**f.recipe, "exporter": exporter})
+            if f.recipe and "exporter" not in f.recipe and "onnx_transform" not in f.recipe else f
+            for f in finding.fixes))
+        for finding in findings
+    ]
+
+
+def _candidates(finding: Finding, options: DiagnoseOptions) -> list[tuple[int, Fix]]:
+    """The fixes of an error finding that will be tried, best first."""
+    if finding.severity is not Severity.ERROR:
+        return []
+    candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and fix.check is None]
+    return candidates if options.all_fixes else candidates[: options.max_fix_checks]
+
+
+def shared_fix_plan(findings: list[Finding], options: DiagnoseOptions) -> list[dict[str, Any]]:
+    """The in-process-safe recipes, deduplicated, in the order they are tried."""
+    plan: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for finding in findings:
+        for _index, fix in _candidates(finding, options):
+            key = _recipe_key(fix.recipe)
+            if not fix.recipe.get("isolated") and key not in seen:
+                seen.add(key)
+                plan.append(fix.recipe)
+    return plan
+
+
+def _planned_checks(result: WorkerResult, target: Target) -> dict[str, FixCheck] | None:
+    """Checks of the fixes the main worker already verified, by recipe; None if it planned none."""
+    plan = next((e.get("recipes") for e in result.events if e.get("event") == "fix_plan"), None)
+    if plan is None:
+        return None
+    checks: dict[str, FixCheck] = {}
+    for position, recipe in enumerate(plan):
+        run_id = f"plan{position}"
+        if any(e.get("run") == run_id for e in result.events):
+            checks[_recipe_key(recipe)] = _fix_check(result, run_id, target)
+    return checks
+
+
 def _verify(
     findings: list[Finding],
     target: Target,
     options: DiagnoseOptions,
     workdir: Path,
     progress: Callable[[str], None],
-    exporter: str | None,
+    planned: dict[str, FixCheck] | None,
 ) -> list[Finding]:
     """Re-run the pipeline with each candidate fix; in-process-safe ones share one worker.
 
-    A recipe proposed by two findings (model.eval() answers OD601 and OD206) is run once.
+    With `planned`, the main worker already ran the in-process-safe ones (those missing from it
+    were skipped after an earlier fix worked). A recipe proposed by two findings (model.eval()
+    answers OD601 and OD206) is run once.
     """
     verified: list[Finding] = []
-    done: dict[str, FixCheck] = {}
+    done: dict[str, FixCheck] = dict(planned or {})
     for finding in findings:
         if done:
             finding = replace(finding, fixes=tuple(
                 replace(f, check=done.get(_recipe_key(f.recipe), f.check)) if f.recipe else f
                 for f in finding.fixes))
-        if exporter is not None:
-            # Fixes that do not choose an exporter are checked with the run's own exporter.
-            finding = replace(finding, fixes=tuple(
-                replace(f, recipe={**f.recipe, "exporter": exporter})
-                if f.recipe and "exporter" not in f.recipe and "onnx_transform" not in f.recipe else f
-                for f in finding.fixes))
-        candidates = [(i, fix) for i, fix in enumerate(finding.fixes)
-                      if fix.recipe and fix.check is None and finding.severity is Severity.ERROR]
-        candidates = candidates[: options.max_fix_checks] if not options.all_fixes else candidates
+        candidates = _candidates(finding, options)
         if not candidates:
             verified.append(finding)
             continue
         checks: dict[int, FixCheck] = {}
         shared = [(i, f) for i, f in candidates if not f.recipe.get("isolated")]
         isolated = [(i, f) for i, f in candidates if f.recipe.get("isolated")]
+        if planned is not None:
+            shared = []
         if shared:
             progress(f"verifying {len(shared)} fix(es) for {finding.code}")
             request = _request(target, options, workdir,
@@ -368,7 +424,7 @@ def _verify(
                     checks[index] = _fix_check(result, run_id, target)
                 # else: the worker stopped after an earlier fix worked; this one stays untried
         for index, fix in isolated:
-            if not options.all_fixes and any(c.works for c in checks.values()):
+            if not options.all_fixes and any(c.works for c in [*checks.values(), *done.values()]):
                 break
             progress(f"verifying fix: {fix.title}")
             request = _request(target, options, workdir, apply_fix=fix.recipe, gather_facts=False)

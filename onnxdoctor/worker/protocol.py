@@ -36,6 +36,9 @@ class WorkerRequest:
     skip_check: bool = False
     # Stop verifying fixes after the first one that reaches parity.
     stop_on_success: bool = False
+    # After the main run, classify it, propose fixes and verify the in-process-safe ones here.
+    plan_fixes: bool = False
+    all_fixes: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -29,34 +29,6 @@ def torchscript_opsets(op: str) -> list[int]:
     return [v for v in TORCHSCRIPT_OPSETS if group.get(v) is not None]
 
 
-def dynamo_has_function(op: str) -> bool | None:
-    """Whether the dynamo exporter's ONNX registry (torchlib) has a function for `op`."""
-    import torch
-    from torch.onnx._internal.exporter import _registration
-
-    namespace, _, name = op.partition("::")
-    packet = getattr(getattr(torch.ops, namespace, None), name, None)
-    if packet is None:
-        return None
-    registry = _registration.ONNXRegistry.from_torchlib()
-    for overload_name in packet.overloads():
-        overload = getattr(packet, overload_name)
-        if registry.is_registered(overload):
-            return True
-    return False
-
-
-def onnx_since_versions(op_type: str, domain: str = "") -> list[int]:
-    """The opsets at which ONNX (re)defined `op_type`; the first is where it appears."""
-    import onnx.defs
-
-    versions = []
-    for schema in onnx.defs.get_all_schemas_with_history():
-        if schema.name == op_type and schema.domain == domain:
-            versions.append(schema.since_version)
-    return sorted(set(versions))
-
-
 def custom_op_schema(op: str) -> dict[str, Any] | None:
     """The schema of a torch.library op: argument names, types, defaults; number of returns."""
     import torch
@@ -97,8 +69,8 @@ def _schema_type(kind: Any) -> str:
     return {"number": "Scalar"}.get(str(kind), str(kind))
 
 
-def op_facts(op: str) -> dict[str, Any]:
-    """Everything the fix proposals need to know about a failing op."""
+def op_facts(op: str, exporter: str) -> dict[str, Any]:
+    """Everything the fix proposals need to know about a failing op (cheap parts only)."""
     facts: dict[str, Any] = {"op": op}
     if not op.startswith("aten::"):
         # A custom op is in neither exporter's registry (that is the failure): skip the costly
@@ -106,8 +78,7 @@ def op_facts(op: str) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             facts["schema"] = custom_op_schema(op)
         return facts
-    with contextlib.suppress(Exception):
-        facts["torchscript_opsets"] = torchscript_opsets(op)
-    with contextlib.suppress(Exception):
-        facts["dynamo_has_function"] = dynamo_has_function(op)
+    if exporter == "torchscript":  # the opset fix is a TorchScript-exporter fix (dynamo writes 18+)
+        with contextlib.suppress(Exception):
+            facts["torchscript_opsets"] = torchscript_opsets(op)
     return facts

@@ -334,13 +334,17 @@ class Runner:
         if op:
             facts["op"] = op
         if op and not symbolic:
-            with contextlib.suppress(Exception):
-                facts.update(_locate_op(loaded, op, self.target))
+            located = _source_from_frames(exc, self.target)
+            if located:
+                facts["source"] = located
+            else:  # costs a torch.export: only when the exporter's own frames did not tell
+                with contextlib.suppress(Exception):
+                    facts.update(_locate_op(loaded, op, self.target))
             if self.request.gather_facts:
                 with contextlib.suppress(Exception):
                     from onnxdoctor.worker.registry import op_facts
 
-                    facts["op_facts"] = op_facts(op)
+                    facts["op_facts"] = op_facts(op, "dynamo" if dynamo else "torchscript")
         return facts
 
     # ---- CHECK ---------------------------------------------------------------------------
@@ -631,6 +635,33 @@ def _locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
     return {}
 
 
+def _source_from_frames(exc: BaseException, target: Path) -> str | None:
+    """The user's line from the node the exporter was converting when it failed.
+
+    The TorchScript exporter's frames hold a `node` whose sourceRange() is the Python stack;
+    the dynamo exporter's hold an FX `node` whose meta["stack_trace"] is.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        tb = current.__traceback__
+        while tb is not None:
+            node = tb.tb_frame.f_locals.get("node")
+            trace = ""
+            with contextlib.suppress(Exception):
+                if hasattr(node, "sourceRange"):
+                    trace = str(node.sourceRange())
+                elif hasattr(node, "meta"):
+                    trace = str(node.meta.get("stack_trace") or "")
+            found = _user_line_from_trace(trace, target) if trace else None
+            if found:
+                return found
+            tb = tb.tb_next
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _user_line_from_trace(trace: str, target: Path) -> str | None:
     import re
 
@@ -812,6 +843,25 @@ def _quiet_torch_logs() -> Any:
             logger.setLevel(level)
 
 
+def _healthy(records: list[dict[str, Any]]) -> bool:
+    return all(r["status"] == "passed" for r in records) and records[-1]["stage"] == "parity"
+
+
+def _plan(request: WorkerRequest) -> list[dict[str, Any]]:
+    """The parent's own fix proposals for the main run, computed here (pure code, no second import)."""
+    from onnxdoctor.pipeline import DiagnoseOptions, Target, outcomes_for_run, prepare_findings, shared_fix_plan
+    from onnxdoctor.supervise import WorkerResult
+    from onnxdoctor.worker.protocol import read_events
+
+    target = Target(path=Path(request.target), factory=request.factory, kind=request.kind)
+    options = DiagnoseOptions(exporter=request.exporter, opset=request.opset, all_fixes=request.all_fixes)
+    events = list(read_events(request.events_path))
+    result = WorkerResult(events=events, returncode=None, ended_at=time.time(), timed_out=False, seconds=0.0)
+    outcomes, tool = outcomes_for_run(result, "main", target, first_run=False)
+    exporter = next((o.facts.get("exporter") for o in outcomes if o.stage.value == "export"), None)
+    return shared_fix_plan(prepare_findings(outcomes, tool, target, options, exporter), options)
+
+
 def main(argv: list[str]) -> int:
     """Worker entry point: `python -m onnxdoctor.worker REQUEST.json`."""
     import faulthandler
@@ -823,8 +873,14 @@ def main(argv: list[str]) -> int:
     if records and records[0]["status"] == "passed":
         for index, fix in enumerate(request.verify_fixes):
             fix_records, _ = runner.run_once(f"fix{index}", fix, reuse=state)
-            healthy = all(r["status"] == "passed" for r in fix_records) and fix_records[-1]["stage"] == "parity"
-            if healthy and request.stop_on_success:
+            if _healthy(fix_records) and request.stop_on_success:
                 break
+        if request.plan_fixes and records[-1]["status"] != "passed":
+            plan = _plan(request)
+            append_event(request.events_path, {"event": "fix_plan", "recipes": plan})
+            for index, fix in enumerate(plan):
+                fix_records, _ = runner.run_once(f"plan{index}", fix, reuse=state)
+                if _healthy(fix_records) and request.stop_on_success:
+                    break
     append_event(request.events_path, {"event": "done"})
     return 0
