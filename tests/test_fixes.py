@@ -131,9 +131,11 @@ def test_onnx_file_opset_too_new_for_the_runtime_is_lowered_and_verified() -> No
 
 
 def test_data_dependent_branch_fix_is_verified_but_marked_unsafe() -> None:
+    # TorchScript matches PyTorch on the example input only: the tracer froze the branch (OD210).
     fixes = _fixes("export/od204_data_dependent_if.py")
     exporter = fixes["exporter"]
-    assert exporter.verified is True, exporter.check
+    assert exporter.verified is False and exporter.check is not None
+    assert exporter.check.reached is Stage.PARITY and exporter.check.detail.startswith("OD210")
     assert exporter.applicability.value == "unsafe" and "torch.cond" in exporter.cost
 
 
@@ -157,10 +159,14 @@ def test_pasted_decomposition_snippet_exports_a_model_that_runs(tmp_path: Path) 
                       + "\n\nmodel, example_inputs = get_model()\n" + snippet)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    import numpy as np
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(tmp_path / "fixed.onnx"), providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
-    (out,) = session.run(None, {session.get_inputs()[0].name: x})
-    assert out.shape == (2, 8) and np.isfinite(out).all()
+    # Run it in a child: this test process must stay free of onnxruntime (import-hygiene tests).
+    check = (
+        "import numpy as np, onnxruntime as ort, sys\n"
+        "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+        "x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)\n"
+        "(out,) = s.run(None, {s.get_inputs()[0].name: x})\n"
+        "assert out.shape == (2, 8) and np.isfinite(out).all()\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", check, str(tmp_path / "fixed.onnx")],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
