@@ -23,8 +23,8 @@ _TS_ADDED_IN = re.compile(r"Support for this operator was added in version (\d+)
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
-_NOT_REGISTERED_RT = re.compile(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op")
-_NO_IMPLEMENTATION = re.compile(
+NOT_REGISTERED_RT = re.compile(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op")
+NO_IMPLEMENTATION = re.compile(
     r"Could not find an implementation for ([\w.]+)\((\d+)\) node with name '([^']*)'"
 )
 _IR_VERSION = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
@@ -75,10 +75,10 @@ def extract_op(text: str) -> str | None:
     match = _NO_OP_REGISTERED.search(text)
     if match:
         return match.group(1)
-    match = _NOT_REGISTERED_RT.search(text)
+    match = NOT_REGISTERED_RT.search(text)
     if match:
         return f"{match.group(1)}::{match.group(2)}" if match.group(1) else match.group(2)
-    match = _NO_IMPLEMENTATION.search(text)
+    match = NO_IMPLEMENTATION.search(text)
     if match:
         return match.group(1)
     return None
@@ -304,14 +304,14 @@ def _classify_ort_load(
 ) -> list[Finding]:
     facts = outcome.facts
     found: list[Finding] = []
-    match = _NOT_REGISTERED_RT.search(text)
+    match = NOT_REGISTERED_RT.search(text)
     if match:
         domain, op_type = match.group(1), match.group(2)
         op = f"{domain}::{op_type}" if domain else op_type
         found.append(_finding("OD401", Stage.ORT_LOAD,
                               f"ONNX Runtime has no kernel for {op}: register a custom-op library or kernel",
                               op=op, node=facts.get("node"), evidence=evidence))
-    match = _NO_IMPLEMENTATION.search(text) if not found else None
+    match = NO_IMPLEMENTATION.search(text) if not found else None
     if match:
         op_type, version, node = match.group(1), int(match.group(2)), match.group(3)
         types = facts.get("node_types") or {}

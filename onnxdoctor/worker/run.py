@@ -559,10 +559,11 @@ def _random_feeds(session: Any, shapes: dict[str, list[int]]) -> tuple[dict[str,
 
 def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
     """For "Could not find an implementation", the types ONNX Runtime's kernel table lists."""
-    import re
 
-    match = re.search(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'", message)
-    unregistered = re.search(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op", message)
+    from onnxdoctor.classify import NO_IMPLEMENTATION, NOT_REGISTERED_RT
+
+    match = NO_IMPLEMENTATION.search(message)
+    unregistered = NOT_REGISTERED_RT.search(message)
     if unregistered and model is not None:
         domain, op_type = unregistered.group(1), unregistered.group(2)
         for node in model.graph.node:
