@@ -99,3 +99,42 @@ def test_the_real_entry_point_imports_nothing_heavy() -> None:
     assert "## What it means" in proc.stdout
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("HEAVY="))
     assert json.loads(line[len("HEAVY=") :]) == []
+
+
+# The heavy commands may import onnx and pydot, but torch and onnxruntime belong to the worker alone;
+# checked in a child so that no other test in this process can have imported them first.
+WORKER_ONLY = ("torch", "onnxruntime")
+
+
+def test_heavy_commands_leave_torch_and_onnxruntime_to_the_worker(tmp_path: Path) -> None:
+    fixture = REPO / "fixtures" / "export" / "od203_custom_op_myselu.py"
+    onnx_file = REPO / "fixtures" / "ort_load" / "od401_custom_domain_myselu.onnx"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            json.dumps(
+                [
+                    ["diagnose", str(fixture), "--no-fix", "--json"],
+                    ["diagnose", str(onnx_file), "--json"],
+                    ["graph", str(onnx_file), "--runtime", "-o", str(tmp_path / "g.svg")],
+                ]
+            ),
+            json.dumps(WORKER_ONLY),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Each command really ran the worker and found the fixture's failure.
+    assert [r["exception"] for r in outcome["results"]] == [None, None, None]
+    assert [r["exit_code"] for r in outcome["results"]] == [1, 1, 1]
+    assert json.loads(outcome["results"][0]["stdout"])["findings"][0]["code"] == "OD203"
+    assert json.loads(outcome["results"][1]["stdout"])["findings"][0]["code"] == "OD401"
+    assert "OD401" in (tmp_path / "g.svg").read_text()
+    assert outcome["heavy"] == []
