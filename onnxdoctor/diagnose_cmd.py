@@ -235,10 +235,21 @@ def _fix_readme(fix: Fix, target: str) -> str:
         if kernel
         else "```python\nimport onnxruntime\n\nsession = onnxruntime.InferenceSession('model.onnx')\n```\n"
     )
+    if target.endswith(".onnx"):
+        verified = f"the fixed model {check.detail if check else 'was verified'}{figures}"
+        files = (
+            "- `fix.py`: the code that applies the same change to the file (your file is not edited).\n"
+            "- `model.onnx`: the fixed model onnxdoctor checked and ran.\n\n"
+        )
+    else:
+        verified = f"the fixed model reached parity with PyTorch{figures}"
+        files = (
+            "- `fix.py`: the code to add before `torch.onnx.export` (your script is not edited).\n"
+            "- `model.onnx`: the model onnxdoctor exported with the fix applied.\n\n"
+        )
     return (
         f"# Fix for {target}: {fix.title}\n\n"
-        f"onnxdoctor verified this fix: the fixed model reached parity with PyTorch{figures}.\n\n"
-        "- `fix.py`: the code to add before `torch.onnx.export` (your script is not edited).\n"
-        "- `model.onnx`: the model onnxdoctor exported with the fix applied.\n\n"
+        f"onnxdoctor verified this fix: {verified}.\n\n"
+        f"{files}"
         f"Cost: {fix.cost or 'none noted'}\n\nLoad it in ONNX Runtime:\n\n{load}"
     )

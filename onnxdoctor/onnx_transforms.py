@@ -1,8 +1,9 @@
 """Model-level fixes for existing .onnx files (onnx only: runs in the worker or anywhere).
 
 `onnx.version_converter` refuses a model that is invalid at its own opset ("No Adapter ... for
-Gelu"), so for an op that does not exist at the model's opset we raise the opset import to where
-the op appears, but only when no other op of the model changes meaning between the two versions.
+Gelu"), so for an op that does not exist at the model's opset there are two routes: expand the op
+into its schema's function body (the model keeps its opset), or raise the opset import to where the
+op appears, but only when no other op of the model changes meaning between the two versions.
 """
 
 from __future__ import annotations
@@ -75,9 +76,257 @@ def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
         raise TransformError(f"onnx.version_converter cannot convert to opset {target}: {exc}") from None
 
 
+def first_opset(op_type: str) -> int | None:
+    """The first opset at which the default domain defines `op_type` (None: it never does)."""
+    versions = [
+        s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op_type and s.domain == ""
+    ]
+    return min(versions) if versions else None
+
+
+def has_function_body(op_type: str) -> bool:
+    """Whether onnx defines `op_type` as a function of other ops in any of its versions."""
+    return any(
+        s.has_function or s.has_context_dependent_function
+        for s in onnx.defs.get_all_schemas_with_history()
+        if s.name == op_type and s.domain == ""
+    )
+
+
+def _body_candidates(op_type: str, opset: int) -> list[tuple[onnx.defs.OpSchema, int]]:
+    """(schema, body opset) pairs that define `op_type` as a function, nearest to `opset` first.
+
+    A schema may carry bodies written for several opsets (LayerNormalization: 17 and 18); the one
+    closest to the model's own opset is the likeliest to use only ops valid there.
+    """
+    pairs = [
+        (s, version)
+        for s in onnx.defs.get_all_schemas_with_history()
+        if s.name == op_type and s.domain == ""
+        for version in {*s.function_opset_versions, *s.context_dependent_function_opset_versions}
+    ]
+    if not pairs:
+        raise TransformError(f"{op_type} has no function body in onnx {onnx.__version__}")
+    return sorted(pairs, key=lambda p: (p[1] > opset, abs(p[1] - opset), -p[0].since_version))
+
+
+def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Every value's type that the model declares or shape inference can derive."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # inference is best effort here: declared types are often enough
+        inferred = model
+    graph = inferred.graph
+    types = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]}
+    for init in graph.initializer:
+        types.setdefault(init.name, onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims)))
+    return types
+
+
+def _function_body(
+    schema: onnx.defs.OpSchema, version: int, node: onnx.NodeProto, types: dict[str, onnx.TypeProto]
+) -> onnx.FunctionProto:
+    body = onnx.FunctionProto()
+    if version in schema.function_opset_versions:
+        body.ParseFromString(schema.get_function_with_opset_version(version))
+        return body
+    missing = [name for name in node.input if name and name not in types]
+    if missing:
+        raise TransformError(
+            f"the type of {', '.join(missing)} is unknown, and {node.op_type}'s body depends on it"
+        )
+    complete = onnx.NodeProto()
+    complete.CopyFrom(node)
+    del complete.attribute[:]
+    complete.attribute.extend(_node_attributes(schema, node).values())
+    body.ParseFromString(
+        schema.get_context_dependent_function_with_opset_version(
+            version,
+            complete.SerializeToString(),
+            [types[name].SerializeToString() for name in node.input if name],
+        )
+    )
+    if not body.node:
+        raise TransformError(f"onnx builds no function body for this {node.op_type} node")
+    return body
+
+
+def _node_attributes(schema: onnx.defs.OpSchema, node: onnx.NodeProto) -> dict[str, onnx.AttributeProto]:
+    """The node's attributes, with the schema's defaults for the ones it leaves out."""
+    given = {a.name: a for a in node.attribute}
+    for name, spec in schema.attributes.items():
+        if name not in given and spec.default_value.name:
+            given[name] = spec.default_value
+    return given
+
+
+def _inline(
+    body: onnx.FunctionProto,
+    node: onnx.NodeProto,
+    attributes: dict[str, onnx.AttributeProto],
+    prefix: str,
+) -> list[onnx.NodeProto]:
+    """The body's nodes wired to `node`'s inputs and outputs, its own values renamed apart."""
+    names = dict(zip(body.input, node.input, strict=False))
+    names.update(zip(body.output, node.output, strict=False))
+    for formal in body.input[len(node.input) :]:
+        names[formal] = ""  # an optional input the node leaves out
+    nodes = []
+    for index, inner in enumerate(body.node):
+        if inner.domain not in ("", "ai.onnx"):
+            raise TransformError(f"{node.op_type}'s body uses {inner.domain}::{inner.op_type}")
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        copy.name = f"{prefix}/{inner.name or inner.op_type + '_' + str(index)}"
+        copy.input[:] = [names.get(n, f"{prefix}/{n}") if n else "" for n in inner.input]
+        copy.output[:] = [names.get(n, f"{prefix}/{n}") if n else "" for n in inner.output]
+        del copy.attribute[:]
+        for attr in inner.attribute:
+            if attr.HasField("g") or attr.graphs:
+                raise TransformError(f"{node.op_type}'s body has a subgraph; it is not expanded")
+            if attr.ref_attr_name:
+                if attr.ref_attr_name not in attributes:
+                    continue  # an optional attribute the node leaves unset
+                resolved = onnx.AttributeProto()
+                resolved.CopyFrom(attributes[attr.ref_attr_name])
+                resolved.name = attr.name
+                copy.attribute.append(resolved)
+            else:
+                copy.attribute.append(attr)
+        nodes.append(copy)
+    return nodes
+
+
+_CONSTANT_KINDS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+
+
+def _constant_array(node: onnx.NodeProto) -> Any:
+    """The value of a Constant node as a numpy array, or None for kinds we do not fold."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if node.op_type != "Constant" or len(node.attribute) != 1 or node.attribute[0].name not in _CONSTANT_KINDS:
+        return None
+    attr = node.attribute[0]
+    if attr.name == "value":
+        return numpy_helper.to_array(attr.t)
+    value = onnx.helper.get_attribute_value(attr)
+    return np.asarray(value, dtype=np.float32 if "float" in attr.name else np.int64)
+
+
+def _fold_castlike(nodes: list[onnx.NodeProto], types: dict[str, onnx.TypeProto]) -> list[onnx.NodeProto]:
+    """Replace CastLike(Constant, x) by a Constant of x's type (CastLike needs opset 15)."""
+    from onnx import numpy_helper
+
+    constants = {n.output[0]: value for n in nodes if (value := _constant_array(n)) is not None}
+    folded = []
+    for n in nodes:
+        target = types.get(n.input[1]) if n.op_type == "CastLike" else None
+        value = constants.get(n.input[0]) if target is not None else None
+        if value is None or target is None or not target.tensor_type.elem_type:
+            folded.append(n)
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(target.tensor_type.elem_type)
+        folded.append(
+            onnx.helper.make_node(
+                "Constant", [], list(n.output), name=n.name, value=numpy_helper.from_array(value.astype(dtype))
+            )
+        )
+    # The constants that only fed a folded CastLike are now dead.
+    used = {name for n in folded for name in n.input}
+    return [n for n in folded if n.output[0] not in constants or n.output[0] in used]
+
+
+def expand_function(model: onnx.ModelProto, op_type: str) -> onnx.ModelProto:
+    """The model with every default-domain `op_type` node replaced by the op's function body.
+
+    Of the bodies onnx defines for the op, the first (nearest the model's opset) whose nodes are
+    all valid at the model's own opset is used; CastLike of a constant is folded to a constant of
+    the right type, since CastLike itself appears only at opset 15.
+
+    Raises:
+        TransformError: the op has no function body, or none that the model's opset can express.
+    """
+    opset = _default_opset(model)
+    if not any(n.op_type == op_type and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        raise TransformError(f"the main graph has no {op_type} node")
+    candidates = _body_candidates(op_type, opset)
+    types = _value_types(model)
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    del fixed.graph.node[:]
+    taken = {name for n in model.graph.node for name in (n.name, *n.input, *n.output)}
+    for index, node in enumerate(model.graph.node):
+        if node.op_type != op_type or node.domain not in ("", "ai.onnx"):
+            fixed.graph.node.append(node)
+            continue
+        prefix = node.name or f"{op_type}_{index}"
+        while any(name.startswith(prefix + "/") for name in taken):
+            prefix += "_"  # keep the body's values apart from the model's own names
+        fixed.graph.node.extend(_expand_node(node, candidates, types, prefix, opset, model.ir_version))
+    return fixed
+
+
+def _expand_node(
+    node: onnx.NodeProto,
+    candidates: list[tuple[onnx.defs.OpSchema, int]],
+    types: dict[str, onnx.TypeProto],
+    prefix: str,
+    opset: int,
+    ir_version: int,
+) -> list[onnx.NodeProto]:
+    """The first candidate body that is valid at `opset`; the nearest one's refusal otherwise."""
+    refusal: TransformError | None = None
+    for schema, version in candidates:
+        try:
+            body = _function_body(schema, version, node, types)
+            inlined = _fold_castlike(_inline(body, node, _node_attributes(schema, node), prefix), types)
+            _check_at_opset(inlined, node.op_type, opset, ir_version)
+        except TransformError as exc:
+            refusal = refusal or exc
+            continue
+        return inlined
+    assert refusal is not None  # candidates is never empty
+    raise refusal
+
+
+def _check_at_opset(nodes: list[onnx.NodeProto], op_type: str, opset: int, ir_version: int) -> None:
+    """Every inlined node must exist, and keep its signature, at the model's own opset."""
+    missing = sorted({n.op_type for n in nodes if not _exists(n.op_type, opset)})
+    if missing:
+        raise TransformError(
+            f"{op_type}'s function body needs {', '.join(missing)}, which opset {opset} does not have"
+        )
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = ir_version
+    context.opset_imports = {"": opset}
+    for node in nodes:
+        try:
+            onnx.checker.check_node(node, context)
+        except onnx.checker.ValidationError as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise TransformError(
+                f"{op_type}'s function body is not valid at opset {opset}: {first}"
+            ) from None
+
+
+def _exists(op_type: str, opset: int) -> bool:
+    try:
+        onnx.defs.get_schema(op_type, opset)
+    except onnx.defs.SchemaError:
+        return False
+    return True
+
+
 def apply_transform(model: onnx.ModelProto, recipe: dict[str, Any]) -> onnx.ModelProto:
-    """Apply a fix recipe's `onnx_transform` ({"kind": "set_opset"|"convert_opset", "opset": N})."""
-    kind, target = recipe.get("kind"), int(recipe["opset"])
+    """Apply a fix recipe's `onnx_transform`.
+
+    Kinds: {"kind": "set_opset"|"convert_opset", "opset": N} and {"kind": "expand_function", "op": T}.
+    """
+    kind = recipe.get("kind")
+    if kind == "expand_function":
+        return expand_function(model, str(recipe["op"]))
+    target = int(recipe["opset"])
     if kind == "set_opset":
         return set_opset(model, target)
     if kind == "convert_opset":

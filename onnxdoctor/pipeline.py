@@ -455,7 +455,10 @@ def _fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
     reached = passed[-1].stage if passed else None
     failed = next((o for o in ran if o.status is not Status.PASSED), None)
     seconds = round(sum(o.seconds for o in ran), 3)
-    parity = next((o for o in outcomes if o.stage is Stage.PARITY and o.status is not Status.SKIPPED), None)
+    # A script's numbers come from PARITY (against PyTorch); a file's from ORT_RUN, when the fix
+    # carried a reference to compare with (the original op at the opset that defines it).
+    numbers_stage = Stage.PARITY if target.kind == "script" else Stage.ORT_RUN
+    parity = next((o for o in outcomes if o.stage is numbers_stage and o.status is not Status.SKIPPED), None)
     max_abs = parity.facts.get("max_abs_diff") if parity else None
     max_rel = parity.facts.get("max_rel_diff") if parity else None
     producer = next((o for o in outcomes if o.stage in (Stage.EXPORT, Stage.LOAD) and o.facts.get("onnx_path")
@@ -468,17 +471,33 @@ def _fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
                         seconds=seconds, artifact=artifact,
                         detail="OD210: matches PyTorch on the example input only: the tracer froze a "
                         "data-dependent branch or value (rewrite it with torch.where or torch.cond)")
+    mismatch = parity.facts.get("reference_mismatch") if parity else None
+    if failed is None and not tool and reached is final and mismatch:
+        return FixCheck(reached=reached, status=Status.FAILED, max_abs_diff=max_abs, max_rel_diff=max_rel,
+                        seconds=seconds, artifact=artifact,
+                        detail=f"OD601: against {parity.facts.get('reference')}: {mismatch}")
     if failed is None and not tool and reached is final:
         return FixCheck(reached=reached, status=Status.PASSED, max_abs_diff=max_abs, max_rel_diff=max_rel,
                         seconds=seconds, artifact=artifact,
-                        detail="exports, loads, runs and matches PyTorch" if final is Stage.PARITY
-                        else "passes the checker, loads and runs in ONNX Runtime")
+                        detail=_passed_detail(final, parity.facts if parity else {}))
     findings = classify(outcomes, base_dir=str(target.path.parent)) + tool
     first = next((f for f in findings if f.severity is Severity.ERROR), None)
     detail = f"{first.code}: {first.message}" if first else "did not complete"
     status = failed.status if failed else Status.FAILED
     return FixCheck(reached=reached, status=status, max_abs_diff=max_abs, max_rel_diff=max_rel,
                     seconds=seconds, detail=detail[:500], artifact=artifact)
+
+
+def _passed_detail(final: Stage, numbers: dict[str, Any]) -> str:
+    if final is Stage.PARITY:
+        return "exports, loads, runs and matches PyTorch"
+    detail = "passes the checker, loads and runs in ONNX Runtime"
+    if numbers.get("reference"):
+        detail += "; " + (
+            numbers["reference"] if numbers["reference"].startswith("not compared")
+            else f"matches {numbers['reference']}"
+        )
+    return detail
 
 
 def _rank_fixes(finding: Finding) -> Finding:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
+from typer.testing import CliRunner
 
+from onnxdoctor.cli import app
 from onnxdoctor.model import Fix, Stage, Status
 from onnxdoctor.pipeline import DiagnoseOptions, diagnose
 
@@ -97,16 +100,10 @@ def test_attributes_round_trip_with_their_types_and_call_values() -> None:
 
 @pytest.mark.parametrize("path", ["export/od203_custom_op_myselu.py"])
 def test_write_fix_writes_a_model_that_loads(path: str, tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from onnxdoctor.cli import app
-
     out = tmp_path / "fix"
     result = CliRunner().invoke(app, ["diagnose", str(FIXTURES / path), "--write-fix", str(out), "--quiet"])
     assert result.exit_code == 1, result.output
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "fix.py", "model.onnx"]
-    import onnx
-
     model = onnx.load(str(out / "model.onnx"))
     onnx.checker.check_model(model, full_check=True)
     assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"}  # decomposed: standard ops only
@@ -114,13 +111,35 @@ def test_write_fix_writes_a_model_that_loads(path: str, tmp_path: Path) -> None:
     assert again.exit_code == 2 and "--force" in again.output
 
 
-def test_onnx_file_op_missing_at_its_opset_gets_a_verified_opset_raise(tmp_path: Path) -> None:
-    diagnosis = diagnose(str(FIXTURES / "check/od301_gelu_opset11.onnx"), DiagnoseOptions(fix=True))[0]
+def test_onnx_file_op_missing_at_its_opset_is_expanded_or_raised_and_verified() -> None:
+    diagnosis = diagnose(
+        str(FIXTURES / "check/od301_gelu_opset11.onnx"), DiagnoseOptions(fix=True, all_fixes=True)
+    )[0]
     finding = diagnosis.findings[0]
     assert finding.code == "OD301"
-    fix = next(f for f in finding.fixes if f.kind == "raise_opset")
-    assert fix.recipe["onnx_transform"] == {"kind": "set_opset", "opset": 20}  # Gelu appears at 20
-    assert fix.verified is True and fix.check is not None and fix.check.reached is Stage.ORT_RUN
+    # Expanding keeps the model's opset, so it ranks above raising it.
+    assert [f.kind for f in finding.fixes] == ["expand_function", "raise_opset"]
+    expand, raise_ = finding.fixes
+    assert expand.verified is True and expand.check is not None and expand.check.reached is Stage.ORT_RUN
+    # Compared with Gelu itself, run by ONNX Runtime at opset 20.
+    assert expand.check.max_abs_diff is not None and expand.check.max_abs_diff < 1e-5
+    assert "matches the original model at opset 20" in expand.check.detail
+    assert raise_.recipe["onnx_transform"] == {"kind": "set_opset", "opset": 20}  # Gelu appears at 20
+    assert raise_.verified is True and raise_.check is not None and raise_.check.reached is Stage.ORT_RUN
+
+
+def test_expanded_file_is_written_at_its_own_opset(tmp_path: Path) -> None:
+    out = tmp_path / "fix"
+    result = CliRunner().invoke(
+        app, ["diagnose", str(FIXTURES / "check/od301_gelu_opset11.onnx"), "--write-fix", str(out), "-q"]
+    )
+    assert result.exit_code == 1, result.output  # the finding stands; the fix is written beside it
+    model = onnx.load(str(out / "model.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    assert [i.version for i in model.opset_import if i.domain in ("", "ai.onnx")] == [11]
+    assert "Gelu" not in {n.op_type for n in model.graph.node}
+    readme = (out / "README.md").read_text()
+    assert "PyTorch" not in readme and "opset 20" in readme
 
 
 def test_onnx_file_opset_too_new_for_the_runtime_is_lowered_and_verified() -> None:

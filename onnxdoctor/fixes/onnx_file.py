@@ -1,4 +1,5 @@
-"""Fixes for an existing .onnx file: raise the opset to where a missing op appears, or convert down."""
+"""Fixes for an existing .onnx file: expand a missing op into its function body, raise the opset to
+where it appears, or lower a model too new for the runtime."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "onnx":
         return []
     if finding.code == "OD301" and finding.op:
-        since = _since_version(finding.op.split("::")[-1])
+        from onnxdoctor.onnx_transforms import first_opset, has_function_body
+
+        op_type = finding.op.split("::")[-1]
+        since = first_opset(op_type)
         if since is None or (finding.opset is not None and since <= finding.opset):
             return []
+        fixes = [_expand(finding, ctx, op_type, since)] if has_function_body(op_type) else []
         return [
+            *fixes,
             Fix(
                 kind="raise_opset",
                 title=f"Raise the model's opset import to {since}, where {finding.op} exists",
@@ -62,16 +68,26 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     return []
 
 
+def _expand(finding: Finding, ctx: FixContext, op_type: str, since: int) -> Fix:
+    at = f"opset {finding.opset}" if finding.opset else "the model's opset"
+    stem = ctx.target_name[:-5] if ctx.target_name.endswith(".onnx") else ctx.target_name
+    return Fix(
+        kind="expand_function",
+        title=f"Expand {finding.op} into its ONNX function body, keeping {at}",
+        snippet=(
+            "import onnx\n"
+            "from onnxdoctor.onnx_transforms import expand_function\n\n"
+            f"model = onnx.load({ctx.target_name!r})\n"
+            f"# Every {op_type} node becomes the standard ops that define it (from onnx's schema).\n"
+            f"onnx.save(expand_function(model, {op_type!r}), {stem + '-expanded.onnx'!r})\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=f"more nodes per {op_type}; no opset or runtime change (compared with {op_type} at opset {since})",
+        recipe={"kind": "expand_function", "isolated": True,
+                "onnx_transform": {"kind": "expand_function", "op": op_type, "reference_opset": since}},
+    )
+
+
 def _renamed(name: str, opset: int) -> str:
     stem = name[:-5] if name.endswith(".onnx") else name
     return f"{stem}-opset{opset}.onnx"
-
-
-def _since_version(op_type: str) -> int | None:
-    """The first opset at which the default domain defines `op_type`."""
-    import onnx.defs
-
-    versions = [
-        s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op_type and s.domain == ""
-    ]
-    return min(versions) if versions else None

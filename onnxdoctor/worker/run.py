@@ -223,6 +223,7 @@ class Runner:
         if transform:
             from onnxdoctor.onnx_transforms import TransformError, apply_transform
 
+            state["original_model"] = model
             try:
                 model = apply_transform(model, transform)
             except TransformError as exc:
@@ -437,7 +438,38 @@ class Runner:
     def _stage_onnx_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
         feeds, described = _random_feeds(state["session"], self.request.input_shapes)
         state["ort_outputs"] = _run_session(state["session"], feeds)
-        return {"inputs": described, "outputs": len(state["ort_outputs"])}
+        facts: dict[str, Any] = {"inputs": described, "outputs": len(state["ort_outputs"])}
+        reference = state["fix"].get("onnx_transform", {}).get("reference_opset")
+        if reference:
+            facts.update(self._compare_with_reference(state, int(reference), feeds))
+        return facts
+
+    def _compare_with_reference(self, state: dict[str, Any], opset: int, feeds: dict[str, Any]) -> dict[str, Any]:
+        """A rewritten model's outputs against the original's at `opset`, where its ops are native.
+
+        A .onnx target has no PyTorch to compare with; the op itself, run by ONNX Runtime at the
+        opset that defines it, is the next best reference for a rewrite such as a function expansion.
+        """
+        import onnxruntime as ort
+
+        from onnxdoctor.onnx_transforms import TransformError, set_opset
+        from onnxdoctor.worker.parity import compare_outputs
+
+        try:
+            original = set_opset(state["original_model"], opset)
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            session = ort.InferenceSession(original.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            expected = list(session.run(None, feeds))
+        except (TransformError, Exception) as exc:  # ORT raises its own types; any means no reference
+            return {"reference": f"not compared: the original at opset {opset} does not run ({_first(exc)})"}
+        report = compare_outputs(expected, state["ort_outputs"], self.request.atol, self.request.rtol)
+        return {
+            "reference": f"the original model at opset {opset}",
+            "max_abs_diff": report["max_abs_diff"],
+            "max_rel_diff": report["max_rel_diff"],
+            "reference_mismatch": report["message"] or None,
+        }
 
     # ---- PARITY --------------------------------------------------------------------------
 

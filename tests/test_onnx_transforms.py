@@ -1,0 +1,99 @@
+"""Rewrites of existing .onnx files, checked by the real onnx checker and run in ONNX Runtime.
+
+An op that a model uses below the opset that defines it is expanded into its schema's function body;
+the expanded model must pass the checker at the model's own opset and compute what the op computes
+(ONNX Runtime running the original at the op's own opset is the reference).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxdoctor.onnx_transforms import TransformError, expand_function, first_opset, set_opset
+
+SHAPE = [2, 4, 3]
+
+
+def _model(op: str, opset: int, extra_nodes: tuple[onnx.NodeProto, ...] = (), **attrs: Any) -> onnx.ModelProto:
+    inputs = ["x"] + (["scale", "bias"] if op == "LayerNormalization" else [])
+    weights = [numpy_helper.from_array(np.linspace(0.5, 2.0, SHAPE[-1]).astype(np.float32), n) for n in inputs[1:]]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], name="n0", **attrs), *extra_nodes],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, SHAPE) for n in ["y", *(n.output[0] for n in extra_nodes)]],
+        initializer=weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _run(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return list(session.run(None, {"x": x}))
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "attrs"),
+    [
+        ("HardSwish", 11, {}),
+        ("Mish", 13, {}),
+        ("Celu", 11, {"alpha": 2.0}),
+        ("Gelu", 11, {}),
+        ("Gelu", 13, {"approximate": "tanh"}),
+        ("LayerNormalization", 11, {"epsilon": 1e-3}),
+    ],
+    ids=lambda v: str(v),
+)
+def test_expanded_op_is_valid_at_the_model_opset_and_computes_the_op(op: str, opset: int, attrs: dict[str, Any]) -> None:
+    model = _model(op, opset, **attrs)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)  # the fixture's defect: the op is not in its opset
+    expanded = expand_function(model, op)
+    onnx.checker.check_model(expanded, full_check=True)
+    assert [i.version for i in expanded.opset_import] == [opset]
+    assert op not in {n.op_type for n in expanded.graph.node}
+    assert "CastLike" not in {n.op_type for n in expanded.graph.node} or opset >= 15
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32) * 3
+    reference = set_opset(model, max(first_opset(op) or 0, 18))
+    np.testing.assert_allclose(_run(expanded, x)[0], _run(reference, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_attributes_reach_the_body() -> None:
+    # Celu's alpha and Gelu's approximate change the numbers: a body built with defaults would not match.
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(SHAPE)
+    default = _run(expand_function(_model("Celu", 11), "Celu"), x)[0]
+    scaled = _run(expand_function(_model("Celu", 11, alpha=2.0), "Celu"), x)[0]
+    assert np.abs(default - scaled).max() > 0.1
+    exact = _run(expand_function(_model("Gelu", 11), "Gelu"), x)[0]
+    tanh = _run(expand_function(_model("Gelu", 13, approximate="tanh"), "Gelu"), x)[0]
+    assert 1e-5 < np.abs(exact - tanh).max() < 1e-2
+
+
+def test_body_values_never_collide_with_the_model_names() -> None:
+    # The model already owns a value named like the body's first internal one.
+    clash = helper.make_node("Relu", ["x"], ["n0/HalfCast"], name="n0/Relu_0")
+    model = _model("Gelu", 11, extra_nodes=(clash,))
+    expanded = expand_function(model, "Gelu")
+    onnx.checker.check_model(expanded, full_check=True)  # SSA: every value is written once
+    outputs = [o for n in expanded.graph.node for o in n.output]
+    assert len(outputs) == len(set(outputs))
+    assert [o.name for o in expanded.graph.output] == ["y", "n0/HalfCast"]
+
+
+def test_refuses_when_no_body_fits_the_model_opset() -> None:
+    # At opset 9 every LayerNormalization body needs a Slice with inputs (opset 10).
+    with pytest.raises(TransformError, match="not valid at opset 9"):
+        expand_function(_model("LayerNormalization", 9), "LayerNormalization")
+
+
+def test_refuses_an_op_without_a_function_body() -> None:
+    with pytest.raises(TransformError, match="no function body"):
+        expand_function(_model("Sqrt", 11), "Sqrt")
+    with pytest.raises(TransformError, match="no Gelu node"):
+        expand_function(_model("Sqrt", 11), "Gelu")
