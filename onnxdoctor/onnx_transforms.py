@@ -318,14 +318,94 @@ def _exists(op_type: str, opset: int) -> bool:
     return True
 
 
+_FLOATING = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+}
+
+
+def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProto:
+    """Run every `op_type` node in type `to`: Cast its inputs there and its outputs back.
+
+    Only inputs of the same family as `to` (floating point, or integer) that have another type are
+    cast; an output is cast back to the type it had, so the rest of the graph is unchanged.
+
+    Raises:
+        TransformError: no such node, `to` is not a tensor type, or no input needs a cast.
+    """
+    import numpy as np
+
+    try:
+        target = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(_NUMPY_NAMES.get(to, to)))
+    except TypeError:
+        raise TransformError(f"{to!r} is not a tensor element type") from None
+    types = _value_types(model)
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    del fixed.graph.node[:]
+    taken = {name for n in model.graph.node for name in (n.name, *n.input, *n.output)}
+    casts = 0
+    for index, node in enumerate(model.graph.node):
+        if node.op_type != op_type or node.domain not in ("", "ai.onnx"):
+            fixed.graph.node.append(node)
+            continue
+        prefix = node.name or f"{op_type}_{index}"
+        while any(name.startswith(prefix + "/") for name in taken):
+            prefix += "_"
+        rewritten = onnx.NodeProto()
+        rewritten.CopyFrom(node)
+        before, after = [], []
+        for i, name in enumerate(node.input):
+            elem = types[name].tensor_type.elem_type if name in types else 0
+            if name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING):
+                cast = f"{prefix}/cast_in{i}"
+                before.append(onnx.helper.make_node("Cast", [name], [cast], name=cast, to=target))
+                rewritten.input[i] = cast
+        for i, name in enumerate(node.output):
+            elem = types[name].tensor_type.elem_type if name in types else 0
+            if name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING):
+                inner = f"{prefix}/cast_out{i}"
+                rewritten.output[i] = inner
+                after.append(onnx.helper.make_node("Cast", [inner], [name], name=inner, to=elem))
+        casts += len(before)
+        fixed.graph.node.extend([*before, rewritten, *after])
+    if not casts:
+        raise TransformError(f"no {op_type} node has an input to cast to {to}")
+    return fixed
+
+
+_NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16"}
+
+
+def set_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
+    """The model stamped with an older IR version, when its opsets and features allow it.
+
+    Raises:
+        TransformError: the model's opset imports need a newer IR version than `ir_version`.
+    """
+    from onnx import helper
+
+    needed = helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    if needed > ir_version:
+        raise TransformError(f"its opset imports need IR version {needed} or newer")
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    fixed.ir_version = ir_version
+    return fixed
+
+
 def apply_transform(model: onnx.ModelProto, recipe: dict[str, Any]) -> onnx.ModelProto:
     """Apply a fix recipe's `onnx_transform`.
 
-    Kinds: {"kind": "set_opset"|"convert_opset", "opset": N} and {"kind": "expand_function", "op": T}.
+    Kinds: {"kind": "set_opset"|"convert_opset", "opset": N}, {"kind": "expand_function", "op": T},
+    {"kind": "cast_around", "op": T, "to": "float"} and {"kind": "set_ir_version", "ir_version": N}.
     """
     kind = recipe.get("kind")
     if kind == "expand_function":
         return expand_function(model, str(recipe["op"]))
+    if kind == "cast_around":
+        return cast_around(model, str(recipe["op"]), str(recipe["to"]))
+    if kind == "set_ir_version":
+        return set_ir_version(model, int(recipe["ir_version"]))
     target = int(recipe["opset"])
     if kind == "set_opset":
         return set_opset(model, target)

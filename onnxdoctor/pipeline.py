@@ -341,7 +341,7 @@ def prepare_findings(
     return [
         replace(finding, fixes=tuple(
             replace(f, recipe={**f.recipe, "exporter": exporter})
-            if f.recipe and "exporter" not in f.recipe and "onnx_transform" not in f.recipe else f
+            if f.recipe and "exporter" not in f.recipe else f
             for f in finding.fixes))
         for finding in findings
     ]

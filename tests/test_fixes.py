@@ -189,3 +189,27 @@ def test_pasted_decomposition_snippet_exports_a_model_that_runs(tmp_path: Path) 
     ran = subprocess.run([sys.executable, "-c", check, str(tmp_path / "fixed.onnx")],
                          capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]
+
+
+def test_missing_kernel_type_is_fixed_by_a_verified_cast_in_a_script() -> None:
+    # The rewrite is applied to the fresh export, so the cast model is compared with PyTorch (float64).
+    fix = _fixes("ort_load/od402_det_float64.py")["cast"]
+    assert fix.recipe["onnx_transform"] == {"kind": "cast_around", "op": "Det", "to": "float"}
+    assert fix.verified is True and fix.check is not None and fix.check.reached is Stage.PARITY
+    assert fix.check.max_abs_diff is not None and 0 < fix.check.max_abs_diff < 1e-4  # float32 rounding
+
+
+@pytest.mark.parametrize(
+    ("path", "code", "kind"),
+    [
+        ("ort_load/od402_det_float64.onnx", "OD402", "cast"),
+        ("ort_load/od403_ir_version_15.onnx", "OD403", "ir_version"),
+    ],
+)
+def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(path: str, code: str, kind: str) -> None:
+    diagnosis = diagnose(str(FIXTURES / path), DiagnoseOptions(fix=True))[0]
+    finding = next(f for f in diagnosis.findings if f.code == code)
+    fix = next(f for f in finding.fixes if f.kind == kind)
+    assert fix.verified is True, fix.check
+    assert fix.check is not None and fix.check.reached is Stage.ORT_RUN
+    assert fix.check.artifact and Path(fix.check.artifact).suffix == ".onnx"

@@ -15,7 +15,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxdoctor.onnx_transforms import TransformError, expand_function, first_opset, set_opset
+from onnxdoctor.onnx_transforms import (
+    TransformError,
+    cast_around,
+    expand_function,
+    first_opset,
+    set_ir_version,
+    set_opset,
+)
 
 SHAPE = [2, 4, 3]
 
@@ -97,3 +104,42 @@ def test_refuses_an_op_without_a_function_body() -> None:
         expand_function(_model("Sqrt", 11), "Sqrt")
     with pytest.raises(TransformError, match="no Gelu node"):
         expand_function(_model("Sqrt", 11), "Gelu")
+
+
+def _det_model(dtype: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["y"], name="det_0")],
+        "g",
+        [helper.make_tensor_value_info("x", dtype, [2, 3, 3])],
+        [helper.make_tensor_value_info("y", dtype, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def test_cast_around_runs_the_op_in_a_type_the_runtime_has() -> None:
+    model = _det_model(TensorProto.DOUBLE)
+    with pytest.raises(Exception, match="Could not find an implementation for Det"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    fixed = cast_around(model, "Det", "float")
+    onnx.checker.check_model(fixed, full_check=True)
+    assert [n.op_type for n in fixed.graph.node] == ["Cast", "Det", "Cast"]
+    assert fixed.graph.output[0].type.tensor_type.elem_type == TensorProto.DOUBLE  # the interface is kept
+    x = np.random.default_rng(1).standard_normal((2, 3, 3))
+    (y,) = _run(fixed, x)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, np.linalg.det(x), rtol=1e-5)
+
+
+def test_cast_around_refuses_when_nothing_needs_a_cast() -> None:
+    with pytest.raises(TransformError, match="no Det node has an input to cast"):
+        cast_around(_det_model(TensorProto.FLOAT), "Det", "float")
+    with pytest.raises(TransformError, match="not a tensor element type"):
+        cast_around(_det_model(TensorProto.DOUBLE), "Det", "complex-ish")
+
+
+def test_ir_version_is_lowered_only_as_far_as_the_opsets_allow() -> None:
+    model = _det_model(TensorProto.FLOAT)
+    model.ir_version = 15
+    assert set_ir_version(model, 10).ir_version == 10
+    with pytest.raises(TransformError, match="need IR version 6"):
+        set_ir_version(model, 5)  # opset 11 came with IR version 6

@@ -1,32 +1,30 @@
-"""Runtime-side fixes: casts to types the kernel table lists, and models too new for the runtime."""
+"""Runtime-side fixes: casts to types the kernel table lists, and models too new for the runtime.
+
+Both are rewrites of the ONNX file (onnxdoctor.onnx_transforms), so they are verified the same way
+for a model script (applied to the fresh export, then compared with PyTorch) and for a `.onnx` file.
+"""
 
 from __future__ import annotations
+
+import re
 
 from onnxdoctor.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 
 CODES = ("OD402", "OD403")
 
+_MAX_IR = re.compile(r"\(max (\d+)\)")
+_TORCH_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "int64": "int64", "int32": "int32"}
+
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    if finding.code == "OD402":
+    """A cast around the op for OD402; an older IR version stamp for OD403."""
+    if finding.code == "OD402" and finding.op:
         return [_cast_fix(finding, ctx)]
     if finding.code == "OD403":
-        return [
-            Fix(
-                kind="ir_version",
-                title="Write the model with an IR version this ONNX Runtime reads",
-                snippet=(
-                    "import onnx\n\n"
-                    "model = onnx.load('model.onnx')\n"
-                    "model.ir_version = 10  # the highest this runtime reads: see `onnxdoctor env`\n"
-                    "onnx.save(model, 'model-ir10.onnx')\n"
-                    "# Safe only when the model uses no feature newer than that IR version.\n"
-                ),
-                applicability=Applicability.UNSAFE,
-                cost="lowering ir_version is only valid when no newer IR feature is used",
-            )
-        ]
+        match = _MAX_IR.search(finding.message)
+        if match:
+            return [_ir_fix(ctx, int(match.group(1)))]
     return []
 
 
@@ -36,14 +34,51 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
     listed = sorted({t for k in kernels for types in (k.get("types") or {}).values() for t in types})
     supported = ", ".join(t.replace("tensor(", "").rstrip(")") for t in listed[:8]) or "float"
     target = "float" if "tensor(float)" in listed or not listed else listed[0].replace("tensor(", "").rstrip(")")
-    torch_dtype = {"float": "float32", "double": "float64", "int64": "int64", "int32": "int32"}.get(target, "float32")
+    op = finding.op or "the op"
+    rewrite = (
+        "import onnx\n"
+        "from onnxdoctor.onnx_transforms import cast_around\n\n"
+        f"# Cast the inputs of every {op} node to {target} and its outputs back:\n"
+    )
+    if ctx.target_kind == "onnx":
+        stem = ctx.target_name[:-5] if ctx.target_name.endswith(".onnx") else ctx.target_name
+        snippet = rewrite + (
+            f"model = onnx.load({ctx.target_name!r})\n"
+            f"onnx.save(cast_around(model, {op!r}, to={target!r}), {stem + '-cast.onnx'!r})\n"
+        )
+    else:
+        torch_dtype = _TORCH_DTYPES.get(target, "float32")
+        snippet = rewrite + (
+            "# after torch.onnx.export(..., 'model.onnx'):\n"
+            f"onnx.save(cast_around(onnx.load('model.onnx'), {op!r}, to={target!r}), 'model.onnx')\n"
+            f"# or, in forward(), around the call: y = op(x.to(torch.{torch_dtype})).to(x.dtype)\n"
+        )
     return Fix(
         kind="cast",
-        title=f"Cast the inputs of {finding.op} to a type ONNX Runtime's CPU kernel has ({supported})",
+        title=f"Run {op} in {target}, a type ONNX Runtime's CPU kernel has ({supported})",
+        snippet=snippet,
+        applicability=Applicability.UNSAFE,
+        cost=f"{op} computes in {target}: precision may change; another execution provider may have "
+        "the kernel instead",
+        recipe={"kind": "cast", "onnx_transform": {"kind": "cast_around", "op": op, "to": target}},
+    )
+
+
+def _ir_fix(ctx: FixContext, ir_version: int) -> Fix:
+    name = ctx.target_name if ctx.target_kind == "onnx" else "model.onnx"
+    stem = name[:-5] if name.endswith(".onnx") else name
+    return Fix(
+        kind="ir_version",
+        title=f"Write the model with IR version {ir_version}, the newest this ONNX Runtime reads",
         snippet=(
-            f"# In forward(), around the {finding.op} call:\n"
-            f"y = torch_op(x.to(torch.{torch_dtype})).to(x.dtype)\n"
+            "import onnx\n\n"
+            f"model = onnx.load({name!r})\n"
+            f"model.ir_version = {ir_version}\n"
+            f"onnx.save(model, {stem + f'-ir{ir_version}.onnx'!r})\n"
+            "# Valid only when the model uses no feature newer than that IR version: onnxdoctor checked\n"
+            "# its opset imports, and the checker and ONNX Runtime accept the result.\n"
         ),
         applicability=Applicability.UNSAFE,
-        cost="precision or speed may change; another execution provider may have the kernel instead",
+        cost="valid only while the model uses no newer IR feature",
+        recipe={"kind": "ir_version", "onnx_transform": {"kind": "set_ir_version", "ir_version": ir_version}},
     )

@@ -132,6 +132,8 @@ class Runner:
         state: dict[str, Any] = {"fix": fix or {}}
         names = STAGES_SCRIPT if self.request.kind == "script" else STAGES_ONNX
         records: list[dict[str, Any]] = []
+        if reuse is not None and self.request.kind == "onnx" and state["fix"].get("onnx_transform"):
+            reuse = None  # a file's rewrite happens in LOAD: read the file again (cheap)
         if reuse is not None:
             for key in ("loaded", "torch_outputs", "onnx_model", "load_facts"):
                 if key in reuse:
@@ -221,23 +223,28 @@ class Runner:
             raise StageFailed(exc.message, exc.code) from None
         transform = state["fix"].get("onnx_transform")
         if transform:
-            from onnxdoctor.onnx_transforms import TransformError, apply_transform
-
-            state["original_model"] = model
-            try:
-                model = apply_transform(model, transform)
-            except TransformError as exc:
-                raise StageFailed(str(exc), "OD199") from None
-            path = self.workdir / f"fixed-{os.getpid()}-{time.monotonic_ns()}.onnx"
-            import onnx
-
-            onnx.save(model, str(path))
-            state["fixed_path"] = path
+            model, path = self._rewrite(model, transform, state)
         state["onnx_model"] = model
         facts = _model_facts(model)
-        if "fixed_path" in state:
-            facts["onnx_path"] = str(state["fixed_path"])
+        if transform:
+            facts["onnx_path"] = str(path)
         return facts
+
+    def _rewrite(self, model: Any, transform: dict[str, Any], state: dict[str, Any]) -> tuple[Any, Path]:
+        """Apply a fix's ONNX rewrite; keep the original (a reference) and save the result."""
+        import onnx
+
+        from onnxdoctor.onnx_transforms import TransformError, apply_transform
+
+        state["original_model"] = model
+        try:
+            fixed = apply_transform(model, transform)
+        except TransformError as exc:
+            raise StageFailed(str(exc), "OD199") from None
+        # In the work folder, beside any external data an export wrote, so relative paths resolve.
+        path = self.workdir / f"fixed-{os.getpid()}-{time.monotonic_ns()}.onnx"
+        onnx.save(fixed, str(path))
+        return fixed, path
 
     # ---- EXPORT --------------------------------------------------------------------------
 
@@ -290,8 +297,11 @@ class Runner:
             raise StageFailed(_first(exc), None, **facts) from exc
         import onnx
 
-        state["onnx_path"] = path
         model = onnx.load(str(path), load_external_data=False)
+        if fix.get("onnx_transform"):
+            # A rewrite of the exported file (a cast, a newer IR stamp): compared with PyTorch as usual.
+            model, path = self._rewrite(model, fix["onnx_transform"], state)
+        state["onnx_path"] = path
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(_model_facts(model))
         facts["onnx_path"] = str(path)
