@@ -15,6 +15,9 @@ from onnxdoctor.codes import catch_all, get_code
 from onnxdoctor.model import ErrorInfo, Finding, Severity, Stage, StageOutcome, Status
 from onnxdoctor.normalize import first_line, normalize_message
 
+DYNAMIC_SHAPES_KEYS = re.compile(
+    r"top-level keys must be the arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])"
+)
 _UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_][\w.]*)")
 _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
@@ -202,6 +205,10 @@ def _classify_export(
     capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
     if capture:
         if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:
+            keys = DYNAMIC_SHAPES_KEYS.search(text)
+            if keys:
+                return make("OD208", f"dynamic_shapes is keyed by {keys.group(2)}, but forward()'s "
+                                     f"arguments are {keys.group(1)}")
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         detail = _capture_message(text, base_dir, "")
         if "data-dependent" in text:
@@ -285,6 +292,39 @@ def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
         "incompatible function arguments",
     )
     return any(m in text for m in markers) and "torch.onnx" in (error.traceback_tail + " ".join(error.chain))
+
+
+def _dynamic_dims_finding(export: StageOutcome, base_dir: str | None) -> Finding:
+    """OD208 for an export that succeeded although torch.export rejects the user's Dims."""
+    violation = str(export.facts.get("dynamic_shapes_violation") or "")
+    reason = next(
+        (ln.strip(" -") for ln in violation.splitlines() if "specialized" in ln or "Not all values" in ln
+         or "must always be" in ln), ""
+    )
+    if export.facts.get("symbolic_input_dims") == 0:
+        message = (
+            "dynamic_shapes were requested but every input dimension of the exported model is static "
+            "(the model only accepts the example shapes)"
+        )
+    else:
+        message = (
+            "the exported model has dynamic dims that torch.export rejects: torch.onnx dropped the "
+            "condition, so for other sizes the model may compute something else without an error"
+        )
+    if reason:
+        # torch's first sentence names the dim; the rest is advice about mark_dynamic and Dim.DYNAMIC.
+        message += ": torch.export says " + normalize_message(_readable_guard(reason.split(". ")[0]),
+                                                             base_dir=base_dir, limit=240)
+    evidence = tuple(normalize_message(ln, base_dir=base_dir, limit=300) for ln in violation.splitlines()[:6])
+    if not evidence:
+        evidence = tuple(w for w in export.warnings if "dynamic" in w.lower() or "special" in w.lower())[:2]
+    return _finding("OD208", Stage.EXPORT, message, evidence=evidence)
+
+
+def _readable_guard(text: str) -> str:
+    """torch's guard notation in the user's terms: L['x'].size()[0] is x.shape[0]."""
+    text = re.sub(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", r"\1.shape[\2]", text)
+    return re.sub(r" and [\w.\[\]]+ <= IntInfinity\(\)", "", text)
 
 
 def _capture_message(text: str, base_dir: str | None, default: str) -> str:
@@ -425,16 +465,10 @@ def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]
                 evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
             )
         )
-    if export and export.facts.get("dynamic_shapes_requested") and export.facts.get("symbolic_input_dims") == 0:
-        found.append(
-            _finding(
-                "OD208",
-                Stage.EXPORT,
-                "dynamic_shapes were requested but every input dimension of the exported model is static: "
-                "torch.export specialized them (the model only accepts the example shapes)",
-                evidence=tuple(w for w in export.warnings if "dynamic" in w.lower() or "special" in w.lower())[:2],
-            )
-        )
+    if export and export.facts.get("dynamic_shapes_requested") and (
+        export.facts.get("symbolic_input_dims") == 0 or export.facts.get("dynamic_shapes_violation")
+    ):
+        found.append(_dynamic_dims_finding(export, base_dir))
     parity = by_stage.get(Stage.PARITY)
     nones = load.facts.get("none_outputs", 0) if load else 0
     if parity and parity.status is Status.PASSED and nones:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import shutil
 import sys
@@ -127,16 +129,21 @@ def run_diagnose(
 
         # Piped output is not wrapped: wrapped code snippets would not paste back as Python.
         console = Console(highlight=False)
-        if not console.is_terminal:
+        piped = not console.is_terminal
+        if piped:
             console = Console(highlight=False, width=400)
-        if quiet:
-            for diagnosis in diagnoses:
-                for finding in diagnosis.findings:
-                    console.print(plain_line(finding), soft_wrap=True)
-        else:
-            render_diagnoses(console, diagnoses, verbose=verbose)
-            if output is not None:
-                console.print(f"\nwrote {output}")
+        with console.capture() if piped else contextlib.nullcontext() as captured:
+            if quiet:
+                for diagnosis in diagnoses:
+                    for finding in diagnosis.findings:
+                        console.print(plain_line(finding), soft_wrap=True)
+            else:
+                render_diagnoses(console, diagnoses, verbose=verbose)
+                if output is not None:
+                    console.print(f"\nwrote {output}")
+        if captured is not None:
+            # rich pads blocks to the console's width: drop that, a pipe or a file wants plain lines.
+            sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
     if report is not None:
         from onnxdoctor.render.markdown import to_markdown
 

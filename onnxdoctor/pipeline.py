@@ -377,7 +377,7 @@ def _planned_checks(result: WorkerResult, target: Target) -> dict[str, FixCheck]
     for position, recipe in enumerate(plan):
         run_id = f"plan{position}"
         if any(e.get("run") == run_id for e in result.events):
-            checks[_recipe_key(recipe)] = _fix_check(result, run_id, target)
+            checks[_recipe_key(recipe)] = fix_check(result, run_id, target)
     return checks
 
 
@@ -421,7 +421,7 @@ def _verify(
             for position, (index, _fix) in enumerate(shared):
                 run_id = f"fix{position}"
                 if any(e.get("run") == run_id for e in result.events):
-                    checks[index] = _fix_check(result, run_id, target)
+                    checks[index] = fix_check(result, run_id, target)
                 # else: the worker stopped after an earlier fix worked; this one stays untried
         for index, fix in isolated:
             if not options.all_fixes and any(c.works for c in [*checks.values(), *done.values()]):
@@ -430,7 +430,7 @@ def _verify(
             request = _request(target, options, workdir, apply_fix=fix.recipe, gather_facts=False)
             result = run_worker(request, timeout=options.timeout, cwd=_cwd(target),
                                 on_event=_progress_sink(progress))
-            checks[index] = _fix_check(result, "main", target)
+            checks[index] = fix_check(result, "main", target)
         fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
         for index, check in checks.items():
             done[_recipe_key(finding.fixes[index].recipe)] = check
@@ -448,50 +448,58 @@ def _recipe_key(recipe: dict[str, Any]) -> str:
     return json.dumps(recipe, sort_keys=True, default=str)
 
 
-def _fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
+def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
+    """Judge one fix run of a worker: the stage it reached, its numbers, and whether it works.
+
+    A run works when it passes every stage of its target and leaves no error finding behind (a
+    frozen trace, dims that went static, a rewrite that differs from its reference).
+    """
     outcomes, tool = outcomes_for_run(result, run_id, target, first_run=False)
     ran = [o for o in outcomes if o.status is not Status.SKIPPED]
     passed = [o for o in ran if o.status is Status.PASSED]
     reached = passed[-1].stage if passed else None
     failed = next((o for o in ran if o.status is not Status.PASSED), None)
-    seconds = round(sum(o.seconds for o in ran), 3)
     # A script's numbers come from PARITY (against PyTorch); a file's from ORT_RUN, when the fix
     # carried a reference to compare with (the original op at the opset that defines it).
-    numbers_stage = Stage.PARITY if target.kind == "script" else Stage.ORT_RUN
-    parity = next((o for o in outcomes if o.stage is numbers_stage and o.status is not Status.SKIPPED), None)
-    max_abs = parity.facts.get("max_abs_diff") if parity else None
-    max_rel = parity.facts.get("max_rel_diff") if parity else None
+    final = Stage.PARITY if target.kind == "script" else Stage.ORT_RUN
+    numbers = next((o for o in outcomes if o.stage is final and o.status is not Status.SKIPPED), None)
     producer = next((o for o in outcomes if o.stage in (Stage.EXPORT, Stage.LOAD) and o.facts.get("onnx_path")
                      and o.status is Status.PASSED), None)
-    artifact = producer.facts.get("onnx_path") if producer else None
-    final = Stage.PARITY if target.kind == "script" else Stage.ORT_RUN
-    frozen = [f for f in classify(outcomes) if f.code == "OD210"]
-    if failed is None and not tool and reached is final and frozen:
-        return FixCheck(reached=reached, status=Status.FAILED, max_abs_diff=max_abs, max_rel_diff=max_rel,
-                        seconds=seconds, artifact=artifact,
-                        detail="OD210: matches PyTorch on the example input only: the tracer froze a "
-                        "data-dependent branch or value (rewrite it with torch.where or torch.cond)")
-    mismatch = parity.facts.get("reference_mismatch") if parity else None
-    if failed is None and not tool and reached is final and mismatch:
-        return FixCheck(reached=reached, status=Status.FAILED, max_abs_diff=max_abs, max_rel_diff=max_rel,
-                        seconds=seconds, artifact=artifact,
-                        detail=f"OD601: against {parity.facts.get('reference')}: {mismatch}")
-    if failed is None and not tool and reached is final:
-        return FixCheck(reached=reached, status=Status.PASSED, max_abs_diff=max_abs, max_rel_diff=max_rel,
-                        seconds=seconds, artifact=artifact,
-                        detail=_passed_detail(final, parity.facts if parity else {}))
     findings = classify(outcomes, base_dir=str(target.path.parent)) + tool
-    first = next((f for f in findings if f.severity is Severity.ERROR), None)
-    detail = f"{first.code}: {first.message}" if first else "did not complete"
-    status = failed.status if failed else Status.FAILED
-    return FixCheck(reached=reached, status=status, max_abs_diff=max_abs, max_rel_diff=max_rel,
-                    seconds=seconds, detail=detail[:500], artifact=artifact)
+    if failed is None and not tool and reached is final:
+        problem = _still_wrong(findings, numbers.facts if numbers else {})
+        status, detail = (Status.FAILED, problem) if problem else (Status.PASSED, _passed_detail(final, numbers))
+    else:
+        first = next((f for f in findings if f.severity is Severity.ERROR), None)
+        status = failed.status if failed else Status.FAILED
+        detail = f"{first.code}: {first.message}" if first else "did not complete"
+    return FixCheck(
+        reached=reached,
+        status=status,
+        max_abs_diff=numbers.facts.get("max_abs_diff") if numbers else None,
+        max_rel_diff=numbers.facts.get("max_rel_diff") if numbers else None,
+        seconds=round(sum(o.seconds for o in ran), 3),
+        detail=detail[:500],
+        artifact=producer.facts.get("onnx_path") if producer else None,
+    )
 
 
-def _passed_detail(final: Stage, numbers: dict[str, Any]) -> str:
+def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> str | None:
+    """Why a fixed run that passed every stage still does not count as a fix (None: it does)."""
+    if any(f.code == "OD210" for f in findings):
+        return ("OD210: matches PyTorch on the example input only: the tracer froze a data-dependent "
+                "branch or value (rewrite it with torch.where or torch.cond)")
+    if numbers.get("reference_mismatch"):
+        return f"OD601: against {numbers.get('reference')}: {numbers['reference_mismatch']}"
+    error = next((f for f in findings if f.severity is Severity.ERROR), None)
+    return f"{error.code}: {error.message}" if error else None  # e.g. dims that went static (OD208)
+
+
+def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
     if final is Stage.PARITY:
         return "exports, loads, runs and matches PyTorch"
     detail = "passes the checker, loads and runs in ONNX Runtime"
+    numbers = outcome.facts if outcome else {}
     if numbers.get("reference"):
         detail += "; " + (
             numbers["reference"] if numbers["reference"].startswith("not compared")

@@ -213,3 +213,35 @@ def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(path: str, co
     assert fix.verified is True, fix.check
     assert fix.check is not None and fix.check.reached is Stage.ORT_RUN
     assert fix.check.artifact and Path(fix.check.artifact).suffix == ".onnx"
+
+
+@pytest.mark.parametrize(
+    ("path", "recipe_key"),
+    [
+        ("export/od208_dynamic_shapes_wrong_name.py", "dynamic_shapes_rename"),
+        ("export/od208_dynamic_shapes_needs_bounds.py", "dynamic_shapes_suggested"),
+        ("export/od208_dynamic_shapes_equal_dims.py", "dynamic_shapes_suggested"),
+    ],
+)
+def test_dynamic_shapes_corrections_are_verified(path: str, recipe_key: str) -> None:
+    fixes = _fixes(path)
+    fix = fixes["dynamic_shapes"]
+    assert recipe_key in fix.recipe
+    # Verified means: exported with the corrected Dims, torch.export accepts them, the model keeps
+    # a symbolic dim, and matches PyTorch.
+    assert fix.verified is True, fix.check
+    assert fix.check is not None and fix.check.reached is Stage.PARITY
+    assert "exporter" not in fixes  # TorchScript ignores dynamic_shapes: switching would not fix them
+
+
+def test_needs_bounds_finding_names_the_guard_torch_drops() -> None:
+    diagnosis = diagnose(str(FIXTURES / "export/od208_dynamic_shapes_needs_bounds.py"), DiagnoseOptions(fix=False))[0]
+    [finding] = [f for f in diagnosis.findings if f.code == "OD208"]
+    assert "5 <= x.shape[0]" in finding.message and "L['x']" not in finding.message
+
+
+def test_specialized_dim_gets_the_way_to_keep_it_dynamic_not_torchs_constant() -> None:
+    fixes = _fixes("export/od208_dynamic_shapes_specialized.py")
+    fix = fixes["dynamic_shapes"]
+    assert fix.recipe == {} and fix.check is None  # shown, never applied: `batch = 2` is static
+    assert "batch = 2" in fix.snippet and "x.shape[0]" in fix.snippet

@@ -17,6 +17,7 @@ from onnxdoctor.fixes import (
     control_flow,
     custom_op,
     decompose,
+    dynamic_shapes,
     eval_mode,
     exporter,
     onnx_file,
@@ -26,7 +27,10 @@ from onnxdoctor.fixes import (
 from onnxdoctor.fixes._context import FixContext
 from onnxdoctor.model import Finding, Fix
 
-FAMILIES = (eval_mode, control_flow, decompose, custom_op, opset, onnx_file, contrib_ops, exporter, runtime, aten_fallback)
+FAMILIES = (
+    eval_mode, dynamic_shapes, control_flow, decompose, custom_op, opset, onnx_file, contrib_ops, exporter,
+    runtime, aten_fallback,
+)
 
 __all__ = ["propose_fixes", "FAMILIES", "FixContext"]
 

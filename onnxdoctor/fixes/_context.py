@@ -77,6 +77,7 @@ class FixContext:
     training: bool = False
     mode_sensitive: tuple[str, ...] = ()
     outcomes: tuple[StageOutcome, ...] = ()
+    export_facts: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def build(cls, finding: Finding, context: dict[str, Any]) -> FixContext:
@@ -96,6 +97,7 @@ class FixContext:
             training=bool(load.get("training")),
             mode_sensitive=tuple(load.get("mode_sensitive_modules") or ()),
             outcomes=outcomes,
+            export_facts=export,
         )
 
     @property

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import inspect
 import os
+import re
 import sys
 import time
 import traceback
@@ -268,7 +269,8 @@ class Runner:
             "output_names": settings.get("output_names"),
         }
         if dynamo:
-            kwargs["dynamic_shapes"] = settings.get("dynamic_shapes")
+            shapes = _renamed_keys(settings.get("dynamic_shapes"), fix.get("dynamic_shapes_rename"))
+            kwargs["dynamic_shapes"] = _with_suggested_dims(shapes, fix.get("dynamic_shapes_suggested") or ())
             table = namespace.get(fix.get("translation_table_var") or "", None)
             if table:
                 kwargs["custom_translation_table"] = table
@@ -305,11 +307,12 @@ class Runner:
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(_model_facts(model))
         facts["onnx_path"] = str(path)
-        if dynamo and settings.get("dynamic_shapes") is not None:
+        if dynamo and kwargs.get("dynamic_shapes") is not None:
             facts["dynamic_shapes_requested"] = True
             facts["symbolic_input_dims"] = sum(
                 1 for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param
             )
+            facts.update(_torch_export_verdict(loaded, kwargs["dynamic_shapes"]))
         if not dynamo:
             from torch.onnx import _constants
 
@@ -780,6 +783,76 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
     return None
 
 
+def _renamed_keys(dynamic_shapes: Any, rename: dict[str, str] | None) -> Any:
+    """`dynamic_shapes` with its top-level keys renamed (a fix for keys forward() does not have)."""
+    if not rename or not isinstance(dynamic_shapes, dict):
+        return dynamic_shapes
+    return {rename.get(key, key): value for key, value in dynamic_shapes.items()}
+
+
+def _with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
+    """`dynamic_shapes` with each Dim replaced by torch's suggestion of the same name.
+
+    torch prints suggestions as Python ("batch = Dim('batch', min=2)", "_dx = Dim('_dx')",
+    "dx = 2*_dx"); they are evaluated in order, so later ones may use earlier names.
+    """
+    if not suggestions:
+        return dynamic_shapes
+    import torch
+
+    # torch's suggestions may name the user's own Dims ("b = a"): start from those.
+    namespace: dict[str, Any] = {"Dim": torch.export.Dim, **_named_dims(dynamic_shapes)}
+    for line in suggestions:
+        name, expression = line.split(" = ", 1)
+        namespace[name.strip()] = eval(expression, {"__builtins__": {}}, namespace)  # noqa: S307 - torch's text
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(swap(v) for v in value)
+        name = getattr(value, "__name__", None)
+        return namespace[name] if name in namespace and name != "Dim" else value
+
+    return swap(dynamic_shapes)
+
+
+def _named_dims(value: Any) -> dict[str, Any]:
+    """The Dims in a dynamic_shapes structure, by name."""
+    if isinstance(value, dict):
+        return {k: v for item in value.values() for k, v in _named_dims(item).items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for item in value for k, v in _named_dims(item).items()}
+    name = getattr(value, "__name__", None)
+    return {name: value} if isinstance(name, str) else {}
+
+
+def _torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
+    """torch.export's own verdict on the user's dynamic_shapes, which torch.onnx relaxes.
+
+    torch.onnx lets the export specialize a Dim, or keep it symbolic while dropping the guard
+    the model needs (batch >= 5), without a word; a plain torch.export.export with the same Dims
+    says which dim breaks what, and what torch suggests.
+    """
+    import torch
+
+    try:
+        with _quiet_torch_logs():
+            torch.export.export(
+                loaded.model, loaded.args, loaded.kwargs or None, dynamic_shapes=dynamic_shapes, strict=False
+            )
+    except Exception as exc:  # UserError, ConstraintViolationError and friends: all are the answer
+        text = re.sub(r" For more information, run with TORCH_LOGS=\S+", "", str(exc))
+        lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+        kept = [ln for ln in lines if "error above occurred" not in ln]
+        suggested = [ln.strip() for ln in lines[lines.index("Suggested fixes:") + 1 :]] if "Suggested fixes:" in lines else []
+        return {
+            "dynamic_shapes_violation": "\n".join(kept[:8])[:1500],
+            "dynamic_shapes_suggested": [ln for ln in suggested if re.fullmatch(r"\w+ = .+", ln)][:8],
+        }
+    return {}
+
+
 def _model_facts(model: Any) -> dict[str, Any]:
     opsets = {imp.domain or "ai.onnx": imp.version for imp in model.opset_import}
     op_types = sorted({(n.domain or "ai.onnx") + "::" + n.op_type for n in model.graph.node})
@@ -886,21 +959,29 @@ def _quiet_torch_logs() -> Any:
             logger.setLevel(level)
 
 
-def _healthy(records: list[dict[str, Any]]) -> bool:
-    return all(r["status"] == "passed" for r in records) and records[-1]["stage"] == "parity"
+def _works(request: WorkerRequest, run_id: str) -> bool:
+    """The parent's own verdict on a fix run (stages and remaining findings), to stop early."""
+    from onnxdoctor.pipeline import Target, fix_check
+
+    target = Target(path=Path(request.target), factory=request.factory, kind=request.kind)
+    return fix_check(_result_so_far(request), run_id, target).works
+
+
+def _result_so_far(request: WorkerRequest) -> Any:
+    from onnxdoctor.supervise import WorkerResult
+    from onnxdoctor.worker.protocol import read_events
+
+    events = list(read_events(request.events_path))
+    return WorkerResult(events=events, returncode=None, ended_at=time.time(), timed_out=False, seconds=0.0)
 
 
 def _plan(request: WorkerRequest) -> list[dict[str, Any]]:
     """The parent's own fix proposals for the main run, computed here (pure code, no second import)."""
     from onnxdoctor.pipeline import DiagnoseOptions, Target, outcomes_for_run, prepare_findings, shared_fix_plan
-    from onnxdoctor.supervise import WorkerResult
-    from onnxdoctor.worker.protocol import read_events
 
     target = Target(path=Path(request.target), factory=request.factory, kind=request.kind)
     options = DiagnoseOptions(exporter=request.exporter, opset=request.opset, all_fixes=request.all_fixes)
-    events = list(read_events(request.events_path))
-    result = WorkerResult(events=events, returncode=None, ended_at=time.time(), timed_out=False, seconds=0.0)
-    outcomes, tool = outcomes_for_run(result, "main", target, first_run=False)
+    outcomes, tool = outcomes_for_run(_result_so_far(request), "main", target, first_run=False)
     exporter = next((o.facts.get("exporter") for o in outcomes if o.stage.value == "export"), None)
     return shared_fix_plan(prepare_findings(outcomes, tool, target, options, exporter), options)
 
@@ -915,15 +996,15 @@ def main(argv: list[str]) -> int:
     records, state = runner.run_once("main", request.apply_fix)
     if records and records[0]["status"] == "passed":
         for index, fix in enumerate(request.verify_fixes):
-            fix_records, _ = runner.run_once(f"fix{index}", fix, reuse=state)
-            if _healthy(fix_records) and request.stop_on_success:
+            runner.run_once(f"fix{index}", fix, reuse=state)
+            if request.stop_on_success and _works(request, f"fix{index}"):
                 break
         if request.plan_fixes and records[-1]["status"] != "passed":
             plan = _plan(request)
             append_event(request.events_path, {"event": "fix_plan", "recipes": plan})
             for index, fix in enumerate(plan):
-                fix_records, _ = runner.run_once(f"plan{index}", fix, reuse=state)
-                if _healthy(fix_records) and request.stop_on_success:
+                runner.run_once(f"plan{index}", fix, reuse=state)
+                if request.stop_on_success and _works(request, f"plan{index}"):
                     break
     append_event(request.events_path, {"event": "done"})
     return 0

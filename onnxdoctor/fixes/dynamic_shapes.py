@@ -1,0 +1,101 @@
+"""`dynamic_shapes` corrections for torch.export dim errors (OD208).
+
+Two kinds are mechanical and verified: top-level keys that are not forward()'s argument names
+(renamed by position), and the Dims torch itself suggests ("Suggested fixes: batch = Dim(...)").
+A suggestion that pins a dim to a number makes the model static, which is what the user did not
+want: it is shown with the way out (compute the shape from the input), never applied.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from onnxdoctor.classify import DYNAMIC_SHAPES_KEYS
+from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix
+
+CODES = ("OD208",)
+
+_SUGGESTION = re.compile(r"^(\w+) = (.+)$")
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """A key rename, torch's own Dim suggestions, or the way to keep a specialized dim dynamic."""
+    if ctx.target_kind != "script":
+        return []
+    text = "\n".join((finding.message, *finding.evidence))
+    rename = _key_rename(text)
+    if rename:
+        return [_rename_fix(rename)]
+    suggested = [ln for ln in ctx.export_facts.get("dynamic_shapes_suggested", ()) if _SUGGESTION.match(ln)]
+    pinned = [ln for ln in suggested if _is_number(_SUGGESTION.match(ln).group(2))]  # type: ignore[union-attr]
+    if suggested and not pinned:
+        return [_suggested_fix(suggested)]
+    if pinned:
+        return [_keep_dynamic_fix(pinned)]
+    return []
+
+
+def _key_rename(text: str) -> dict[str, str]:
+    match = DYNAMIC_SHAPES_KEYS.search(text)
+    if not match:
+        return {}
+    try:
+        wanted, given = ast.literal_eval(match.group(1)), ast.literal_eval(match.group(2))
+    except (ValueError, SyntaxError):
+        return {}
+    if len(wanted) != len(given):
+        return {}
+    return {old: new for old, new in zip(given, wanted, strict=True) if old != new}
+
+
+def _rename_fix(rename: dict[str, str]) -> Fix:
+    pairs = ", ".join(f"{old!r} -> {new!r}" for old, new in rename.items())
+    entries = "".join(f"    {new!r}: ...,  # was {old!r}: the same Dims\n" for old, new in rename.items())
+    return Fix(
+        kind="dynamic_shapes",
+        title=f"Key dynamic_shapes by forward()'s argument names ({pairs})",
+        snippet=(
+            "# dynamic_shapes keys must be the names of forward()'s arguments\n"
+            "# (or give them as a tuple in forward()'s argument order):\n"
+            f"dynamic_shapes = {{\n{entries}}}\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost="none",
+        recipe={"kind": "dynamic_shapes", "dynamic_shapes_rename": rename},
+    )
+
+
+def _suggested_fix(suggested: list[str]) -> Fix:
+    return Fix(
+        kind="dynamic_shapes",
+        title="Use the Dims torch.export suggests",
+        snippet="from torch.export import Dim\n\n" + "".join(f"{line}\n" for line in suggested),
+        applicability=Applicability.SAFE,
+        cost="the dims get the bounds the model really supports",
+        recipe={"kind": "dynamic_shapes", "dynamic_shapes_suggested": suggested},
+    )
+
+
+def _keep_dynamic_fix(pinned: list[str]) -> Fix:
+    names = ", ".join(_SUGGESTION.match(ln).group(1) for ln in pinned)  # type: ignore[union-attr]
+    return Fix(
+        kind="dynamic_shapes",
+        title=f"Keep {names} dynamic: compute shapes from the input instead of constants",
+        snippet=(
+            f"# torch.export's suggestion ({'; '.join(pinned)}) would make the model static.\n"
+            "# To keep the dim dynamic, find the code that fixes it to a number and derive it from\n"
+            "# the input instead, e.g.:\n"
+            "x = x.reshape(x.shape[0], -1)  # not x.reshape(2, 12)\n"
+        ),
+        applicability=Applicability.DISPLAY_ONLY,
+        cost="a change to forward()",
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return isinstance(ast.literal_eval(text.strip()), int)
+    except (ValueError, SyntaxError):
+        return False
