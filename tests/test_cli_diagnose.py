@@ -181,3 +181,52 @@ def test_nothing_is_written_next_to_the_model(tmp_path: Path) -> None:
     result = _cli("diagnose", str(script), "--no-fix", "--exporter", "torchscript")
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py"]
+
+
+def _external_data_model(folder: Path, location: str, *, gelu: bool = False) -> Path:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.linspace(-1, 1, 64 * 64, dtype=np.float32).reshape(64, 64), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if not gelu else "h"], name="mm")]
+    if gelu:
+        nodes.append(helper.make_node("Gelu", ["h"], ["y"], name="gelu"))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])], initializer=[weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location=location, size_threshold=0)
+    return path
+
+
+def test_onnx_file_with_external_weights_runs_and_is_rewritten(tmp_path: Path) -> None:
+    # ONNX Runtime reads the weights beside the file; a rewrite carries them into its own file.
+    healthy = runner.invoke(app, ["diagnose", str(_external_data_model(tmp_path / "a", "w.bin")), "--json"])
+    assert healthy.exit_code == 0, healthy.output
+    assert [s["status"] for s in json.loads(healthy.stdout)["stages"]] == ["passed"] * 4
+    broken = _external_data_model(tmp_path / "b", "w.bin", gelu=True)
+    result = runner.invoke(app, ["diagnose", str(broken), "--json"])
+    fixes = json.loads(result.stdout)["findings"][0]["fixes"]
+    assert fixes[0]["kind"] == "expand_function" and fixes[0]["verified"] is True, fixes[0]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["model.onnx", "w.bin"]  # nothing written
+
+
+def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> None:
+    path = _external_data_model(tmp_path / "inner", "w.bin")
+    (tmp_path / "inner" / "w.bin").rename(tmp_path / "w.bin")
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../w.bin"
+    onnx.save(model, str(path))
+    result = runner.invoke(app, ["diagnose", str(path), "--json"])
+    assert result.exit_code == 1
+    finding = json.loads(result.stdout)["findings"][0]
+    assert finding["code"] == "OD111" and finding["stage"] == "load"

@@ -136,7 +136,8 @@ class Runner:
         if reuse is not None and self.request.kind == "onnx" and state["fix"].get("onnx_transform"):
             reuse = None  # a file's rewrite happens in LOAD: read the file again (cheap)
         if reuse is not None:
-            for key in ("loaded", "torch_outputs", "onnx_model", "load_facts"):
+            # A script's fix run exports anew (and sets onnx_path); a file's reads the same file.
+            for key in ("loaded", "torch_outputs", "onnx_model", "onnx_path", "load_facts"):
                 if key in reuse:
                     state[key] = reuse[key]
             facts = {**reuse.get("load_facts", {}), "reused": True}
@@ -216,15 +217,24 @@ class Runner:
         return facts
 
     def _stage_onnx_load(self, state: dict[str, Any]) -> dict[str, Any]:
-        from onnxdoctor.onnxfile import OnnxFileError, read_onnx
+        from onnxdoctor.onnxfile import OnnxFileError, check_external_data, read_onnx
 
+        transform = state["fix"].get("onnx_transform")
         try:
-            model = read_onnx(self.target, load_external_data=True)
+            # Weights stay on disk unless a rewrite must carry them into a new file: checking needs
+            # none, and ONNX Runtime reads them from the file itself (a model over 2 GiB cannot be
+            # handed to it as one serialized message anyway).
+            model = read_onnx(self.target, load_external_data=bool(transform))
+            problems = check_external_data(model, self.target.parent)
         except OnnxFileError as exc:
             raise StageFailed(exc.message, exc.code) from None
-        transform = state["fix"].get("onnx_transform")
+        if problems:
+            raise StageFailed(problems[0].message, problems[0].code)
         if transform:
             model, path = self._rewrite(model, transform, state)
+            state["onnx_path"] = path
+        else:
+            state["onnx_path"] = self.target  # vetted above: its external data stays in its folder
         state["onnx_model"] = model
         facts = _model_facts(model)
         if transform:
@@ -244,7 +254,11 @@ class Runner:
             raise StageFailed(str(exc), "OD199") from None
         # In the work folder, beside any external data an export wrote, so relative paths resolve.
         path = self.workdir / f"fixed-{os.getpid()}-{time.monotonic_ns()}.onnx"
-        onnx.save(fixed, str(path))
+        weights = sum(len(t.raw_data) for t in fixed.graph.initializer)
+        if weights > _INLINE_WEIGHTS_LIMIT:
+            onnx.save(fixed, str(path), save_as_external_data=True, location=path.name + ".data")
+        else:
+            onnx.save(fixed, str(path))
         return fixed, path
 
     # ---- EXPORT --------------------------------------------------------------------------
@@ -414,7 +428,8 @@ class Runner:
                     library=str(library),
                 ) from exc
         if "onnx_path" in state:
-            source: Any = str(state["onnx_path"])  # our own export: no foreign external data
+            # Our export, a rewrite in the work folder, or the user's file with vetted external data.
+            source: Any = str(state["onnx_path"])
         else:
             source = state["onnx_model"].SerializeToString()
         try:
@@ -781,6 +796,10 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
             return f"{target.name}:{current.lineno}"
         current = current.__cause__ or current.__context__
     return None
+
+
+# Protobuf refuses messages of 2 GiB; stay well below it when writing a rewritten model inline.
+_INLINE_WEIGHTS_LIMIT = 1 << 30
 
 
 def _renamed_keys(dynamic_shapes: Any, rename: dict[str, str] | None) -> Any:
