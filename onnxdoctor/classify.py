@@ -8,8 +8,9 @@ violations, parity), then the exception type chain, then the normalized message.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
 
 from onnxdoctor.codes import catch_all, get_code
 from onnxdoctor.model import ErrorInfo, Finding, Severity, Stage, StageOutcome, Status
@@ -396,7 +397,7 @@ def _kernel_type_summary(kernels: list[dict[str, Any]], version: int) -> str:
         if kernel.get("since", 0) <= version <= kernel.get("until", 10**6):
             types = kernel.get("types") or {}
             if types:
-                first = sorted(types)[0]
+                first = min(types)
                 return f"{first} in {{{', '.join(t.replace('tensor(', '').rstrip(')') for t in types[first])}}}"
     return ""
 

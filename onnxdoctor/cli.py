@@ -10,8 +10,9 @@ import functools
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any
 
 import typer
 
@@ -70,24 +71,24 @@ def _root(
 @_guarded
 def diagnose(
     target: str = typer.Argument(..., help="model.py[:factory] or model.onnx"),
-    exporter: Optional[str] = typer.Option(
+    exporter: str | None = typer.Option(
         None, "--exporter", help="dynamo | torchscript | both (default: the script's `dynamo`, else torch's)"
     ),
-    opset: Optional[int] = typer.Option(None, "--opset", help="Opset version to export at."),
-    custom_op_library: List[Path] = typer.Option(
+    opset: int | None = typer.Option(None, "--opset", help="Opset version to export at."),
+    custom_op_library: list[Path] = typer.Option(
         [], "--custom-op-library", help="ONNX Runtime custom-op library (.so); repeatable."
     ),
     atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance for parity."),
     rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for parity."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Keep the exported model here."),
-    input_shape: List[str] = typer.Option(
+    output: Path | None = typer.Option(None, "--output", "-o", help="Keep the exported model here."),
+    input_shape: list[str] = typer.Option(
         [], "--input-shape", help="For .onnx targets: name=1,3,224,224 (repeatable)."
     ),
     fix: bool = typer.Option(True, "--fix/--no-fix", help="Try the proposed fixes and report which work."),
     all_fixes: bool = typer.Option(False, "--all-fixes", help="Verify every fix, not just until one is exact."),
-    write_fix: Optional[Path] = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
+    write_fix: Path | None = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 1) and nothing else."),
-    report: Optional[Path] = typer.Option(None, "--report", help="Also write a Markdown report here."),
+    report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds before the worker is killed."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the findings."),

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-
 import math
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from onnxdoctor.errors import RefusedWrite, UsageError
 from onnxdoctor.model import Diagnosis, Fix, Severity

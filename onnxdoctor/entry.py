@@ -23,7 +23,7 @@ def _fast(argv: list[str]) -> int | None:
         print_codes(json_out=argv[-1] == "--json")
         return 0
     if len(argv) == 2 and argv[0] == "explain" and not argv[1].startswith("-") and not sys.stdout.isatty():
-        from onnxdoctor.codes import find_code, explanation
+        from onnxdoctor.codes import explanation, find_code
 
         match = find_code(argv[1])
         if match is None:

@@ -18,8 +18,8 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 ENV_SCHEMA = 1
@@ -174,7 +174,7 @@ def torch_constants_imported(timeout: float = 120.0) -> dict[str, int]:
 
 
 _OPSET_AS_OP = re.compile(
-    r"^\s*from\s+onnxscript(?:\.onnx_opset)?\s+import\s+opset(\d+)\s+as\s+op\b", re.M
+    r"^\s*from\s+onnxscript(?:\.onnx_opset)?\s+import\s+opset(\d+)\s+as\s+op\b", re.MULTILINE
 )
 
 

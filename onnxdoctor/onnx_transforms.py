@@ -72,7 +72,7 @@ def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
 
     try:
         return version_converter.convert_version(model, target)
-    except Exception as exc:  # the converter raises RuntimeError and others from C++
+    except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError and others from C++
         raise TransformError(f"onnx.version_converter cannot convert to opset {target}: {exc}") from None
 
 
@@ -114,7 +114,7 @@ def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """Every value's type that the model declares or shape inference can derive."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # inference is best effort here: declared types are often enough
+    except Exception:  # noqa: BLE001 - best effort: declared types are often enough
         inferred = model
     graph = inferred.graph
     types = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]}

@@ -8,16 +8,17 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from onnxdoctor.classify import classify
 from onnxdoctor.errors import UsageError
 from onnxdoctor.model import (
     ONNX_FILE_STAGES,
-    Applicability,
     PIPELINE_STAGES,
+    Applicability,
     Diagnosis,
     ErrorInfo,
     Finding,
@@ -231,7 +232,7 @@ def _progress_sink(progress: Callable[[str], None]) -> Callable[[dict[str, Any]]
         if event.get("event") == "start":
             run = event.get("run", "main")
             label = _STAGE_LABELS.get(event.get("stage", ""), event.get("stage", ""))
-            progress(label if run == "main" else f"fix check {run[3:] if run.startswith('fix') else run}: {label}")
+            progress(label if run == "main" else f"fix check {run.removeprefix('fix')}: {label}")
 
     return sink
 

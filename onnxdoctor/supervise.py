@@ -8,9 +8,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from onnxdoctor.worker.protocol import WorkerRequest, read_events
 

@@ -32,7 +32,7 @@ FAMILIES = (
     runtime, aten_fallback,
 )
 
-__all__ = ["propose_fixes", "FAMILIES", "FixContext"]
+__all__ = ["FAMILIES", "FixContext", "propose_fixes"]
 
 
 def propose_fixes(finding: Finding, context: dict[str, Any]) -> list[Fix]:

@@ -29,5 +29,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 
 def notes(finding: Finding, ctx: FixContext) -> list[str]:
-    return ["ATen fallback (operator_export_type=ONNX_ATEN_FALLBACK) writes ATen nodes that ONNX Runtime "
-            "CPU cannot run; it is not a fix for ONNX Runtime."]
+    return [
+        (
+            "ATen fallback (operator_export_type=ONNX_ATEN_FALLBACK) writes ATen nodes that ONNX Runtime "
+            "CPU cannot run; it is not a fix for ONNX Runtime."
+        )
+    ]

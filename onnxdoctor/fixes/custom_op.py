@@ -77,9 +77,11 @@ def notes(finding: Finding, ctx: FixContext) -> list[str]:
     if finding.code != "OD203":
         return []
     return [
-        "`torch.onnx.register_custom_op_symbolic` only affects the TorchScript exporter "
-        "(dynamo=False); the default dynamo exporter needs `custom_translation_table` or "
-        "`torch.onnx.ops.symbolic`.",
+        (
+            "`torch.onnx.register_custom_op_symbolic` only affects the TorchScript exporter "
+            "(dynamo=False); the default dynamo exporter needs `custom_translation_table` or "
+            "`torch.onnx.ops.symbolic`."
+        ),
         "Downgrading torch does not help: no torch version exports an op it has no mapping for.",
     ]
 

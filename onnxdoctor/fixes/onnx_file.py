@@ -70,7 +70,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 def _expand(finding: Finding, ctx: FixContext, op_type: str, since: int) -> Fix:
     at = f"opset {finding.opset}" if finding.opset else "the model's opset"
-    stem = ctx.target_name[:-5] if ctx.target_name.endswith(".onnx") else ctx.target_name
+    stem = ctx.target_name.removesuffix(".onnx")
     return Fix(
         kind="expand_function",
         title=f"Expand {finding.op} into its ONNX function body, keeping {at}",
@@ -89,5 +89,5 @@ def _expand(finding: Finding, ctx: FixContext, op_type: str, since: int) -> Fix:
 
 
 def _renamed(name: str, opset: int) -> str:
-    stem = name[:-5] if name.endswith(".onnx") else name
+    stem = name.removesuffix(".onnx")
     return f"{stem}-opset{opset}.onnx"

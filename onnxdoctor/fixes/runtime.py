@@ -41,7 +41,7 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         f"# Cast the inputs of every {op} node to {target} and its outputs back:\n"
     )
     if ctx.target_kind == "onnx":
-        stem = ctx.target_name[:-5] if ctx.target_name.endswith(".onnx") else ctx.target_name
+        stem = ctx.target_name.removesuffix(".onnx")
         snippet = rewrite + (
             f"model = onnx.load({ctx.target_name!r})\n"
             f"onnx.save(cast_around(model, {op!r}, to={target!r}), {stem + '-cast.onnx'!r})\n"
@@ -66,7 +66,7 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
 
 def _ir_fix(ctx: FixContext, ir_version: int) -> Fix:
     name = ctx.target_name if ctx.target_kind == "onnx" else "model.onnx"
-    stem = name[:-5] if name.endswith(".onnx") else name
+    stem = name.removesuffix(".onnx")
     return Fix(
         kind="ir_version",
         title=f"Write the model with IR version {ir_version}, the newest this ONNX Runtime reads",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
 
 __all__ = ["REFERENCE_PACKAGE", "scaffold_invocation"]
 
@@ -15,8 +15,8 @@ def scaffold_invocation(
     op_type: str,
     namespace: str,
     inputs: Sequence[str] = ("x",),
-    attrs: Mapping[str, Tuple[str, float]] | None = None,
-    expr: Optional[str] = None,
+    attrs: Mapping[str, tuple[str, float]] | None = None,
+    expr: str | None = None,
 ) -> str:
     """The `onnxdoctor scaffold` command line that generates a package for one custom op.
 

@@ -6,7 +6,6 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import typer
 
@@ -15,13 +14,13 @@ from onnxdoctor.errors import RefusedWrite, UsageError
 
 def scaffold_command(
     name: str = typer.Argument(..., help="Op name, e.g. MYSELU (an ASCII identifier; the folder is its lowercase)."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="torch.library namespace = ONNX domain (default: mynamespace)."),
-    expr: Optional[str] = typer.Option(
+    namespace: str | None = typer.Option(None, "--namespace", help="torch.library namespace = ONNX domain (default: mynamespace)."),
+    expr: str | None = typer.Option(
         None, "--expr", help='Elementwise math over the inputs and attributes, e.g. "x * sigmoid(beta * x)".'
     ),
-    attr: List[str] = typer.Option([], "--attr", help="Attribute NAME:float=DEFAULT or NAME:int=DEFAULT; repeatable."),
-    inputs: Optional[str] = typer.Option(None, "--inputs", help="Comma-separated input names (default: x)."),
-    opset: Optional[int] = typer.Option(None, "--opset", help="ONNX opset to export at (18-20; default 18)."),
+    attr: list[str] = typer.Option([], "--attr", help="Attribute NAME:float=DEFAULT or NAME:int=DEFAULT; repeatable."),
+    inputs: str | None = typer.Option(None, "--inputs", help="Comma-separated input names (default: x)."),
+    opset: int | None = typer.Option(None, "--opset", help="ONNX opset to export at (18-20; default 18)."),
     out: Path = typer.Option(Path("."), "--out", help="Parent folder; the package goes to OUT/<name lowercase>/."),
     force: bool = typer.Option(False, "--force", help="Overwrite the package's files if the folder has files."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the files that would be written; write nothing."),
@@ -43,7 +42,7 @@ def scaffold_command(
         typer.echo("the math is missing: fill the places marked WRITE THE MATH (the tests say so until then)")
 
 
-def write_package(target: Path, files: Dict[str, str], force: bool, executable: frozenset[str]) -> None:
+def write_package(target: Path, files: dict[str, str], force: bool, executable: frozenset[str]) -> None:
     """Write `files` into `target`, all or nothing.
 
     Raises:

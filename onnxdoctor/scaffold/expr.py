@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import keyword
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from onnxdoctor.errors import UsageError
 
@@ -36,7 +36,7 @@ class Var:
 class Neg:
     """Unary minus."""
 
-    operand: "Expr"
+    operand: Expr
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class Bin:
     """A binary arithmetic operation: one of ``+ - * / **``."""
 
     op: str
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,10 @@ class Call:
     """A call to one of the math functions in FUNCTIONS (``step`` is internal, for derivatives)."""
 
     fn: str
-    args: Tuple["Expr", ...]
+    args: tuple[Expr, ...]
 
 
-Expr = Union[Num, Var, Neg, Bin, Call]
+Expr = Num | Var | Neg | Bin | Call
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Function:
     cxx: str  # C++/CUDA helper name, defined in the generated kernel sources
 
 
-FUNCTIONS: Dict[str, Function] = {
+FUNCTIONS: dict[str, Function] = {
     "sigmoid": Function(1, "torch.sigmoid({0})", "_sigmoid({0})", "_np_sigmoid({0})", "Sigmoid", "od_sigmoid"),
     "exp": Function(1, "torch.exp({0})", "math.exp({0})", "np.exp({0})", "Exp", "od_exp"),
     "log": Function(1, "torch.log({0})", "math.log({0})", "np.log({0})", "Log", "od_log"),
@@ -95,8 +95,8 @@ FUNCTIONS: Dict[str, Function] = {
 # Internal: the derivative of relu/abs/min/max. Never accepted from the user's expression.
 _STEP = Function(1, "({0} > 0).to(grad.dtype)", "(1.0 if {0} > 0 else 0.0)", "np.heaviside({0}, 0.0)", "", "")
 
-_BINOPS: Dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
-_ONNX_BINOPS: Dict[str, str] = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "**": "Pow"}
+_BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_ONNX_BINOPS: dict[str, str] = {"+": "Add", "-": "Sub", "*": "Mul", "/": "Div", "**": "Pow"}
 
 # Names the generated sources use themselves; an input or attribute may not shadow them.
 RESERVED_NAMES = frozenset(
@@ -367,7 +367,7 @@ def _infix(
     e: Expr,
     leaf: Callable[[Expr], str],
     call: Callable[[Call, Sequence[str]], str],
-    power: Callable[[str, str], Optional[str]],
+    power: Callable[[str, str], str | None],
 ) -> str:
     """Print with C/Python precedence; `power` returns a function-call spelling or None for `**`."""
     if isinstance(e, (Num, Var)):

@@ -32,7 +32,7 @@ def torchscript_opsets(op: str) -> list[int]:
 def custom_op_schema(op: str) -> dict[str, Any] | None:
     """The schema of a torch.library op: argument names, types, defaults; number of returns."""
     import torch
-    import torch._library.custom_ops as custom_ops
+    from torch._library import custom_ops
 
     namespace, _, name = op.partition("::")
     packet = getattr(getattr(torch.ops, namespace, None), name, None)

@@ -16,8 +16,9 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from onnxdoctor.worker.protocol import WorkerRequest, append_event
 
@@ -680,7 +681,8 @@ def _locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
     for node in program.graph.nodes:
         if node.op != "call_function":
             continue
-        name = str(getattr(node.target, "name", lambda: node.target)())
+        name_of = getattr(node.target, "name", None)
+        name = str(name_of() if callable(name_of) else node.target)
         if not (name == op or str(node.target).startswith(wanted) or name.startswith(op + ".")):
             continue
         facts: dict[str, Any] = {"fx_node": node.name}
@@ -823,7 +825,8 @@ def _with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
     namespace: dict[str, Any] = {"Dim": torch.export.Dim, **_named_dims(dynamic_shapes)}
     for line in suggestions:
         name, expression = line.split(" = ", 1)
-        namespace[name.strip()] = eval(expression, {"__builtins__": {}}, namespace)  # noqa: S307 - torch's text
+        # torch's own suggestion text, evaluated with Dim and the user's Dims only.
+        namespace[name.strip()] = eval(expression, {"__builtins__": {}}, namespace)
 
     def swap(value: Any) -> Any:
         if isinstance(value, dict):
@@ -996,7 +999,13 @@ def _result_so_far(request: WorkerRequest) -> Any:
 
 def _plan(request: WorkerRequest) -> list[dict[str, Any]]:
     """The parent's own fix proposals for the main run, computed here (pure code, no second import)."""
-    from onnxdoctor.pipeline import DiagnoseOptions, Target, outcomes_for_run, prepare_findings, shared_fix_plan
+    from onnxdoctor.pipeline import (
+        DiagnoseOptions,
+        Target,
+        outcomes_for_run,
+        prepare_findings,
+        shared_fix_plan,
+    )
 
     target = Target(path=Path(request.target), factory=request.factory, kind=request.kind)
     options = DiagnoseOptions(exporter=request.exporter, opset=request.opset, all_fixes=request.all_fixes)
