@@ -196,6 +196,7 @@ def _copy_model(source: Path, destination: Path) -> None:
 
 
 def best_verified_fix(diagnoses: tuple[Diagnosis, ...]) -> Fix | None:
+    """The first working fix of the first finding that has one (fixes are ranked best first)."""
     for diagnosis in diagnoses:
         for finding in diagnosis.findings:
             for fix in finding.fixes:

@@ -46,6 +46,7 @@ class Status(str, Enum):
 
 
 class Severity(str, Enum):
+    """How bad a finding is: an error fails the run, a warning bites later, info explains."""
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
@@ -71,6 +72,7 @@ class ErrorInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ErrorInfo | None:
+        """Rebuild the error from its JSON form (the worker's events)."""
         if not data:
             return None
         return cls(
@@ -155,6 +157,7 @@ class Finding:
 
     @property
     def slug(self) -> str:
+        """The code's stable slug (`unregistered-custom-op`)."""
         from onnxdoctor.codes import get_code
 
         return get_code(self.code).slug
@@ -173,6 +176,7 @@ class Diagnosis:
 
     @property
     def healthy(self) -> bool:
+        """True when every stage passed (or was skipped) and no finding is an error."""
         return not any(f.severity is Severity.ERROR for f in self.findings) and all(
             s.status in (Status.PASSED, Status.SKIPPED) for s in self.stages
         )

@@ -64,6 +64,7 @@ class Target:
 
     @property
     def display(self) -> str:
+        """The file name (and factory) to show in messages."""
         return self.path.name + (f":{self.factory}" if self.factory else "")
 
 

@@ -60,6 +60,7 @@ class _Capture:
         return data.decode("utf-8", errors="replace")
 
     def tail_text(self) -> str:
+        """The captured end of the stream, decoded."""
         return bytes(self.tail).decode("utf-8", errors="replace")
 
 
@@ -79,6 +80,7 @@ class WorkerResult:
 
     @property
     def signal_name(self) -> str | None:
+        """The name of the signal that killed the worker, if one did."""
         if self.returncode is not None and self.returncode < 0:
             try:
                 return signal.Signals(-self.returncode).name
@@ -88,6 +90,7 @@ class WorkerResult:
 
     @property
     def finished(self) -> bool:
+        """Whether the worker reported that it was done."""
         return any(e.get("event") == "done" for e in self.events)
 
 

@@ -19,6 +19,7 @@ class OpArgument:
 
     @property
     def is_tensor(self) -> bool:
+        """Whether the argument is a tensor (an ONNX input) rather than an attribute."""
         return self.type in ("Tensor", "Tensor?")
 
     @property
@@ -51,6 +52,7 @@ class OpArgument:
 
     @property
     def python_annotation(self) -> str:
+        """The Python annotation for this argument in a generated function."""
         base = self.type.rstrip("?")
         return {"float": "float", "Scalar": "float", "int": "int", "SymInt": "int", "bool": "bool",
                 "str": "str", "int[]": "Sequence[int]", "float[]": "Sequence[float]"}.get(base, "float")
@@ -81,6 +83,7 @@ class FixContext:
 
     @classmethod
     def build(cls, finding: Finding, context: dict[str, Any]) -> FixContext:
+        """The context of one finding, from the run's stage outcomes and its target."""
         outcomes = tuple(context.get("outcomes", ()))
         facts = {o.stage: o.facts for o in outcomes}
         export = facts.get(Stage.EXPORT, {})
@@ -102,6 +105,7 @@ class FixContext:
 
     @property
     def schema_arguments(self) -> list[OpArgument]:
+        """The op's arguments from its torch schema, in order."""
         schema = self.op_facts.get("schema") or {}
         return [
             OpArgument(a["name"], a["type"], a.get("default"), "default" in a)
@@ -110,15 +114,18 @@ class FixContext:
 
     @property
     def n_outputs(self) -> int:
+        """How many tensors the op returns (at least one)."""
         schema = self.op_facts.get("schema") or {}
         return max(1, len(schema.get("returns", ["Tensor"])))
 
     @property
     def namespace(self) -> str:
+        """The op's namespace (`mynamespace` for `mynamespace::myselu`)."""
         return (self.op or "custom::op").split("::", 1)[0]
 
     @property
     def op_name(self) -> str:
+        """The op's name without its namespace."""
         return (self.op or "custom::op").split("::", 1)[-1]
 
     @property
@@ -127,4 +134,5 @@ class FixContext:
         return self.op_name.upper()
 
     def other_exporter(self) -> str:
+        """The exporter the run did not use."""
         return "torchscript" if self.exporter == "dynamo" else "dynamo"

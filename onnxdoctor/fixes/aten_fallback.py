@@ -9,6 +9,7 @@ CODES = ("OD202", "OD203")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """ONNX_ATEN_FALLBACK for ops the TorchScript exporter cannot map (tried, rarely a fix)."""
     if ctx.target_kind != "script":
         return []
     return [
@@ -29,6 +30,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 
 def notes(finding: Finding, ctx: FixContext) -> list[str]:
+    """Why ATen fallback does not help a model meant for ONNX Runtime."""
     return [
         (
             "ATen fallback (operator_export_type=ONNX_ATEN_FALLBACK) writes ATen nodes that ONNX Runtime "

@@ -17,6 +17,7 @@ SNIPPET = (
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """ONNX Runtime's contrib-op symbolics for aten ops standard ONNX lacks at the opset."""
     if ctx.target_kind != "script" or ctx.op not in CONTRIB_OPS:
         return []
     return [

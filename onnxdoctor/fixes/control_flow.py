@@ -9,6 +9,7 @@ CODES = ("OD204", "OD210")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """torch.cond or torch.where in place of a Python branch on a tensor value."""
     where = f" at {finding.source}" if finding.source else ""
     return [
         Fix(

@@ -14,6 +14,7 @@ CODES = ("OD203",)
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Decompose a custom op into standard ONNX ops through its own Python implementation."""
     schema = ctx.op_facts.get("schema") or {}
     if not ctx.op or ctx.op.startswith("aten::") or not schema.get("python_impl"):
         return []

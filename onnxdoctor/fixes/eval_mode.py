@@ -9,6 +9,7 @@ CODES = ("OD206", "OD601", "OD501")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """`model.eval()` when the model was exported in training mode and has mode-sensitive layers."""
     if not ctx.training or not ctx.mode_sensitive:
         return []
     modules = ", ".join(ctx.mode_sensitive[:3])

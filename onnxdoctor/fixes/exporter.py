@@ -11,6 +11,7 @@ CODES = ("OD201", "OD202", "OD204", "OD205", "OD299", "OD301", "OD303", "OD304",
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """The other torch exporter, for failures that belong to one exporter only."""
     if ctx.target_kind != "script" or ctx.exporter is None:
         return []
     other = ctx.other_exporter()

@@ -10,6 +10,7 @@ CODES = ("OD301", "OD404")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Rewrites of a .onnx file whose op is missing from its opset, or whose opset is too new."""
     if ctx.target_kind != "onnx":
         return []
     if finding.code == "OD301" and finding.op:

@@ -9,6 +9,7 @@ CODES = ("OD201", "OD209", "OD404")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """The lowest opset at which every failing op has an export mapping."""
     if ctx.target_kind != "script":
         return []
     if finding.code == "OD201":
@@ -28,6 +29,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 
 def notes(finding: Finding, ctx: FixContext) -> list[str]:
+    """Advice about opsets that does not apply to this finding."""
     if finding.code != "OD201":
         return []
     return ["Downgrading torch does not add opset support; exporting at a higher opset does."]

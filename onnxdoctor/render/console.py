@@ -29,6 +29,7 @@ def render_diagnoses(console: Console, diagnoses: tuple[Diagnosis, ...], *, quie
 
 
 def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = False, verbose: bool = False) -> None:
+    """Print one diagnosis: the stage ladder, then each finding with its fixes."""
     exporter = f" ({diagnosis.exporter} exporter)" if diagnosis.exporter else ""
     if not quiet:
         console.print(Text.assemble(("onnxdoctor diagnose ", "bold"), (diagnosis.target, "bold cyan"), exporter))
@@ -126,4 +127,5 @@ def plain_line(finding: Finding) -> str:
 
 
 def severity_rank(finding: Finding) -> int:
+    """Sort key: errors before warnings and infos."""
     return 0 if finding.severity is Severity.ERROR else 1

@@ -13,10 +13,12 @@ SCHEMA_VERSION = 1
 
 
 def stage_dict(outcome: StageOutcome) -> dict[str, Any]:
+    """One stage outcome as JSON (schema 1)."""
     return {"stage": outcome.stage.value, "status": outcome.status.value, "seconds": round(outcome.seconds, 3)}
 
 
 def fix_dict(fix: Fix) -> dict[str, Any]:
+    """One fix and its check as JSON (schema 1)."""
     check = fix.check
     return {
         "kind": fix.kind,
@@ -35,6 +37,7 @@ def fix_dict(fix: Fix) -> dict[str, Any]:
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:
+    """One finding with its fixes as JSON (schema 1)."""
     return {
         "code": finding.code,
         "slug": finding.slug,
@@ -52,6 +55,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def diagnosis_dict(diagnosis: Diagnosis) -> dict[str, Any]:
+    """One diagnosis as JSON (schema 1)."""
     return {
         "target": diagnosis.target,
         "exporter": diagnosis.exporter,

@@ -42,10 +42,12 @@ class WorkerRequest:
     all_fixes: bool = False
 
     def to_json(self) -> str:
+        """The request as JSON, for the worker's command line."""
         return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> WorkerRequest:
+        """Rebuild a request from `to_json`'s text."""
         data = json.loads(text)
         data["custom_op_libraries"] = tuple(data.get("custom_op_libraries", ()))
         data["verify_fixes"] = tuple(data.get("verify_fixes", ()))
