@@ -29,6 +29,7 @@ __all__ = [
     "check_external_data",
     "external_refs",
     "iter_tensors",
+    "load_external_weights",
     "read_onnx",
     "safe_text",
 ]
@@ -110,13 +111,21 @@ def read_onnx(path: str | Path, *, load_external_data: bool = False) -> onnx.Mod
         raise OnnxFileError("OD110", f"{shown} is not an ONNX model: {exc}") from None
     _require_model_shape(model, shown)
     _decode_names(model)
-    model_dir = str(path.resolve().parent)
     if load_external_data:
-        problems = check_external_data(model, model_dir)
-        if problems:
-            raise problems[0]
-        _load_external(model, model_dir)
+        load_external_weights(model, path.resolve().parent)
     return model
+
+
+def load_external_weights(model: onnx.ModelProto, model_dir: str | Path) -> None:
+    """Read a model's external weights into it, after vetting every reference (see read_onnx).
+
+    Raises:
+        OnnxFileError: OD111 when a reference escapes `model_dir`, OD112 when data is missing.
+    """
+    problems = check_external_data(model, model_dir)
+    if problems:
+        raise problems[0]
+    _load_external(model, str(model_dir))
 
 
 def _read_regular_file(path: Path, shown: str) -> bytes:

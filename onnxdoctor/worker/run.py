@@ -223,8 +223,7 @@ class Runner:
         transform = state["fix"].get("onnx_transform")
         try:
             # Weights stay on disk unless a rewrite must carry them into a new file: checking needs
-            # none, and ONNX Runtime reads them from the file itself (a model over 2 GiB cannot be
-            # handed to it as one serialized message anyway).
+            # none, and ORT_LOAD hands them to ONNX Runtime as arrays (see _runtime_source).
             model = read_onnx(self.target, load_external_data=bool(transform))
             problems = check_external_data(model, self.target.parent)
         except OnnxFileError as exc:
@@ -234,8 +233,6 @@ class Runner:
         if transform:
             model, path = self._rewrite(model, transform, state)
             state["onnx_path"] = path
-        else:
-            state["onnx_path"] = self.target  # vetted above: its external data stays in its folder
         state["onnx_model"] = model
         facts = _model_facts(model)
         if transform:
@@ -429,10 +426,11 @@ class Runner:
                     library=str(library),
                 ) from exc
         if "onnx_path" in state:
-            # Our export, a rewrite in the work folder, or the user's file with vetted external data.
-            source: Any = str(state["onnx_path"])
+            source: Any = str(state["onnx_path"])  # our own export or rewrite, in the work folder
         else:
-            source = state["onnx_model"].SerializeToString()
+            source, names, values = _runtime_source(state["onnx_model"], self.target.parent)
+            if names:
+                options.add_external_initializers(names, values)
         try:
             session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         except Exception as exc:
@@ -798,6 +796,45 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
             return f"{target.name}:{current.lineno}"
         current = current.__cause__ or current.__context__
     return None
+
+
+def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[Any]]:
+    """A user's model for ONNX Runtime without ever giving it a path to resolve (DESIGN §5).
+
+    ONNX Runtime follows hard links in external data, so it gets the model as bytes and the
+    external weights of the main graph as arrays that onnx read with its own containment checks
+    (LOAD vetted every reference); the bytes then stay small, whatever the weights weigh.
+    """
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    from onnxdoctor.onnxfile import OnnxFileError, external_refs, load_external_weights
+
+    names: list[str] = []
+    values: list[Any] = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loaded = onnx.TensorProto()
+        loaded.CopyFrom(tensor)
+        try:
+            load_external_data_for_tensor(loaded, str(model_dir))
+        except (onnx.checker.ValidationError, ValueError, OSError) as exc:
+            raise StageFailed(f"external data of {tensor.name} could not be read: {_first(exc)}", "OD112") from None
+        names.append(tensor.name)
+        values.append(ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(loaded)))
+    if len(names) < len(external_refs(model)):
+        # Weights in subgraphs or attributes cannot be handed over as initializers: inline them all.
+        full = onnx.ModelProto()
+        full.CopyFrom(model)
+        try:
+            load_external_weights(full, model_dir)
+        except OnnxFileError as exc:
+            raise StageFailed(exc.message, exc.code) from None
+        return full.SerializeToString(), [], []
+    return model.SerializeToString(), names, values
 
 
 # Protobuf refuses messages of 2 GiB; stay well below it when writing a rewritten model inline.
