@@ -606,16 +606,9 @@ def _classify_checker_text(text: str) -> str:
 
 def _since_version(op_type: str, domain: str) -> int | None:
     """The first opset of `domain` that defines `op_type`, from onnx's own schemas."""
-    import onnx
+    from onnxdoctor.onnx_transforms import first_opset
 
-    try:
-        return int(
-            onnx.defs.get_schema(
-                op_type, 10**6, "" if domain == "ai.onnx" else domain
-            ).since_version
-        )
-    except Exception:  # noqa: BLE001 - unknown op: not an ONNX op at any opset
-        return None
+    return first_opset(op_type, domain)
 
 
 def _nodes_on_cycles(graph: onnx.GraphProto, producer: dict[str, int]) -> dict[int, frozenset[int]]:

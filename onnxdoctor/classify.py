@@ -19,7 +19,9 @@ from onnxdoctor.normalize import first_line, normalize_message
 DYNAMIC_SHAPES_KEYS = re.compile(
     r"top-level keys must be the arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])"
 )
-_UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_][\w.]*)")
+# torch ends the sentence right after the name ("... namespace ns::op. If you are ..."): a name
+# may contain dots (ns::op.overload) but never ends with one.
+_UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_](?:[\w.]*\w)?)")
 _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
 )
@@ -302,15 +304,24 @@ def _dynamic_dims_finding(export: StageOutcome, base_dir: str | None) -> Finding
         (ln.strip(" -") for ln in violation.splitlines() if "specialized" in ln or "Not all values" in ln
          or "must always be" in ln), ""
     )
+    suggested = [str(x) for x in export.facts.get("dynamic_shapes_suggested") or ()]
+    equalities = bool(suggested) and all(re.fullmatch(r"\w+ = [A-Za-z_]\w*", x) for x in suggested)
+    severity = Severity.ERROR
     if export.facts.get("symbolic_input_dims") == 0:
         message = (
             "dynamic_shapes were requested but every input dimension of the exported model is static "
             "(the model only accepts the example shapes)"
         )
+    elif equalities:
+        # torch.onnx merged Dims the model needs equal: the model is right, the declaration was not.
+        severity = Severity.WARNING
+        message = f"torch.onnx merged dims the model needs equal ({'; '.join(suggested)}) without saying so"
     else:
         message = (
-            "the exported model has dynamic dims that torch.export rejects: torch.onnx dropped the "
-            "condition, so for other sizes the model may compute something else without an error"
+            "torch.onnx relaxed the Dims without saying so"
+            + (f" (to {'; '.join(suggested)})" if suggested else "")
+            + ": the ONNX model cannot check that condition, so other sizes give wrong answers without "
+            "an error"
         )
     if reason:
         # torch's first sentence names the dim; the rest is advice about mark_dynamic and Dim.DYNAMIC.
@@ -319,7 +330,7 @@ def _dynamic_dims_finding(export: StageOutcome, base_dir: str | None) -> Finding
     evidence = tuple(normalize_message(ln, base_dir=base_dir, limit=300) for ln in violation.splitlines()[:6])
     if not evidence:
         evidence = tuple(w for w in export.warnings if "dynamic" in w.lower() or "special" in w.lower())[:2]
-    return _finding("OD208", Stage.EXPORT, message, evidence=evidence)
+    return replace(_finding("OD208", Stage.EXPORT, message, evidence=evidence), severity=severity)
 
 
 def _readable_guard(text: str) -> str:

@@ -58,11 +58,16 @@ def set_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
             f"{', '.join(changed)} change(s) definition between opsets {current} and {target}; "
             "re-export the model at the higher opset instead"
         )
+    return with_opset_import(model, target)
+
+
+def with_opset_import(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """A copy of the model whose default-domain opset import says `opset`; nothing else changes."""
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     for entry in fixed.opset_import:
         if entry.domain in ("", "ai.onnx"):
-            entry.version = target
+            entry.version = opset
     return fixed
 
 
@@ -76,10 +81,13 @@ def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
         raise TransformError(f"onnx.version_converter cannot convert to opset {target}: {exc}") from None
 
 
-def first_opset(op_type: str) -> int | None:
-    """The first opset at which the default domain defines `op_type` (None: it never does)."""
+def first_opset(op_type: str, domain: str = "") -> int | None:
+    """The first opset at which `domain` defines `op_type` (None: it never does)."""
+    domain = "" if domain == "ai.onnx" else domain
     versions = [
-        s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op_type and s.domain == ""
+        s.since_version
+        for s in onnx.defs.get_all_schemas_with_history()
+        if s.name == op_type and s.domain == domain
     ]
     return min(versions) if versions else None
 
@@ -143,7 +151,8 @@ def _function_body(
         schema.get_context_dependent_function_with_opset_version(
             version,
             complete.SerializeToString(),
-            [types[name].SerializeToString() for name in node.input if name],
+            # An omitted optional input keeps its place, with an empty type.
+            [(types[name] if name else onnx.TypeProto()).SerializeToString() for name in node.input],
         )
     )
     if not body.node:
@@ -251,7 +260,9 @@ def expand_function(model: onnx.ModelProto, op_type: str) -> onnx.ModelProto:
     if not any(n.op_type == op_type and n.domain in ("", "ai.onnx") for n in model.graph.node):
         raise TransformError(f"the main graph has no {op_type} node")
     candidates = _body_candidates(op_type, opset)
-    types = _value_types(model)
+    # Inference stops at the first node it does not know (the op itself, at this opset): infer at
+    # the op's own opset, so values behind one instance have types for the next one's body.
+    types = _value_types(with_opset_import(model, max(opset, first_opset(op_type) or opset)))
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     del fixed.graph.node[:]
@@ -263,6 +274,7 @@ def expand_function(model: onnx.ModelProto, op_type: str) -> onnx.ModelProto:
         prefix = node.name or f"{op_type}_{index}"
         while any(name.startswith(prefix + "/") for name in taken):
             prefix += "_"  # keep the body's values apart from the model's own names
+        taken.add(prefix + "/")  # and from the next node of the same name
         fixed.graph.node.extend(_expand_node(node, candidates, types, prefix, opset, model.ir_version))
     return fixed
 
@@ -351,6 +363,7 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
         prefix = node.name or f"{op_type}_{index}"
         while any(name.startswith(prefix + "/") for name in taken):
             prefix += "_"
+        taken.add(prefix + "/")
         rewritten = onnx.NodeProto()
         rewritten.CopyFrom(node)
         before, after = [], []

@@ -53,6 +53,12 @@ def test_op_not_in_opset_is_OD301_with_since_version() -> None:
     assert finding.evidence == ("No Op registered for Gelu with domain_version of 11",)
 
 
+def test_op_not_in_opset_names_the_first_opset_not_the_latest() -> None:
+    # HardSwish appeared at opset 14 and was revised at 22: the user needs 14.
+    [finding] = check_model(_model([helper.make_node("HardSwish", ["x"], ["y"], name="hs")]))
+    assert "exists from opset 14" in finding.message
+
+
 def test_every_failing_node_is_found_not_just_the_first() -> None:
     nodes = [
         helper.make_node("Gelu", ["x"], ["a"], name="g1"),

@@ -230,3 +230,11 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path: Path) -> No
     assert result.exit_code == 1
     finding = json.loads(result.stdout)["findings"][0]
     assert finding["code"] == "OD111" and finding["stage"] == "load"
+
+
+def test_symlinked_model_finds_its_external_data_in_its_real_folder(tmp_path: Path) -> None:
+    real = _external_data_model(tmp_path / "real", "w.bin")
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "model.onnx").symlink_to(real)
+    result = runner.invoke(app, ["diagnose", str(tmp_path / "link" / "model.onnx"), "--json"])
+    assert result.exit_code == 0, result.output

@@ -220,7 +220,6 @@ def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(path: str, co
     [
         ("export/od208_dynamic_shapes_wrong_name.py", "dynamic_shapes_rename"),
         ("export/od208_dynamic_shapes_needs_bounds.py", "dynamic_shapes_suggested"),
-        ("export/od208_dynamic_shapes_equal_dims.py", "dynamic_shapes_suggested"),
     ],
 )
 def test_dynamic_shapes_corrections_are_verified(path: str, recipe_key: str) -> None:
@@ -245,3 +244,34 @@ def test_specialized_dim_gets_the_way_to_keep_it_dynamic_not_torchs_constant() -
     fix = fixes["dynamic_shapes"]
     assert fix.recipe == {} and fix.check is None  # shown, never applied: `batch = 2` is static
     assert "batch = 2" in fix.snippet and "x.shape[0]" in fix.snippet
+
+
+def test_merged_equal_dims_are_a_warning_with_torchs_suggestion() -> None:
+    diagnosis = diagnose(str(FIXTURES / "export/od208_dynamic_shapes_equal_dims.py"), DiagnoseOptions(fix=True))[0]
+    [finding] = [f for f in diagnosis.findings if f.code == "OD208"]
+    assert finding.severity.value == "warning" and "b = a" in finding.message
+    assert [f.code for f in diagnosis.findings if f.severity.value == "error"] == []
+    [fix] = finding.fixes
+    assert fix.recipe["dynamic_shapes_suggested"] == ["b = a"] and "equal" in fix.cost
+
+
+def test_key_rename_pairs_only_the_keys_that_are_not_arguments() -> None:
+    from onnxdoctor.fixes.dynamic_shapes import _key_rename
+
+    text = ("top-level keys must be the arg names ['input_ids', 'attention_mask'] of `inputs`, "
+            "but here they are ['attention_mask', 'ids']")
+    assert _key_rename(text) == {"ids": "input_ids"}  # attention_mask was right and stays
+
+
+def test_torchscript_custom_op_name_has_no_sentence_period() -> None:
+    fixes = _fixes("export/od203_custom_op_myselu.py", exporter="torchscript", all_fixes=True)
+    assert fixes["custom_op_torchscript"].verified is True, fixes["custom_op_torchscript"].check
+    assert "myselu." not in fixes["custom_op_torchscript"].snippet
+
+
+def test_a_rewrite_that_differs_from_its_reference_is_not_a_fix() -> None:
+    from onnxdoctor.pipeline import _still_wrong
+
+    numbers = {"reference": "the original model at opset 20", "reference_mismatch": "output 0 differs"}
+    assert _still_wrong([], numbers) == "OD601: against the original model at opset 20: output 0 differs"
+    assert _still_wrong([], {"reference": "the original model at opset 20"}) is None

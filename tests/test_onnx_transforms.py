@@ -143,3 +143,28 @@ def test_ir_version_is_lowered_only_as_far_as_the_opsets_allow() -> None:
     assert set_ir_version(model, 10).ir_version == 10
     with pytest.raises(TransformError, match="need IR version 6"):
         set_ir_version(model, 5)  # opset 11 came with IR version 6
+
+
+def _gelu_chain(opset: int, names: tuple[str, str]) -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Gelu", ["x"], ["a"], name=names[0]),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Gelu", ["b"], ["y"], name=names[1], approximate="tanh"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("names", [("g1", "g2"), ("g", "g")], ids=["distinct", "duplicate-names"])
+def test_every_instance_is_expanded_even_behind_another(names: tuple[str, str]) -> None:
+    # Shape inference at the model's opset stops at the first Gelu; the second needs a type anyway.
+    model = _gelu_chain(17, names)
+    expanded = expand_function(model, "Gelu")
+    onnx.checker.check_model(expanded, full_check=True)
+    assert "Gelu" not in {n.op_type for n in expanded.graph.node}
+    x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
+    reference = set_opset(_gelu_chain(17, ("g1", "g2")), 20)  # ORT refuses duplicate node names
+    np.testing.assert_allclose(_run(expanded, x)[0], _run(reference, x)[0], rtol=1e-5, atol=1e-6)

@@ -25,7 +25,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     program_code = (
         "import torch\n\n"
         "program = torch.export.export(model, example_inputs)\n"
-        f"# Replace {ctx.op} by what its own Python body traces to (standard ops only).\n"
+        f"# Replace {ctx.op} by what its own Python body traces to (standard ops only);\n"
+        "# `_init_fn` is the function you decorated with @torch.library.custom_op.\n"
         f"program = program.run_decompositions({{{overload}: {body}}})\n"
     )
     return [

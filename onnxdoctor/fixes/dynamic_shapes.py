@@ -45,9 +45,12 @@ def _key_rename(text: str) -> dict[str, str]:
         wanted, given = ast.literal_eval(match.group(1)), ast.literal_eval(match.group(2))
     except (ValueError, SyntaxError):
         return {}
-    if len(wanted) != len(given):
+    # Keys that are already arguments stay; the others pair with the arguments left, in order.
+    strays = [key for key in given if key not in wanted]
+    free = [name for name in wanted if name not in given]
+    if not strays or len(strays) != len(free):
         return {}
-    return {old: new for old, new in zip(given, wanted, strict=True) if old != new}
+    return dict(zip(strays, free, strict=True))
 
 
 def _rename_fix(rename: dict[str, str]) -> Fix:
@@ -68,12 +71,19 @@ def _rename_fix(rename: dict[str, str]) -> Fix:
 
 
 def _suggested_fix(suggested: list[str]) -> Fix:
+    if all(re.fullmatch(r"\w+ = [A-Za-z_]\w*", line) for line in suggested):
+        cost = "none: the model already needs these dims equal"
+    else:
+        cost = (
+            "the Dims say what the model supports; ONNX cannot check bounds, so sizes outside them "
+            "still give wrong answers without an error: keep them out in the code that calls the model"
+        )
     return Fix(
         kind="dynamic_shapes",
         title="Use the Dims torch.export suggests",
         snippet="from torch.export import Dim\n\n" + "".join(f"{line}\n" for line in suggested),
         applicability=Applicability.SAFE,
-        cost="the dims get the bounds the model really supports",
+        cost=cost,
         recipe={"kind": "dynamic_shapes", "dynamic_shapes_suggested": suggested},
     )
 

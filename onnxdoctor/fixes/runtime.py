@@ -40,7 +40,10 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         "from onnxdoctor.onnx_transforms import cast_around\n\n"
         f"# Cast the inputs of every {op} node to {target} and its outputs back:\n"
     )
+    transform = {"kind": "cast_around", "op": op, "to": target}
     if ctx.target_kind == "onnx":
+        # No PyTorch to compare with, and ONNX Runtime cannot run the original: onnx's evaluator can.
+        transform["reference"] = "onnx.reference"
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = rewrite + (
             f"model = onnx.load({ctx.target_name!r})\n"
@@ -60,7 +63,7 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         applicability=Applicability.UNSAFE,
         cost=f"{op} computes in {target}: precision may change; another execution provider may have "
         "the kernel instead",
-        recipe={"kind": "cast", "onnx_transform": {"kind": "cast_around", "op": op, "to": target}},
+        recipe={"kind": "cast", "onnx_transform": transform},
     )
 
 

@@ -225,7 +225,8 @@ class Runner:
             # Weights stay on disk unless a rewrite must carry them into a new file: checking needs
             # none, and ORT_LOAD hands them to ONNX Runtime as arrays (see _runtime_source).
             model = read_onnx(self.target, load_external_data=bool(transform))
-            problems = check_external_data(model, self.target.parent)
+            # read_onnx resolves a symlinked model to its real folder: external data lives there.
+            problems = check_external_data(model, self.target.resolve().parent)
         except OnnxFileError as exc:
             raise StageFailed(exc.message, exc.code) from None
         if problems:
@@ -428,7 +429,7 @@ class Runner:
         if "onnx_path" in state:
             source: Any = str(state["onnx_path"])  # our own export or rewrite, in the work folder
         else:
-            source, names, values = _runtime_source(state["onnx_model"], self.target.parent)
+            source, names, values = _runtime_source(state["onnx_model"], self.target.resolve().parent)
             if names:
                 options.add_external_initializers(names, values)
         try:
@@ -466,33 +467,52 @@ class Runner:
         feeds, described = _random_feeds(state["session"], self.request.input_shapes)
         state["ort_outputs"] = _run_session(state["session"], feeds)
         facts: dict[str, Any] = {"inputs": described, "outputs": len(state["ort_outputs"])}
-        reference = state["fix"].get("onnx_transform", {}).get("reference_opset")
-        if reference:
-            facts.update(self._compare_with_reference(state, int(reference), feeds))
+        transform = state["fix"].get("onnx_transform") or {}
+        if transform.get("reference_opset") or transform.get("reference") == "onnx.reference":
+            facts.update(self._compare_with_reference(state, transform, feeds))
         return facts
 
-    def _compare_with_reference(self, state: dict[str, Any], opset: int, feeds: dict[str, Any]) -> dict[str, Any]:
-        """A rewritten model's outputs against the original's at `opset`, where its ops are native.
+    def _compare_with_reference(
+        self, state: dict[str, Any], transform: dict[str, Any], feeds: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A rewritten file's outputs against the original model's, computed another way.
 
-        A .onnx target has no PyTorch to compare with; the op itself, run by ONNX Runtime at the
-        opset that defines it, is the next best reference for a rewrite such as a function expansion.
+        A .onnx target has no PyTorch to compare with. A function expansion is compared with the op
+        itself, run by ONNX Runtime at the opset that defines it (only the opset import changes:
+        the other ops keep their meaning for a comparison on these inputs); a rewrite of a model
+        ONNX Runtime cannot run (a cast around an op without a kernel) with onnx's own reference
+        evaluator, on models small enough for it.
         """
-        import onnxruntime as ort
-
-        from onnxdoctor.onnx_transforms import TransformError, set_opset
+        from onnxdoctor.onnx_transforms import with_opset_import
         from onnxdoctor.worker.parity import compare_outputs
 
+        original = state["original_model"]
         try:
-            original = set_opset(state["original_model"], opset)
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            session = ort.InferenceSession(original.SerializeToString(), options, providers=["CPUExecutionProvider"])
-            expected = list(session.run(None, feeds))
-        except (TransformError, Exception) as exc:  # ORT raises its own types; any means no reference
-            return {"reference": f"not compared: the original at opset {opset} does not run ({_first(exc)})"}
+            if transform.get("reference_opset"):
+                import onnxruntime as ort
+
+                opset = int(transform["reference_opset"])
+                name = f"the original model at opset {opset}"
+                options = ort.SessionOptions()
+                options.log_severity_level = 3
+                session = ort.InferenceSession(
+                    with_opset_import(original, opset).SerializeToString(), options,
+                    providers=["CPUExecutionProvider"],
+                )
+                expected = list(session.run(None, feeds))
+            else:
+                from onnx.reference import ReferenceEvaluator
+
+                name = "the original model in onnx's reference evaluator"
+                if len(original.graph.node) > _REFERENCE_EVALUATOR_MAX_NODES:
+                    return {"reference": f"not compared: {len(original.graph.node)} nodes is too many for "
+                                         "onnx's reference evaluator"}
+                expected = list(ReferenceEvaluator(original).run(None, feeds))
+        except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
+            return {"reference": f"not compared: {name} does not run ({_first(exc)})"}
         report = compare_outputs(expected, state["ort_outputs"], self.request.atol, self.request.rtol)
         return {
-            "reference": f"the original model at opset {opset}",
+            "reference": name,
             "max_abs_diff": report["max_abs_diff"],
             "max_rel_diff": report["max_rel_diff"],
             "reference_mismatch": report["message"] or None,
@@ -837,6 +857,9 @@ def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list
     return model.SerializeToString(), names, values
 
 
+# onnx.reference runs node by node in numpy: fine for a check, slow for big graphs.
+_REFERENCE_EVALUATOR_MAX_NODES = 2000
+
 # Protobuf refuses messages of 2 GiB; stay well below it when writing a rewritten model inline.
 _INLINE_WEIGHTS_LIMIT = 1 << 30
 
@@ -849,58 +872,50 @@ def _renamed_keys(dynamic_shapes: Any, rename: dict[str, str] | None) -> Any:
 
 
 def _with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
-    """`dynamic_shapes` with each Dim replaced by torch's suggestion of the same name.
+    """`dynamic_shapes` refined by torch's own suggestions ("batch = Dim('batch', min=5)", "b = a").
 
-    torch prints suggestions as Python ("batch = Dim('batch', min=2)", "_dx = Dim('_dx')",
-    "dx = 2*_dx"); they are evaluated in order, so later ones may use earlier names.
+    torch parses its suggestion text itself (the same call torch.onnx makes when it relaxes Dims).
     """
     if not suggestions:
         return dynamic_shapes
-    import torch
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
 
-    # torch's suggestions may name the user's own Dims ("b = a"): start from those.
-    namespace: dict[str, Any] = {"Dim": torch.export.Dim, **_named_dims(dynamic_shapes)}
-    for line in suggestions:
-        name, expression = line.split(" = ", 1)
-        # torch's own suggestion text, evaluated with Dim and the user's Dims only.
-        namespace[name.strip()] = eval(expression, {"__builtins__": {}}, namespace)
-
-    def swap(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: swap(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(swap(v) for v in value)
-        name = getattr(value, "__name__", None)
-        return namespace[name] if name in namespace and name != "Dim" else value
-
-    return swap(dynamic_shapes)
-
-
-def _named_dims(value: Any) -> dict[str, Any]:
-    """The Dims in a dynamic_shapes structure, by name."""
-    if isinstance(value, dict):
-        return {k: v for item in value.values() for k, v in _named_dims(item).items()}
-    if isinstance(value, (list, tuple)):
-        return {k: v for item in value for k, v in _named_dims(item).items()}
-    name = getattr(value, "__name__", None)
-    return {name: value} if isinstance(name, str) else {}
+    message = "Suggested fixes:\n" + "".join(f"  {line}\n" for line in suggestions)
+    return refine_dynamic_shapes_from_suggested_fixes(message, dynamic_shapes)
 
 
 def _torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
     """torch.export's own verdict on the user's dynamic_shapes, which torch.onnx relaxes.
 
     torch.onnx lets the export specialize a Dim, or keep it symbolic while dropping the guard
-    the model needs (batch >= 5), without a word; a plain torch.export.export with the same Dims
-    says which dim breaks what, and what torch suggests.
+    the model needs (batch >= 5), without a word: when its first capture raises a UserError about
+    the Dims, it retries with torch's suggestions. The same first capture here keeps that error,
+    which says which dim breaks what.
     """
     import torch
 
     try:
-        with _quiet_torch_logs():
+        # torch.onnx's own first attempt (its non-strict capture strategy), which it retries with
+        # relaxed Dims when torch raises a UserError about them.
+        from torch.onnx import _flags
+        from torch.onnx._internal.exporter import _capture_strategies
+
+        settings = (
+            _capture_strategies._patch_dynamic_shape_rnn_decompositions(dynamic_shapes),
+            torch.fx.experimental._config.patch(backed_size_oblivious=True),
+        )
+        deferred = {"prefer_deferred_runtime_asserts_over_guards": _flags.PREFER_DEFERRED_RUNTIME_ASSERTS_OVER_GUARDS}
+    except (ImportError, AttributeError):  # another torch: a plain export is the nearest judge
+        settings, deferred = (), {}
+    try:
+        with _quiet_torch_logs(), contextlib.ExitStack() as stack:
+            for setting in settings:
+                stack.enter_context(setting)
             torch.export.export(
-                loaded.model, loaded.args, loaded.kwargs or None, dynamic_shapes=dynamic_shapes, strict=False
+                loaded.model, loaded.args, loaded.kwargs or None, dynamic_shapes=dynamic_shapes, strict=False,
+                **deferred,
             )
-    except Exception as exc:  # UserError, ConstraintViolationError and friends: all are the answer
+    except torch._dynamo.exc.UserError as exc:  # the Dims are wrong; any other failure is not our verdict
         text = re.sub(r" For more information, run with TORCH_LOGS=\S+", "", str(exc))
         lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
         kept = [ln for ln in lines if "error above occurred" not in ln]
@@ -909,6 +924,8 @@ def _torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
             "dynamic_shapes_violation": "\n".join(kept[:8])[:1500],
             "dynamic_shapes_suggested": [ln for ln in suggested if re.fullmatch(r"\w+ = .+", ln)][:8],
         }
+    except Exception:  # a capture failure torch.onnx got past another way: not about the Dims
+        return {}
     return {}
 
 
