@@ -568,16 +568,24 @@ def _evidence(error: ErrorInfo | None, base_dir: str | None) -> tuple[str, ...]:
     if error is None:
         return ()
     # The innermost cause names the problem most directly (DispatchError inside ConversionError).
-    items = []
+    items: list[str | None] = []
     for kind, message in reversed(list(zip(error.chain[1:], error.chain_messages))):
-        items.append(f"{_short_type(kind)}: {normalize_message(message, base_dir=base_dir, limit=800)}")
-    items.append(f"{_short_type(error.type)}: {normalize_message(error.message, base_dir=base_dir, limit=1500)}")
-    return tuple(items[:4])
+        items.append(_evidence_line(kind, normalize_message(message, base_dir=base_dir, limit=800)))
+    items.append(_evidence_line(error.type, normalize_message(error.message, base_dir=base_dir, limit=1500)))
+    return tuple(item for item in items if item is not None)[:4]
 
 
 def _short_type(qualified: str) -> str:
     module, _, name = qualified.rpartition(".")
     return name if module in ("builtins", "") else qualified
+
+
+def _evidence_line(kind: str, message: str) -> str | None:
+    # The worker's own StageFailed carries onnxdoctor's message, already the finding's: evidence is
+    # what the libraries said.
+    if kind.startswith("onnxdoctor."):
+        return None
+    return f"{_short_type(kind)}: {message}"
 
 
 def _source_from_text(text: str, base_dir: str | None) -> str | None:

@@ -104,6 +104,7 @@ def run_diagnose(
     )
     workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-"))
     notes: list[str] = []  # outputs that could not be written; the diagnosis is still shown
+    wrote: list[str] = []
     try:
         with _progress(enabled=not json_out and not quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
@@ -111,7 +112,7 @@ def run_diagnose(
                               (write_fix, lambda: _write_fix(diagnoses, write_fix, force=force))):
             if wanted is not None:
                 try:
-                    write()
+                    wrote.append(write())
                 except UsageError as exc:
                     notes.append(str(exc))
     finally:
@@ -138,8 +139,8 @@ def run_diagnose(
                         console.print(plain_line(finding), soft_wrap=True)
             else:
                 render_diagnoses(console, diagnoses, verbose=verbose)
-                if output is not None:
-                    console.print(f"\nwrote {output}")
+                for line in wrote:
+                    console.print(f"\n{line}")
         if captured is not None:
             # rich pads blocks to the console's width: drop that, a pipe or a file wants plain lines.
             sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
@@ -174,11 +175,12 @@ class _progress:
             self._status.__exit__(None, None, None)
 
 
-def _keep_output(diagnoses: tuple[Diagnosis, ...], output: Path) -> None:
+def _keep_output(diagnoses: tuple[Diagnosis, ...], output: Path) -> str:
     source = diagnoses[0].facts.get("onnx_path")
     if not source or not Path(source).exists():
         raise UsageError(f"--output {output}: the export failed, so there is no model to keep")
     _copy_model(Path(source), output)
+    return f"wrote {output}"
 
 
 def _copy_model(source: Path, destination: Path) -> None:
@@ -205,7 +207,7 @@ def best_verified_fix(diagnoses: tuple[Diagnosis, ...]) -> Fix | None:
     return None
 
 
-def _write_fix(diagnoses: tuple[Diagnosis, ...], folder: Path, *, force: bool) -> None:
+def _write_fix(diagnoses: tuple[Diagnosis, ...], folder: Path, *, force: bool) -> str:
     fix = best_verified_fix(diagnoses)
     if fix is None:
         raise UsageError("--write-fix: no fix was verified, so nothing was written")
@@ -221,6 +223,8 @@ def _write_fix(diagnoses: tuple[Diagnosis, ...], folder: Path, *, force: bool) -
         if target.exists() and not force:
             raise RefusedWrite(f"{target} exists; pass --force to overwrite it")
         _copy_model(Path(fix.check.artifact), target)
+        files["model.onnx"] = ""
+    return f"wrote the fix ({fix.title}) to {folder}: {', '.join(files)}"
 
 
 def _fix_module(fix: Fix) -> str:

@@ -112,6 +112,16 @@ class FixCheck:
     detail: str = ""
     # The fixed model the re-run exported (in the run's work folder), for --write-fix.
     artifact: str | None = None
+    # The stage that failed; None when every stage passed (a fix can still be wrong then: detail).
+    failed_at: Stage | None = None
+
+    @property
+    def failure(self) -> str:
+        """Where a tried fix failed: the stage, or what was still wrong when every stage passed."""
+        if self.failed_at is not None:
+            return f"failed at {self.failed_at.value}"
+        code = self.detail.split(":", 1)[0] if self.detail.startswith("OD") else ""
+        return f"every stage passes, but {code}" if code else "did not complete"
 
     @property
     def works(self) -> bool:

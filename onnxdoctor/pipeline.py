@@ -68,11 +68,15 @@ class Target:
         return self.path.name + (f":{self.factory}" if self.factory else "")
 
 
+ONNX_SUFFIXES = (".onnx", ".pb", ".ort")
+
+
 def parse_target(text: str) -> Target:
-    """Split `model.py:factory`; decide script vs ONNX by suffix (and content for odd names).
+    """Split `model.py:factory`; decide script vs ONNX by suffix.
 
     Raises:
-        UsageError: empty argument or a malformed factory name.
+        UsageError: empty argument, a malformed factory name, or a file that is neither a Python
+            script (.py, or no suffix) nor an ONNX file (.onnx, .pb, .ort).
     """
     if not text.strip():
         raise UsageError("no target given: pass model.py[:factory] or model.onnx")
@@ -84,7 +88,11 @@ def parse_target(text: str) -> Target:
             raise UsageError(f"{tail!r} is not a valid factory name (after ':' in {text!r})")
         path_text, factory = head, tail
     path = Path(path_text).expanduser()
-    kind = "onnx" if path.suffix.lower() in (".onnx", ".pb", ".ort") else "script"
+    suffix = path.suffix.lower()
+    if suffix not in ("", ".py", ".pyw", *ONNX_SUFFIXES):
+        # Running notes.txt as Python would only produce a confusing NameError.
+        raise UsageError(f"{path.name} is not a model script (.py) or an ONNX file (.onnx) (OD102)")
+    kind = "onnx" if suffix in ONNX_SUFFIXES else "script"
     if kind == "onnx" and factory:
         raise UsageError(f"{path.name} is an ONNX file: a ':factory' applies to Python scripts only")
     return Target(path=path.absolute(), factory=factory, kind=kind)
@@ -483,6 +491,7 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
         seconds=round(sum(o.seconds for o in ran), 3),
         detail=detail[:500],
         artifact=producer.facts.get("onnx_path") if producer else None,
+        failed_at=failed.stage if failed else None,
     )
 
 

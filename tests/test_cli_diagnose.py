@@ -40,6 +40,13 @@ def test_missing_target_is_a_usage_error(tmp_path: Path) -> None:
     assert "no such file" in _one_line_error(result) and "OD101" in result.stderr
 
 
+def test_text_file_target_is_a_usage_error_not_run_as_python() -> None:
+    result = _cli("diagnose", str(FIXTURES / "load/od102_not_python.txt"))
+    assert result.returncode == 2
+    line = _one_line_error(result)
+    assert "not a model script" in line and "OD102" in line and "NameError" not in result.stdout
+
+
 def test_directory_target_is_a_usage_error() -> None:
     result = _cli("diagnose", str(FIXTURES / "load/od102_directory"))
     assert result.returncode == 2

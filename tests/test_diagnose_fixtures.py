@@ -22,7 +22,7 @@ EXPECTED: tuple[Any, ...] = runpy.run_path(str(FIXTURES / "expected.py"))["FIXTU
 SUFFIX = {"healthy/form_named_factory.py": ":make_small"}
 SHORT_TIMEOUT = {"tool/od902_hang.py", "tool/od902_grandchild_sleeps.py"}
 # Paths that cannot be diagnosed as a target (usage errors, tested in test_cli_diagnose.py).
-USAGE_ERRORS = {"load/od101_does_not_exist.py", "load/od102_directory"}
+USAGE_ERRORS = {"load/od101_does_not_exist.py", "load/od102_directory", "load/od102_not_python.txt"}
 
 
 def _run(fixture: Any) -> Diagnosis:

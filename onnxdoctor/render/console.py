@@ -106,8 +106,7 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
         reached = check.reached.value if check.reached else "?"
         line.append(f"verified ✓ ({reached}{figures}, {check.seconds:.1f}s) ", style="green")
     else:
-        reached = check.reached.value if check.reached else "nothing"
-        line.append(f"tried ✗ (reached {reached}) ", style="red")
+        line.append(f"tried ✗ ({check.failure}) ", style="red")
     line.append(fix.title, style="bold" if check is not None and check.works else "")
     parts: list[object] = [_indented(line, 3)]
     if check is not None and not check.works and check.detail:

@@ -28,6 +28,7 @@ def fix_dict(fix: Fix) -> dict[str, Any]:
         "cost": fix.cost,
         "verified": fix.verified,
         "reached": check.reached.value if check and check.reached else None,
+        "failed_at": check.failed_at.value if check and check.failed_at else None,
         "status": check.status.value if check else None,
         "max_abs_diff": check.max_abs_diff if check else None,
         "max_rel_diff": check.max_rel_diff if check else None,

@@ -48,8 +48,7 @@ def _finding(finding: Finding) -> list[str]:
             diff = f", max abs diff {check.max_abs_diff:.2g}" if check.max_abs_diff is not None else ""
             status = f"verified: reached {check.reached.value if check.reached else '?'}{diff} in {check.seconds:.1f} s"
         else:
-            reached = check.reached.value if check.reached else "nothing"
-            status = f"tried: failed, reached {reached} ({check.detail})"
+            status = f"tried: {check.failure} ({check.detail})"
         lines += [f"{number}. **{fix.title}** — {status}", ""]
         if fix.cost:
             lines += [f"   Cost: {fix.cost}", ""]
