@@ -103,7 +103,17 @@ def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> 
         findings.extend(_classify_failure(outcome, by_stage, base_dir))
         break
     findings.extend(_warnings(stages, base_dir))
-    return _dedupe(findings)
+    return _with_node_sources(_dedupe(findings), by_stage)
+
+
+def _with_node_sources(findings: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:
+    """Give a finding about an exported node the user's line that produced it (dynamo records it)."""
+    export = by_stage.get(Stage.EXPORT)
+    sources = (export.facts.get("node_sources") if export else None) or {}
+    return [
+        replace(f, source=sources[f.node]) if f.node and not f.source and f.node in sources else f
+        for f in findings
+    ]
 
 
 def _classify_failure(

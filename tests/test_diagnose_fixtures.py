@@ -92,3 +92,13 @@ def test_both_exporters_report_separately() -> None:
     assert [d.exporter for d in diagnoses] == ["dynamo", "torchscript"]
     assert [d.findings[0].code for d in diagnoses] == ["OD203", "OD203"]
     assert "dynamo" in diagnoses[0].findings[0].message and "TorchScript" in diagnoses[1].findings[0].message
+
+
+def test_runtime_finding_points_at_the_users_line_through_the_exported_node() -> None:
+    # dynamo stores each node's stack trace in the model; the finding names the node, so its line.
+    path = FIXTURES / "ort_load/od402_det_float64.py"
+    diagnosis = diagnose(str(path), DiagnoseOptions(fix=False, exporter="dynamo"))[0]
+    finding = next(f for f in diagnosis.findings if f.code == "OD402")
+    assert finding.source is not None and finding.source.startswith("od402_det_float64.py:")
+    line = path.read_text().splitlines()[int(finding.source.rsplit(":", 1)[1]) - 1]
+    assert "det" in line

@@ -320,6 +320,9 @@ class Runner:
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(_model_facts(model))
         facts["onnx_path"] = str(path)
+        sources = _node_sources(model, self.target)
+        if sources:
+            facts["node_sources"] = sources
         if dynamo and kwargs.get("dynamic_shapes") is not None:
             facts["dynamic_shapes_requested"] = True
             facts["symbolic_input_dims"] = sum(
@@ -741,6 +744,20 @@ def _source_from_frames(exc: BaseException, target: Path) -> str | None:
             tb = tb.tb_next
         current = current.__cause__ or current.__context__
     return None
+
+
+def _node_sources(model: Any, target: Path, limit: int = 5000) -> dict[str, str]:
+    """Node name -> the user's line that produced it, from the stack traces dynamo stores."""
+    sources: dict[str, str] = {}
+    for node in model.graph.node:
+        for prop in node.metadata_props:
+            if prop.key == "pkg.torch.onnx.stack_trace" and node.name:
+                line = _user_line_from_trace(prop.value, target)
+                if line:
+                    sources[node.name] = line
+        if len(sources) >= limit:
+            break
+    return sources
 
 
 def _user_line_from_trace(trace: str, target: Path) -> str | None:
