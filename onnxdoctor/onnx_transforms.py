@@ -389,6 +389,88 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
 _NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16"}
 
 
+def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model computing in float32 where it computed in float64; its interface stays float64.
+
+    Double initializers, constants and tensor attributes become float, casts and dtype attributes
+    that say DOUBLE say FLOAT, every double graph input is cast to float on entry and every double
+    output back on exit. The precision of float32 is the cost: `model.float()` in ONNX terms.
+
+    Raises:
+        TransformError: the model has nothing in float64.
+    """
+    from onnx import numpy_helper
+
+    double, single = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    graph = fixed.graph
+    changed = _graph_to_float32(graph, numpy_helper)
+    taken = {name for n in graph.node for name in (*n.input, *n.output)}
+    entry, exit_ = [], []
+    for value in graph.input:
+        if value.type.tensor_type.elem_type == double and value.name in taken:
+            inner = _fresh(f"{value.name}/float32", taken)
+            entry.append(onnx.helper.make_node("Cast", [value.name], [inner], name=inner, to=single))
+            for node in graph.node:
+                node.input[:] = [inner if name == value.name else name for name in node.input]
+    for value in graph.output:
+        if value.type.tensor_type.elem_type == double:
+            inner = _fresh(f"{value.name}/float32", taken)
+            for node in graph.node:
+                node.output[:] = [inner if name == value.name else name for name in node.output]
+            exit_.append(onnx.helper.make_node("Cast", [inner], [value.name], name=inner + "/cast", to=double))
+    if not (changed or entry or exit_):
+        raise TransformError("the model has nothing in float64")
+    nodes = [*entry, *graph.node, *exit_]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return fixed
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any) -> bool:
+    """Rewrite a graph's (and its subgraphs') float64 contents in place; whether anything changed."""
+    double, single = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+    changed = False
+    for index, init in enumerate(graph.initializer):
+        if init.data_type == double:
+            graph.initializer[index].CopyFrom(_tensor_to_float32(init, numpy_helper))
+            changed = True
+    for value in graph.value_info:
+        if value.type.tensor_type.elem_type == double:
+            value.type.tensor_type.elem_type = single
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == double:
+                attr.t.CopyFrom(_tensor_to_float32(attr.t, numpy_helper))
+                changed = True
+            elif attr.type == onnx.AttributeProto.INT and attr.name in ("to", "dtype") and attr.i == double:
+                attr.i = single
+                changed = True
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                changed |= _graph_to_float32(attr.g, numpy_helper)
+                for value in (*attr.g.input, *attr.g.output):
+                    if value.type.tensor_type.elem_type == double:
+                        value.type.tensor_type.elem_type = single
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    changed |= _graph_to_float32(sub, numpy_helper)
+    return changed
+
+
+def _tensor_to_float32(tensor: onnx.TensorProto, numpy_helper: Any) -> onnx.TensorProto:
+    import numpy as np
+
+    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name)
+
+
 def set_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
     """The model stamped with an older IR version, when its opsets and features allow it.
 
@@ -410,7 +492,8 @@ def apply_transform(model: onnx.ModelProto, recipe: dict[str, Any]) -> onnx.Mode
     """Apply a fix recipe's `onnx_transform`.
 
     Kinds: {"kind": "set_opset"|"convert_opset", "opset": N}, {"kind": "expand_function", "op": T},
-    {"kind": "cast_around", "op": T, "to": "float"} and {"kind": "set_ir_version", "ir_version": N}.
+    {"kind": "cast_around", "op": T, "to": "float"}, {"kind": "set_ir_version", "ir_version": N} and
+    {"kind": "to_float32"}.
     """
     kind = recipe.get("kind")
     if kind == "expand_function":
@@ -419,6 +502,8 @@ def apply_transform(model: onnx.ModelProto, recipe: dict[str, Any]) -> onnx.Mode
         return cast_around(model, str(recipe["op"]), str(recipe["to"]))
     if kind == "set_ir_version":
         return set_ir_version(model, int(recipe["ir_version"]))
+    if kind == "to_float32":
+        return to_float32(model)
     target = int(recipe["opset"])
     if kind == "set_opset":
         return set_opset(model, target)

@@ -275,3 +275,13 @@ def test_a_rewrite_that_differs_from_its_reference_is_not_a_fix() -> None:
     numbers = {"reference": "the original model at opset 20", "reference_mismatch": "output 0 differs"}
     assert _still_wrong([], numbers) == "OD601: against the original model at opset 20: output 0 differs"
     assert _still_wrong([], {"reference": "the original model at opset 20"}) is None
+
+
+def test_several_ops_without_float64_kernels_are_fixed_by_float32_not_one_cast() -> None:
+    fixes = _fixes("ort_load/od402_float64_several_ops.py", all_fixes=True)
+    assert fixes["float32"].verified is True, fixes["float32"].check
+    assert fixes["float32"].check.max_abs_diff is not None and fixes["float32"].check.max_abs_diff < 1e-5  # type: ignore[union-attr]
+    # Casting around Erf alone only moves the refusal to the next op.
+    cast = fixes["cast"]
+    assert cast.verified is False and cast.check is not None and cast.check.failed_at is Stage.ORT_LOAD
+    assert "HardSigmoid" in cast.check.detail

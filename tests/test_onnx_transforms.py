@@ -22,6 +22,7 @@ from onnxdoctor.onnx_transforms import (
     first_opset,
     set_ir_version,
     set_opset,
+    to_float32,
 )
 
 SHAPE = [2, 4, 3]
@@ -168,3 +169,31 @@ def test_every_instance_is_expanded_even_behind_another(names: tuple[str, str]) 
     x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
     reference = set_opset(_gelu_chain(17, ("g1", "g2")), 20)  # ORT refuses duplicate node names
     np.testing.assert_allclose(_run(expanded, x)[0], _run(reference, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_to_float32_computes_in_float_and_keeps_a_float64_interface() -> None:
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["a"], name="mul"),
+        helper.make_node("Erf", ["a"], ["b"], name="erf"),
+        helper.make_node("HardSigmoid", ["b"], ["c"], name="hs"),
+        helper.make_node("Cast", ["c"], ["y"], name="cast", to=TensorProto.DOUBLE),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])],
+        initializer=[numpy_helper.from_array(np.array([0.5, 1.0, 2.0]), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(Exception, match="Could not find an implementation"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    fixed = to_float32(model)
+    onnx.checker.check_model(fixed, full_check=True)
+    x = np.array([-1.0, 0.25, 3.0])
+    (y,) = _run(fixed, x)
+    assert y.dtype == np.float64
+    from math import erf
+
+    expected = np.clip(0.2 * np.array([erf(v) for v in x * [0.5, 1.0, 2.0]]) + 0.5, 0, 1)
+    np.testing.assert_allclose(y, expected, rtol=1e-6)
+    with pytest.raises(TransformError, match="nothing in float64"):
+        to_float32(_det_model(TensorProto.FLOAT))

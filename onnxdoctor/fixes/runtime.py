@@ -20,7 +20,10 @@ _TORCH_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A cast around the op for OD402; an older IR version stamp for OD403."""
     if finding.code == "OD402" and finding.op:
-        return [_cast_fix(finding, ctx)]
+        ort_load = next((o for o in ctx.outcomes if o.stage is Stage.ORT_LOAD), None)
+        types = set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values())
+        doubles = any("double" in t for t in types) or "double" in finding.message
+        return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
     if finding.code == "OD403":
         match = _MAX_IR.search(finding.message)
         if match:
@@ -64,6 +67,37 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         cost=f"{op} computes in {target}: precision may change; another execution provider may have "
         "the kernel instead",
         recipe={"kind": "cast", "onnx_transform": transform},
+    )
+
+
+def _float32_fix(ctx: FixContext) -> Fix:
+    """The whole model in float32: the fix when more than one op lacks a float64 kernel."""
+    transform: dict[str, str] = {"kind": "to_float32"}
+    if ctx.target_kind == "onnx":
+        transform["reference"] = "onnx.reference"
+        stem = ctx.target_name.removesuffix(".onnx")
+        snippet = (
+            "import onnx\n"
+            "from onnxdoctor.onnx_transforms import to_float32\n\n"
+            "# Compute in float32; the inputs and outputs stay float64:\n"
+            f"onnx.save(to_float32(onnx.load({ctx.target_name!r})), {stem + '-float32.onnx'!r})\n"
+        )
+    else:
+        snippet = (
+            "# Export (and run) the model in float32:\n"
+            "model = model.float()\n"
+            "example_inputs = tuple(t.float() if t.is_floating_point() else t for t in example_inputs)\n"
+            "# or keep float64 inputs and outputs and rewrite the exported file:\n"
+            "#   from onnxdoctor.onnx_transforms import to_float32\n"
+            "#   onnx.save(to_float32(onnx.load('model.onnx')), 'model.onnx')\n"
+        )
+    return Fix(
+        kind="float32",
+        title="Compute the whole model in float32 (ONNX Runtime's CPU kernels are float32 first)",
+        snippet=snippet,
+        applicability=Applicability.UNSAFE,
+        cost="float32 precision instead of float64 (the error against PyTorch is measured)",
+        recipe={"kind": "float32", "onnx_transform": transform},
     )
 
 
