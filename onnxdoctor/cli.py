@@ -70,19 +70,19 @@ def _root(
 @app.command()
 @_guarded
 def diagnose(
-    target: str = typer.Argument(..., help="model.py[:factory] or model.onnx"),
+    target: str = typer.Argument(..., metavar="TARGET", help="model.py[:factory] or model.onnx"),
     exporter: str | None = typer.Option(
-        None, "--exporter", help="dynamo | torchscript | both (default: the script's `dynamo`, else torch's)"
+        None, "--exporter", metavar="NAME", help="dynamo | torchscript | both (default: the script's `dynamo`, else torch's)"
     ),
     opset: int | None = typer.Option(None, "--opset", help="Opset version to export at."),
     custom_op_library: list[Path] = typer.Option(
-        [], "--custom-op-library", help="ONNX Runtime custom-op library (.so); repeatable."
+        [], "--custom-op-library", metavar="LIB.so", help="ONNX Runtime custom-op library (.so); repeatable."
     ),
     atol: float = typer.Option(1e-4, "--atol", help="Absolute tolerance for parity."),
     rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for parity."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Keep the exported model here."),
     input_shape: list[str] = typer.Option(
-        [], "--input-shape", help="For .onnx targets: name=1,3,224,224 (repeatable)."
+        [], "--input-shape", metavar="NAME=DIMS", help="For .onnx targets: name=1,3,224,224 (repeatable)."
     ),
     fix: bool = typer.Option(True, "--fix/--no-fix", help="Try the proposed fixes and report which work."),
     all_fixes: bool = typer.Option(False, "--all-fixes", help="Verify every fix, not just until one is exact."),
@@ -121,7 +121,7 @@ def diagnose(
 
 @app.command()
 @_guarded
-def explain(code: str = typer.Argument(..., help="A code such as OD203, or its slug.")) -> None:
+def explain(code: str = typer.Argument(..., metavar="CODE", help="A code such as OD203, or its slug.")) -> None:
     """Print what a code means, why it happens, how to fix it, and an example."""
     from rich.console import Console
 

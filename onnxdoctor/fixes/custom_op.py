@@ -172,7 +172,8 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
     attrs = ", ".join(f"{a.name!r}: PyCustomOpDef.{a.extensions_type}" for a in attributes)
     reads = "".join(
         f"    {a.name} = {a.python_annotation if a.python_annotation in ('float', 'int', 'str') else 'float'}"
-        f"(attrs.get({a.name!r}, {a.default!r}))\n"
+        # A required attribute is always on the node (the mapping writes it): no made-up default.
+        + (f"(attrs.get({a.name!r}, {a.default!r}))\n" if a.has_default else f"(attrs[{a.name!r}])\n")
         for a in attributes
     )
     # The op is called with its arguments in schema order (tensors and attributes interleaved).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from onnxdoctor.codes import CODES
 
@@ -25,6 +26,14 @@ def print_codes(json_out: bool) -> None:
     """Print every code, as a table on a terminal or JSON when asked."""
     if json_out:
         print(json.dumps({"schema": 1, "codes": codes_as_dicts()}, indent=2))
+        return
+    rows = codes_as_dicts()
+    if not sys.stdout.isatty():
+        # A pipe gets one unwrapped line per code, for grep and friends.
+        widths = {k: max(len(r[k]) for r in rows) for k in ("code", "slug", "stage", "severity")}
+        for r in rows:
+            cells = [r[k].ljust(widths[k]) for k in widths]
+            print("  ".join([*cells, r["summary"]]))
         return
     from rich.console import Console
     from rich.table import Table

@@ -141,7 +141,10 @@ def parse_expression(text: str, inputs: Sequence[str], attrs: Sequence[str]) -> 
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        raise _reject(f"--expr does not parse: {exc.msg} (column {exc.offset})") from None
+        # Python reports "unexpected end" at column 0 or past the end: say where the text stops.
+        column = exc.offset if exc.offset and 0 < exc.offset <= len(text.strip()) else None
+        where = f"column {column}" if column else "it ends too soon"
+        raise _reject(f"--expr does not parse: {exc.msg} ({where})") from None
     input_set, attr_set = set(inputs), set(attrs)
     count = [0]
 
