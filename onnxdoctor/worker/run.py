@@ -180,7 +180,7 @@ class Runner:
         except BaseException as exc:
             info = error_info(exc)
             raise StageFailed(
-                f"{self.target.name} raised {type(exc).__name__} while loading: {exc}",
+                f"{self.target.name} raised {type(exc).__name__} {_where_in_script(exc, self.target)}: {exc}",
                 "OD104",
                 source=_user_frame(exc, self.target),
                 raised=info["type"],
@@ -744,6 +744,16 @@ def _source_from_frames(exc: BaseException, target: Path) -> str | None:
             tb = tb.tb_next
         current = current.__cause__ or current.__context__
     return None
+
+
+def _where_in_script(exc: BaseException, target: Path) -> str:
+    """'in get_model()' when a function of the script raised, 'while importing' for module code."""
+    functions = [
+        frame.name
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if Path(frame.filename).resolve() == target.resolve() and frame.name != "<module>"
+    ]
+    return f"in {functions[0]}()" if functions else "while importing"
 
 
 def _node_sources(model: Any, target: Path, limit: int = 5000) -> dict[str, str]:
