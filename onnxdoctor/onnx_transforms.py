@@ -8,6 +8,7 @@ op appears, but only when no other op of the model changes meaning between the t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import onnx
@@ -263,6 +264,21 @@ def expand_function(model: onnx.ModelProto, op_type: str) -> onnx.ModelProto:
     # Inference stops at the first node it does not know (the op itself, at this opset): infer at
     # the op's own opset, so values behind one instance have types for the next one's body.
     types = _value_types(with_opset_import(model, max(opset, first_opset(op_type) or opset)))
+    return _replace_nodes(
+        model, op_type, lambda node, prefix: _expand_node(node, candidates, types, prefix, opset, model.ir_version)
+    )
+
+
+def _replace_nodes(
+    model: onnx.ModelProto,
+    op_type: str,
+    replace: Callable[[onnx.NodeProto, str], list[onnx.NodeProto]],
+) -> onnx.ModelProto:
+    """A copy of the model with each default-domain `op_type` node of the main graph replaced.
+
+    `replace(node, prefix)` returns the new nodes; `prefix` is unique per node and no model name
+    starts with it, so names the replacement derives from it never collide.
+    """
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     del fixed.graph.node[:]
@@ -273,9 +289,9 @@ def expand_function(model: onnx.ModelProto, op_type: str) -> onnx.ModelProto:
             continue
         prefix = node.name or f"{op_type}_{index}"
         while any(name.startswith(prefix + "/") for name in taken):
-            prefix += "_"  # keep the body's values apart from the model's own names
+            prefix += "_"  # keep the new values apart from the model's own names
         taken.add(prefix + "/")  # and from the next node of the same name
-        fixed.graph.node.extend(_expand_node(node, candidates, types, prefix, opset, model.ir_version))
+        fixed.graph.node.extend(replace(node, prefix))
     return fixed
 
 
@@ -351,19 +367,10 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
     except TypeError:
         raise TransformError(f"{to!r} is not a tensor element type") from None
     types = _value_types(model)
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    del fixed.graph.node[:]
-    taken = {name for n in model.graph.node for name in (n.name, *n.input, *n.output)}
     casts = 0
-    for index, node in enumerate(model.graph.node):
-        if node.op_type != op_type or node.domain not in ("", "ai.onnx"):
-            fixed.graph.node.append(node)
-            continue
-        prefix = node.name or f"{op_type}_{index}"
-        while any(name.startswith(prefix + "/") for name in taken):
-            prefix += "_"
-        taken.add(prefix + "/")
+
+    def wrap(node: onnx.NodeProto, prefix: str) -> list[onnx.NodeProto]:
+        nonlocal casts
         rewritten = onnx.NodeProto()
         rewritten.CopyFrom(node)
         before, after = [], []
@@ -380,7 +387,9 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
                 rewritten.output[i] = inner
                 after.append(onnx.helper.make_node("Cast", [inner], [name], name=inner, to=elem))
         casts += len(before)
-        fixed.graph.node.extend([*before, rewritten, *after])
+        return [*before, rewritten, *after]
+
+    fixed = _replace_nodes(model, op_type, wrap)
     if not casts:
         raise TransformError(f"no {op_type} node has an input to cast to {to}")
     return fixed
