@@ -140,7 +140,7 @@ def run_diagnose(
             else:
                 render_diagnoses(console, diagnoses, verbose=verbose)
                 for line in wrote:
-                    console.print(f"\n{line}")
+                    console.print(f"\n{line}", markup=False, highlight=False)
         if captured is not None:
             # rich pads blocks to the console's width: drop that, a pipe or a file wants plain lines.
             sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))

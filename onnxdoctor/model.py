@@ -120,7 +120,11 @@ class FixCheck:
         """Where a tried fix failed: the stage, or what was still wrong when every stage passed."""
         if self.failed_at is not None:
             return f"failed at {self.failed_at.value}"
+        if self.detail.startswith("numbers not checked"):
+            return "every stage passes, numbers not checked"
         code = self.detail.split(":", 1)[0] if self.detail.startswith("OD") else ""
+        if code.startswith("OD9"):  # the worker itself crashed or timed out between stages
+            return f"did not complete ({code})"
         return f"every stage passes, but {code}" if code else "did not complete"
 
     @property

@@ -8,7 +8,7 @@ op appears, but only when no other op of the model changes meaning between the t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import onnx
@@ -414,20 +414,22 @@ def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     graph = fixed.graph
-    changed = _graph_to_float32(graph, numpy_helper)
-    taken = {name for n in graph.node for name in (*n.input, *n.output)}
+    # The interface stays float64: an initializer that is also a graph input or output keeps its type.
+    interface = {v.name for v in (*graph.input, *graph.output)}
+    changed = _graph_to_float32(graph, numpy_helper, keep=interface)
+    taken = {name for n in _all_nodes(graph) for name in (n.name, *n.input, *n.output)} | interface
+    read = {name for n in _all_nodes(graph) for name in n.input}
+    produced = {name for n in graph.node for name in n.output}
     entry, exit_ = [], []
     for value in graph.input:
-        if value.type.tensor_type.elem_type == double and value.name in taken:
+        if value.type.tensor_type.elem_type == double and value.name in read:
             inner = _fresh(f"{value.name}/float32", taken)
+            _rename(graph, value.name, inner, outputs=False)  # every reader, subgraphs included
             entry.append(onnx.helper.make_node("Cast", [value.name], [inner], name=inner, to=single))
-            for node in graph.node:
-                node.input[:] = [inner if name == value.name else name for name in node.input]
     for value in graph.output:
-        if value.type.tensor_type.elem_type == double:
+        if value.type.tensor_type.elem_type == double and value.name in produced:
             inner = _fresh(f"{value.name}/float32", taken)
-            for node in graph.node:
-                node.output[:] = [inner if name == value.name else name for name in node.output]
+            _rename(graph, value.name, inner, outputs=True)  # its producer and its other readers
             exit_.append(onnx.helper.make_node("Cast", [inner], [value.name], name=inner + "/cast", to=double))
     if not (changed or entry or exit_):
         raise TransformError("the model has nothing in float64")
@@ -437,6 +439,23 @@ def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
     return fixed
 
 
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of a graph and of its subgraphs."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _all_nodes(sub)
+
+
+def _rename(graph: onnx.GraphProto, old: str, new: str, *, outputs: bool) -> None:
+    """Point every reader of `old` (and, with `outputs`, its producer) at `new`."""
+    for node in _all_nodes(graph):
+        node.input[:] = [new if name == old else name for name in node.input]
+        if outputs:
+            node.output[:] = [new if name == old else name for name in node.output]
+
+
 def _fresh(name: str, taken: set[str]) -> str:
     while name in taken:
         name += "_"
@@ -444,12 +463,12 @@ def _fresh(name: str, taken: set[str]) -> str:
     return name
 
 
-def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any) -> bool:
+def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any, keep: frozenset[str] | set[str] = frozenset()) -> bool:
     """Rewrite a graph's (and its subgraphs') float64 contents in place; whether anything changed."""
     double, single = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
     changed = False
     for index, init in enumerate(graph.initializer):
-        if init.data_type == double:
+        if init.data_type == double and init.name not in keep:
             graph.initializer[index].CopyFrom(_tensor_to_float32(init, numpy_helper))
             changed = True
     for value in graph.value_info:

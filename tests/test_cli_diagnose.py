@@ -245,3 +245,11 @@ def test_symlinked_model_finds_its_external_data_in_its_real_folder(tmp_path: Pa
     (tmp_path / "link" / "model.onnx").symlink_to(real)
     result = runner.invoke(app, ["diagnose", str(tmp_path / "link" / "model.onnx"), "--json"])
     assert result.exit_code == 0, result.output
+
+
+def test_write_fix_path_with_brackets_is_reported_verbatim(tmp_path: Path) -> None:
+    folder = tmp_path / "out[v2]"
+    result = runner.invoke(app, ["diagnose", str(FIXTURES / "check/od301_gelu_opset11.onnx"), "--write-fix", str(folder)])
+    assert result.exit_code == 1, result.output
+    assert f"to {folder}:" in result.stdout  # not eaten as console markup
+    assert (folder / "model.onnx").exists()

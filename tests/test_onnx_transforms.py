@@ -197,3 +197,31 @@ def test_to_float32_computes_in_float_and_keeps_a_float64_interface() -> None:
     np.testing.assert_allclose(y, expected, rtol=1e-6)
     with pytest.raises(TransformError, match="nothing in float64"):
         to_float32(_det_model(TensorProto.FLOAT))
+
+
+def test_to_float32_keeps_outputs_that_other_nodes_read_and_initializers_that_are_inputs() -> None:
+    double = TensorProto.DOUBLE
+    graph = helper.make_graph(
+        [
+            helper.make_node("HardSigmoid", ["x"], ["h"], name="hs"),
+            helper.make_node("Mul", ["h", "w"], ["m"], name="mul"),
+            helper.make_node("Erf", ["m"], ["y"], name="erf"),
+        ],
+        "g",
+        # `w` is an initializer listed as an input too (keep_initializers_as_inputs exports).
+        [helper.make_tensor_value_info("x", double, [3]), helper.make_tensor_value_info("w", double, [3])],
+        # `h` is an output that Mul also reads.
+        [helper.make_tensor_value_info("h", double, [3]), helper.make_tensor_value_info("y", double, [3])],
+        initializer=[numpy_helper.from_array(np.array([1.0, 2.0, 3.0]), "w")],
+    )
+    fixed = to_float32(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    onnx.checker.check_model(fixed, full_check=True)
+    x = np.array([0.1, 0.5, -1.0])
+    session = ort.InferenceSession(fixed.SerializeToString(), providers=["CPUExecutionProvider"])
+    h, y = session.run(None, {"x": x})
+    expected_h = np.clip(0.2 * x + 0.5, 0, 1)
+    from math import erf
+
+    np.testing.assert_allclose(h, expected_h, rtol=1e-6)
+    np.testing.assert_allclose(y, [erf(v) for v in expected_h * [1.0, 2.0, 3.0]], rtol=1e-6)
+    assert h.dtype == y.dtype == np.float64

@@ -46,7 +46,7 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
     transform = {"kind": "cast_around", "op": op, "to": target}
     if ctx.target_kind == "onnx":
         # No PyTorch to compare with, and ONNX Runtime cannot run the original: onnx's evaluator can.
-        transform["reference"] = "onnx.reference"
+        transform.update(reference="onnx.reference", reference_required=True)
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = rewrite + (
             f"model = onnx.load({ctx.target_name!r})\n"
@@ -72,9 +72,12 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
 
 def _float32_fix(ctx: FixContext) -> Fix:
     """The whole model in float32: the fix when more than one op lacks a float64 kernel."""
-    transform: dict[str, str] = {"kind": "to_float32"}
+    transform: dict[str, object] = {"kind": "to_float32"}
+    measured = "against PyTorch"
     if ctx.target_kind == "onnx":
-        transform["reference"] = "onnx.reference"
+        # Without a reference, float32 could be silently wrong (cancellation): numbers are required.
+        transform.update(reference="onnx.reference", reference_required=True)
+        measured = "against onnx's reference evaluator running the float64 original"
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = (
             "import onnx\n"
@@ -96,7 +99,7 @@ def _float32_fix(ctx: FixContext) -> Fix:
         title="Compute the whole model in float32 (ONNX Runtime's CPU kernels are float32 first)",
         snippet=snippet,
         applicability=Applicability.UNSAFE,
-        cost="float32 precision instead of float64 (the error against PyTorch is measured)",
+        cost=f"float32 precision instead of float64 (the error {measured} is measured)",
         recipe={"kind": "float32", "onnx_transform": transform},
     )
 

@@ -509,10 +509,12 @@ class Runner:
                 name = "the original model in onnx's reference evaluator"
                 if len(original.graph.node) > _REFERENCE_EVALUATOR_MAX_NODES:
                     return {"reference": f"not compared: {len(original.graph.node)} nodes is too many for "
-                                         "onnx's reference evaluator"}
+                                         "onnx's reference evaluator",
+                            "reference_required": bool(transform.get("reference_required"))}
                 expected = list(ReferenceEvaluator(original).run(None, feeds))
         except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
-            return {"reference": f"not compared: {name} does not run ({_first(exc)})"}
+            return {"reference": f"not compared: {name} does not run ({_first(exc)})",
+                    "reference_required": bool(transform.get("reference_required"))}
         report = compare_outputs(expected, state["ort_outputs"], self.request.atol, self.request.rtol)
         return {
             "reference": name,
