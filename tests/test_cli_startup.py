@@ -31,12 +31,14 @@ print(json.dumps({"results": results, "heavy": heavy}))
 """
 
 
-def _run_in_child(*commands: list[str]) -> dict[str, Any]:
+def _run_in_child(
+    *commands: list[str], heavy: tuple[str, ...] = HEAVY, timeout: float = 120
+) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps(list(commands)), json.dumps(HEAVY)],
+        [sys.executable, "-c", _CHILD, json.dumps(list(commands)), json.dumps(heavy)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         cwd=REPO,
         check=False,
     )
@@ -109,28 +111,13 @@ WORKER_ONLY = ("torch", "onnxruntime")
 def test_heavy_commands_leave_torch_and_onnxruntime_to_the_worker(tmp_path: Path) -> None:
     fixture = REPO / "fixtures" / "export" / "od203_custom_op_myselu.py"
     onnx_file = REPO / "fixtures" / "ort_load" / "od401_custom_domain_myselu.onnx"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _CHILD,
-            json.dumps(
-                [
-                    ["diagnose", str(fixture), "--no-fix", "--json"],
-                    ["diagnose", str(onnx_file), "--json"],
-                    ["graph", str(onnx_file), "--runtime", "-o", str(tmp_path / "g.svg")],
-                ]
-            ),
-            json.dumps(WORKER_ONLY),
-        ],
-        capture_output=True,
-        text=True,
+    outcome = _run_in_child(
+        ["diagnose", str(fixture), "--no-fix", "--json"],
+        ["diagnose", str(onnx_file), "--json"],
+        ["graph", str(onnx_file), "--runtime", "-o", str(tmp_path / "g.svg")],
+        heavy=WORKER_ONLY,
         timeout=300,
-        cwd=REPO,
-        check=False,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     # Each command really ran the worker and found the fixture's failure.
     assert [r["exception"] for r in outcome["results"]] == [None, None, None]
     assert [r["exit_code"] for r in outcome["results"]] == [1, 1, 1]
