@@ -19,6 +19,7 @@ import typer
 from onnxdoctor import __version__
 from onnxdoctor.errors import OnnxDoctorError, UsageError
 from onnxdoctor.graph_cmd import graph_command
+from onnxdoctor.normalize import printable
 from onnxdoctor.scaffold.command import scaffold_command
 
 app = typer.Typer(
@@ -39,10 +40,12 @@ def _guarded(func: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             func(*args, **kwargs)
+        except BrokenPipeError:
+            raise typer.Exit(_quiet_broken_pipe()) from None
         except OnnxDoctorError as exc:
             if os.environ.get("ONNXDOCTOR_DEBUG") == "1":
                 raise
-            typer.echo(f"onnxdoctor: error: {exc}", err=True)
+            typer.echo(f"onnxdoctor: error: {printable(str(exc), one_line=True)}", err=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
@@ -50,6 +53,27 @@ def _guarded(func: Callable[..., None]) -> Callable[..., None]:
 
 app.command("graph")(_guarded(graph_command))
 app.command("scaffold")(_guarded(scaffold_command))
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away (`| head`): stop quietly, with the code a SIGPIPE death gives."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    except (OSError, ValueError):
+        pass
+    return 128 + signal.SIGPIPE
+
+
+def ascii_safe_streams() -> None:
+    """Print `\u2713` instead of dying when the locale cannot encode ✓ (LC_ALL=C, PYTHONUTF8=0)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            "✓⏱·…".encode(stream.encoding or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="backslashreplace")
 
 
 def _version_callback(value: bool) -> None:
@@ -89,7 +113,7 @@ def diagnose(
     write_fix: Path | None = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 1) and nothing else."),
     report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds before the worker is killed."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds for the whole command, fix checks included; workers still running then are killed."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the findings."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
@@ -164,12 +188,15 @@ def main() -> None:
     # Turn SIGTERM/SIGHUP into SystemExit so `finally` blocks kill the worker group and clean up.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda number, _frame: sys.exit(128 + number))
+    ascii_safe_streams()
     try:
         app(standalone_mode=True)
+    except BrokenPipeError:
+        sys.exit(_quiet_broken_pipe())
     except OnnxDoctorError as exc:
         if debug:
             raise
-        typer.echo(f"onnxdoctor: error: {exc}", err=True)
+        typer.echo(f"onnxdoctor: error: {printable(str(exc), one_line=True)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         typer.echo("onnxdoctor: interrupted", err=True)

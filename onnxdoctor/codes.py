@@ -52,6 +52,7 @@ CODES: tuple[Code, ...] = (
     Code("OD111", "external-data-escapes", L, E, "External data points outside the model's folder; refused"),
     Code("OD112", "external-data-missing", L, E, "External data the model references is missing or out of range"),
     Code("OD113", "model-not-a-module", L, E, "The model is not a torch.nn.Module or callable"),
+    Code("OD114", "model-not-reproducible", L, E, "The script built a different model when imported again (fix checks re-import it)"),
     Code("OD199", "load-other", L, E, "Loading failed for another reason"),
     # 2xx: export
     Code("OD201", "aten-op-unsupported-at-opset", X, E, "An aten operator is not supported at the requested opset"),

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from onnxdoctor.errors import RefusedWrite, UsageError
 from onnxdoctor.model import Diagnosis, Fix, Severity
+from onnxdoctor.outputs import (
+    OutputError,
+    check_folder_output,
+    check_output,
+    install_folder,
+    staging_folder,
+    write_file,
+)
 
 
 def parse_input_shapes(items: tuple[str, ...]) -> dict[str, list[int]]:
@@ -29,16 +37,6 @@ def parse_input_shapes(items: tuple[str, ...]) -> dict[str, list[int]]:
             raise UsageError(f"--input-shape {item!r}: expected NAME=D1,D2,... with non-negative integers") from None
         shapes[name.strip()] = values
     return shapes
-
-
-def check_writable(path: Path, *, force: bool, what: str) -> None:
-    """Refuse to overwrite without --force, and refuse paths whose folder does not exist."""
-    if path.exists() and not force:
-        raise RefusedWrite(f"{what} {path} exists; pass --force to overwrite it")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"{what} {path} is a directory")
-    if not path.parent.is_dir():
-        raise UsageError(f"{what} {path}: folder {path.parent} does not exist")
 
 
 def run_diagnose(
@@ -65,10 +63,7 @@ def run_diagnose(
     from onnxdoctor.pipeline import EXPORTERS, DiagnoseOptions, diagnose, parse_target
 
     parsed = parse_target(target)
-    if not parsed.path.exists():
-        raise UsageError(f"{parsed.path.name}: no such file (OD101)")
-    if parsed.path.is_dir():
-        raise UsageError(f"{parsed.path.name} is a directory; pass a model script or an .onnx file (OD102)")
+    _check_target(parsed.path)
     if exporter is not None and exporter not in EXPORTERS:
         raise UsageError(f"--exporter must be one of {', '.join(EXPORTERS)}, not {exporter!r}")
     if opset is not None and not 1 <= opset <= 100:
@@ -79,17 +74,17 @@ def run_diagnose(
         if not math.isfinite(value) or value < 0:
             raise UsageError(f"{name} must be a finite, non-negative number")
     for library in custom_op_libraries:
+        if library.is_dir():
+            raise UsageError(f"--custom-op-library {library} is a folder; give the library file (.so)")
         if not library.is_file():
             raise UsageError(f"--custom-op-library {library}: no such file")
-    for path, what in ((output, "--output"), (report, "--report")):
-        if path is not None:
-            check_writable(path, force=force, what=what)
-    if write_fix is not None and write_fix.exists() and not write_fix.is_dir():
-        raise UsageError(f"--write-fix {write_fix} is a file; give a folder")
-    if write_fix is not None and write_fix.exists() and any(write_fix.iterdir()) and not force:
-        raise RefusedWrite(f"--write-fix {write_fix} is not empty; pass --force to write into it")
     if output is not None and parsed.kind == "onnx":
         raise UsageError("--output keeps the exported model; the target is already an ONNX file")
+    protected = protected_paths(parsed.path, parsed.kind)
+    _check_outputs(output, report, write_fix, force=force, protected=protected)
+    shapes = parse_input_shapes(input_shapes)
+    if shapes and parsed.kind == "onnx":
+        _check_input_names(parsed.path, shapes)
 
     options = DiagnoseOptions(
         exporter=exporter,
@@ -97,61 +92,145 @@ def run_diagnose(
         custom_op_libraries=tuple(str(p) for p in custom_op_libraries),
         atol=atol,
         rtol=rtol,
-        input_shapes=parse_input_shapes(input_shapes),
+        input_shapes=shapes,
         timeout=timeout,
         fix=fix,
         all_fixes=all_fixes,
     )
-    workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-"))
+    from onnxdoctor.supervise import make_workdir
+
+    workdir = make_workdir()
     notes: list[str] = []  # outputs that could not be written; the diagnosis is still shown
     wrote: list[str] = []
+    failed_write = False
     try:
         with _progress(enabled=not json_out and not quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
-        for wanted, write in ((output, lambda: _keep_output(diagnoses, output)),
-                              (write_fix, lambda: _write_fix(diagnoses, write_fix, force=force))):
+        writers: list[tuple[Path | None, Callable[[], str]]] = [
+            (output, lambda: _keep_output(diagnoses, output, force=force, protected=protected)),
+            (write_fix, lambda: _write_fix(diagnoses, write_fix, force=force, protected=protected)),
+        ]
+        for wanted, write in writers:
             if wanted is not None:
                 try:
                     wrote.append(write())
+                except (RefusedWrite, OutputError) as exc:
+                    notes.append(str(exc))
+                    failed_write = True
                 except UsageError as exc:
                     notes.append(str(exc))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
+    _print_result(diagnoses, json_out=json_out, quiet=quiet, verbose=verbose, wrote=wrote)
+    if report is not None:
+        from onnxdoctor.render.markdown import to_markdown
+
+        try:
+            write_file(report, to_markdown(diagnoses), force=force, what="--report", protected=protected)
+        except (RefusedWrite, OutputError) as exc:
+            notes.append(str(exc))
+            failed_write = True
+    for note in notes:
+        print(f"onnxdoctor: {note}", file=sys.stderr)
+    if failed_write:
+        return 2
+    has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
+    return 1 if has_errors else 0
+
+
+def _check_target(path: Path) -> None:
+    """The target exists and is a file; a name the OS refuses is a usage error, not a crash."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{path.name}: no such file (OD101)") from None
+    except OSError as exc:
+        raise UsageError(f"{path.name}: {exc.strerror or exc} (OD101)") from None
+    if path.is_dir():
+        raise UsageError(f"{path.name} is a directory; pass a model script or an .onnx file (OD102)")
+    del info
+
+
+def protected_paths(target: Path, kind: str) -> tuple[Path, ...]:
+    """The files a diagnosis reads and no output may replace: the target and its external data."""
+    paths = [target]
+    if kind == "onnx":
+        try:
+            from onnxdoctor.onnxfile import external_refs, read_onnx
+
+            refs = [ref.location for ref in external_refs(read_onnx(target)) if ref.location]
+            # A symlinked model reads its weights from its real folder; protect both readings.
+            folders = {target.parent, target.resolve().parent}
+            paths += [folder / location for folder in folders for location in refs]
+        except Exception:  # noqa: BLE001 - an unreadable file is LOAD's finding, not ours
+            return (target,)
+    return tuple(paths)
+
+
+def _check_outputs(
+    output: Path | None, report: Path | None, write_fix: Path | None, *, force: bool,
+    protected: tuple[Path, ...],
+) -> None:
+    """Every output path is checked before the run, so a bad one costs no export."""
+    if output is not None and report is not None and os.path.abspath(output) == os.path.abspath(report):
+        raise UsageError(f"--output and --report are both {output}; give two paths")
+    for path, what in ((output, "--output"), (report, "--report")):
+        if path is not None:
+            check_output(path, force=force, what=what, protected=protected)
+    if output is not None:
+        check_output(output.with_name(output.name + ".data"), force=force, what="--output's weights",
+                     protected=protected)
+    if write_fix is not None:
+        check_folder_output(write_fix, force=force, what="--write-fix")
+
+
+def _check_input_names(path: Path, shapes: dict[str, list[int]]) -> None:
+    """--input-shape must name inputs the model has (a typo would be silently ignored)."""
+    try:
+        from onnxdoctor.onnxfile import read_onnx, safe_text
+
+        graph = read_onnx(path).graph
+    except Exception:  # noqa: BLE001 - an unreadable file is LOAD's finding, not ours
+        return
+    initializers = {safe_text(t.name) for t in graph.initializer}
+    names = [safe_text(i.name) for i in graph.input if safe_text(i.name) not in initializers]
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        have = ", ".join(names) or "none"
+        raise UsageError(f"--input-shape names {', '.join(map(repr, unknown))}, which the model does "
+                         f"not have; its inputs are: {have}")
+
+
+def _print_result(
+    diagnoses: tuple[Diagnosis, ...], *, json_out: bool, quiet: bool, verbose: bool, wrote: list[str]
+) -> None:
     if json_out:
         from onnxdoctor.render.jsonout import to_json
 
         sys.stdout.write(to_json(diagnoses) + "\n")
-    else:
-        from rich.console import Console
+        return
+    from rich.console import Console
 
-        from onnxdoctor.render.console import plain_line, render_diagnoses
+    from onnxdoctor.render.console import plain_line, render_diagnoses
 
-        # Piped output is not wrapped: wrapped code snippets would not paste back as Python.
-        console = Console(highlight=False)
-        piped = not console.is_terminal
-        if piped:
-            console = Console(highlight=False, width=400)
-        with console.capture() if piped else contextlib.nullcontext() as captured:
-            if quiet:
-                for diagnosis in diagnoses:
-                    for finding in diagnosis.findings:
-                        console.print(plain_line(finding), soft_wrap=True)
-            else:
-                render_diagnoses(console, diagnoses, verbose=verbose)
-                for line in wrote:
-                    console.print(f"\n{line}", markup=False, highlight=False)
-        if captured is not None:
-            # rich pads blocks to the console's width: drop that, a pipe or a file wants plain lines.
-            sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-    if report is not None:
-        from onnxdoctor.render.markdown import to_markdown
-
-        report.write_text(to_markdown(diagnoses), "utf-8", errors="surrogateescape")
-    for note in notes:
-        print(f"onnxdoctor: {note}", file=sys.stderr)
-    has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
-    return 1 if has_errors else 0
+    # Piped output is not wrapped: wrapped code snippets would not paste back as Python.
+    console = Console(highlight=False)
+    piped = not console.is_terminal
+    if piped:
+        console = Console(highlight=False, width=400)
+    with console.capture() if piped else contextlib.nullcontext() as captured:
+        if quiet:
+            for diagnosis in diagnoses:
+                for finding in diagnosis.findings:
+                    console.print(plain_line(finding), soft_wrap=True)
+        else:
+            render_diagnoses(console, diagnoses, verbose=verbose)
+            for line in wrote:
+                console.print(f"\n{line}", markup=False, highlight=False)
+    if captured is not None:
+        # rich pads blocks to the console's width: drop that, a pipe or a file wants plain lines.
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 class _progress:
@@ -175,26 +254,37 @@ class _progress:
             self._status.__exit__(None, None, None)
 
 
-def _keep_output(diagnoses: tuple[Diagnosis, ...], output: Path) -> str:
+def _keep_output(
+    diagnoses: tuple[Diagnosis, ...], output: Path, *, force: bool, protected: tuple[Path, ...]
+) -> str:
     source = diagnoses[0].facts.get("onnx_path")
     if not source or not Path(source).exists():
         raise UsageError(f"--output {output}: the export failed, so there is no model to keep")
-    _copy_model(Path(source), output)
-    return f"wrote {output}"
+    names = _save_model(Path(source), output, force=force, protected=protected, what="--output")
+    weights = [output.with_name(n) for n in names if n != output.name]
+    return f"wrote {output}" + "".join(f" and its weights {w}" for w in weights)
 
 
-def _copy_model(source: Path, destination: Path) -> None:
+def _save_model(
+    source: Path, destination: Path, *, force: bool, protected: tuple[Path, ...], what: str
+) -> list[str]:
     """Save the exported model under the user's name, weights inline or in `<name>.data` beside it.
 
     The exporter names its external-data file after its own temporary file, so a plain copy would
-    leave a model pointing at a file that does not exist.
+    leave a model pointing at a file that does not exist. Both files are made in a private folder
+    and moved into place by the rules of onnxdoctor.outputs; the names written come back.
     """
     import onnx
 
     model = onnx.load(str(source), load_external_data=True)
     large = model.ByteSize() > 1_800_000_000
-    onnx.save(model, str(destination), save_as_external_data=large,
-              location=destination.name + ".data" if large else None)
+    with staging_folder(destination.parent, name=destination.name) as staging:
+        try:
+            onnx.save(model, str(staging / destination.name), save_as_external_data=large,
+                      location=destination.name + ".data" if large else None)
+        except OSError as exc:
+            raise OutputError(f"cannot write {destination}: {exc.strerror or exc}") from None
+        return install_folder(staging, destination.parent, force=force, what=what, protected=protected)
 
 
 def best_verified_fix(diagnoses: tuple[Diagnosis, ...]) -> Fix | None:
@@ -207,24 +297,32 @@ def best_verified_fix(diagnoses: tuple[Diagnosis, ...]) -> Fix | None:
     return None
 
 
-def _write_fix(diagnoses: tuple[Diagnosis, ...], folder: Path, *, force: bool) -> str:
+def _write_fix(
+    diagnoses: tuple[Diagnosis, ...], folder: Path, *, force: bool, protected: tuple[Path, ...]
+) -> str:
     fix = best_verified_fix(diagnoses)
     if fix is None:
         raise UsageError("--write-fix: no fix was verified, so nothing was written")
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {"fix.py": _fix_module(fix), "README.md": _fix_readme(fix, diagnoses[0].target)}
-    for name, text in files.items():
-        path = folder / name
-        if path.exists() and not force:
-            raise RefusedWrite(f"{path} exists; pass --force to overwrite it")
-        path.write_text(text, "utf-8")
-    if fix.check and fix.check.artifact and Path(fix.check.artifact).exists():
-        target = folder / "model.onnx"
-        if target.exists() and not force:
-            raise RefusedWrite(f"{target} exists; pass --force to overwrite it")
-        _copy_model(Path(fix.check.artifact), target)
-        files["model.onnx"] = ""
-    return f"wrote the fix ({fix.title}) to {folder}: {', '.join(files)}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--write-fix {folder}: {exc.strerror or exc}") from None
+    artifact = fix.check.artifact if fix.check else None
+    # `--write-fix .` next to model.onnx must not replace the user's model with the fixed one.
+    model_name = "model.onnx"
+    if any(os.path.abspath(folder / model_name) == os.path.abspath(p) for p in protected):
+        model_name = "model.fixed.onnx"
+    has_model = bool(artifact and Path(artifact).exists())
+    files = {"fix.py": _fix_module(fix),
+             "README.md": _fix_readme(fix, diagnoses[0].target, model_name if has_model else None)}
+    with staging_folder(folder, name="write-fix") as staging:
+        for name, text in files.items():
+            (staging / name).write_text(text, "utf-8")
+        written = install_folder(staging, folder, force=force, what="--write-fix", protected=protected)
+    if has_model:
+        written += _save_model(Path(artifact), folder / model_name, force=force, protected=protected,
+                               what="--write-fix")
+    return f"wrote the fix ({fix.title}) to {folder}: {', '.join(written)}"
 
 
 def _fix_module(fix: Fix) -> str:
@@ -232,35 +330,34 @@ def _fix_module(fix: Fix) -> str:
     return header + fix.snippet
 
 
-def _fix_readme(fix: Fix, target: str) -> str:
+def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
     check = fix.check
     figures = ""
     if check is not None and check.max_abs_diff is not None:
         figures = f" (max abs diff {check.max_abs_diff:.3g})"
     kernel = "register_custom_ops_library" in fix.snippet or "onnx_op" in fix.snippet
+    shown = model_name or "model.onnx"
     load = (
         "```python\nimport onnxruntime\nimport fix  # registers the Python kernel\n"
         "from onnxruntime_extensions import get_library_path\n\n"
         "options = onnxruntime.SessionOptions()\noptions.register_custom_ops_library(get_library_path())\n"
-        "session = onnxruntime.InferenceSession('model.onnx', options)\n```\n"
+        f"session = onnxruntime.InferenceSession({shown!r}, options)\n```\n"
         if kernel
-        else "```python\nimport onnxruntime\n\nsession = onnxruntime.InferenceSession('model.onnx')\n```\n"
+        else f"```python\nimport onnxruntime\n\nsession = onnxruntime.InferenceSession({shown!r})\n```\n"
     )
     if target.endswith(".onnx"):
         verified = f"the fixed model {check.detail if check else 'was verified'}{figures}"
-        files = (
-            "- `fix.py`: the code that applies the same change to the file (your file is not edited).\n"
-            "- `model.onnx`: the fixed model onnxdoctor checked and ran.\n\n"
-        )
+        files = "- `fix.py`: the code that applies the same change to the file (your file is not edited).\n"
+        model_line = f"- `{model_name}`: the fixed model onnxdoctor checked and ran.\n"
     else:
         verified = f"the fixed model reached parity with PyTorch{figures}"
-        files = (
-            "- `fix.py`: the code to add before `torch.onnx.export` (your script is not edited).\n"
-            "- `model.onnx`: the model onnxdoctor exported with the fix applied.\n\n"
-        )
+        files = "- `fix.py`: the code to add before `torch.onnx.export` (your script is not edited).\n"
+        model_line = f"- `{model_name}`: the model onnxdoctor exported with the fix applied.\n"
+    if model_name:
+        files += model_line
     return (
         f"# Fix for {target}: {fix.title}\n\n"
         f"onnxdoctor verified this fix: {verified}.\n\n"
-        f"{files}"
+        f"{files}\n"
         f"Cost: {fix.cost or 'none noted'}\n\nLoad it in ONNX Runtime:\n\n{load}"
     )

@@ -40,7 +40,9 @@ def main() -> None:
         try:
             code = _fast(sys.argv[1:])
         except BrokenPipeError:
-            code = 0
+            # The reader went away (`| head`): stop quietly, as a SIGPIPE death would.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = 128 + 13
         if code is not None:
             sys.exit(code)
     from onnxdoctor.cli import main as typer_main

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnxdoctor.checks import NodePath, op_label
 from onnxdoctor.onnxfile import safe_text
+from onnxdoctor.outputs import install
 
 if TYPE_CHECKING:
     import onnx
@@ -989,8 +990,11 @@ def find_graphviz(program: str = "dot") -> str | None:
     return shutil.which(program)
 
 
-def render(drawing: Drawing, fmt: str, out: Path, *, timeout: float = 300.0) -> None:
-    """Run Graphviz on the drawing and write `out` (svg or png), replacing it atomically.
+def render(
+    drawing: Drawing, fmt: str, out: Path, *, timeout: float = 300.0, force: bool = True,
+    protected: tuple[Path, ...] = (),
+) -> None:
+    """Run Graphviz on the drawing and write `out` (svg or png) by the rules of onnxdoctor.outputs.
 
     Raises:
         GraphvizMissing: the program is not on PATH.
@@ -1031,7 +1035,7 @@ def render(drawing: Drawing, fmt: str, out: Path, *, timeout: float = 300.0) -> 
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp_name, 0o666 & ~umask)
-        os.replace(tmp_name, out)
+        install(Path(tmp_name), out, force=force, what="-o", protected=protected)
     finally:
         if os.path.exists(tmp_name):
             os.unlink(tmp_name)

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from onnxdoctor.errors import RefusedWrite, UsageError
+from onnxdoctor.errors import UsageError
 from onnxdoctor.model import Finding, Severity, Stage
+from onnxdoctor.normalize import printable
+from onnxdoctor.outputs import check_output, write_file
 
 if TYPE_CHECKING:
     import onnx
@@ -73,7 +75,10 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
     Raises:
         UsageError: bad options, unreadable model, refused overwrite (exit code 2).
     """
-    say = echo or typer.echo
+    emit = echo or typer.echo
+
+    def say(line: str) -> None:
+        emit(printable(line))  # names in a model or a path may hold terminal control characters
     started = time.perf_counter()
     fmt, out = _output_path(request)
     saved = _load_saved_findings(request.from_json) if request.from_json else []
@@ -141,15 +146,16 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
 
     written: Path | None = None
     tool_findings: list[Finding] = []
+    protected = (request.model,)
     if fmt == "dot":
-        _write_text(out, drawing.dot_text)
+        write_file(out, drawing.dot_text, force=request.force, what="-o", protected=protected)
         written = out
     else:
         program = drawing.engine[0]
         if find_graphviz(program) is None:
             dot_out = out.with_suffix(".dot")
-            _refuse_overwrite(dot_out, request.force, request.model)
-            _write_text(dot_out, drawing.dot_text)
+            write_file(dot_out, drawing.dot_text, force=request.force, what="the graph source",
+                       protected=protected)
             written = dot_out
             render_cmd = " ".join(
                 (
@@ -171,17 +177,20 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
             )
         else:
             try:
-                render(drawing, fmt, out, timeout=request.timeout)
+                render(drawing, fmt, out, timeout=request.timeout, force=request.force,
+                       protected=protected)
             except GraphvizMissing:  # vanished between the check and the run
                 raise UsageError(f"Graphviz `{program}` is not on PATH; {INSTALL_HINT}") from None
             except OSError as exc:  # e.g. the disk filled up while Graphviz wrote
                 raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
             except GraphvizError as exc:
                 dot_out = out.with_suffix(".dot")
-                if request.force or not dot_out.exists():
-                    _write_text(dot_out, drawing.dot_text)
-                    raise UsageError(f"{exc} (the graph source is in {dot_out})") from None
-                raise UsageError(str(exc)) from None
+                try:
+                    write_file(dot_out, drawing.dot_text, force=request.force, what="the graph source",
+                               protected=protected)
+                except UsageError:
+                    raise UsageError(str(exc)) from None
+                raise UsageError(f"{exc} (the graph source is in {dot_out})") from None
             written = out
     seconds = time.perf_counter() - started
     findings = [p.finding for p in placed] + tool_findings
@@ -221,37 +230,8 @@ def _output_path(request: GraphRequest) -> tuple[str, Path]:
     if not os.path.lexists(model):
         raise UsageError(f"OD101: {model} does not exist")
     out = request.output if request.output is not None else model.with_suffix(f".{fmt}")
-    if out.is_dir():
-        raise UsageError(f"-o {out} is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {out}: folder {out.parent} is not writable")
-    _refuse_overwrite(out, request.force, model)
+    check_output(out, force=request.force, what="-o", protected=(model,))
     return fmt, out
-
-
-def _refuse_overwrite(out: Path, force: bool, model: Path) -> None:
-    try:
-        same = out.exists() and os.path.samefile(out, model)
-    except OSError:
-        same = False
-    if same:
-        raise RefusedWrite(f"{out} is the model itself; choose another output with -o")
-    if os.path.lexists(out) and not force:
-        raise RefusedWrite(f"{out} exists; use --force to overwrite it")
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _shell_quote(text: str) -> str:

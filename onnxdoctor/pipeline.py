@@ -29,7 +29,7 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.normalize import first_line, normalize_message
+from onnxdoctor.normalize import first_line, normalize_message, printable
 from onnxdoctor.supervise import WorkerResult, run_worker
 from onnxdoctor.worker.protocol import WorkerRequest
 
@@ -64,8 +64,8 @@ class Target:
 
     @property
     def display(self) -> str:
-        """The file name (and factory) to show in messages."""
-        return self.path.name + (f":{self.factory}" if self.factory else "")
+        """The file name (and factory) to show in messages, control characters escaped."""
+        return printable(self.path.name + (f":{self.factory}" if self.factory else ""), one_line=True)
 
 
 ONNX_SUFFIXES = (".onnx", ".pb", ".ort")
@@ -125,15 +125,18 @@ def diagnose(
             raise UsageError(f"--custom-op-library {library}: no such file")
     owned = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-")) if workdir is None else workdir
+    # --timeout bounds the whole command: every worker gets what is left of it.
+    deadline = time.monotonic() + options.timeout
     try:
-        return _diagnose(target, options, workdir, progress or (lambda _m: None))
+        return _diagnose(target, options, workdir, progress or (lambda _m: None), deadline)
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _diagnose(
-    target: Target, options: DiagnoseOptions, workdir: Path, progress: Callable[[str], None]
+    target: Target, options: DiagnoseOptions, workdir: Path, progress: Callable[[str], None],
+    deadline: float,
 ) -> tuple[Diagnosis, ...]:
     if target.kind == "script":
         early = _precheck_script(target)
@@ -148,7 +151,12 @@ def _diagnose(
     # model it loaded (no second torch import); it plans them with prepare_findings below.
     request = replace(request, plan_fixes=options.fix and len(runs) == 1,
                       all_fixes=options.all_fixes, stop_on_success=not options.all_fixes)
-    result = run_worker(request, timeout=options.timeout, cwd=_cwd(target), on_event=_progress_sink(progress))
+    result = run_worker(request, timeout=_left(deadline), cwd=_cwd(target), on_event=_progress_sink(progress))
+    fingerprint = next((e.get("facts", {}).get("fingerprint", {}).get("hash") for e in result.events
+                        if e.get("event") == "stage" and e.get("stage") == "load"
+                        and e.get("run") == "main" and isinstance(e.get("facts"), dict)
+                        and isinstance(e["facts"].get("fingerprint"), dict)), None)
+    verifier = _Verifier(target, options, workdir, progress, deadline, fingerprint)
     diagnoses: list[Diagnosis] = []
     for run_id, _fix in runs:
         if run_id != "main" and not any(e.get("run") == run_id for e in result.events):
@@ -158,7 +166,7 @@ def _diagnose(
         findings = prepare_findings(outcomes, tool_findings, target, options, exporter)
         if options.fix:
             planned = _planned_checks(result, target) if run_id == "main" else None
-            findings = _verify(findings, target, options, workdir, progress, planned)
+            findings = verifier.verify(findings, planned)
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -200,6 +208,7 @@ def _request(
     apply_fix: dict[str, Any] | None = None,
     verify_fixes: tuple[dict[str, Any], ...] = (),
     gather_facts: bool = True,
+    expected_fingerprint: str | None = None,
 ) -> WorkerRequest:
     events = workdir / f"events-{time.monotonic_ns()}.jsonl"
     return WorkerRequest(
@@ -218,7 +227,13 @@ def _request(
         verify_fixes=verify_fixes,
         gather_facts=gather_facts,
         skip_check=options.skip_check,
+        expected_fingerprint=expected_fingerprint,
     )
+
+
+def _left(deadline: float) -> float:
+    """Seconds left of the command's --timeout budget (never below a token amount)."""
+    return max(deadline - time.monotonic(), 0.5)
 
 
 def _cwd(target: Target) -> Path:
@@ -391,65 +406,77 @@ def _planned_checks(result: WorkerResult, target: Target) -> dict[str, FixCheck]
     return checks
 
 
-def _verify(
-    findings: list[Finding],
-    target: Target,
-    options: DiagnoseOptions,
-    workdir: Path,
-    progress: Callable[[str], None],
-    planned: dict[str, FixCheck] | None,
-) -> list[Finding]:
-    """Re-run the pipeline with each candidate fix; in-process-safe ones share one worker.
+@dataclass(frozen=True)
+class _Verifier:
+    """Re-runs the pipeline with candidate fixes, within the command's time budget."""
 
-    With `planned`, the main worker already ran the in-process-safe ones (those missing from it
-    were skipped after an earlier fix worked). A recipe proposed by two findings (model.eval()
-    answers OD601 and OD206) is run once.
-    """
-    verified: list[Finding] = []
-    done: dict[str, FixCheck] = dict(planned or {})
-    for finding in findings:
-        if done:
-            finding = replace(finding, fixes=tuple(
-                replace(f, check=done.get(_recipe_key(f.recipe), f.check)) if f.recipe else f
-                for f in finding.fixes))
-        candidates = _candidates(finding, options)
-        if not candidates:
-            verified.append(finding)
-            continue
-        checks: dict[int, FixCheck] = {}
-        shared = [(i, f) for i, f in candidates if not f.recipe.get("isolated")]
-        isolated = [(i, f) for i, f in candidates if f.recipe.get("isolated")]
-        if planned is not None:
-            shared = []
-        if shared:
-            progress(f"verifying {len(shared)} fix(es) for {finding.code}")
-            request = _request(target, options, workdir,
-                               verify_fixes=tuple(f.recipe for _, f in shared), gather_facts=False)
-            request = replace(request, load_only=True, stop_on_success=not options.all_fixes)
-            result = run_worker(request, timeout=options.timeout, cwd=_cwd(target),
-                                on_event=_progress_sink(progress))
-            for position, (index, _fix) in enumerate(shared):
-                run_id = f"fix{position}"
-                if any(e.get("run") == run_id for e in result.events):
-                    checks[index] = fix_check(result, run_id, target)
-                # else: the worker stopped after an earlier fix worked; this one stays untried
-        for index, fix in isolated:
-            if not options.all_fixes and any(c.works for c in [*checks.values(), *done.values()]):
-                break
-            progress(f"verifying fix: {fix.title}")
-            request = _request(target, options, workdir, apply_fix=fix.recipe, gather_facts=False)
-            result = run_worker(request, timeout=options.timeout, cwd=_cwd(target),
-                                on_event=_progress_sink(progress))
-            checks[index] = fix_check(result, "main", target)
-        fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
-        for index, check in checks.items():
-            done[_recipe_key(finding.fixes[index].recipe)] = check
-        verified.append(replace(finding, fixes=fixes))
-    return [
-        replace(f, fixes=tuple(replace(x, check=done.get(_recipe_key(x.recipe), x.check)) if x.recipe else x
-                               for x in f.fixes))
-        for f in verified
-    ]
+    target: Target
+    options: DiagnoseOptions
+    workdir: Path
+    progress: Callable[[str], None]
+    deadline: float
+    fingerprint: str | None  # the first load's model: fix workers must rebuild the same one
+
+    def _run(self, **request_args: Any) -> WorkerResult:
+        request = _request(self.target, self.options, self.workdir, gather_facts=False,
+                           expected_fingerprint=self.fingerprint, **request_args)
+        if request_args.get("verify_fixes"):
+            request = replace(request, load_only=True, stop_on_success=not self.options.all_fixes)
+        return run_worker(request, timeout=_left(self.deadline), cwd=_cwd(self.target),
+                          on_event=_progress_sink(self.progress))
+
+    def _out_of_time(self) -> bool:
+        return time.monotonic() >= self.deadline - 1.0
+
+    def verify(self, findings: list[Finding], planned: dict[str, FixCheck] | None) -> list[Finding]:
+        """Re-run the pipeline with each candidate fix; in-process-safe ones share one worker.
+
+        With `planned`, the main worker already ran the in-process-safe ones (those missing from
+        it were skipped after an earlier fix worked). A recipe proposed by two findings
+        (model.eval() answers OD601 and OD206) is run once. Fixes left when the --timeout budget
+        runs out stay untried.
+        """
+        options, target = self.options, self.target
+        verified: list[Finding] = []
+        done: dict[str, FixCheck] = dict(planned or {})
+        for finding in findings:
+            if done:
+                finding = replace(finding, fixes=tuple(
+                    replace(f, check=done.get(_recipe_key(f.recipe), f.check)) if f.recipe else f
+                    for f in finding.fixes))
+            candidates = _candidates(finding, options)
+            if not candidates or self._out_of_time():
+                verified.append(finding)
+                continue
+            checks: dict[int, FixCheck] = {}
+            shared = [(i, f) for i, f in candidates if not f.recipe.get("isolated")]
+            isolated = [(i, f) for i, f in candidates if f.recipe.get("isolated")]
+            if planned is not None:
+                shared = []
+            if shared:
+                self.progress(f"verifying {len(shared)} fix(es) for {finding.code}")
+                result = self._run(verify_fixes=tuple(f.recipe for _, f in shared))
+                for position, (index, _fix) in enumerate(shared):
+                    run_id = f"fix{position}"
+                    if any(e.get("run") == run_id for e in result.events):
+                        checks[index] = fix_check(result, run_id, target)
+                    # else: the worker stopped after an earlier fix worked; this one stays untried
+            for index, fix in isolated:
+                if not options.all_fixes and any(c.works for c in [*checks.values(), *done.values()]):
+                    break
+                if self._out_of_time():
+                    break
+                self.progress(f"verifying fix: {fix.title}")
+                checks[index] = fix_check(self._run(apply_fix=fix.recipe), "main", target)
+            fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
+            for index, check in checks.items():
+                done[_recipe_key(finding.fixes[index].recipe)] = check
+            verified.append(replace(finding, fixes=fixes))
+        return [
+            replace(f, fixes=tuple(replace(x, check=done.get(_recipe_key(x.recipe), x.check)) if x.recipe else x
+                                   for x in f.fixes))
+            for f in verified
+        ]
 
 
 def _recipe_key(recipe: dict[str, Any]) -> str:

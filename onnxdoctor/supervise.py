@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -13,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from onnxdoctor.worker.protocol import WorkerRequest, read_events
+from onnxdoctor.worker.protocol import PARENT_PID_ENV, WorkerRequest, read_events
 
+OWNER_FILE = "owner.pid"
 HEAD_BYTES = 8 * 1024
 TAIL_BYTES = 32 * 1024
 
@@ -107,6 +110,13 @@ def run_worker(
     env = dict(os.environ)
     env.setdefault("PYTHONIOENCODING", "utf-8")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # The worker watches this pid and ends itself (and its group) when the parent is gone.
+    env[PARENT_PID_ENV] = str(os.getpid())
+    # Libraries' own temporary files (torchinductor_*, ...) go into the run's folder, removed with it.
+    private_tmp = Path(request.workdir) / "tmp"
+    private_tmp.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(private_tmp)
+    _become_subreaper()
     # The package must be importable from the worker even when run from a source checkout.
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -121,6 +131,7 @@ def run_worker(
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None
+    born = _start_time(process.pid)
     out, err = _Capture(process.stdout), _Capture(process.stderr)
     timed_out = False
     seen = 0
@@ -146,8 +157,10 @@ def run_worker(
         process.wait()
         raise
     finally:
-        # Grandchildren the script started live in the same group: end them too.
+        # Grandchildren the script started live in the same group: end them too, and then every
+        # descendant that left the group (setsid + fork daemons reparent to us, the subreaper).
         _kill_group(process.pid)
+        _kill_descendants(born, spare=process.pid)
         ended_at = time.time()
     out.join(2.0)
     err.join(2.0)
@@ -172,3 +185,95 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants of the worker reparent to this process, so none escapes the kill."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) from /proc, or None when the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and ')'
+    try:
+        return int(fields[1]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    stat = _proc_stat(pid)
+    return stat[1] if stat else None
+
+
+def _kill_descendants(born: int | None, *, spare: int) -> None:
+    """SIGKILL every descendant of this process started since the worker was (then reap them).
+
+    `spare` is the worker itself, which its Popen object reaps.
+    """
+    if born is None or not os.path.isdir("/proc"):
+        return
+    children: dict[int, list[int]] = {}
+    started: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _proc_stat(int(entry))
+            if stat is not None:
+                children.setdefault(stat[0], []).append(int(entry))
+                started[int(entry)] = stat[1]
+    pending, victims = [os.getpid()], []
+    while pending:
+        for child in children.get(pending.pop(), []):
+            pending.append(child)
+            if started.get(child, 0) >= born and child != spare:
+                victims.append(child)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    for pid in victims:
+        try:
+            os.waitpid(pid, 0)  # orphans became our children: leave no zombies
+        except ChildProcessError:
+            pass
+
+
+def make_workdir() -> Path:
+    """A private folder for one command's workers, marked with this process's pid.
+
+    Folders left by a command that was killed outright (SIGKILL, the OOM killer) are removed here
+    when their owner is gone; the worker itself removes the folder when it sees its parent die.
+    """
+    sweep_stale_workdirs()
+    folder = Path(tempfile.mkdtemp(prefix="onnxdoctor-"))
+    (folder / OWNER_FILE).write_text(str(os.getpid()))
+    return folder
+
+
+def sweep_stale_workdirs() -> None:
+    """Remove `onnxdoctor-*` folders in the temp folder whose owner process has ended."""
+    try:
+        candidates = list(Path(tempfile.gettempdir()).glob("onnxdoctor-*"))
+    except OSError:
+        return
+    for folder in candidates:
+        try:
+            owner = int((folder / OWNER_FILE).read_text())
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError):
+            continue  # not ours, still being created, or owned by another user

@@ -45,7 +45,7 @@ def test_never_overwrites_without_force(tmp_path: Path) -> None:
     out.write_text("keep me")
     result = _graph(path, "--svg")
     assert result.exit_code == 2
-    assert "exists; use --force" in result.stderr
+    assert "exists; pass --force" in result.stderr
     assert out.read_text() == "keep me"
     assert _graph(path, "--svg", "--force").exit_code == 0
     assert out.read_text().lstrip().startswith("<?xml")

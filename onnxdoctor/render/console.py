@@ -9,6 +9,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from onnxdoctor.model import Diagnosis, Finding, Fix, Severity, Status
+from onnxdoctor.normalize import printable
 
 _MARKS = {
     Status.PASSED: ("✓", "green"),
@@ -74,17 +75,17 @@ def _finding(finding: Finding, *, verbose: bool) -> Group:
     header.append(f"{finding.slug}", style="bold")
     header.append(f"  [{finding.severity.value}, {finding.stage.value}]", style="dim")
     parts.append(header)
-    parts.append(_indented(Text(finding.message), 2))
+    parts.append(_indented(Text(printable(finding.message)), 2))
     where = [("op", finding.op), ("node", finding.node), ("source", finding.source),
              ("opset", str(finding.opset) if finding.opset is not None else None)]
     located = "   ".join(f"{k}: {v}" for k, v in where if v)
     if located:
-        parts.append(_indented(Text(located, style="cyan"), 2))
+        parts.append(_indented(Text(printable(located), style="cyan"), 2))
     evidence = finding.evidence if verbose else finding.evidence[:1]
     for item in evidence:
         lines = item.splitlines()
         shown = lines if verbose else lines[:3]
-        parts.append(_indented(Text("\n".join(shown), style="dim"), 4))
+        parts.append(_indented(Text(printable("\n".join(shown)), style="dim"), 4))
     if finding.fixes:
         parts.append(_indented(Text("fixes:", style="bold"), 2))
         for number, fix in enumerate(finding.fixes, 1):
@@ -110,7 +111,7 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
     line.append(fix.title, style="bold" if check is not None and check.works else "")
     parts: list[object] = [_indented(line, 3)]
     if check is not None and not check.works and check.detail:
-        parts.append(_indented(Text(check.detail, style="dim"), 6))
+        parts.append(_indented(Text(printable(check.detail), style="dim"), 6))
     if fix.cost:
         parts.append(_indented(Text(f"cost: {fix.cost}", style="dim"), 6))
     if show_snippet and fix.snippet:
@@ -122,7 +123,7 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
 def plain_line(finding: Finding) -> str:
     """One line per finding, for --quiet."""
     where = f" [{finding.op}]" if finding.op else ""
-    return f"{finding.code} {finding.slug}{where}: {escape(finding.message)}"
+    return f"{finding.code} {finding.slug}{where}: {escape(printable(finding.message, one_line=True))}"
 
 
 def severity_rank(finding: Finding) -> int:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import stat
-import tempfile
 from pathlib import Path
 
 import typer
 
 from onnxdoctor.errors import RefusedWrite, UsageError
+from onnxdoctor.outputs import check_output, install_folder, staging_folder
 
 
 def scaffold_command(
@@ -43,10 +42,11 @@ def scaffold_command(
 
 
 def write_package(target: Path, files: dict[str, str], force: bool, executable: frozenset[str]) -> None:
-    """Write `files` into `target`, all or nothing.
+    """Write `files` into `target`, all or nothing, by the rules of onnxdoctor.outputs.
 
     Raises:
-        RefusedWrite: `target` is not a folder, or holds files and `force` is off.
+        RefusedWrite: `target` is not a folder, or holds files and `force` is off, or one of the
+            package's names there is not a regular file.
         UsageError: the parent cannot be created or written.
     """
     if target.is_symlink() or (target.exists() and not target.is_dir()):
@@ -58,26 +58,35 @@ def write_package(target: Path, files: dict[str, str], force: bool, executable: 
         raise RefusedWrite(f"--out {parent} is not a folder")
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        # Render into a sibling temporary folder first, so a failure leaves nothing half-written.
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
-        staging.chmod(0o755)  # mkdtemp makes it private; the package folder should not be
     except OSError as exc:
         raise UsageError(f"cannot write under {parent}: {exc.strerror or exc}") from None
-    try:
-        for file_name, content in files.items():
-            path = staging / file_name
-            path.write_text(content, encoding="utf-8", newline="\n")
-            if file_name in executable:
-                path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    if target.exists():
+        for file_name in files:  # refuse before writing anything: all or nothing
+            check_output(target / file_name, force=True, what="--out")
+    # Render into a sibling temporary folder first, so a failure leaves nothing half-written.
+    with staging_folder(parent, name=target.name) as staging:
+        try:
+            for file_name, content in files.items():
+                path = staging / file_name
+                path.write_text(content, encoding="utf-8", newline="\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
         if not target.exists():
-            staging.rename(target)
+            try:
+                staging.chmod(0o755)  # mkdtemp makes it private; the package folder should not be
+                for path in staging.iterdir():
+                    _set_mode(path, path.name in executable)
+                staging.rename(target)
+            except OSError as exc:
+                raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
             return
-        for file_name in files:
-            os.replace(staging / file_name, target / file_name)
-    except OSError as exc:
-        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        if staging.exists():
-            for leftover in staging.iterdir():
-                leftover.unlink()
-            staging.rmdir()
+        install_folder(staging, target, force=True, what="--out")
+        for file_name in executable & files.keys():
+            _set_mode(target / file_name, True)
+
+
+def _set_mode(path: Path, executable: bool) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = (0o777 if executable else 0o666) & ~umask
+    os.chmod(path, mode)

@@ -1,9 +1,11 @@
-"""Load a model script by the protocol of DESIGN §3.2 (runs inside the worker)."""
+"""Load a model script by the model-script protocol (README; runs inside the worker)."""
 
 from __future__ import annotations
 
 import inspect
+import io
 import runpy
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,39 @@ class ProtocolError(Exception):
         self.code = code
 
 
+class ScriptExited(Exception):
+    """The script called sys.exit() while loading; `said` is what it printed on the way out."""
+
+    def __init__(self, path: Path, code: object, said: str) -> None:
+        shown = f"sys.exit({code!r})" if code is not None else "sys.exit()"
+        message = f"{path.name} called {shown} while loading"
+        if isinstance(code, str):
+            said = code  # Python prints a string exit code itself; that is the message
+        if said:
+            message += f": {said}"
+        super().__init__(message)
+        self.code = code
+
+
+class _StderrTail(io.TextIOBase):
+    """Passes writes through to the real stderr and keeps the last few KB (argparse's usage)."""
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        self.stream = stream
+        self.kept = ""
+
+    def write(self, text: str) -> int:
+        self.kept = (self.kept + text)[-4096:]
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def last_lines(self, count: int = 3) -> str:
+        lines = [line.strip() for line in self.kept.splitlines() if line.strip()]
+        return " ".join(lines[-count:])
+
+
 @dataclass
 class LoadedModel:
     """The user's model, its example inputs, and the script's optional settings."""
@@ -44,20 +79,30 @@ class LoadedModel:
 
 
 def load_script(path: Path, factory: str | None) -> LoadedModel:
-    """Import the script and build (model, args, kwargs) following DESIGN §3.2.
+    """Import the script and build (model, args, kwargs) following the model-script protocol.
 
     Raises:
         ProtocolError: the script breaks the protocol (code OD1xx and what was expected).
-        SyntaxError, SystemExit, Exception: raised by the script itself; the caller classifies.
+        ScriptExited: the script called sys.exit() (OD109), with what it printed.
+        SyntaxError, Exception: raised by the script itself; the caller classifies.
     """
     try:
         check_script(path)
     except ScriptError as exc:
         raise ProtocolError(exc.code, str(exc)) from None
-    namespace = runpy.run_path(str(path), run_name="__onnxdoctor__")
-    settings = {name: namespace[name] for name in SETTING_NAMES if name in namespace}
-
-    loaded = _build(path, namespace, settings, factory)
+    # The script sees the command line it would see run alone, not the worker's request file
+    # (module-level argparse would otherwise fail on it).
+    sys.argv = [str(path)]
+    tail = _StderrTail(sys.stderr)
+    sys.stderr = tail
+    try:
+        namespace = runpy.run_path(str(path), run_name="__onnxdoctor__")
+        settings = {name: namespace[name] for name in SETTING_NAMES if name in namespace}
+        loaded = _build(path, namespace, settings, factory)
+    except SystemExit as exc:
+        raise ScriptExited(path, exc.code, tail.last_lines()) from None
+    finally:
+        sys.stderr = tail.stream
     loaded.namespace = namespace
     return loaded
 

@@ -9,6 +9,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The parent's pid, in the worker's environment: the worker ends itself when that process is gone.
+PARENT_PID_ENV = "ONNXDOCTOR_PARENT_PID"
+
 
 @dataclass(frozen=True)
 class WorkerRequest:
@@ -40,6 +43,9 @@ class WorkerRequest:
     # After the main run, classify it, propose fixes and verify the in-process-safe ones here.
     plan_fixes: bool = False
     all_fixes: bool = False
+    # The first load's model fingerprint: a fix worker that re-imports the script must build the
+    # same model, or its verdict is about someone else's model (OD114).
+    expected_fingerprint: str | None = None
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""

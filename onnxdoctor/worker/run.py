@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.worker.protocol import WorkerRequest, append_event
+from onnxdoctor.worker.protocol import PARENT_PID_ENV, WorkerRequest, append_event
 
 STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
@@ -163,13 +163,15 @@ class Runner:
     def _stage_script_load(self, state: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        from onnxdoctor.worker.loader import ProtocolError, load_script
+        from onnxdoctor.worker.loader import ProtocolError, ScriptExited, load_script
 
         torch.manual_seed(0)
         try:
             loaded = load_script(self.target, self.request.factory)
         except ProtocolError as exc:
             raise StageFailed(str(exc), exc.code) from None
+        except ScriptExited as exc:
+            raise StageFailed(str(exc), "OD109", exit_code=str(exc.code)) from None
         except SyntaxError as exc:
             raise StageFailed(
                 f"{Path(exc.filename or self.target).name}:{exc.lineno}: {exc.msg}", "OD103",
@@ -199,6 +201,17 @@ class Runner:
             "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
         }
         facts["custom_symbolics"] = _custom_symbolics()
+        facts["fingerprint"] = _fingerprint(model, loaded)
+        expected = self.request.expected_fingerprint
+        if expected is not None and facts["fingerprint"]["hash"] != expected:
+            raise StageFailed(
+                f"{self.target.name} built a different model on this import than on the first "
+                f"({facts['fingerprint']['summary']}): the script is not deterministic across imports "
+                "(random weights without a fixed seed, time, files it reads), so a fix checked on this "
+                "model would not be a fix of yours",
+                "OD114",
+                **facts,
+            )
         reference_model = copy.deepcopy(model) if facts["training"] else model
         torch.manual_seed(0)
         try:
@@ -973,6 +986,33 @@ def _model_facts(model: Any) -> dict[str, Any]:
     }
 
 
+def _fingerprint(model: Any, loaded: Any) -> dict[str, str]:
+    """What identifies the model a script built: class, tensors' names/shapes/dtypes and values,
+    and the example inputs' signature; compared across the fresh imports that verify fixes."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256(type(model).__qualname__.encode())
+    count = values = 0
+    state = model.state_dict() if isinstance(model, torch.nn.Module) else {}
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        count += 1
+        values += tensor.numel()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        try:
+            raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            digest.update(raw.numpy().tobytes())
+        except Exception:  # sparse, quantized or meta tensors: their signature has to do
+            pass
+    for tensor in _tensor_leaves((loaded.args, loaded.kwargs)):
+        digest.update(f"input:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+    summary = f"{type(model).__qualname__}, {count} tensors, {values} values"
+    return {"hash": digest.hexdigest()[:32], "summary": summary}
+
+
 def _finding_record(finding: Any) -> dict[str, Any]:
     return {
         "code": finding.code,
@@ -1097,12 +1137,37 @@ def _plan(request: WorkerRequest) -> list[dict[str, Any]]:
     return shared_fix_plan(prepare_findings(outcomes, tool, target, options, exporter), options)
 
 
+def _die_with_parent(workdir: str) -> None:
+    """End this worker's whole group, and remove the run's folder, once the parent is gone.
+
+    The parent can die without a chance to clean up (SIGKILL, the OOM killer); nothing would then
+    bound this worker's time. A daemon thread polls the parent's pid.
+    """
+    import shutil
+    import signal
+    import threading
+
+    try:
+        parent = int(os.environ.get(PARENT_PID_ENV, ""))
+    except ValueError:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        shutil.rmtree(workdir, ignore_errors=True)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="onnxdoctor-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     """Worker entry point: `python -m onnxdoctor.worker REQUEST.json`."""
     import faulthandler
 
     faulthandler.enable(file=sys.stderr, all_threads=False)
     request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
+    _die_with_parent(request.workdir)
     runner = Runner(request)
     records, state = runner.run_once("main", request.apply_fix)
     if records and records[0]["status"] == "passed":
