@@ -108,6 +108,9 @@ def diagnose(
     input_shape: list[str] = typer.Option(
         [], "--input-shape", metavar="NAME=DIMS", help="For .onnx targets: name=1,3,224,224 (repeatable)."
     ),
+    max_input_mb: float = typer.Option(
+        256.0, "--max-input-mb", metavar="MB", help="For .onnx targets: cap on the generated inputs, all together."
+    ),
     fix: bool = typer.Option(True, "--fix/--no-fix", help="Try the proposed fixes and report which work."),
     all_fixes: bool = typer.Option(False, "--all-fixes", help="Verify every fix, not just until one is exact."),
     write_fix: Path | None = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
@@ -130,6 +133,7 @@ def diagnose(
         rtol=rtol,
         output=output,
         input_shapes=tuple(input_shape),
+        max_input_mb=max_input_mb,
         fix=fix,
         all_fixes=all_fixes,
         write_fix=write_fix,

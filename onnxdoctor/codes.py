@@ -85,6 +85,7 @@ CODES: tuple[Code, ...] = (
     # 5xx: runtime run
     Code("OD501", "runtime-error", U, E, "ONNX Runtime failed while running the example inputs"),
     Code("OD502", "input-mismatch", U, E, "The example inputs do not match the model's inputs"),
+    Code("OD503", "generated-inputs-too-large", U, E, "Inputs generated from the model's declared shapes would exceed the memory cap"),
     Code("OD599", "runtime-run-other", U, E, "Running failed for another reason"),
     # 6xx: parity
     Code("OD601", "output-mismatch", P, E, "Outputs differ from PyTorch beyond tolerance"),

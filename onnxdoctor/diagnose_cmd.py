@@ -50,6 +50,7 @@ def run_diagnose(
     output: Path | None,
     input_shapes: tuple[str, ...],
     fix: bool,
+    max_input_mb: float = 256.0,
     all_fixes: bool,
     write_fix: Path | None,
     json_out: bool,
@@ -70,6 +71,8 @@ def run_diagnose(
         raise UsageError(f"--opset {opset} is not an opset version")
     if not math.isfinite(timeout) or timeout <= 0:
         raise UsageError("--timeout must be a positive number of seconds")
+    if not math.isfinite(max_input_mb) or max_input_mb <= 0:
+        raise UsageError("--max-input-mb must be a positive number")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if not math.isfinite(value) or value < 0:
             raise UsageError(f"{name} must be a finite, non-negative number")
@@ -93,6 +96,7 @@ def run_diagnose(
         atol=atol,
         rtol=rtol,
         input_shapes=shapes,
+        max_input_bytes=int(max_input_mb * 1024 * 1024),
         timeout=timeout,
         fix=fix,
         all_fixes=all_fixes,

@@ -542,6 +542,8 @@ def build_drawing(
         hidden = {k for k, v in collected.items.items() if v.kind == "init"}
         collected.items = {k: v for k, v in collected.items.items() if k not in hidden}
         collected.links = [l for l in collected.links if l.src not in hidden]
+    if options.max_nodes:
+        _fold_boxes(collected, options.max_nodes, notes)
     # Isolated inputs/outputs that lost all links through a cut stay: they are the interface.
     drawn_ops = sum(1 for i in collected.items.values() if i.kind == "op")
     labelled_edges = drawn_ops <= EDGE_LABEL_LIMIT
@@ -557,6 +559,48 @@ def build_drawing(
         return Drawing(text, "dot", total_ops, drawn_ops, notes)
     text, size = _layered_text(elements, edges, collected.clusters, options, title)
     return Drawing(text, "layered", total_ops, drawn_ops, notes, size)
+
+
+def _fold_boxes(collected: _Model, limit: int, notes: list[str]) -> None:
+    """Draw at most `limit` boxes that are not ops (inputs, outputs, weights, tensors).
+
+    --max-nodes bounds the ops, but one op can have 100,000 inputs or a model 10^6 initializers:
+    the rest is folded into one box per kind, so Graphviz's work stays bounded too.
+    """
+    # Outputs and marked boxes are kept first: they are what a reader looks for.
+    others = sorted((i for i in collected.items.values() if i.kind not in ("op", "more")),
+                    key=lambda i: (i.kind != "output" and not i.marks, i.order))
+    if len(others) <= limit:
+        return
+    folded = others[limit:]
+    gone = {item.id for item in folded}
+    counts: dict[str, int] = {}
+    for item in folded:
+        counts[item.kind] = counts.get(item.kind, 0) + 1
+    words = {"input": "inputs", "output": "outputs", "init": "initializers", "tensor": "tensors",
+             "missing": "missing tensors"}
+    for kind, count in counts.items():
+        box = _Item(f"folded{kind}", "more", [f"… {count} more {words.get(kind, kind)} not drawn"],
+                    "folded by --max-nodes")
+        box.order = len(collected.items) + len(counts)
+        collected.items[box.id] = box
+    kind_of = {item.id: item.kind for item in folded}
+    links: list[_Link] = []
+    seen: set[tuple[str, str]] = set()
+    for link in collected.links:
+        src = f"folded{kind_of[link.src]}" if link.src in gone else link.src
+        dst = f"folded{kind_of[link.dst]}" if link.dst in gone else link.dst
+        if src != link.src or dst != link.dst:
+            if (src, dst) in seen:
+                continue
+            seen.add((src, dst))
+            link = _Link(src, dst, "", dashed=True)
+        links.append(link)
+    collected.links = links
+    for key in gone:
+        del collected.items[key]
+    summary = ", ".join(f"{count} {words.get(kind, kind)}" for kind, count in counts.items())
+    notes.append(f"folded {summary} into one box each (more boxes than --max-nodes {limit})")
 
 
 def _item_name(item: _Item) -> str:

@@ -98,9 +98,12 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
     from onnxdoctor.onnxfile import OnnxFileError, check_external_data, read_onnx
 
     try:
-        model = read_onnx(request.model)
+        model = read_onnx(request.model, allow_missing_ir=True)
     except OnnxFileError as exc:
         raise UsageError(f"{exc.code}: {exc.message}") from None
+    if model.ir_version <= 0:
+        say("warning: the model has no IR version; drawn anyway, but the checker and ONNX Runtime "
+            "refuse it (set model.ir_version)")
     model_dir = str(request.model.resolve().parent)
     nodes = list(walk_nodes(model.graph))
 

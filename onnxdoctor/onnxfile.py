@@ -67,7 +67,9 @@ def safe_text(value: str | bytes) -> str:
     return value
 
 
-def read_onnx(path: str | Path, *, load_external_data: bool = False) -> onnx.ModelProto:
+def read_onnx(
+    path: str | Path, *, load_external_data: bool = False, allow_missing_ir: bool = False
+) -> onnx.ModelProto:
     """Read an ONNX model file without the hazards of a plain `onnx.load`.
 
     The file must be a regular file (a FIFO or a device is refused without being opened for a
@@ -80,6 +82,8 @@ def read_onnx(path: str | Path, *, load_external_data: bool = False) -> onnx.Mod
         load_external_data: also read the weights stored in external files. They must lie inside
             the model's folder: no absolute paths, no `..`, no symbolic or hard links, offsets and
             lengths within the file. Drawing and checking never need them; running does.
+        allow_missing_ir: accept a model whose only defect is a missing IR version (it can still
+            be drawn; the checker and the runtime refuse it).
 
     Returns:
         The parsed model; with `load_external_data`, every tensor holds its data in memory.
@@ -109,7 +113,7 @@ def read_onnx(path: str | Path, *, load_external_data: bool = False) -> onnx.Mod
         ) from None
     except (ValueError, RuntimeError) as exc:  # upb reports some corruptions this way
         raise OnnxFileError("OD110", f"{shown} is not an ONNX model: {exc}") from None
-    _require_model_shape(model, shown)
+    _require_model_shape(model, shown, allow_missing_ir=allow_missing_ir)
     _decode_names(model)
     if load_external_data:
         load_external_weights(model, path.resolve().parent)
@@ -186,14 +190,14 @@ def _require_regular(st: os.stat_result, shown: str) -> None:
         )
 
 
-def _require_model_shape(model: onnx.ModelProto, shown: str) -> None:
+def _require_model_shape(model: onnx.ModelProto, shown: str, *, allow_missing_ir: bool = False) -> None:
     """Refuse protobufs that parse as a ModelProto but are not one (GraphProto, NodeProto, ...).
 
     A missing opset_import is not refused here: that is a real model with a defect, which the
     CHECK stage reports (and IR versions below 3 have no opset_import at all).
     """
     missing = []
-    if model.ir_version <= 0:
+    if model.ir_version <= 0 and not (allow_missing_ir and model.graph.node):
         missing.append("no IR version")
     if not model.HasField("graph"):
         missing.append("no graph")

@@ -47,6 +47,7 @@ class DiagnoseOptions:
     atol: float = 1e-4
     rtol: float = 1e-3
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    max_input_bytes: int = 256 * 1024 * 1024  # generated inputs of a .onnx target, all together
     timeout: float = 600.0
     fix: bool = True
     all_fixes: bool = False
@@ -223,6 +224,7 @@ def _request(
         atol=options.atol,
         rtol=options.rtol,
         input_shapes=dict(options.input_shapes),
+        max_input_bytes=options.max_input_bytes,
         apply_fix=apply_fix,
         verify_fixes=verify_fixes,
         gather_facts=gather_facts,

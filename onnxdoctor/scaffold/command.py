@@ -49,6 +49,12 @@ def write_package(target: Path, files: dict[str, str], force: bool, executable: 
             package's names there is not a regular file.
         UsageError: the parent cannot be created or written.
     """
+    try:
+        os.lstat(target)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a path through a file
+        raise UsageError(f"--out {target}: {exc.strerror or exc}") from None
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise RefusedWrite(f"{target} exists and is not a folder")
     if target.is_dir() and any(target.iterdir()) and not force:

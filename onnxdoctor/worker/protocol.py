@@ -28,6 +28,8 @@ class WorkerRequest:
     atol: float = 1e-4
     rtol: float = 1e-3
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    # Cap on the inputs generated for a .onnx target from its declared shapes.
+    max_input_bytes: int = 256 * 1024 * 1024
     # A fix recipe applied to the main run (the fix verification of a process-unsafe fix).
     apply_fix: dict[str, Any] | None = None
     # Fix recipes verified one after another in this process after the main run (safe ones).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import math
 import os
 import re
 import sys
@@ -459,6 +460,15 @@ class Runner:
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
                 facts = _kernel_facts(str(exc), model)
+            model = state.get("onnx_model")
+            if model is not None and not model.graph.node:
+                # ONNX Runtime answers an empty graph with one of its C++ signatures: say what it is.
+                graph = model.graph
+                raise StageFailed(
+                    f"the graph has no nodes ({len(graph.input)} input(s), {len(graph.output)} output(s), "
+                    f"{len(graph.initializer)} initializer(s)): ONNX Runtime builds no session for it",
+                    "OD499",
+                ) from exc
             raise StageFailed(_first(exc), None, **facts) from exc
         state["session"] = session
         return {
@@ -480,7 +490,8 @@ class Runner:
         return {"outputs": len(state["ort_outputs"]), "example_tensors": len(tensors), "model_inputs": names}
 
     def _stage_onnx_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
-        feeds, described = _random_feeds(state["session"], self.request.input_shapes)
+        feeds, described = _random_feeds(state["session"], self.request.input_shapes,
+                                         self.request.max_input_bytes)
         state["ort_outputs"] = _run_session(state["session"], feeds)
         facts: dict[str, Any] = {"inputs": described, "outputs": len(state["ort_outputs"])}
         transform = state["fix"].get("onnx_transform") or {}
@@ -625,12 +636,18 @@ _ORT_TYPES = {
 }
 
 
-def _random_feeds(session: Any, shapes: dict[str, list[int]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _random_feeds(
+    session: Any, shapes: dict[str, list[int]], max_bytes: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Random inputs from the model's declared shapes (free dims as 2), within `max_bytes` total.
+
+    A 64-byte file can declare a [100000, 100000] input: the sizes are added up before anything
+    is allocated, and each array is generated in its own dtype (no float64 intermediate).
+    """
     import numpy as np
 
     rng = np.random.default_rng(0)
-    feeds: dict[str, Any] = {}
-    described: list[dict[str, Any]] = []
+    planned: list[tuple[str, str, list[int], Any]] = []
     for item in session.get_inputs():
         if item.type not in _ORT_TYPES:
             raise StageFailed(
@@ -642,15 +659,36 @@ def _random_feeds(session: Any, shapes: dict[str, list[int]]) -> tuple[dict[str,
             shape = list(shapes[item.name])
         else:
             shape = [d if isinstance(d, int) and d >= 0 else 2 for d in item.shape]
-        dtype = np.dtype(_ORT_TYPES[item.type])
-        if dtype.kind == "f":
-            value = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            value = rng.integers(0, 2, shape).astype(bool)
-        else:
-            value = rng.integers(0, 4, shape).astype(dtype)
-        feeds[item.name] = value
-        described.append({"name": item.name, "type": item.type, "shape": shape})
+        planned.append((item.name, item.type, shape, np.dtype(_ORT_TYPES[item.type])))
+    sizes = {name: math.prod(shape) * dtype.itemsize for name, _, shape, dtype in planned}
+    total = sum(sizes.values())
+    if total > max_bytes:
+        biggest = max(sizes, key=lambda name: sizes[name])
+        shape = next(shape for name, _, shape, _ in planned if name == biggest)
+        raise StageFailed(
+            f"the inputs generated from the model's declared shapes would take {total / 2**20:.0f} MB "
+            f"(input {biggest!r} alone is {shape}), over the {max_bytes / 2**20:.0f} MB cap; give smaller "
+            f"shapes with --input-shape {biggest}=... or raise --max-input-mb",
+            "OD503", total_bytes=total, input=biggest,
+        )
+    feeds: dict[str, Any] = {}
+    described: list[dict[str, Any]] = []
+    try:
+        for name, type_name, shape, dtype in planned:
+            if dtype.kind == "f":
+                native = dtype if dtype in (np.float32, np.float64) else np.float32
+                value = rng.standard_normal(shape, dtype=native).astype(dtype, copy=False)
+            elif dtype.kind == "b":
+                value = rng.integers(0, 2, shape, dtype=np.uint8).astype(bool)
+            else:
+                value = rng.integers(0, 4, shape, dtype=dtype)
+            feeds[name] = value
+            described.append({"name": name, "type": type_name, "shape": shape})
+    except MemoryError:
+        raise StageFailed(
+            f"could not allocate {total / 2**20:.0f} MB of generated inputs; give smaller shapes with "
+            "--input-shape", "OD503", total_bytes=total,
+        ) from None
     return feeds, described
 
 
