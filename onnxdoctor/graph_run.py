@@ -247,7 +247,7 @@ def _shell_quote(text: str) -> str:
 
 
 def _load_saved_findings(path: Path) -> list[Finding]:
-    """Findings from a saved `diagnose --json` result (schema 1, DESIGN §4)."""
+    """Findings from a saved `diagnose --json` result (schema 1, README "Output contract")."""
     from onnxdoctor.codes import get_code
 
     try:
@@ -265,6 +265,8 @@ def _load_saved_findings(path: Path) -> list[Finding]:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"--from {path}: not JSON ({type(exc).__name__})") from None
+    except RecursionError:
+        raise UsageError(f"--from {path}: nested too deeply to be a `diagnose --json` result") from None
     runs = data if isinstance(data, list) else [data]
     findings: list[Finding] = []
     for run in runs:

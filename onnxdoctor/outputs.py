@@ -190,7 +190,8 @@ def write_file(
             if callable(content):
                 content(temp)
             elif isinstance(content, str):
-                temp.write_text(content, encoding="utf-8", errors="surrogateescape")
+                # A lone surrogate (from a file name or a JSON escape) is written as its escape.
+                temp.write_text(content, encoding="utf-8", errors="backslashreplace")
             else:
                 temp.write_bytes(content)
             _usual_mode(temp)

@@ -417,3 +417,18 @@ def test_timeout_is_the_whole_commands_budget(tmp_path: Path) -> None:
     assert elapsed < 40 + 15, elapsed
     document = json.loads(result.stdout)
     assert document["findings"], document
+
+
+def test_graph_from_deeply_nested_or_surrogate_json_is_handled(tmp_path: Path) -> None:
+    model = tmp_path / "g.onnx"
+    shutil.copy(FIXTURES / "check/od301_gelu_opset11.onnx", model)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    result = _cli("graph", str(model), "--from", str(deep), "--svg", timeout=60)
+    assert result.returncode == 2 and "nested too deeply" in _one_line(result)
+    lone = tmp_path / "lone.json"
+    lone.write_text('{"findings": [{"code": "OD301", "message": "bad \\ud800 thing", "node": "gelu_0"}]}')
+    env = {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    result = _cli("graph", str(model), "--from", str(lone), "--svg", "--no-check", env=env, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "bad \\ud800 thing" in result.stdout
