@@ -1059,7 +1059,7 @@ def render(
         try:
             proc = subprocess.run(
                 args,
-                input=drawing.dot_text.encode("utf-8"),
+                input=drawing.dot_text.encode("utf-8", "backslashreplace"),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 timeout=timeout,
