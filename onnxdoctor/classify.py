@@ -58,7 +58,6 @@ _CAPTURE_TEXT = (
     "Dynamic control flow is not supported",
     "Could not extract specialized integer from data-dependent",
 )
-_DYNAMIC_SHAPES_TEXT = ("Constraints violated", "dynamic_shapes", "Dim(", "specialized")
 
 
 def extract_op(text: str) -> str | None:

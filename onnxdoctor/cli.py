@@ -19,7 +19,7 @@ import typer
 from onnxdoctor import __version__
 from onnxdoctor.errors import OnnxDoctorError, UsageError
 from onnxdoctor.graph_cmd import graph_command
-from onnxdoctor.normalize import printable
+from onnxdoctor.safetext import printable
 from onnxdoctor.scaffold.command import scaffold_command
 
 app = typer.Typer(

@@ -17,7 +17,7 @@ class Code:
     stage: Stage
     severity: Severity
     summary: str
-    # Why a code has no fixture, when it cannot have one (DESIGN §3.3).
+    # Why a code has no fixture, when it cannot have one (fixtures/expected.py lists the reasons).
     no_fixture_reason: str = ""
 
 
@@ -136,3 +136,8 @@ def explanation(code: str) -> str:
     """The long Markdown explanation of a code (What it means / Why / How to fix / Example)."""
     entry = get_code(code)
     return resources.files("onnxdoctor").joinpath(f"explanations/{entry.code}.md").read_text("utf-8")
+
+
+def slug(code: str) -> str:
+    """The stable slug of a code (`OD203` -> `unregistered-custom-op`)."""
+    return get_code(code).slug

@@ -61,7 +61,9 @@ def run_diagnose(
     verbose: bool,
 ) -> int:
     """Run `diagnose` and return the exit code (0 healthy, 1 findings; usage errors raise)."""
-    from onnxdoctor.pipeline import EXPORTERS, DiagnoseOptions, diagnose, parse_target
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import EXPORTERS, diagnose
+    from onnxdoctor.target import parse_target
 
     parsed = parse_target(target)
     _check_target(parsed.path)

@@ -1,6 +1,6 @@
 """`onnxdoctor env`: installed versions, the opsets and IR versions each piece supports, mismatches.
 
-Nothing here imports torch, onnx or onnxruntime into the calling process (DESIGN §3). Facts that
+Nothing here imports torch, onnx or onnxruntime into the calling process (docs/ARCHITECTURE.md). Facts that
 need those libraries come from a child process (`_probe_main`), and torch's exporter limits are
 read from torch's own source files without importing torch, which costs seconds.
 """
@@ -434,14 +434,6 @@ def _finish_tools(started: dict[str, tuple[str, subprocess.Popen[str] | None]]) 
                 entry["version"] = next(g for g in match.groups() if g)
         tools[name] = entry
     return tools
-
-
-def tool_facts() -> dict[str, Any]:
-    """Whether Graphviz `dot` and CUDA's `nvcc` are on PATH, and their versions."""
-    return _finish_tools(_start_tools())
-
-
-# ---------------------------------------------------------------- mismatches
 
 
 def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:

@@ -1,4 +1,7 @@
-"""Exceptions for misuse of the tool (a failing user model is a Finding, never an exception)."""
+"""The one exception family: misuse of the tool, refused writes, and coded problems.
+
+A failing user model is a Finding, never an exception; a CodedError is turned into one.
+"""
 
 from __future__ import annotations
 
@@ -17,3 +20,16 @@ class UsageError(OnnxDoctorError):
 
 class RefusedWrite(UsageError):
     """Writing would overwrite a file or leave the paths the user gave."""
+
+
+class CodedError(OnnxDoctorError):
+    """A problem with a stable code (`OD110`) and a one-line message, e.g. an unusable input file.
+
+    Where one escapes to the command line it is printed as one line; the pipeline turns the ones
+    about the user's model into findings instead.
+    """
+
+    def __init__(self, code: str | None, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

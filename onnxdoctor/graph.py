@@ -1,4 +1,4 @@
-"""Draw an ONNX graph with Graphviz: our own builder in net_drawer's spirit (DESIGN §3.5).
+"""Draw an ONNX graph with Graphviz: our own builder in net_drawer's spirit.
 
 Ops are boxes coloured by domain; nodes with findings are red (warnings orange) and carry their
 codes; tensors are either ellipses (`tensors=True`, as net_drawer drew them) or folded into edges;

@@ -1,4 +1,4 @@
-"""`onnxdoctor graph`: draw an ONNX graph with its problems on it (issue 4, DESIGN §3.5).
+"""`onnxdoctor graph`: draw an ONNX graph with its problems on it.
 
 Only typer is imported at module level: onnx and pydot load inside the command, onnxruntime and
 torch never in this process (`--runtime` asks the worker subprocess through the pipeline).

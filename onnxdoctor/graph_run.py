@@ -16,8 +16,8 @@ import typer
 
 from onnxdoctor.errors import UsageError
 from onnxdoctor.model import Finding, Severity, Stage
-from onnxdoctor.normalize import printable
 from onnxdoctor.outputs import check_output, write_file
+from onnxdoctor.safetext import printable
 
 if TYPE_CHECKING:
     import onnx
@@ -302,8 +302,8 @@ def _load_saved_findings(path: Path) -> list[Finding]:
 
 def _runtime_findings(request: GraphRequest) -> tuple[list[Finding], list[str]]:
     """Load the model in ONNX Runtime through the worker (the pipeline's ORT_LOAD stage)."""
-    from onnxdoctor.model import Status
-    from onnxdoctor.pipeline import DiagnoseOptions, diagnose
+    from onnxdoctor.model import DiagnoseOptions, Status
+    from onnxdoctor.pipeline import diagnose
 
     options = DiagnoseOptions(
         custom_op_libraries=tuple(str(p) for p in request.custom_op_libraries),

@@ -18,11 +18,6 @@ class Stage(str, Enum):
     PARITY = "parity"
     TOOL = "tool"
 
-    @property
-    def order(self) -> int:
-        """Position in the pipeline; TOOL sorts last."""
-        return list(Stage).index(self)
-
 
 PIPELINE_STAGES: tuple[Stage, ...] = (
     Stage.LOAD,
@@ -169,13 +164,6 @@ class Finding:
     # Popular advice that does not apply to the installed versions, said plainly.
     notes: tuple[str, ...] = ()
 
-    @property
-    def slug(self) -> str:
-        """The code's stable slug (`unregistered-custom-op`)."""
-        from onnxdoctor.codes import get_code
-
-        return get_code(self.code).slug
-
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -194,3 +182,21 @@ class Diagnosis:
         return not any(f.severity is Severity.ERROR for f in self.findings) and all(
             s.status in (Status.PASSED, Status.SKIPPED) for s in self.stages
         )
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    """What `diagnose` should do: the CLI's flags, once, as the library takes them."""
+
+    exporter: str | None = None  # dynamo | torchscript | both | None (script's setting, else torch's)
+    opset: int | None = None
+    custom_op_libraries: tuple[str, ...] = ()
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    max_input_bytes: int = 256 * 1024 * 1024  # generated inputs of a .onnx target, all together
+    timeout: float = 600.0
+    fix: bool = True
+    all_fixes: bool = False
+    max_fix_checks: int = 4
+    skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)

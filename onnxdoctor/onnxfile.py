@@ -1,6 +1,6 @@
 """Read ONNX files safely: regular files only, bounded size, real models, vetted external data.
 
-The raw libraries do not protect against several inputs (DESIGN §5): `onnx.load` blocks forever on
+The raw libraries do not protect against several inputs (README, "Robustness"): `onnx.load` blocks forever on
 a FIFO and reads `/dev/zero` until memory runs out; an empty file or a bare GraphProto "loads" as
 an empty ModelProto; names that are not valid UTF-8 come back as `bytes`; and external data is only
 contained to the model's folder when it is loaded with that folder as base. Every reader of an
@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from onnxdoctor.errors import CodedError
 
 if TYPE_CHECKING:
     import onnx
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 
-class OnnxFileError(Exception):
+class OnnxFileError(CodedError):
     """An ONNX file that cannot be used, with the code that names why.
 
     Attributes:
@@ -45,9 +47,7 @@ class OnnxFileError(Exception):
     """
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"

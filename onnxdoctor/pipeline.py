@@ -9,18 +9,23 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.classify import classify
+from onnxdoctor.analysis.judge import (
+    fix_check,
+    outcomes_for_run,
+    prepare_findings,
+    recipe_key,
+    to_try,
+)
 from onnxdoctor.errors import UsageError
 from onnxdoctor.model import (
-    ONNX_FILE_STAGES,
     PIPELINE_STAGES,
     Applicability,
+    DiagnoseOptions,
     Diagnosis,
-    ErrorInfo,
     Finding,
     Fix,
     FixCheck,
@@ -29,81 +34,11 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.normalize import first_line, normalize_message, printable
-from onnxdoctor.supervise import WorkerResult, run_worker
-from onnxdoctor.worker.protocol import WorkerRequest
+from onnxdoctor.supervise import run_worker
+from onnxdoctor.target import Target, parse_target
+from onnxdoctor.worker.protocol import WorkerRequest, WorkerResult
 
-FLOOD_BYTES = 1024 * 1024
 EXPORTERS = ("dynamo", "torchscript", "both")
-
-
-@dataclass(frozen=True)
-class DiagnoseOptions:
-    """What `diagnose` should do; mirrors the CLI flags."""
-
-    exporter: str | None = None  # dynamo | torchscript | both | None (script's setting, else torch's)
-    opset: int | None = None
-    custom_op_libraries: tuple[str, ...] = ()
-    atol: float = 1e-4
-    rtol: float = 1e-3
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)
-    max_input_bytes: int = 256 * 1024 * 1024  # generated inputs of a .onnx target, all together
-    timeout: float = 600.0
-    fix: bool = True
-    all_fixes: bool = False
-    max_fix_checks: int = 4
-    skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed `model.py[:factory]` or `model.onnx` argument."""
-
-    path: Path
-    factory: str | None
-    kind: str  # "script" | "onnx"
-
-    @property
-    def display(self) -> str:
-        """The file name (and factory) to show in messages, control characters escaped."""
-        return printable(self.path.name + (f":{self.factory}" if self.factory else ""), one_line=True)
-
-
-ONNX_SUFFIXES = (".onnx", ".pb", ".ort")
-
-
-def parse_target(text: str) -> Target:
-    """Split `model.py:factory`; decide script vs ONNX by suffix.
-
-    Raises:
-        UsageError: empty argument, a malformed factory name, or a file that is neither a Python
-            script (.py, or no suffix) nor an ONNX file (.onnx, .pb, .ort).
-    """
-    if not text.strip():
-        raise UsageError("no target given: pass model.py[:factory] or model.onnx")
-    factory = None
-    path_text = text
-    head, sep, tail = text.rpartition(":")
-    if sep and head and tail and not Path(text).exists():
-        if not tail.isidentifier():
-            raise UsageError(f"{tail!r} is not a valid factory name (after ':' in {text!r})")
-        path_text, factory = head, tail
-    path = Path(path_text).expanduser()
-    suffix = path.suffix.lower()
-    if suffix not in ("", ".py", ".pyw", *ONNX_SUFFIXES):
-        # Running notes.txt as Python would only produce a confusing NameError.
-        raise UsageError(f"{path.name} is not a model script (.py) or an ONNX file (.onnx) (OD102)")
-    kind = "onnx" if suffix in ONNX_SUFFIXES else "script"
-    if kind == "onnx" and factory:
-        raise UsageError(f"{path.name} is an ONNX file: a ':factory' applies to Python scripts only")
-    return Target(path=path.absolute(), factory=factory, kind=kind)
-
-
-class Progress:
-    """Receives stage starts for the spinner; the default does nothing."""
-
-    def __call__(self, message: str) -> None:  # pragma: no cover - trivial
-        pass
 
 
 def diagnose(
@@ -263,136 +198,7 @@ def _progress_sink(progress: Callable[[str], None]) -> Callable[[dict[str, Any]]
     return sink
 
 
-def outcomes_for_run(
-    result: WorkerResult, run_id: str, target: Target, *, first_run: bool = True
-) -> tuple[list[StageOutcome], list[Finding]]:
-    """The stage ladder of one run from the worker's events, and tool findings (crash, timeout...)."""
-    stages = PIPELINE_STAGES if target.kind == "script" else ONNX_FILE_STAGES
-    records = {e["stage"]: e for e in result.events if e.get("event") == "stage" and e.get("run") == run_id}
-    if "check" not in records and not any(e.get("stage") == "check" for e in result.events) and any(
-        e.get("stage") == "ort_load" and e.get("run") == run_id for e in result.events
-    ):
-        stages = tuple(s for s in stages if s is not Stage.CHECK)  # the caller skipped CHECK
-    started = [e["stage"] for e in result.events if e.get("event") == "start" and e.get("run") == run_id]
-    run_done = any(e.get("event") == "run_done" and e.get("run") == run_id for e in result.events)
-    outcomes: list[StageOutcome] = []
-    tool: list[Finding] = []
-    interrupted = None if run_done else next((s for s in reversed(started) if s not in records), None)
-    failed_before = False
-    for stage in stages:
-        record = records.get(stage.value)
-        if record is not None:
-            outcome = StageOutcome(
-                stage=stage,
-                status=Status(record.get("status", "failed")),
-                seconds=float(record.get("seconds", 0.0)),
-                error=ErrorInfo.from_dict(record.get("error")),
-                facts=record.get("facts") or {},
-                warnings=tuple(record.get("warnings") or ()),
-            )
-            failed_before = failed_before or outcome.status is not Status.PASSED
-        elif stage.value == interrupted and not failed_before:
-            status = Status.TIMED_OUT if result.timed_out else Status.CRASHED
-            began = next((e.get("time") for e in reversed(result.events)
-                          if e.get("event") == "start" and e.get("stage") == stage.value and e.get("run") == run_id), None)
-            seconds = max(0.0, result.ended_at - began) if isinstance(began, (int, float)) else 0.0
-            outcome = StageOutcome(stage=stage, status=status, seconds=round(seconds, 3))
-            failed_before = True
-        else:
-            outcome = StageOutcome(stage=stage, status=Status.SKIPPED)
-            if not run_done and not failed_before and first_run and interrupted is None:
-                # The worker died before it even started this stage.
-                outcome = replace(outcome, status=Status.CRASHED if not result.timed_out else Status.TIMED_OUT)
-                failed_before = True
-                interrupted = stage.value
-        outcomes.append(outcome)
-    if not run_done:
-        tool.append(_tool_finding(result, interrupted))
-    if first_run and result.output_bytes > FLOOD_BYTES:
-        tool.append(
-            Finding(
-                code="OD904",
-                stage=Stage.TOOL,
-                severity=Severity.WARNING,
-                message=f"the model script printed {result.output_bytes / 1e6:.1f} MB; "
-                "onnxdoctor kept the first 8 KB and the last 32 KB",
-            )
-        )
-    return outcomes, tool
-
-
-def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
-    where = f" during {stage}" if stage else ""
-    evidence = tuple(line for line in [_stderr_excerpt(result.stderr_tail)] if line)
-    if result.timed_out:
-        return Finding("OD902", Stage.TOOL, Severity.ERROR,
-                       f"the worker was still running after {result.seconds:.0f} s{where} and was killed "
-                       "(raise --timeout if the model is just slow)", evidence=evidence)
-    if result.signal_name:
-        return Finding("OD901", Stage.TOOL, Severity.ERROR,
-                       f"the worker died from {result.signal_name}{where}", evidence=evidence)
-    tail = result.stderr_tail
-    if result.returncode not in (0, None) and "Traceback" in tail and "onnxdoctor" in tail:
-        return Finding("OD999", Stage.TOOL, Severity.ERROR,
-                       f"onnxdoctor's worker failed{where}: {first_line(tail.strip().splitlines()[-1])}",
-                       evidence=evidence)
-    return Finding("OD903", Stage.TOOL, Severity.ERROR,
-                   f"the worker exited with status {result.returncode}{where} without reporting a result "
-                   "(os._exit() in the model code?)", evidence=evidence)
-
-
-def _stderr_excerpt(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()][-12:]
-    return normalize_message("\n".join(lines)[-4000:], limit=2000)
-
-
 # ---- fix verification -------------------------------------------------------------------------
-
-
-def prepare_findings(
-    outcomes: list[StageOutcome],
-    tool_findings: list[Finding],
-    target: Target,
-    options: DiagnoseOptions,
-    exporter: str | None,
-) -> list[Finding]:
-    """Classify a run and attach its fixes; the worker calls this too, to plan fix checks."""
-    from onnxdoctor.fixes import with_fixes
-
-    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
-    context = {"target": target, "outcomes": outcomes, "exporter": exporter, "options": options}
-    findings = [with_fixes(f, context) for f in findings]
-    if exporter is None:
-        return findings
-    # Fixes that do not choose an exporter are checked with the run's own exporter.
-    return [
-        replace(finding, fixes=tuple(
-            replace(f, recipe={**f.recipe, "exporter": exporter})
-            if f.recipe and "exporter" not in f.recipe else f
-            for f in finding.fixes))
-        for finding in findings
-    ]
-
-
-def _candidates(finding: Finding, options: DiagnoseOptions) -> list[tuple[int, Fix]]:
-    """The fixes of an error finding that will be tried, best first."""
-    if finding.severity is not Severity.ERROR:
-        return []
-    candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and fix.check is None]
-    return candidates if options.all_fixes else candidates[: options.max_fix_checks]
-
-
-def shared_fix_plan(findings: list[Finding], options: DiagnoseOptions) -> list[dict[str, Any]]:
-    """The in-process-safe recipes, deduplicated, in the order they are tried."""
-    plan: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for finding in findings:
-        for _index, fix in _candidates(finding, options):
-            key = _recipe_key(fix.recipe)
-            if not fix.recipe.get("isolated") and key not in seen:
-                seen.add(key)
-                plan.append(fix.recipe)
-    return plan
 
 
 def _planned_checks(result: WorkerResult, target: Target) -> dict[str, FixCheck] | None:
@@ -404,7 +210,7 @@ def _planned_checks(result: WorkerResult, target: Target) -> dict[str, FixCheck]
     for position, recipe in enumerate(plan):
         run_id = f"plan{position}"
         if any(e.get("run") == run_id for e in result.events):
-            checks[_recipe_key(recipe)] = fix_check(result, run_id, target)
+            checks[recipe_key(recipe)] = fix_check(result, run_id, target)
     return checks
 
 
@@ -444,9 +250,9 @@ class _Verifier:
         for finding in findings:
             if done:
                 finding = replace(finding, fixes=tuple(
-                    replace(f, check=done.get(_recipe_key(f.recipe), f.check)) if f.recipe else f
+                    replace(f, check=done.get(recipe_key(f.recipe), f.check)) if f.recipe else f
                     for f in finding.fixes))
-            candidates = _candidates(finding, options)
+            candidates = to_try(finding, options)
             if not candidates or self._out_of_time():
                 verified.append(finding)
                 continue
@@ -472,83 +278,13 @@ class _Verifier:
                 checks[index] = fix_check(self._run(apply_fix=fix.recipe), "main", target)
             fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
             for index, check in checks.items():
-                done[_recipe_key(finding.fixes[index].recipe)] = check
+                done[recipe_key(finding.fixes[index].recipe)] = check
             verified.append(replace(finding, fixes=fixes))
         return [
-            replace(f, fixes=tuple(replace(x, check=done.get(_recipe_key(x.recipe), x.check)) if x.recipe else x
+            replace(f, fixes=tuple(replace(x, check=done.get(recipe_key(x.recipe), x.check)) if x.recipe else x
                                    for x in f.fixes))
             for f in verified
         ]
-
-
-def _recipe_key(recipe: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(recipe, sort_keys=True, default=str)
-
-
-def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
-    """Judge one fix run of a worker: the stage it reached, its numbers, and whether it works.
-
-    A run works when it passes every stage of its target and leaves no error finding behind (a
-    frozen trace, dims that went static, a rewrite that differs from its reference).
-    """
-    outcomes, tool = outcomes_for_run(result, run_id, target, first_run=False)
-    ran = [o for o in outcomes if o.status is not Status.SKIPPED]
-    passed = [o for o in ran if o.status is Status.PASSED]
-    reached = passed[-1].stage if passed else None
-    failed = next((o for o in ran if o.status is not Status.PASSED), None)
-    # A script's numbers come from PARITY (against PyTorch); a file's from ORT_RUN, when the fix
-    # carried a reference to compare with (the original op at the opset that defines it).
-    final = Stage.PARITY if target.kind == "script" else Stage.ORT_RUN
-    numbers = next((o for o in outcomes if o.stage is final and o.status is not Status.SKIPPED), None)
-    producer = next((o for o in outcomes if o.stage in (Stage.EXPORT, Stage.LOAD) and o.facts.get("onnx_path")
-                     and o.status is Status.PASSED), None)
-    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool
-    if failed is None and not tool and reached is final:
-        problem = _still_wrong(findings, numbers.facts if numbers else {})
-        status, detail = (Status.FAILED, problem) if problem else (Status.PASSED, _passed_detail(final, numbers))
-    else:
-        first = next((f for f in findings if f.severity is Severity.ERROR), None)
-        status = failed.status if failed else Status.FAILED
-        detail = f"{first.code}: {first.message}" if first else "did not complete"
-    return FixCheck(
-        reached=reached,
-        status=status,
-        max_abs_diff=numbers.facts.get("max_abs_diff") if numbers else None,
-        max_rel_diff=numbers.facts.get("max_rel_diff") if numbers else None,
-        seconds=round(sum(o.seconds for o in ran), 3),
-        detail=detail[:500],
-        artifact=producer.facts.get("onnx_path") if producer else None,
-        failed_at=failed.stage if failed else None,
-    )
-
-
-def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> str | None:
-    """Why a fixed run that passed every stage still does not count as a fix (None: it does)."""
-    if any(f.code == "OD210" for f in findings):
-        return ("OD210: matches PyTorch on the example input only: the tracer froze a data-dependent "
-                "branch or value (rewrite it with torch.where or torch.cond)")
-    if numbers.get("reference_required") and str(numbers.get("reference", "")).startswith("not compared"):
-        # A precision-changing rewrite is not a fix until its numbers have been seen.
-        return f"numbers not checked: {numbers['reference']}"
-    if numbers.get("reference_mismatch"):
-        return f"OD601: against {numbers.get('reference')}: {numbers['reference_mismatch']}"
-    error = next((f for f in findings if f.severity is Severity.ERROR), None)
-    return f"{error.code}: {error.message}" if error else None  # e.g. dims that went static (OD208)
-
-
-def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
-    if final is Stage.PARITY:
-        return "exports, loads, runs and matches PyTorch"
-    detail = "passes the checker, loads and runs in ONNX Runtime"
-    numbers = outcome.facts if outcome else {}
-    if numbers.get("reference"):
-        detail += "; " + (
-            numbers["reference"] if numbers["reference"].startswith("not compared")
-            else f"matches {numbers['reference']}"
-        )
-    return detail
 
 
 def _rank_fixes(finding: Finding) -> Finding:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxdoctor.errors import CodedError
 
-class ScriptError(Exception):
+
+class ScriptError(CodedError):
     """The script cannot be a model script; `code` is the finding's code (OD101-OD103)."""
 
     def __init__(self, code: str, message: str, line: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(code, message)
         self.line = line
 
 

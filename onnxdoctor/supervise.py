@@ -11,11 +11,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from onnxdoctor.worker.protocol import PARENT_PID_ENV, WorkerRequest, read_events
+from onnxdoctor.worker.protocol import PARENT_PID_ENV, WorkerRequest, WorkerResult, read_events
 
 OWNER_FILE = "owner.pid"
 HEAD_BYTES = 8 * 1024
@@ -65,36 +64,6 @@ class _Capture:
     def tail_text(self) -> str:
         """The captured end of the stream, decoded."""
         return bytes(self.tail).decode("utf-8", errors="replace")
-
-
-@dataclass(frozen=True)
-class WorkerResult:
-    """How the worker process ended, its events, and what it printed (bounded)."""
-
-    events: list[dict[str, Any]]
-    returncode: int | None
-    ended_at: float  # wall-clock time.time() when the worker ended (or was killed)
-    timed_out: bool
-    seconds: float
-    stdout: str = ""
-    stderr_tail: str = ""
-    output_bytes: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def signal_name(self) -> str | None:
-        """The name of the signal that killed the worker, if one did."""
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                return signal.Signals(-self.returncode).name
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return None
-
-    @property
-    def finished(self) -> bool:
-        """Whether the worker reported that it was done."""
-        return any(e.get("event") == "done" for e in self.events)
 
 
 def run_worker(

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from onnxdoctor.model import Diagnosis, Severity, Stage, Status
-from onnxdoctor.pipeline import DiagnoseOptions, diagnose
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 EXPECTED: tuple[Any, ...] = runpy.run_path(str(FIXTURES / "expected.py"))["FIXTURES"]

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from onnxdoctor.cli import app
 from onnxdoctor.model import Fix, Stage, Status
-from onnxdoctor.pipeline import DiagnoseOptions, diagnose
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -270,7 +271,7 @@ def test_torchscript_custom_op_name_has_no_sentence_period() -> None:
 
 
 def test_a_rewrite_that_differs_from_its_reference_is_not_a_fix() -> None:
-    from onnxdoctor.pipeline import _still_wrong
+    from onnxdoctor.analysis.judge import _still_wrong
 
     numbers = {"reference": "the original model at opset 20", "reference_mismatch": "output 0 differs"}
     assert _still_wrong([], numbers) == "OD601: against the original model at opset 20: output 0 differs"

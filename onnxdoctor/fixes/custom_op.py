@@ -68,7 +68,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                 "custom_opsets": {ctx.namespace: 1},
                 "ort_prelude": kernel,
                 "ort_extensions": True,
-                "isolated": True,  # registering a symbolic is process-wide (DESIGN §2)
+                "isolated": True,  # registering a symbolic is process-wide (docs/ARCHITECTURE.md)
             },
         ),
     ]

@@ -8,8 +8,9 @@ from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.text import Text
 
-from onnxdoctor.model import Diagnosis, Finding, Fix, Severity, Status
-from onnxdoctor.normalize import printable
+from onnxdoctor.codes import slug
+from onnxdoctor.model import Diagnosis, Finding, Fix, Status
+from onnxdoctor.safetext import printable
 
 _MARKS = {
     Status.PASSED: ("✓", "green"),
@@ -72,7 +73,7 @@ def _finding(finding: Finding, *, verbose: bool) -> Group:
     parts: list[object] = []
     header = Text()
     header.append(f"{finding.code} ", style=style)
-    header.append(f"{finding.slug}", style="bold")
+    header.append(f"{slug(finding.code)}", style="bold")
     header.append(f"  [{finding.severity.value}, {finding.stage.value}]", style="dim")
     parts.append(header)
     parts.append(_indented(Text(printable(finding.message)), 2))
@@ -123,9 +124,4 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
 def plain_line(finding: Finding) -> str:
     """One line per finding, for --quiet."""
     where = f" [{finding.op}]" if finding.op else ""
-    return f"{finding.code} {finding.slug}{where}: {escape(printable(finding.message, one_line=True))}"
-
-
-def severity_rank(finding: Finding) -> int:
-    """Sort key: errors before warnings and infos."""
-    return 0 if finding.severity is Severity.ERROR else 1
+    return f"{finding.code} {slug(finding.code)}{where}: {escape(printable(finding.message, one_line=True))}"

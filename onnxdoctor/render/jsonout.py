@@ -1,4 +1,4 @@
-"""The JSON output (schema 1, DESIGN §4): stable keys, plain data, no colour."""
+"""The JSON output (schema 1, README "Output contract"): stable keys, plain data, no colour."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from onnxdoctor import __version__
+from onnxdoctor.codes import slug
 from onnxdoctor.model import Diagnosis, Finding, Fix, StageOutcome
 
 SCHEMA_VERSION = 1
@@ -41,7 +42,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
     """One finding with its fixes as JSON (schema 1)."""
     return {
         "code": finding.code,
-        "slug": finding.slug,
+        "slug": slug(finding.code),
         "stage": finding.stage.value,
         "severity": finding.severity.value,
         "message": finding.message,

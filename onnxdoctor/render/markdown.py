@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from onnxdoctor import __version__
+from onnxdoctor.codes import slug
 from onnxdoctor.model import Diagnosis, Finding, Status
 
 
@@ -30,7 +31,7 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
 
 
 def _finding(finding: Finding) -> list[str]:
-    lines = [f"### {finding.code} `{finding.slug}` ({finding.severity.value}, {finding.stage.value})", "",
+    lines = [f"### {finding.code} `{slug(finding.code)}` ({finding.severity.value}, {finding.stage.value})", "",
              finding.message, ""]
     for key, value in (("op", finding.op), ("node", finding.node), ("source", finding.source),
                        ("opset", finding.opset)):

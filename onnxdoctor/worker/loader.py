@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from onnxdoctor.errors import CodedError
 from onnxdoctor.scriptfile import ScriptError, check_script
 
 SETTING_NAMES = (
@@ -24,12 +25,8 @@ SETTING_NAMES = (
 )
 
 
-class ProtocolError(Exception):
+class ProtocolError(CodedError):
     """The script does not follow the model-script protocol; `code` is the finding's code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class ScriptExited(Exception):

@@ -1,9 +1,10 @@
-"""The request and event formats shared by the parent and the worker (plain JSON, no torch)."""
+"""The request, event and result formats both processes speak (plain JSON, standard library only)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -98,3 +99,28 @@ def _json_default(value: Any) -> Any:
         except Exception:
             pass
     return repr(value)
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    """How the worker process ended, its events, and what it printed (bounded)."""
+
+    events: list[dict[str, Any]]
+    returncode: int | None
+    ended_at: float  # wall-clock time.time() when the worker ended (or was killed)
+    timed_out: bool
+    seconds: float
+    stdout: str = ""
+    stderr_tail: str = ""
+    output_bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def signal_name(self) -> str | None:
+        """The name of the signal that killed the worker, if one did."""
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None

@@ -21,18 +21,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.worker.protocol import PARENT_PID_ENV, WorkerRequest, append_event
+from onnxdoctor.errors import CodedError
+from onnxdoctor.worker.protocol import (
+    PARENT_PID_ENV,
+    WorkerRequest,
+    WorkerResult,
+    append_event,
+    read_events,
+)
 
 STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
 
 
-class StageFailed(Exception):
+class StageFailed(CodedError):
     """A stage found a problem it can describe precisely (a code hint and facts)."""
 
     def __init__(self, message: str, code: str | None = None, **facts: Any) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(code, message)
         self.facts = facts
 
 
@@ -899,7 +905,7 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
 
 
 def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[Any]]:
-    """A user's model for ONNX Runtime without ever giving it a path to resolve (DESIGN §5).
+    """A user's model for ONNX Runtime without ever giving it a path to resolve (README, "Robustness").
 
     ONNX Runtime follows hard links in external data, so it gets the model as bytes and the
     external weights of the main graph as arrays that onnx read with its own containment checks
@@ -1144,31 +1150,28 @@ def _quiet_torch_logs() -> Any:
 
 def _works(request: WorkerRequest, run_id: str) -> bool:
     """The parent's own verdict on a fix run (stages and remaining findings), to stop early."""
-    from onnxdoctor.pipeline import Target, fix_check
+    from onnxdoctor.analysis.judge import fix_check
 
-    target = Target(path=Path(request.target), factory=request.factory, kind=request.kind)
-    return fix_check(_result_so_far(request), run_id, target).works
+    return fix_check(_result_so_far(request), run_id, _target(request)).works
 
 
-def _result_so_far(request: WorkerRequest) -> Any:
-    from onnxdoctor.supervise import WorkerResult
-    from onnxdoctor.worker.protocol import read_events
+def _target(request: WorkerRequest) -> Any:
+    from onnxdoctor.target import Target
 
+    return Target(path=Path(request.target), factory=request.factory, kind=request.kind)
+
+
+def _result_so_far(request: WorkerRequest) -> WorkerResult:
     events = list(read_events(request.events_path))
     return WorkerResult(events=events, returncode=None, ended_at=time.time(), timed_out=False, seconds=0.0)
 
 
 def _plan(request: WorkerRequest) -> list[dict[str, Any]]:
     """The parent's own fix proposals for the main run, computed here (pure code, no second import)."""
-    from onnxdoctor.pipeline import (
-        DiagnoseOptions,
-        Target,
-        outcomes_for_run,
-        prepare_findings,
-        shared_fix_plan,
-    )
+    from onnxdoctor.analysis.judge import outcomes_for_run, prepare_findings, shared_fix_plan
+    from onnxdoctor.model import DiagnoseOptions
 
-    target = Target(path=Path(request.target), factory=request.factory, kind=request.kind)
+    target = _target(request)
     options = DiagnoseOptions(exporter=request.exporter, opset=request.opset, all_fixes=request.all_fixes)
     outcomes, tool = outcomes_for_run(_result_so_far(request), "main", target, first_run=False)
     exporter = next((o.facts.get("exporter") for o in outcomes if o.stage.value == "export"), None)

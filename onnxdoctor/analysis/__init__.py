@@ -1,0 +1,1 @@
+"""Pure analysis: classify records into findings, propose fixes, judge fix runs."""

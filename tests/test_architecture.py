@@ -1,0 +1,113 @@
+"""The arrows of docs/ARCHITECTURE.md, enforced: data flows CLI -> pipeline -> worker -> analysis -> model.
+
+Every import in the package is read from the source (function-level imports too, since the
+package imports heavy things lazily), so a new backward arrow fails here before it lands.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "onnxdoctor"
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, absolute, at any depth of the file."""
+    tree = ast.parse(path.read_text("utf-8"))
+    package = _module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _sources(*names: str) -> list[Path]:
+    paths: list[Path] = []
+    for name in names:
+        path = PACKAGE / name
+        paths += sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+    return [p for p in paths if "templates" not in p.parts]
+
+
+def _ours(imports: set[str]) -> set[str]:
+    return {m for m in imports if m == "onnxdoctor" or m.startswith("onnxdoctor.")}
+
+
+def _hits(imports: set[str], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in _ours(imports) if any(m == f or m.startswith(f + ".") for f in forbidden))
+
+
+CALLERS = ("onnxdoctor.pipeline", "onnxdoctor.supervise", "onnxdoctor.cli", "onnxdoctor.render",
+           "onnxdoctor.entry", "onnxdoctor.diagnose_cmd", "onnxdoctor.graph_cmd", "onnxdoctor.graph_run")
+ANALYSIS = ("onnxdoctor.analysis", "onnxdoctor.classify", "onnxdoctor.fixes", "onnxdoctor.normalize")
+
+
+@pytest.mark.parametrize("path", _sources("worker"), ids=lambda p: p.name)
+def test_the_worker_never_imports_its_callers(path: Path) -> None:
+    assert _hits(_imports(path), CALLERS) == []
+
+
+@pytest.mark.parametrize("path", _sources("analysis", "classify", "fixes", "normalize"),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_analysis_never_imports_the_layers_above_it(path: Path) -> None:
+    allowed_worker = {"onnxdoctor.worker.protocol"}
+    hits = _hits(_imports(path), (*CALLERS, "onnxdoctor.worker", "onnxdoctor.graph"))
+    assert [h for h in hits if not any(h.startswith(a) for a in allowed_worker)] == []
+
+
+@pytest.mark.parametrize("name", ["model", "errors", "safetext", "worker/protocol"])
+def test_the_vocabulary_imports_only_the_standard_library(name: str) -> None:
+    imports = _imports(PACKAGE / f"{name}.py")
+    assert {m.split(".")[0] for m in imports} - STDLIB == set()
+
+
+def test_the_code_table_imports_only_the_model() -> None:
+    imports = _imports(PACKAGE / "codes.py")
+    assert _ours(imports) <= {"onnxdoctor.model", "onnxdoctor.model.Severity", "onnxdoctor.model.Stage"}
+    assert {m.split(".")[0] for m in imports} - STDLIB == {"onnxdoctor"}
+
+
+@pytest.mark.parametrize("path", _sources("render"), ids=lambda p: p.name)
+def test_renderers_only_format(path: Path) -> None:
+    assert _hits(_imports(path), (*ANALYSIS, "onnxdoctor.worker", "onnxdoctor.pipeline")) == []
+
+
+@pytest.mark.parametrize("path", _sources("graph", "graph_run", "graph_cmd", "onnxfile", "checks",
+                                          "onnx_transforms", "outputs"), ids=lambda p: p.name)
+def test_graph_and_onnx_helpers_never_reach_into_the_worker(path: Path) -> None:
+    assert _hits(_imports(path), ("onnxdoctor.worker",)) == []
+
+
+# envinfo's runtime probe runs in a child process of `onnxdoctor env` (`_probe_main`), never in the CLI.
+CHILD_PROCESS_PROBES = {"envinfo.py"}
+
+
+def test_only_the_worker_imports_torch_or_onnxruntime() -> None:
+    offenders = []
+    for path in _sources("."):
+        if "worker" in path.relative_to(PACKAGE).parts or path.name in CHILD_PROCESS_PROBES:
+            continue
+        heavy = {m.split(".")[0] for m in _imports(path)} & {"torch", "onnxruntime"}
+        if heavy:
+            offenders.append(f"{path.relative_to(PACKAGE)}: {sorted(heavy)}")
+    assert offenders == []
