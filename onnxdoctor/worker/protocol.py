@@ -96,8 +96,8 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):  # numpy / torch scalars
         try:
             return value.item()
-        except Exception:
-            pass
+        except (TypeError, ValueError, RuntimeError):  # an array of several values
+            return repr(value)
     return repr(value)
 
 
