@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from onnxdoctor.model import Finding, Severity, Stage
-from onnxdoctor.onnxfile import safe_text
+from onnxdoctor.onnxfile import node_bodies, safe_text
 
 if TYPE_CHECKING:
     import onnx
@@ -98,11 +98,7 @@ def walk_nodes(
         for index, node in enumerate(current.node):
             path = (*base, index)
             yield path, node
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    pending.append(((*path, safe_text(attr.name)), attr.g))
-                for k, sub in enumerate(attr.graphs):
-                    pending.append(((*path, f"{safe_text(attr.name)}[{k}]"), sub))
+            pending += [((*path, name), body) for name, body in node_bodies(node)]
         stack.extend(reversed(pending))
 
 
@@ -260,11 +256,8 @@ class _Checker:
                 self._add("OD306", f"graph output {name!r} is not produced by any node", None)
         scope = frozenset(defined | set(producer))
         for index, node in enumerate(graph.node):
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    self._structure(attr.g, (*prefix, index, safe_text(attr.name)), scope)
-                for k, sub in enumerate(attr.graphs):
-                    self._structure(sub, (*prefix, index, f"{safe_text(attr.name)}[{k}]"), scope)
+            for name, body in node_bodies(node):
+                self._structure(body, (*prefix, index, name), scope)
 
     def _order_and_cycles(
         self,

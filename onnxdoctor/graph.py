@@ -21,13 +21,13 @@ import shutil
 import subprocess
 import tempfile
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnxdoctor.checks import NodePath, op_label
-from onnxdoctor.onnxfile import safe_text
+from onnxdoctor.checks import NodePath, op_label, walk_nodes
+from onnxdoctor.onnxfile import node_bodies, safe_text
 from onnxdoctor.outputs import install
 
 if TYPE_CHECKING:
@@ -336,30 +336,27 @@ def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
                 out = safe_text(out)
                 if out and out not in local:  # a duplicate producer is marked by the checker
                     local[out] = item.id
-            for attr in node.attribute:
-                bodies = [(safe_text(attr.name), attr.g)] if attr.HasField("g") else []
-                bodies += [(f"{safe_text(attr.name)}[{k}]", g) for k, g in enumerate(attr.graphs)]
-                for attr_name, body in bodies:
-                    cid = new_id("cluster_")
-                    clusters[cid] = _Cluster(
-                        cid,
-                        f"{node.op_type} {name!r} · {attr_name}"
-                        if name
-                        else f"{node.op_type} · {attr_name}",
-                        cluster,
-                        item.id,
-                    )
-                    body_scope: dict[str, str] = {safe_text(v.name): item.id for v in body.input}
-                    for tensor in body.initializer:
-                        body_scope[safe_text(tensor.name)] = ""  # weights inside a body: not drawn
-                    produced = walk(body, (*path, attr_name), cid, [body_scope, *chain])
-                    for out in body.output:
-                        out_name = safe_text(out.name)
-                        source = produced.get(out_name) or _lookup([body_scope, *chain], out_name)
-                        if source:
-                            links.append(
-                                _Link(source, item.id, f"{attr_name}: {out_name}", dashed=True)
-                            )
+            for attr_name, body in node_bodies(node):
+                cid = new_id("cluster_")
+                clusters[cid] = _Cluster(
+                    cid,
+                    f"{node.op_type} {name!r} · {attr_name}"
+                    if name
+                    else f"{node.op_type} · {attr_name}",
+                    cluster,
+                    item.id,
+                )
+                body_scope: dict[str, str] = {safe_text(v.name): item.id for v in body.input}
+                for tensor in body.initializer:
+                    body_scope[safe_text(tensor.name)] = ""  # weights inside a body: not drawn
+                produced = walk(body, (*path, attr_name), cid, [body_scope, *chain])
+                for out in body.output:
+                    out_name = safe_text(out.name)
+                    source = produced.get(out_name) or _lookup([body_scope, *chain], out_name)
+                    if source:
+                        links.append(
+                            _Link(source, item.id, f"{attr_name}: {out_name}", dashed=True)
+                        )
         # Inputs resolve after every producer in this graph is known, so that unsorted graphs
         # and cycles are drawn as they are (the checker marks them).
         for node_id, node in zip(node_ids, graph.node):
@@ -468,7 +465,7 @@ def build_drawing(
     Raises:
         LookupError: `options.focus` names no node or tensor (the message suggests close names).
     """
-    total_ops = sum(1 for _ in _iter_all_nodes(model.graph))
+    total_ops = sum(1 for _ in walk_nodes(model.graph))
     with_shapes = total_ops <= EDGE_LABEL_LIMIT or options.tensors
     collected = _collect(model, with_shapes)
     for item in collected.items.values():
@@ -607,18 +604,6 @@ def _item_name(item: _Item) -> str:
     if item.kind == "op" and len(item.lines) > 1:
         return f"{item.lines[1]!r} ({item.lines[0]})"
     return item.lines[0] if item.lines else item.id
-
-
-def _iter_all_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
-    stack = [graph]
-    while stack:
-        current = stack.pop()
-        for node in current.node:
-            yield node
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
 
 
 @dataclass

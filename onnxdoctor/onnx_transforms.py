@@ -441,11 +441,9 @@ def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of a graph and of its subgraphs."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _all_nodes(sub)
+    from onnxdoctor.checks import walk_nodes
+
+    return (node for _, node in walk_nodes(graph))
 
 
 def _rename(graph: onnx.GraphProto, old: str, new: str, *, outputs: bool) -> None:

@@ -42,20 +42,36 @@ class StageFailed(CodedError):
         self.facts = facts
 
 
+def exception_chain(
+    exc: BaseException, *, limit: int = 64, hidden_context: bool = False
+) -> list[BaseException]:
+    """`exc` and its causes, outermost first, each once.
+
+    `raise ... from None` hides the context from what is reported (`hidden_context` False); the
+    searches for the user's line look behind it too, since torch re-raises that way from its own
+    frames while the user's frame sits in the hidden context.
+    """
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < limit:
+        seen.add(id(current))
+        chain.append(current)
+        hide = current.__suppress_context__ and not hidden_context
+        current = current.__cause__ or (None if hide else current.__context__)
+    return chain
+
+
 def error_info(exc: BaseException) -> dict[str, Any]:
     """Reduce an exception and its cause/context chain to plain data."""
     chain: list[str] = []
     messages: list[str] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(chain) < 12:
-        seen.add(id(current))
+    for current in exception_chain(exc, limit=12):
         chain.append(f"{type(current).__module__}.{type(current).__qualname__}")
         try:
             messages.append(str(current)[:8000])
         except Exception:  # a user exception whose __str__ raises
             messages.append(f"<{type(current).__name__}: message unavailable>")
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     return {
         "type": chain[0],
@@ -784,10 +800,7 @@ def _source_from_frames(exc: BaseException, target: Path) -> str | None:
     The TorchScript exporter's frames hold a `node` whose sourceRange() is the Python stack;
     the dynamo exporter's hold an FX `node` whose meta["stack_trace"] is.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in exception_chain(exc, hidden_context=True):
         tb = current.__traceback__
         while tb is not None:
             node = tb.tb_frame.f_locals.get("node")
@@ -801,7 +814,6 @@ def _source_from_frames(exc: BaseException, target: Path) -> str | None:
             if found:
                 return found
             tb = tb.tb_next
-        current = current.__cause__ or current.__context__
     return None
 
 
@@ -882,10 +894,7 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
     exception's traceback, or in the message (`File "model.py", line 5`).
     """
     folder = target.resolve().parent
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in exception_chain(exc, hidden_context=True):
         best = None
         for item in traceback.extract_tb(current.__traceback__):
             try:
@@ -900,7 +909,6 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
             return best
         if isinstance(current, SyntaxError) and current.lineno:
             return f"{target.name}:{current.lineno}"
-        current = current.__cause__ or current.__context__
     return None
 
 
