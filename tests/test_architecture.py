@@ -75,7 +75,7 @@ def test_analysis_never_imports_the_layers_above_it(path: Path) -> None:
     assert [h for h in hits if not any(h.startswith(a) for a in allowed_worker)] == []
 
 
-@pytest.mark.parametrize("name", ["model", "errors", "safetext", "worker/protocol"])
+@pytest.mark.parametrize("name", ["model", "errors", "safetext", "opsig", "worker/protocol"])
 def test_the_vocabulary_imports_only_the_standard_library(name: str) -> None:
     imports = _imports(PACKAGE / f"{name}.py")
     assert {m.split(".")[0] for m in imports} - STDLIB == set()

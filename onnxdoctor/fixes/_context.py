@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onnxdoctor.model import Finding, Stage, StageOutcome
+from onnxdoctor.opsig import attribute_suffix
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,7 @@ class OpArgument:
     @property
     def onnx_suffix(self) -> str:
         """The `g.op` attribute suffix for this type (`_f`, `_i`, `_s`, `_t`)."""
-        base = self.type.rstrip("?").replace("[]", "")
-        if base in ("float", "Scalar"):
-            return "f"
-        if base in ("int", "bool", "SymInt"):
-            return "i"
-        if base == "str":
-            return "s"
-        return "t"
+        return attribute_suffix(self.type)
 
     @property
     def parse_args_code(self) -> str:

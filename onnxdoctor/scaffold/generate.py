@@ -10,6 +10,7 @@ from importlib import resources
 from string import Template
 
 from onnxdoctor.errors import UsageError
+from onnxdoctor.opsig import attribute_suffix
 from onnxdoctor.scaffold import expr as E
 
 DEFAULT_NAMESPACE = "mynamespace"
@@ -33,6 +34,11 @@ class Attr:
     name: str
     type: str
     default: float
+
+    @property
+    def suffix(self) -> str:
+        """The TorchScript `g.op` attribute suffix (`f` or `i`)."""
+        return attribute_suffix(self.type)
 
     def literal(self) -> str:
         """The default as a Python literal of the attribute's type."""
@@ -213,7 +219,7 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
         + "`. Fill the places marked `WRITE THE MATH`, set `MATH_IS_WRITTEN = True` in `"
         + f"{lname}_op.py`; until then the tests are reported as expected failures, not passes.\n"
     )
-    f["attr_suffixes"] = ", ".join(f"`{a.name}_{'f' if a.type == 'float' else 'i'}`" for a in attrs) or "none"
+    f["attr_suffixes"] = ", ".join(f"`{a.name}_{a.suffix}`" for a in attrs) or "none"
 
     py_attr = "".join(f", {a.name}: {a.type} = {a.literal()}" for a in attrs)
     f["py_params"] = ", ".join(f"{n}: torch.Tensor" for n in ins) + py_attr
@@ -269,7 +275,7 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
     f["ts_parse_args"] = ", ".join(['"v"'] * len(ins) + [f'"{a.type[0]}"' for a in attrs])
     f["ts_params"] = ", ".join([f"{n}: Any" for n in ins] + [f"{a.name}: {a.type}" for a in attrs])
     f["ts_inputs"] = ", ".join(ins)
-    f["ts_attr_kwargs"] = "".join(f", {a.name}_{a.type[0]}={a.name}" for a in attrs)
+    f["ts_attr_kwargs"] = "".join(f", {a.name}_{a.suffix}={a.name}" for a in attrs)
     f["ts_decomposed"] = E.torchscript_nested(tree, first) if spec.has_math else f'g.op("Identity", {first})  # WRITE THE MATH'
     # onnxscript
     f["os_params"] = ", ".join(f"{n}: FLOAT" for n in ins) + "".join(f", {a.name}: {a.type} = {a.literal()}" for a in attrs)
