@@ -122,27 +122,26 @@ def diagnose(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
 ) -> None:
     """Export, check, load, run and compare a model; name the first thing that breaks."""
-    from onnxdoctor.diagnose_cmd import run_diagnose
+    from onnxdoctor.diagnose_cmd import Outputs, View, input_bytes, parse_input_shapes, run_diagnose
+    from onnxdoctor.model import DiagnoseOptions
 
-    code = run_diagnose(
-        target=target,
+    options = DiagnoseOptions(
         exporter=exporter,
         opset=opset,
-        custom_op_libraries=tuple(custom_op_library),
+        custom_op_libraries=tuple(str(p) for p in custom_op_library),
         atol=atol,
         rtol=rtol,
-        output=output,
-        input_shapes=tuple(input_shape),
-        max_input_mb=max_input_mb,
+        input_shapes=parse_input_shapes(tuple(input_shape)),
+        max_input_bytes=input_bytes(max_input_mb),
+        timeout=timeout,
         fix=fix,
         all_fixes=all_fixes,
-        write_fix=write_fix,
-        json_out=json_out,
-        report=report,
-        timeout=timeout,
-        force=force,
-        quiet=quiet,
-        verbose=verbose,
+    )
+    code = run_diagnose(
+        target,
+        options,
+        Outputs(output=output, report=report, write_fix=write_fix, force=force),
+        View(json_out=json_out, quiet=quiet, verbose=verbose),
     )
     raise typer.Exit(code)
 

@@ -8,10 +8,11 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from onnxdoctor.errors import RefusedWrite, UsageError
-from onnxdoctor.model import Diagnosis, Fix, Severity
+from onnxdoctor.model import DiagnoseOptions, Diagnosis, Fix, Severity
 from onnxdoctor.outputs import (
     OutputError,
     check_folder_output,
@@ -20,6 +21,7 @@ from onnxdoctor.outputs import (
     staging_folder,
     write_file,
 )
+from onnxdoctor.target import parse_target
 
 
 def parse_input_shapes(items: tuple[str, ...]) -> dict[str, list[int]]:
@@ -39,101 +41,60 @@ def parse_input_shapes(items: tuple[str, ...]) -> dict[str, list[int]]:
     return shapes
 
 
-def run_diagnose(
-    *,
-    target: str,
-    exporter: str | None,
-    opset: int | None,
-    custom_op_libraries: tuple[Path, ...],
-    atol: float,
-    rtol: float,
-    output: Path | None,
-    input_shapes: tuple[str, ...],
-    fix: bool,
-    max_input_mb: float = 256.0,
-    all_fixes: bool,
-    write_fix: Path | None,
-    json_out: bool,
-    report: Path | None,
-    timeout: float,
-    force: bool,
-    quiet: bool,
-    verbose: bool,
-) -> int:
-    """Run `diagnose` and return the exit code (0 healthy, 1 findings; usage errors raise)."""
-    from onnxdoctor.model import DiagnoseOptions
-    from onnxdoctor.pipeline import EXPORTERS, diagnose
-    from onnxdoctor.target import parse_target
+@dataclass(frozen=True)
+class Outputs:
+    """The files `diagnose` writes besides what it prints."""
+
+    output: Path | None = None  # --output: keep the exported model
+    report: Path | None = None  # --report: the Markdown report
+    write_fix: Path | None = None  # --write-fix: the best verified fix, as files
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class View:
+    """How the result is printed."""
+
+    json_out: bool = False
+    quiet: bool = False
+    verbose: bool = False
+
+
+def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: View) -> int:
+    """Run `diagnose` and return the exit code (0 healthy, 1 findings, 2 an output not written).
+
+    Raises:
+        UsageError: a bad target, option or output path, before any work is done.
+    """
+    from onnxdoctor.pipeline import diagnose
 
     parsed = parse_target(target)
     _check_target(parsed.path)
-    if exporter is not None and exporter not in EXPORTERS:
-        raise UsageError(f"--exporter must be one of {', '.join(EXPORTERS)}, not {exporter!r}")
-    if opset is not None and not 1 <= opset <= 100:
-        raise UsageError(f"--opset {opset} is not an opset version")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
-    if not math.isfinite(max_input_mb) or max_input_mb <= 0:
-        raise UsageError("--max-input-mb must be a positive number")
-    for name, value in (("--atol", atol), ("--rtol", rtol)):
-        if not math.isfinite(value) or value < 0:
-            raise UsageError(f"{name} must be a finite, non-negative number")
-    for library in custom_op_libraries:
-        if library.is_dir():
-            raise UsageError(f"--custom-op-library {library} is a folder; give the library file (.so)")
-        if not library.is_file():
-            raise UsageError(f"--custom-op-library {library}: no such file")
-    if output is not None and parsed.kind == "onnx":
+    validate_options(options)
+    if outputs.output is not None and parsed.kind == "onnx":
         raise UsageError("--output keeps the exported model; the target is already an ONNX file")
     protected = protected_paths(parsed.path, parsed.kind)
-    _check_outputs(output, report, write_fix, force=force, protected=protected)
-    shapes = parse_input_shapes(input_shapes)
-    if shapes and parsed.kind == "onnx":
-        _check_input_names(parsed.path, shapes)
+    _check_outputs(outputs, protected)
+    if options.input_shapes and parsed.kind == "onnx":
+        _check_input_names(parsed.path, options.input_shapes)
 
-    options = DiagnoseOptions(
-        exporter=exporter,
-        opset=opset,
-        custom_op_libraries=tuple(str(p) for p in custom_op_libraries),
-        atol=atol,
-        rtol=rtol,
-        input_shapes=shapes,
-        max_input_bytes=int(max_input_mb * 1024 * 1024),
-        timeout=timeout,
-        fix=fix,
-        all_fixes=all_fixes,
-    )
     from onnxdoctor.supervise import make_workdir
 
     workdir = make_workdir()
-    notes: list[str] = []  # outputs that could not be written; the diagnosis is still shown
-    wrote: list[str] = []
-    failed_write = False
     try:
-        with _progress(enabled=not json_out and not quiet) as progress:
+        with _progress(enabled=not view.json_out and not view.quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
-        writers: list[tuple[Path | None, Callable[[], str]]] = [
-            (output, lambda: _keep_output(diagnoses, output, force=force, protected=protected)),
-            (write_fix, lambda: _write_fix(diagnoses, write_fix, force=force, protected=protected)),
-        ]
-        for wanted, write in writers:
-            if wanted is not None:
-                try:
-                    wrote.append(write())
-                except (RefusedWrite, OutputError) as exc:
-                    notes.append(str(exc))
-                    failed_write = True
-                except UsageError as exc:
-                    notes.append(str(exc))
+        wrote, notes, failed_write = _keep_files(diagnoses, outputs, protected)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    _print_result(diagnoses, json_out=json_out, quiet=quiet, verbose=verbose, wrote=wrote)
-    if report is not None:
+    _print_result(diagnoses, view, wrote=wrote)
+    if outputs.report is not None:
         from onnxdoctor.render.markdown import to_markdown
 
         try:
-            write_file(report, to_markdown(diagnoses), force=force, what="--report", protected=protected)
+            write_file(outputs.report, to_markdown(diagnoses), force=outputs.force, what="--report",
+                       protected=protected)
         except (RefusedWrite, OutputError) as exc:
             notes.append(str(exc))
             failed_write = True
@@ -143,6 +104,61 @@ def run_diagnose(
         return 2
     has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
     return 1 if has_errors else 0
+
+
+def validate_options(options: DiagnoseOptions) -> None:
+    """One clear usage error for a flag value the pipeline cannot use."""
+    from onnxdoctor.pipeline import EXPORTERS
+
+    if options.exporter is not None and options.exporter not in EXPORTERS:
+        raise UsageError(f"--exporter must be one of {', '.join(EXPORTERS)}, not {options.exporter!r}")
+    if options.opset is not None and not 1 <= options.opset <= 100:
+        raise UsageError(f"--opset {options.opset} is not an opset version")
+    if not math.isfinite(options.timeout) or options.timeout <= 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    if options.max_input_bytes <= 0:
+        raise UsageError("--max-input-mb must be a positive number")
+    for name, value in (("--atol", options.atol), ("--rtol", options.rtol)):
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{name} must be a finite, non-negative number")
+    for text in options.custom_op_libraries:
+        library = Path(text)
+        if library.is_dir():
+            raise UsageError(f"--custom-op-library {library} is a folder; give the library file (.so)")
+        if not library.is_file():
+            raise UsageError(f"--custom-op-library {library}: no such file")
+
+
+def input_bytes(megabytes: float) -> int:
+    """--max-input-mb as bytes; 0 (refused by validate_options) for a value that is no size."""
+    return int(megabytes * 1024 * 1024) if math.isfinite(megabytes) and megabytes > 0 else 0
+
+
+def _keep_files(
+    diagnoses: tuple[Diagnosis, ...], outputs: Outputs, protected: tuple[Path, ...]
+) -> tuple[list[str], list[str], bool]:
+    """Write --output and --write-fix: what was written, what was not (and why), and whether a
+    write failed (a missing verified fix is a note, not a failed write)."""
+    wrote: list[str] = []
+    notes: list[str] = []
+    failed = False
+    writers: list[tuple[Path | None, Callable[[], str]]] = [
+        (outputs.output, lambda: _keep_output(diagnoses, outputs.output, force=outputs.force,
+                                              protected=protected)),
+        (outputs.write_fix, lambda: _write_fix(diagnoses, outputs.write_fix, force=outputs.force,
+                                               protected=protected)),
+    ]
+    for wanted, write in writers:
+        if wanted is None:
+            continue
+        try:
+            wrote.append(write())
+        except (RefusedWrite, OutputError) as exc:
+            notes.append(str(exc))
+            failed = True
+        except UsageError as exc:
+            notes.append(str(exc))
+    return wrote, notes, failed
 
 
 def _check_target(path: Path) -> None:
@@ -174,11 +190,9 @@ def protected_paths(target: Path, kind: str) -> tuple[Path, ...]:
     return tuple(paths)
 
 
-def _check_outputs(
-    output: Path | None, report: Path | None, write_fix: Path | None, *, force: bool,
-    protected: tuple[Path, ...],
-) -> None:
+def _check_outputs(outputs: Outputs, protected: tuple[Path, ...]) -> None:
     """Every output path is checked before the run, so a bad one costs no export."""
+    output, report, write_fix, force = outputs.output, outputs.report, outputs.write_fix, outputs.force
     if output is not None and report is not None and os.path.abspath(output) == os.path.abspath(report):
         raise UsageError(f"--output and --report are both {output}; give two paths")
     for path, what in ((output, "--output"), (report, "--report")):
@@ -208,10 +222,8 @@ def _check_input_names(path: Path, shapes: dict[str, list[int]]) -> None:
                          f"not have; its inputs are: {have}")
 
 
-def _print_result(
-    diagnoses: tuple[Diagnosis, ...], *, json_out: bool, quiet: bool, verbose: bool, wrote: list[str]
-) -> None:
-    if json_out:
+def _print_result(diagnoses: tuple[Diagnosis, ...], view: View, *, wrote: list[str]) -> None:
+    if view.json_out:
         from onnxdoctor.render.jsonout import to_json
 
         sys.stdout.write(to_json(diagnoses) + "\n")
@@ -226,12 +238,12 @@ def _print_result(
     if piped:
         console = Console(highlight=False, width=400)
     with console.capture() if piped else contextlib.nullcontext() as captured:
-        if quiet:
+        if view.quiet:
             for diagnosis in diagnoses:
                 for finding in diagnosis.findings:
                     console.print(plain_line(finding), soft_wrap=True)
         else:
-            render_diagnoses(console, diagnoses, verbose=verbose)
+            render_diagnoses(console, diagnoses, verbose=view.verbose)
             for line in wrote:
                 console.print(f"\n{line}", markup=False, highlight=False)
     if captured is not None:
