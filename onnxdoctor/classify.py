@@ -7,16 +7,27 @@ violations, parity), then the exception type chain, then the normalized message.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from onnxdoctor.codes import catch_all, get_code
-from onnxdoctor.model import ErrorInfo, Finding, Severity, Stage, StageOutcome, Status
+from onnxdoctor.model import (
+    DynamicShapesKeys,
+    ErrorInfo,
+    Finding,
+    FindingDetail,
+    IrTooNew,
+    Severity,
+    Stage,
+    StageOutcome,
+    Status,
+)
 from onnxdoctor.normalize import first_line, normalize_message
 
-DYNAMIC_SHAPES_KEYS = re.compile(
+_DYNAMIC_SHAPES_KEYS = re.compile(
     r"top-level keys must be the arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])"
 )
 # torch ends the sentence right after the name ("... namespace ns::op. If you are ..."): a name
@@ -191,7 +202,8 @@ def _classify_export(
     def make(code: str, message: str, **extra: Any) -> list[Finding]:
         return [
             _finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=None,
-                     source=source, opset=extra.get("opset", opset), evidence=evidence)
+                     source=source, opset=extra.get("opset", opset), evidence=evidence,
+                     detail=extra.get("detail"))
         ]
 
     match = _UNRECOGNIZED_NS.search(text)
@@ -217,10 +229,10 @@ def _classify_export(
     capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
     if capture:
         if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:
-            keys = DYNAMIC_SHAPES_KEYS.search(text)
+            keys = _DYNAMIC_SHAPES_KEYS.search(text)
             if keys:
                 return make("OD208", f"dynamic_shapes is keyed by {keys.group(2)}, but forward()'s "
-                                     f"arguments are {keys.group(1)}")
+                                     f"arguments are {keys.group(1)}", detail=_shape_keys(keys))
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         detail = _capture_message(text, base_dir, "")
         if "data-dependent" in text:
@@ -388,7 +400,8 @@ def _classify_ort_load(
     if match:
         found.append(_finding("OD403", Stage.ORT_LOAD,
                               f"the model's IR version {match.group(1)} is newer than this ONNX Runtime "
-                              f"supports (max {match.group(2)})", evidence=evidence))
+                              f"supports (max {match.group(2)})", evidence=evidence,
+                              detail=IrTooNew(int(match.group(1)), int(match.group(2)))))
     match = _OPSET_RT.search(text) if not found else None
     if match:
         opset = next((int(g) for g in match.groups() if g), None)
@@ -548,6 +561,17 @@ def _from_record(record: dict[str, Any], base_dir: str | None) -> Finding:
     )
 
 
+def _shape_keys(match: re.Match[str]) -> DynamicShapesKeys | None:
+    """torch's two key lists (`['x', 'y']`), read as data."""
+    try:
+        wanted, given = ast.literal_eval(match.group(1)), ast.literal_eval(match.group(2))
+    except (ValueError, SyntaxError):
+        return None
+    if not all(isinstance(k, str) for k in (*wanted, *given)):
+        return None
+    return DynamicShapesKeys(tuple(wanted), tuple(given))
+
+
 def _finding(
     code: str,
     stage: Stage,
@@ -558,6 +582,7 @@ def _finding(
     source: str | None = None,
     opset: int | None = None,
     evidence: tuple[str, ...] = (),
+    detail: FindingDetail | None = None,
 ) -> Finding:
     entry = get_code(code)
     return Finding(
@@ -570,6 +595,7 @@ def _finding(
         source=source,
         opset=int(opset) if opset is not None else None,
         evidence=evidence,
+        detail=detail,
     )
 
 

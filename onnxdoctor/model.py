@@ -109,18 +109,21 @@ class FixCheck:
     artifact: str | None = None
     # The stage that failed; None when every stage passed (a fix can still be wrong then: detail).
     failed_at: Stage | None = None
+    # The code of the error that remains (OD601, OD210, OD902 ...); None when there is none.
+    problem: str | None = None
+    # False when a precision-changing rewrite passed every stage but had no reference numbers.
+    numbers_checked: bool = True
 
     @property
     def failure(self) -> str:
         """Where a tried fix failed: the stage, or what was still wrong when every stage passed."""
         if self.failed_at is not None:
             return f"failed at {self.failed_at.value}"
-        if self.detail.startswith("numbers not checked"):
+        if not self.numbers_checked:
             return "every stage passes, numbers not checked"
-        code = self.detail.split(":", 1)[0] if self.detail.startswith("OD") else ""
-        if code.startswith("OD9"):  # the worker itself crashed or timed out between stages
-            return f"did not complete ({code})"
-        return f"every stage passes, but {code}" if code else "did not complete"
+        if self.problem and self.problem.startswith("OD9"):  # the worker died between stages
+            return f"did not complete ({self.problem})"
+        return f"every stage passes, but {self.problem}" if self.problem else "did not complete"
 
     @property
     def works(self) -> bool:
@@ -148,6 +151,26 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class IrTooNew:
+    """OD403's figures: the model's IR version and the newest the runtime reads."""
+
+    model_ir: int
+    max_ir: int
+
+
+@dataclass(frozen=True)
+class DynamicShapesKeys:
+    """OD208 with mis-keyed dynamic_shapes: forward()'s argument names and the keys given."""
+
+    wanted: tuple[str, ...]
+    given: tuple[str, ...]
+
+
+# What a classifier read from a library's message, kept as data for the fix families.
+FindingDetail = IrTooNew | DynamicShapesKeys
+
+
+@dataclass(frozen=True)
 class Finding:
     """One classified problem (or warning) with everything known about where it is."""
 
@@ -163,6 +186,8 @@ class Finding:
     fixes: tuple[Fix, ...] = ()
     # Popular advice that does not apply to the installed versions, said plainly.
     notes: tuple[str, ...] = ()
+    # Figures the classifier read, for the fix families (never parsed back out of `message`).
+    detail: FindingDetail | None = None
 
 
 @dataclass(frozen=True)

@@ -184,13 +184,17 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
     producer = next((o for o in outcomes if o.stage in (Stage.EXPORT, Stage.LOAD) and o.facts.get("onnx_path")
                      and o.status is Status.PASSED), None)
     findings = classify(outcomes, base_dir=str(target.path.parent)) + tool
+    numbers_checked = True
     if failed is None and not tool and reached is final:
-        problem = _still_wrong(findings, numbers.facts if numbers else {})
-        status, detail = (Status.FAILED, problem) if problem else (Status.PASSED, _passed_detail(final, numbers))
+        problem, text = _still_wrong(findings, numbers.facts if numbers else {})
+        numbers_checked = problem != _UNCHECKED
+        status, detail = (Status.FAILED, text) if text else (Status.PASSED, _passed_detail(final, numbers))
+        problem = problem if numbers_checked else None
     else:
         first = next((f for f in findings if f.severity is Severity.ERROR), None)
         status = failed.status if failed else Status.FAILED
         detail = f"{first.code}: {first.message}" if first else "did not complete"
+        problem = first.code if first else None
     return FixCheck(
         reached=reached,
         status=status,
@@ -200,21 +204,29 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
         detail=detail[:500],
         artifact=producer.facts.get("onnx_path") if producer else None,
         failed_at=failed.stage if failed else None,
+        problem=problem,
+        numbers_checked=numbers_checked,
     )
 
 
-def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> str | None:
-    """Why a fixed run that passed every stage still does not count as a fix (None: it does)."""
+_UNCHECKED = "unchecked"  # _still_wrong's code for a rewrite whose numbers were not compared
+
+
+def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Why a fixed run that passed every stage still does not count as a fix: (code, text), or
+    (None, None) when it does."""
     if any(f.code == "OD210" for f in findings):
-        return ("OD210: matches PyTorch on the example input only: the tracer froze a data-dependent "
-                "branch or value (rewrite it with torch.where or torch.cond)")
+        return "OD210", ("OD210: matches PyTorch on the example input only: the tracer froze a "
+                         "data-dependent branch or value (rewrite it with torch.where or torch.cond)")
     if numbers.get("reference_required") and str(numbers.get("reference", "")).startswith("not compared"):
         # A precision-changing rewrite is not a fix until its numbers have been seen.
-        return f"numbers not checked: {numbers['reference']}"
+        return _UNCHECKED, f"numbers not checked: {numbers['reference']}"
     if numbers.get("reference_mismatch"):
-        return f"OD601: against {numbers.get('reference')}: {numbers['reference_mismatch']}"
+        return "OD601", f"OD601: against {numbers.get('reference')}: {numbers['reference_mismatch']}"
     error = next((f for f in findings if f.severity is Severity.ERROR), None)
-    return f"{error.code}: {error.message}" if error else None  # e.g. dims that went static (OD208)
+    if error is None:
+        return None, None
+    return error.code, f"{error.code}: {error.message}"  # e.g. dims that went static (OD208)
 
 
 def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import ast
 import re
 
-from onnxdoctor.classify import DYNAMIC_SHAPES_KEYS
 from onnxdoctor.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix
 
 CODES = ("OD208",)
 
@@ -24,8 +23,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A key rename, torch's own Dim suggestions, or the way to keep a specialized dim dynamic."""
     if ctx.target_kind != "script":
         return []
-    text = "\n".join((finding.message, *finding.evidence))
-    rename = _key_rename(text)
+    rename = _key_rename(finding.detail) if isinstance(finding.detail, DynamicShapesKeys) else {}
     if rename:
         return [_rename_fix(rename)]
     suggested = [ln for ln in ctx.export_facts.get("dynamic_shapes_suggested", ()) if _SUGGESTION.match(ln)]
@@ -37,14 +35,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     return []
 
 
-def _key_rename(text: str) -> dict[str, str]:
-    match = DYNAMIC_SHAPES_KEYS.search(text)
-    if not match:
-        return {}
-    try:
-        wanted, given = ast.literal_eval(match.group(1)), ast.literal_eval(match.group(2))
-    except (ValueError, SyntaxError):
-        return {}
+def _key_rename(keys: DynamicShapesKeys) -> dict[str, str]:
+    wanted, given = keys.wanted, keys.given
     # Keys that are already arguments stay; the others pair with the arguments left, in order.
     strays = [key for key in given if key not in wanted]
     free = [name for name in wanted if name not in given]

@@ -6,14 +6,11 @@ for a model script (applied to the fresh export, then compared with PyTorch) and
 
 from __future__ import annotations
 
-import re
-
 from onnxdoctor.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix, IrTooNew, Stage
 
 CODES = ("OD402", "OD403")
 
-_MAX_IR = re.compile(r"\(max (\d+)\)")
 _TORCH_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "int64": "int64", "int32": "int32"}
 
 
@@ -24,10 +21,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         types = set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values())
         doubles = any("double" in t for t in types) or "double" in finding.message
         return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
-    if finding.code == "OD403":
-        match = _MAX_IR.search(finding.message)
-        if match:
-            return [_ir_fix(ctx, int(match.group(1)))]
+    if finding.code == "OD403" and isinstance(finding.detail, IrTooNew):
+        return [_ir_fix(ctx, finding.detail.max_ir)]
     return []
 
 

@@ -1,0 +1,217 @@
+"""The pure layer on hand-built records: no torch, no worker, milliseconds per test.
+
+Worker events -> stage ladder (judge.outcomes_for_run) -> findings (classify) -> fixes (families)
+-> fix verdicts (judge.fix_check); and the renderers against golden files (tests/goldens/).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from onnxdoctor.analysis.judge import fix_check, outcomes_for_run, prepare_findings
+from onnxdoctor.classify import classify
+from onnxdoctor.fixes import propose_fixes
+from onnxdoctor.model import (
+    Applicability,
+    DiagnoseOptions,
+    Diagnosis,
+    DynamicShapesKeys,
+    ErrorInfo,
+    Finding,
+    Fix,
+    FixCheck,
+    IrTooNew,
+    Severity,
+    Stage,
+    StageOutcome,
+    Status,
+)
+from onnxdoctor.render.console import render_diagnoses
+from onnxdoctor.render.markdown import to_markdown
+from onnxdoctor.target import Target
+from onnxdoctor.worker.protocol import WorkerResult
+
+GOLDENS = Path(__file__).resolve().parent / "goldens"
+SCRIPT = Target(path=Path("/models/model.py"), factory=None, kind="script")
+FILE = Target(path=Path("/models/model.onnx"), factory=None, kind="onnx")
+
+
+def _stage(run: str, stage: str, status: str = "passed", **extra: Any) -> dict[str, Any]:
+    return {"event": "stage", "run": run, "stage": stage, "status": status, "seconds": 0.5, **extra}
+
+
+def _result(events: list[dict[str, Any]], *, timed_out: bool = False, returncode: int | None = 0) -> WorkerResult:
+    return WorkerResult(events=events, returncode=returncode, ended_at=time.time(), timed_out=timed_out,
+                        seconds=3.0)
+
+
+# ---- events -> stage ladder ---------------------------------------------------------------------
+
+
+def test_a_stage_that_started_and_never_ended_is_crashed_and_the_rest_not_reached() -> None:
+    events = [{"event": "start", "run": "main", "stage": "load", "time": time.time()},
+              _stage("main", "load"),
+              {"event": "start", "run": "main", "stage": "export", "time": time.time()}]
+    outcomes, tool = outcomes_for_run(_result(events, returncode=-11), "main", SCRIPT)
+    assert [o.status for o in outcomes] == [Status.PASSED, Status.CRASHED] + [Status.SKIPPED] * 4
+    assert [f.code for f in tool] == ["OD901"] and "SIGSEGV" in tool[0].message
+
+
+def test_a_killed_worker_is_timed_out_at_the_stage_it_was_in() -> None:
+    events = [_stage("main", "load"), {"event": "start", "run": "main", "stage": "export", "time": time.time()}]
+    outcomes, tool = outcomes_for_run(_result(events, timed_out=True, returncode=-9), "main", SCRIPT)
+    assert outcomes[1].status is Status.TIMED_OUT
+    assert [f.code for f in tool] == ["OD902"]
+
+
+def test_an_onnx_file_has_no_export_or_parity_stage() -> None:
+    events = [_stage("main", s) for s in ("load", "check", "ort_load", "ort_run")] + [
+        {"event": "run_done", "run": "main"}]
+    outcomes, tool = outcomes_for_run(_result(events), "main", FILE)
+    assert [o.stage for o in outcomes] == [Stage.LOAD, Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN]
+    assert tool == [] and all(o.status is Status.PASSED for o in outcomes)
+
+
+# ---- outcomes -> findings -> fixes ----------------------------------------------------------------
+
+
+def _failed(stage: Stage, message: str, **facts: Any) -> StageOutcome:
+    error = ErrorInfo(type="builtins.RuntimeError", message=message)
+    return StageOutcome(stage, Status.FAILED, 0.1, error=error, facts=facts)
+
+
+def test_an_ir_version_too_new_is_OD403_with_its_figures_as_data() -> None:
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED), StageOutcome(Stage.CHECK, Status.PASSED),
+                _failed(Stage.ORT_LOAD, "Unsupported model IR version: 15, max supported IR version: 11")]
+    findings = classify(outcomes)
+    assert [f.code for f in findings][:1] == ["OD403"]
+    assert findings[0].detail == IrTooNew(model_ir=15, max_ir=11)
+    fixes = propose_fixes(findings[0], {"target": FILE, "outcomes": outcomes})
+    assert [f.recipe.get("onnx_transform", {}).get("ir_version") for f in fixes] == [11]
+
+
+def test_the_ir_fix_reads_the_figures_not_the_message() -> None:
+    finding = Finding("OD403", Stage.ORT_LOAD, Severity.ERROR, "reworded by someone (max 99)",
+                      detail=IrTooNew(model_ir=15, max_ir=10))
+    fixes = propose_fixes(finding, {"target": FILE, "outcomes": []})
+    assert [f.recipe["onnx_transform"]["ir_version"] for f in fixes] == [10]
+
+
+def test_mis_keyed_dynamic_shapes_get_the_key_rename_from_data() -> None:
+    finding = Finding("OD208", Stage.EXPORT, Severity.ERROR, "keys differ",
+                      detail=DynamicShapesKeys(wanted=("x", "mask"), given=("input", "mask")))
+    fixes = propose_fixes(finding, {"target": SCRIPT, "outcomes": []})
+    assert fixes and "'input' -> 'x'" in fixes[0].title + fixes[0].snippet
+
+
+def test_prepare_findings_pins_fixes_to_the_runs_exporter() -> None:
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED, facts={"training": True,
+                                                                "mode_sensitive_modules": ["drop (Dropout)"]}),
+                StageOutcome(Stage.EXPORT, Status.PASSED, facts={"exporter": "torchscript"}),
+                StageOutcome(Stage.CHECK, Status.PASSED), StageOutcome(Stage.ORT_LOAD, Status.PASSED),
+                StageOutcome(Stage.ORT_RUN, Status.PASSED),
+                StageOutcome(Stage.PARITY, Status.FAILED, facts={"code": "OD601", "max_abs_diff": 0.5},
+                             error=ErrorInfo("AssertionError", "output 0 differs"))]
+    findings = prepare_findings(outcomes, [], SCRIPT, DiagnoseOptions(), "torchscript")
+    recipes = [fix.recipe for f in findings for fix in f.fixes if fix.recipe]
+    assert recipes and all(r.get("exporter") for r in recipes)
+    assert any(r.get("kind") == "eval_mode" and r["exporter"] == "torchscript" for r in recipes)
+
+
+# ---- fix runs -> verdicts ------------------------------------------------------------------------
+
+
+def _fix_run(*stages: tuple[str, str], **parity: Any) -> WorkerResult:
+    events = [_stage("fix0", stage, status, facts=parity if stage == "parity" else {}) for stage, status in stages]
+    return _result([*events, {"event": "run_done", "run": "fix0"}])
+
+
+def test_a_fix_that_reaches_parity_with_numbers_works() -> None:
+    stages = [(s, "passed") for s in ("load", "export", "check", "ort_load", "ort_run", "parity")]
+    check = fix_check(_fix_run(*stages, max_abs_diff=1e-7), "fix0", SCRIPT)
+    assert check.works and check.reached is Stage.PARITY and check.max_abs_diff == 1e-7
+    assert check.problem is None and check.failure == "did not complete"  # never shown for a working fix
+
+
+def test_a_fix_that_stops_at_a_stage_says_where() -> None:
+    stages = [("load", "passed"), ("export", "passed"), ("check", "passed"), ("ort_load", "failed")]
+    check = fix_check(_fix_run(*stages), "fix0", SCRIPT)
+    assert not check.works and check.failed_at is Stage.ORT_LOAD
+    assert check.failure == "failed at ort_load"
+
+
+def test_a_precision_rewrite_without_reference_numbers_is_not_verified() -> None:
+    stages = [(s, "passed") for s in ("load", "check", "ort_load")]
+    events = [_stage("fix0", s) for s, _ in stages] + [
+        _stage("fix0", "ort_run", facts={"reference_required": True, "reference": "not compared: too big"}),
+        {"event": "run_done", "run": "fix0"}]
+    check = fix_check(_result(events), "fix0", FILE)
+    assert not check.works and not check.numbers_checked
+    assert check.failure == "every stage passes, numbers not checked"
+
+
+def test_a_fix_whose_numbers_differ_from_the_reference_names_OD601() -> None:
+    events = [_stage("fix0", s) for s in ("load", "check", "ort_load")] + [
+        _stage("fix0", "ort_run", facts={"reference": "the op at opset 20", "reference_mismatch": "output 0"}),
+        {"event": "run_done", "run": "fix0"}]
+    check = fix_check(_result(events), "fix0", FILE)
+    assert check.problem == "OD601" and check.failure == "every stage passes, but OD601"
+
+
+# ---- renderers against goldens ------------------------------------------------------------------
+
+
+def _diagnosis() -> Diagnosis:
+    verified = Fix("decompose", "Decompose mynamespace::myselu into standard ONNX ops",
+                   snippet="program = program.run_decompositions({op: impl})\n",
+                   applicability=Applicability.SAFE, cost="none at run time",
+                   check=FixCheck(reached=Stage.PARITY, status=Status.PASSED, max_abs_diff=6e-08, seconds=0.7,
+                                  detail="exports, loads, runs and matches PyTorch"),
+                   recipe={"kind": "decompose"})
+    failed = Fix("exporter", "Use the torchscript exporter (dynamo=False)", applicability=Applicability.UNSAFE,
+                 check=FixCheck(reached=Stage.CHECK, status=Status.FAILED, failed_at=Stage.ORT_LOAD,
+                                problem="OD401", detail="OD401: mynamespace:MYSELU(-1) is not a registered function/op"),
+                 recipe={"kind": "exporter"})
+    finding = Finding("OD203", Stage.EXPORT, Severity.ERROR,
+                      "custom op mynamespace::myselu has no ONNX export mapping (dynamo exporter)",
+                      op="mynamespace::myselu", source="model.py:31",
+                      evidence=("DispatchError: No ONNX function found",), fixes=(verified, failed),
+                      notes=("Downgrading torch does not help.",))
+    stages = (StageOutcome(Stage.LOAD, Status.PASSED, 2.1), StageOutcome(Stage.EXPORT, Status.FAILED, 2.08),
+              *(StageOutcome(s, Status.SKIPPED) for s in (Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN, Stage.PARITY)))
+    return Diagnosis(target="model.py", exporter="dynamo", stages=stages, findings=(finding,),
+                     versions={"torch": "2.13.0"})
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDENS / name
+    if os.environ.get("ONNXDOCTOR_UPDATE_GOLDENS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, "utf-8")
+    assert text == path.read_text("utf-8"), f"{name} changed; ONNXDOCTOR_UPDATE_GOLDENS=1 rewrites it"
+
+
+def test_console_output_matches_its_golden() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=100, color_system=None, highlight=False)
+    render_diagnoses(console, (_diagnosis(),))
+    _golden("console_od203.txt", "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
+
+
+def test_markdown_report_matches_its_golden() -> None:
+    _golden("report_od203.md", to_markdown((_diagnosis(),)))
+
+
+@pytest.mark.parametrize("name", ["console_od203.txt", "report_od203.md"])
+def test_goldens_hold_no_private_paths(name: str) -> None:
+    text = (GOLDENS / name).read_text("utf-8")
+    assert "/home/" not in text and "/tmp/" not in text and "\x1b" not in text
+    json.dumps(text)  # plain text
