@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnxdoctor.checks import NodePath, op_label, walk_nodes
-from onnxdoctor.onnxfile import node_bodies, safe_text
+from onnxdoctor.onnxfile import safe_text
+from onnxdoctor.onnxwalk import NodePath, node_bodies, op_label, walk_nodes
 from onnxdoctor.outputs import install
 
 if TYPE_CHECKING:

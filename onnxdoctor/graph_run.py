@@ -22,8 +22,8 @@ from onnxdoctor.safetext import printable
 if TYPE_CHECKING:
     import onnx
 
-    from onnxdoctor.checks import NodePath
     from onnxdoctor.graph import Drawing, Mark
+    from onnxdoctor.onnxwalk import NodePath
 
 FORMATS = ("svg", "png", "dot")
 INSTALL_HINT = (
@@ -86,7 +86,7 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
         if not library.is_file():
             raise UsageError(f"--custom-op-library {library}: no such file")
 
-    from onnxdoctor.checks import check_model_located, walk_nodes
+    from onnxdoctor.checks import check_model_located
     from onnxdoctor.graph import (
         DrawOptions,
         GraphvizError,
@@ -96,6 +96,7 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
         render,
     )
     from onnxdoctor.onnxfile import OnnxFileError, check_external_data, read_onnx
+    from onnxdoctor.onnxwalk import walk_nodes
 
     try:
         model = read_onnx(request.model, allow_missing_ir=True)
@@ -338,8 +339,8 @@ def _paths_for(
     finding: Finding, nodes: Sequence[tuple[NodePath, onnx.NodeProto]]
 ) -> tuple[NodePath, ...]:
     """Nodes a finding names: by node name, else every node of its op (OD401 names only the op)."""
-    from onnxdoctor.checks import op_label
     from onnxdoctor.onnxfile import safe_text
+    from onnxdoctor.onnxwalk import op_label
 
     if finding.node:
         by_name = tuple(p for p, n in nodes if safe_text(n.name) == finding.node)
@@ -377,9 +378,9 @@ def _print_summary(
     notes: Sequence[str],
     seconds: float,
 ) -> None:
-    from onnxdoctor.checks import op_label, walk_nodes
     from onnxdoctor.graph import describe_value
     from onnxdoctor.onnxfile import safe_text
+    from onnxdoctor.onnxwalk import op_label, walk_nodes
 
     if written is not None:
         if tool_findings and written.suffix == ".dot" and fmt != "dot":

@@ -439,24 +439,11 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 def _node_tensors(
     nodes: Iterable[onnx.NodeProto], subgraphs: list[onnx.GraphProto]
 ) -> Iterator[onnx.TensorProto]:
+    from onnxdoctor.onnxwalk import node_bodies  # onnxwalk reads names with safe_text
+
     for node in nodes:
         for attr in node.attribute:
             if attr.HasField("t"):
                 yield attr.t
             yield from attr.tensors
         subgraphs.extend(body for _, body in node_bodies(node))
-
-
-def node_bodies(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
-    """The subgraphs a node holds (If's branches, Loop's and Scan's bodies), each with its name:
-    the attribute's name, with `[k]` for the k-th graph of a graphs-valued attribute.
-
-    The one place that knows how subgraphs hang off a node; every walker goes through it.
-    """
-    bodies: list[tuple[str, onnx.GraphProto]] = []
-    for attr in node.attribute:
-        name = safe_text(attr.name)
-        if attr.HasField("g"):
-            bodies.append((name, attr.g))
-        bodies += [(f"{name}[{k}]", sub) for k, sub in enumerate(attr.graphs)]
-    return bodies
