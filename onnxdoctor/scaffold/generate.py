@@ -185,11 +185,19 @@ def _cuda_literal(num: E.Num) -> str:
 
 
 def _fragments(spec: OpSpec) -> dict[str, str]:
-    ins, attrs, lname = spec.inputs, spec.attrs, spec.lname
-    first = ins[0]
-    tree = spec.tree
-    todo_py = "    # WRITE THE MATH here (torch); the identity keeps the wiring testable until then.\n"
+    """Every template placeholder's text, backend by backend (the order matters: later parts read
+    earlier ones, e.g. the helpers scan the torch body)."""
     f: dict[str, str] = {}
+    for part in (_common_fragments, _torch_fragments, _autograd_fragments, _export_fragments,
+                 _python_kernel_fragments, _cxx_fragments, _cuda_fragments, _helper_fragments):
+        part(spec, f)
+    return f
+
+
+def _common_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """Names, documentation and the math marker shared by every file."""
+    ins, attrs, first = spec.inputs, spec.attrs, spec.inputs[0]
+    lname = spec.lname
     f["name"], f["lname"], f["namespace"] = spec.name, lname, spec.namespace
     f["domain"], f["qualified"], f["opset"] = spec.namespace, spec.qualified, str(spec.opset)
     f["domain_version"] = str(DOMAIN_VERSION)
@@ -221,6 +229,11 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
     )
     f["attr_suffixes"] = ", ".join(f"`{a.name}_{a.suffix}`" for a in attrs) or "none"
 
+
+def _torch_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """The torch.library op: signature, input checks, body."""
+    ins, attrs, first, tree = spec.inputs, spec.attrs, spec.inputs[0], spec.tree
+    todo_py = "    # WRITE THE MATH here (torch); the identity keeps the wiring testable until then.\n"
     py_attr = "".join(f", {a.name}: {a.type} = {a.literal()}" for a in attrs)
     f["py_params"] = ", ".join(f"{n}: torch.Tensor" for n in ins) + py_attr
     f["py_args"] = ", ".join(list(ins) + [a.name for a in attrs])
@@ -243,6 +256,10 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
     else:
         f["torch_body"] = todo_py + f"    return {first}.clone()"
 
+
+def _autograd_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """The autograd formula, derived from the expression."""
+    ins, attrs, tree = spec.inputs, spec.attrs, spec.tree
     # autograd
     if spec.has_math:
         lines: list[str] = []
@@ -271,6 +288,10 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
         f["typing_import"] = "from typing import Tuple"
         f["autograd_section"] = "# WRITE THE MATH: add an autograd formula (register_autograd) once the math exists."
 
+
+def _export_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """The TorchScript symbolic, the onnxscript translation and the example model."""
+    ins, attrs, first, tree = spec.inputs, spec.attrs, spec.inputs[0], spec.tree
     # TorchScript
     f["ts_parse_args"] = ", ".join(['"v"'] * len(ins) + [f'"{a.type[0]}"' for a in attrs])
     f["ts_params"] = ", ".join([f"{n}: Any" for n in ins] + [f"{a.name}: {a.type}" for a in attrs])
@@ -288,6 +309,11 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
     f["example_forward_params"] = ", ".join(f"{n}: torch.Tensor" for n in ins)
     f["example_call"] = ", ".join([f"{n}.transpose(0, 1)" for n in ins] + [f"self.{a.name}" for a in attrs])
 
+
+def _python_kernel_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """The numpy reference and the onnxruntime-extensions Python kernel."""
+    ins, attrs, first, tree = spec.inputs, spec.attrs, spec.inputs[0], spec.tree
+    py_attr = "".join(f", {a.name}: {a.type} = {a.literal()}" for a in attrs)
     # numpy / Python kernel
     f["np_params"] = ", ".join(f"{n}: np.ndarray" for n in ins) + py_attr
     f["np_body"] = (
@@ -303,6 +329,10 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
     f["pyop_attr_reads"] = "\n".join(f'        {a.name} = {a.type}(attributes["{a.name}"])' for a in attrs) or "        # no attributes"
     f["pyop_call"] = ", ".join(list(ins) + [a.name for a in attrs])
 
+
+def _cxx_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """The native ONNX Runtime CPU kernel."""
+    ins, attrs, first, tree = spec.inputs, spec.attrs, spec.inputs[0], spec.tree
     # C++
     f["cxx_element_params"] = ", ".join([f"C {n}" for n in ins] + [f"C {a.name}" for a in attrs])
     f["cxx_body"] = (
@@ -342,6 +372,10 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
         f"  double {a.name}_ = {a.literal()};" for a in attrs
     ) or "  // no attributes"
 
+
+def _cuda_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """The CUDA kernel and its ctypes launchers."""
+    ins, attrs, first, tree = spec.inputs, spec.attrs, spec.inputs[0], spec.tree
     # CUDA
     f["cuda_element_params"] = ", ".join([f"float {n}" for n in ins] + [f"float {a.name}" for a in attrs])
     f["cuda_body"] = (
@@ -360,6 +394,10 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
     f["cuda_c_params_bf16"] = ", ".join(f"const __nv_bfloat16* {n}" for n in ins)
     f["cuda_ctypes_attrs"] = "".join(f', ctypes.c_float(ATTRIBUTES["{a.name}"])' for a in attrs)
 
+
+def _helper_fragments(spec: OpSpec, f: dict[str, str]) -> None:
+    """Python helpers the printed expressions call, and the test attribute values."""
+    attrs = spec.attrs
     # Python helpers: only what the printed expressions call.
     op_code = f["torch_body"] + "\n" + f.get("backward_lines", "")
     f["py_helpers"], op_math = _helpers_for(op_code)
@@ -370,7 +408,6 @@ def _fragments(spec: OpSpec) -> dict[str, str]:
     # tests
     f["test_attr_values"] = ", ".join(f'"{a.name}": {_test_value(a)}' for a in attrs)
     f["test_attr_types"] = ", ".join(f'"{a.name}": onnx.AttributeProto.{"FLOAT" if a.type == "float" else "INT"}' for a in attrs)
-    return f
 
 
 # Helpers the printed Python may call; only those a package uses are written into it.
