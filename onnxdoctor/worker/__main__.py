@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from onnxdoctor.worker.run import main
+from onnxdoctor.worker.process import main
 
 if __name__ == "__main__":
     code = main(sys.argv[1:])

@@ -1,0 +1,191 @@
+"""Plain-data facts about the user's model, its tensors and its dynamic shapes."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+
+def _renamed_keys(dynamic_shapes: Any, rename: dict[str, str] | None) -> Any:
+    """`dynamic_shapes` with its top-level keys renamed (a fix for keys forward() does not have)."""
+    if not rename or not isinstance(dynamic_shapes, dict):
+        return dynamic_shapes
+    return {rename.get(key, key): value for key, value in dynamic_shapes.items()}
+
+
+def _with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
+    """`dynamic_shapes` refined by torch's own suggestions ("batch = Dim('batch', min=5)", "b = a").
+
+    torch parses its suggestion text itself (the same call torch.onnx makes when it relaxes Dims).
+    """
+    if not suggestions:
+        return dynamic_shapes
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    message = "Suggested fixes:\n" + "".join(f"  {line}\n" for line in suggestions)
+    return refine_dynamic_shapes_from_suggested_fixes(message, dynamic_shapes)
+
+
+def _torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
+    """torch.export's own verdict on the user's dynamic_shapes, which torch.onnx relaxes.
+
+    torch.onnx lets the export specialize a Dim, or keep it symbolic while dropping the guard
+    the model needs (batch >= 5), without a word: when its first capture raises a UserError about
+    the Dims, it retries with torch's suggestions. The same first capture here keeps that error,
+    which says which dim breaks what.
+    """
+    import torch
+
+    try:
+        # torch.onnx's own first attempt (its non-strict capture strategy), which it retries with
+        # relaxed Dims when torch raises a UserError about them.
+        from torch.onnx import _flags
+        from torch.onnx._internal.exporter import _capture_strategies
+
+        settings = (
+            _capture_strategies._patch_dynamic_shape_rnn_decompositions(dynamic_shapes),
+            torch.fx.experimental._config.patch(backed_size_oblivious=True),
+        )
+        deferred = {"prefer_deferred_runtime_asserts_over_guards": _flags.PREFER_DEFERRED_RUNTIME_ASSERTS_OVER_GUARDS}
+    except (ImportError, AttributeError):  # another torch: a plain export is the nearest judge
+        settings, deferred = (), {}
+    try:
+        with _quiet_torch_logs(), contextlib.ExitStack() as stack:
+            for setting in settings:
+                stack.enter_context(setting)
+            torch.export.export(
+                loaded.model, loaded.args, loaded.kwargs or None, dynamic_shapes=dynamic_shapes, strict=False,
+                **deferred,
+            )
+    except torch._dynamo.exc.UserError as exc:  # the Dims are wrong; any other failure is not our verdict
+        text = re.sub(r" For more information, run with TORCH_LOGS=\S+", "", str(exc))
+        lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+        kept = [ln for ln in lines if "error above occurred" not in ln]
+        suggested = [ln.strip() for ln in lines[lines.index("Suggested fixes:") + 1 :]] if "Suggested fixes:" in lines else []
+        return {
+            "dynamic_shapes_violation": "\n".join(kept[:8])[:1500],
+            "dynamic_shapes_suggested": [ln for ln in suggested if re.fullmatch(r"\w+ = .+", ln)][:8],
+        }
+    except Exception:  # a capture failure torch.onnx got past another way: not about the Dims
+        return {}
+    return {}
+
+
+def _model_facts(model: Any) -> dict[str, Any]:
+    opsets = {imp.domain or "ai.onnx": imp.version for imp in model.opset_import}
+    op_types = sorted({(n.domain or "ai.onnx") + "::" + n.op_type for n in model.graph.node})
+    return {
+        "ir_version": model.ir_version,
+        "opset_imports": opsets,
+        "written_opset": opsets.get("ai.onnx"),
+        "node_count": len(model.graph.node),
+        "op_types": op_types,
+        "aten_nodes": [n.name for n in model.graph.node if n.op_type == "ATen"][:20],
+        "graph_inputs": [i.name for i in model.graph.input],
+        "graph_outputs": [o.name for o in model.graph.output],
+    }
+
+
+def _fingerprint(model: Any, loaded: Any) -> dict[str, str]:
+    """What identifies the model a script built: class, tensors' names/shapes/dtypes and values,
+    and the example inputs' signature; compared across the fresh imports that verify fixes."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256(type(model).__qualname__.encode())
+    count = values = 0
+    state = model.state_dict() if isinstance(model, torch.nn.Module) else {}
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        count += 1
+        values += tensor.numel()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        try:
+            raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            digest.update(raw.numpy().tobytes())
+        except Exception:  # sparse, quantized or meta tensors: their signature has to do
+            pass
+    for tensor in _tensor_leaves((loaded.args, loaded.kwargs)):
+        digest.update(f"input:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+    summary = f"{type(model).__qualname__}, {count} tensors, {values} values"
+    return {"hash": digest.hexdigest()[:32], "summary": summary}
+
+
+def _finding_record(finding: Any) -> dict[str, Any]:
+    return {
+        "code": finding.code,
+        "severity": finding.severity.value,
+        "message": finding.message,
+        "op": finding.op,
+        "node": finding.node,
+        "opset": finding.opset,
+        "evidence": list(finding.evidence),
+        "source": finding.source,
+    }
+
+
+def _mode_sensitive_modules(model: Any) -> list[str]:
+    import torch
+
+    kinds = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, kinds):
+            found.append(f"{name or '<root>'} ({type(module).__name__})")
+    return found[:20]
+
+
+def _tensor_leaves(value: Any) -> list[Any]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    leaves, _ = pytree.tree_flatten(value)
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _none_leaves(value: Any) -> int:
+    """How many outputs PyTorch returns as None (exporters drop them from the graph)."""
+    if value is None:
+        return 0  # a bare None output is no output at all
+    if isinstance(value, (tuple, list)):
+        return sum(1 if item is None else _none_leaves(item) for item in value)
+    if isinstance(value, dict):
+        return sum(1 if item is None else _none_leaves(item) for item in value.values())
+    return 0
+
+
+def _describe(tensor: Any) -> dict[str, Any]:
+    return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", "")}
+
+
+def _dim(dim: Any) -> Any:
+    return dim if isinstance(dim, int) else str(dim)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return repr(value)[:200]
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Any:
+    """Keep torch's export logging out of the user's captured output where torch allows it."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

@@ -1,0 +1,97 @@
+"""The worker process: its entry point, its parent watch, and its early stop on a working fix."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from onnxdoctor.worker.protocol import (
+    PARENT_PID_ENV,
+    WorkerRequest,
+    WorkerResult,
+    append_event,
+    read_events,
+)
+from onnxdoctor.worker.run import Runner
+
+
+def _works(request: WorkerRequest, run_id: str) -> bool:
+    """The parent's own verdict on a fix run (stages and remaining findings), to stop early."""
+    from onnxdoctor.analysis.judge import fix_check
+
+    return fix_check(_result_so_far(request), run_id, _target(request)).works
+
+
+def _target(request: WorkerRequest) -> Any:
+    from onnxdoctor.target import Target
+
+    return Target(path=Path(request.target), factory=request.factory, kind=request.kind)
+
+
+def _result_so_far(request: WorkerRequest) -> WorkerResult:
+    events = list(read_events(request.events_path))
+    return WorkerResult(events=events, returncode=None, ended_at=time.time(), timed_out=False, seconds=0.0)
+
+
+def _plan(request: WorkerRequest) -> list[dict[str, Any]]:
+    """The parent's own fix proposals for the main run, computed here (pure code, no second import)."""
+    from onnxdoctor.analysis.judge import outcomes_for_run, prepare_findings, shared_fix_plan
+    from onnxdoctor.model import DiagnoseOptions
+
+    target = _target(request)
+    options = DiagnoseOptions(exporter=request.exporter, opset=request.opset, all_fixes=request.all_fixes)
+    outcomes, tool = outcomes_for_run(_result_so_far(request), "main", target, first_run=False)
+    exporter = next((o.facts.get("exporter") for o in outcomes if o.stage.value == "export"), None)
+    return shared_fix_plan(prepare_findings(outcomes, tool, target, options, exporter), options)
+
+
+def _die_with_parent(workdir: str) -> None:
+    """End this worker's whole group, and remove the run's folder, once the parent is gone.
+
+    The parent can die without a chance to clean up (SIGKILL, the OOM killer); nothing would then
+    bound this worker's time. A daemon thread polls the parent's pid.
+    """
+    import shutil
+    import signal
+    import threading
+
+    try:
+        parent = int(os.environ.get(PARENT_PID_ENV, ""))
+    except ValueError:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        shutil.rmtree(workdir, ignore_errors=True)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="onnxdoctor-parent-watch", daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    """Worker entry point: `python -m onnxdoctor.worker REQUEST.json`."""
+    import faulthandler
+
+    faulthandler.enable(file=sys.stderr, all_threads=False)
+    request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
+    _die_with_parent(request.workdir)
+    runner = Runner(request)
+    records, state = runner.run_once("main", request.apply_fix)
+    if records and records[0]["status"] == "passed":
+        for index, fix in enumerate(request.verify_fixes):
+            runner.run_once(f"fix{index}", fix, reuse=state)
+            if request.stop_on_success and _works(request, f"fix{index}"):
+                break
+        if request.plan_fixes and records[-1]["status"] != "passed":
+            plan = _plan(request)
+            append_event(request.events_path, {"event": "fix_plan", "recipes": plan})
+            for index, fix in enumerate(plan):
+                runner.run_once(f"plan{index}", fix, reuse=state)
+                if request.stop_on_success and _works(request, f"plan{index}"):
+                    break
+    append_event(request.events_path, {"event": "done"})
+    return 0

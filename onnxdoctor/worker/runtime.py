@@ -1,0 +1,204 @@
+"""ONNX Runtime sessions: the vetted model source, feeds, generated inputs, kernel facts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from onnxdoctor.worker.tracebacks import StageFailed, _first
+
+
+def _run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
+    try:
+        return list(session.run(None, feeds))
+    except Exception as exc:
+        text = str(exc)
+        code = "OD502" if ("INVALID_ARGUMENT" in text and "input" in text.lower()) else None
+        raise StageFailed(_first(exc), code) from exc
+
+
+def _feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
+    inputs = session.get_inputs()
+    arrays = [_to_numpy(t) for t in tensors]
+    if len(arrays) < len(inputs):
+        raise StageFailed(
+            f"the model has {len(inputs)} inputs but the example inputs hold {len(arrays)} tensors",
+            "OD502",
+        )
+    # Exporters drop unused inputs; a count mismatch then keeps the first ones in order.
+    return {i.name: a for i, a in zip(inputs, arrays)}
+
+
+def _to_numpy(tensor: Any) -> Any:
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.contiguous().numpy()
+
+
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+    "tensor(float16)": "float16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
+
+
+def _random_feeds(
+    session: Any, shapes: dict[str, list[int]], max_bytes: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Random inputs from the model's declared shapes (free dims as 2), within `max_bytes` total.
+
+    A 64-byte file can declare a [100000, 100000] input: the sizes are added up before anything
+    is allocated, and each array is generated in its own dtype (no float64 intermediate).
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    planned: list[tuple[str, str, list[int], Any]] = []
+    for item in session.get_inputs():
+        if item.type not in _ORT_TYPES:
+            raise StageFailed(
+                f"input {item.name!r} has type {item.type}; random inputs exist only for tensors of "
+                f"{', '.join(sorted(_ORT_TYPES))}",
+                "OD502",
+            )
+        if item.name in shapes:
+            shape = list(shapes[item.name])
+        else:
+            shape = [d if isinstance(d, int) and d >= 0 else 2 for d in item.shape]
+        planned.append((item.name, item.type, shape, np.dtype(_ORT_TYPES[item.type])))
+    sizes = {name: math.prod(shape) * dtype.itemsize for name, _, shape, dtype in planned}
+    total = sum(sizes.values())
+    if total > max_bytes:
+        biggest = max(sizes, key=lambda name: sizes[name])
+        shape = next(shape for name, _, shape, _ in planned if name == biggest)
+        raise StageFailed(
+            f"the inputs generated from the model's declared shapes would take {total / 2**20:.0f} MB "
+            f"(input {biggest!r} alone is {shape}), over the {max_bytes / 2**20:.0f} MB cap; give smaller "
+            f"shapes with --input-shape {biggest}=... or raise --max-input-mb",
+            "OD503", total_bytes=total, input=biggest,
+        )
+    feeds: dict[str, Any] = {}
+    described: list[dict[str, Any]] = []
+    try:
+        for name, type_name, shape, dtype in planned:
+            if dtype.kind == "f":
+                native = dtype if dtype in (np.float32, np.float64) else np.float32
+                value = rng.standard_normal(shape, dtype=native).astype(dtype, copy=False)
+            elif dtype.kind == "b":
+                value = rng.integers(0, 2, shape, dtype=np.uint8).astype(bool)
+            else:
+                value = rng.integers(0, 4, shape, dtype=dtype)
+            feeds[name] = value
+            described.append({"name": name, "type": type_name, "shape": shape})
+    except MemoryError:
+        raise StageFailed(
+            f"could not allocate {total / 2**20:.0f} MB of generated inputs; give smaller shapes with "
+            "--input-shape", "OD503", total_bytes=total,
+        ) from None
+    return feeds, described
+
+
+def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
+    """For "Could not find an implementation", the types ONNX Runtime's kernel table lists."""
+
+    from onnxdoctor.classify import NO_IMPLEMENTATION, NOT_REGISTERED_RT
+
+    match = NO_IMPLEMENTATION.search(message)
+    unregistered = NOT_REGISTERED_RT.search(message)
+    if unregistered and model is not None:
+        domain, op_type = unregistered.group(1), unregistered.group(2)
+        for node in model.graph.node:
+            if node.op_type == op_type and node.domain == domain:
+                return {"node": node.name or None, "op": f"{domain}::{op_type}" if domain else op_type}
+    if not match:
+        return {}
+    op_type, version, node = match.group(1), int(match.group(2)), match.group(3)
+    from onnxruntime.capi import _pybind_state as C
+
+    kernels = []
+    for kernel in C.get_all_opkernel_def():
+        if kernel.op_name != op_type or kernel.provider != "CPUExecutionProvider":
+            continue
+        kernels.append(
+            {
+                "domain": kernel.domain or "ai.onnx",
+                "since": kernel.version_range[0],
+                "until": kernel.version_range[1],
+                "types": {k: sorted(set(v)) for k, v in kernel.type_constraints.items()},
+            }
+        )
+    node_types: dict[str, str] = {}
+    if model is not None:
+        node_types = _node_input_types(model, node)
+    return {"op": op_type, "node": node, "op_version": version, "kernels": kernels, "node_types": node_types}
+
+
+def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        inferred = model
+    types: dict[str, str] = {}
+    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        if value.type.HasField("tensor_type"):
+            types[value.name] = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()
+    for init in inferred.graph.initializer:
+        types[init.name] = onnx.TensorProto.DataType.Name(init.data_type).lower()
+    for node in inferred.graph.node:
+        if node.name == node_name:
+            return {name: types.get(name, "?") for name in node.input if name}
+    return {}
+
+
+def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[Any]]:
+    """A user's model for ONNX Runtime without ever giving it a path to resolve (README, "Robustness").
+
+    ONNX Runtime follows hard links in external data, so it gets the model as bytes and the
+    external weights of the main graph as arrays that onnx read with its own containment checks
+    (LOAD vetted every reference); the bytes then stay small, whatever the weights weigh.
+    """
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    from onnxdoctor.onnxfile import OnnxFileError, external_refs, load_external_weights
+
+    names: list[str] = []
+    values: list[Any] = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loaded = onnx.TensorProto()
+        loaded.CopyFrom(tensor)
+        try:
+            load_external_data_for_tensor(loaded, str(model_dir))
+        except (onnx.checker.ValidationError, ValueError, OSError) as exc:
+            raise StageFailed(f"external data of {tensor.name} could not be read: {_first(exc)}", "OD112") from None
+        names.append(tensor.name)
+        values.append(ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(loaded)))
+    if len(names) < len(external_refs(model)):
+        # Weights in subgraphs or attributes cannot be handed over as initializers: inline them all.
+        full = onnx.ModelProto()
+        full.CopyFrom(model)
+        try:
+            load_external_weights(full, model_dir)
+        except OnnxFileError as exc:
+            raise StageFailed(exc.message, exc.code) from None
+        return full.SerializeToString(), [], []
+    return model.SerializeToString(), names, values

@@ -1,0 +1,218 @@
+"""Exceptions as plain data, and where in the user's files a failure comes from."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+from onnxdoctor.errors import CodedError
+from onnxdoctor.worker.facts import _jsonable
+
+
+class StageFailed(CodedError):
+    """A stage found a problem it can describe precisely (a code hint and facts)."""
+
+    def __init__(self, message: str, code: str | None = None, **facts: Any) -> None:
+        super().__init__(code, message)
+        self.facts = facts
+
+
+def exception_chain(
+    exc: BaseException, *, limit: int = 64, hidden_context: bool = False
+) -> list[BaseException]:
+    """`exc` and its causes, outermost first, each once.
+
+    `raise ... from None` hides the context from what is reported (`hidden_context` False); the
+    searches for the user's line look behind it too, since torch re-raises that way from its own
+    frames while the user's frame sits in the hidden context.
+    """
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < limit:
+        seen.add(id(current))
+        chain.append(current)
+        hide = current.__suppress_context__ and not hidden_context
+        current = current.__cause__ or (None if hide else current.__context__)
+    return chain
+
+
+def error_info(exc: BaseException) -> dict[str, Any]:
+    """Reduce an exception and its cause/context chain to plain data."""
+    chain: list[str] = []
+    messages: list[str] = []
+    for current in exception_chain(exc, limit=12):
+        chain.append(f"{type(current).__module__}.{type(current).__qualname__}")
+        try:
+            messages.append(str(current)[:8000])
+        except Exception:  # a user exception whose __str__ raises
+            messages.append(f"<{type(current).__name__}: message unavailable>")
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    return {
+        "type": chain[0],
+        "message": messages[0],
+        "chain": chain,
+        "chain_messages": messages[1:],
+        "traceback_tail": tail[-6000:],
+    }
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text
+
+
+def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
+    texts: list[str] = []
+    for item in caught:
+        text = f"{item.category.__name__}: {item.message}"
+        if text not in texts:
+            texts.append(text[:1000])
+    return texts[:30]
+
+
+def _source_from_frames(exc: BaseException, target: Path) -> str | None:
+    """The user's line from the node the exporter was converting when it failed.
+
+    The TorchScript exporter's frames hold a `node` whose sourceRange() is the Python stack;
+    the dynamo exporter's hold an FX `node` whose meta["stack_trace"] is.
+    """
+    for current in exception_chain(exc, hidden_context=True):
+        tb = current.__traceback__
+        while tb is not None:
+            node = tb.tb_frame.f_locals.get("node")
+            trace = ""
+            with contextlib.suppress(Exception):
+                if hasattr(node, "sourceRange"):
+                    trace = str(node.sourceRange())
+                elif hasattr(node, "meta"):
+                    trace = str(node.meta.get("stack_trace") or "")
+            found = _user_line_from_trace(trace, target) if trace else None
+            if found:
+                return found
+            tb = tb.tb_next
+    return None
+
+
+def _where_in_script(exc: BaseException, target: Path) -> str:
+    """'in get_model()' when a function of the script raised, 'while importing' for module code."""
+    functions = [
+        frame.name
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if Path(frame.filename).resolve() == target.resolve() and frame.name != "<module>"
+    ]
+    return f"in {functions[0]}()" if functions else "while importing"
+
+
+def _node_sources(model: Any, target: Path, limit: int = 5000) -> dict[str, str]:
+    """Node name -> the user's line that produced it, from the stack traces dynamo stores."""
+    sources: dict[str, str] = {}
+    for node in model.graph.node:
+        for prop in node.metadata_props:
+            if prop.key == "pkg.torch.onnx.stack_trace" and node.name:
+                line = _user_line_from_trace(prop.value, target)
+                if line:
+                    sources[node.name] = line
+        if len(sources) >= limit:
+            break
+    return sources
+
+
+def _user_line_from_trace(trace: str, target: Path) -> str | None:
+
+    best = None
+    for match in re.finditer(r'File "([^"]+)", line (\d+)', trace):
+        path = Path(match.group(1))
+        if path.resolve() == target.resolve() or path.parent.resolve() == target.parent.resolve():
+            best = f"{path.name}:{match.group(2)}"
+    return best
+
+
+def _symbolic_frame(exc: BaseException, target: Path) -> dict[str, Any] | None:
+    """The user's frame when torch.onnx called into the user's code and it failed there."""
+    folder = target.resolve().parent
+    seen_torch_onnx = False
+    found = None
+    for item in traceback.extract_tb(exc.__traceback__):
+        filename = item.filename.replace("\\", "/")
+        if "/torch/onnx/" in filename:
+            seen_torch_onnx = True
+            continue
+        try:
+            inside = Path(item.filename).resolve().parent == folder
+        except (OSError, ValueError):
+            inside = False
+        if inside and seen_torch_onnx:
+            found = {"source": f"{Path(item.filename).name}:{item.lineno}", "function": item.name,
+                     "line": (item.line or "").strip()}
+    return found
+
+
+def _custom_symbolics() -> dict[str, str]:
+    """Ops for which the user's script registered its own TorchScript symbolic -> function name."""
+    try:
+        from torch.onnx._internal.torchscript_exporter import registration
+    except ImportError:
+        return {}
+    found: dict[str, str] = {}
+    for name, group in registration.registry._registry.items():
+        overrides = getattr(getattr(group, "_functions", None), "_overrides", None)
+        if overrides:
+            function = next(iter(overrides.values()))
+            found[name] = getattr(function, "__name__", "")
+    return dict(sorted(found.items()))
+
+
+def _user_frame(exc: BaseException, target: Path) -> str | None:
+    """The innermost frame inside the user's folder, as file:line, searching the cause chain.
+
+    torch re-raises capture errors from its own frames; the user's line is in the original
+    exception's traceback, or in the message (`File "model.py", line 5`).
+    """
+    folder = target.resolve().parent
+    for current in exception_chain(exc, hidden_context=True):
+        best = None
+        for item in traceback.extract_tb(current.__traceback__):
+            try:
+                path = Path(item.filename).resolve()
+            except (OSError, ValueError):
+                continue
+            if path.parent == folder:
+                best = f"{path.name}:{item.lineno}"
+        if best is None:
+            best = _user_line_from_trace(str(current), target)
+        if best is not None:
+            return best
+        if isinstance(current, SyntaxError) and current.lineno:
+            return f"{target.name}:{current.lineno}"
+    return None
+
+
+def _locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
+    """Find the op's FX node through torch.export to learn the user's source line and call values."""
+    import torch
+
+    program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
+    wanted = op.replace("::", ".")
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name_of = getattr(node.target, "name", None)
+        name = str(name_of() if callable(name_of) else node.target)
+        if not (name == op or str(node.target).startswith(wanted) or name.startswith(op + ".")):
+            continue
+        facts: dict[str, Any] = {"fx_node": node.name}
+        trace = node.meta.get("stack_trace") or ""
+        source = _user_line_from_trace(trace, target)
+        if source:
+            facts["source"] = source
+        facts["call_args"] = [_jsonable(a) if not isinstance(a, torch.fx.Node) else "<tensor>" for a in node.args]
+        facts["call_kwargs"] = {
+            k: (_jsonable(v) if not isinstance(v, torch.fx.Node) else "<tensor>") for k, v in node.kwargs.items()
+        }
+        return facts
+    return {}
