@@ -141,7 +141,7 @@ class Fix:
     applicability: Applicability = Applicability.DISPLAY_ONLY
     cost: str = ""
     check: FixCheck | None = None
-    # Machine-readable recipe the worker applies when verifying (see onnxdoctor.fixes).
+    # Machine-readable recipe the worker applies when verifying (see onnxdoctor.analysis.fixes).
     recipe: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -34,9 +34,9 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
+from onnxdoctor.protocol import WorkerRequest, WorkerResult
 from onnxdoctor.supervise import run_worker
 from onnxdoctor.target import Target, parse_target
-from onnxdoctor.worker.protocol import WorkerRequest, WorkerResult
 
 EXPORTERS = ("dynamo", "torchscript", "both")
 
@@ -50,7 +50,7 @@ def diagnose(
 ) -> tuple[Diagnosis, ...]:
     """Diagnose a model script or ONNX file; one Diagnosis per exporter run.
 
-    Fix verification runs in fresh workers (see onnxdoctor.fixes); the returned findings carry
+    Fix verification runs in fresh workers (see onnxdoctor.analysis.fixes); the returned findings carry
     their fixes with `check` filled in when verified.
     """
     target = parse_target(target_text)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from onnxdoctor.worker.protocol import PARENT_PID_ENV, WorkerRequest, WorkerResult, read_events
+from onnxdoctor.protocol import PARENT_PID_ENV, WorkerRequest, WorkerResult, read_events
 
 OWNER_FILE = "owner.pid"
 HEAD_BYTES = 8 * 1024

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxdoctor.checks import check_model, check_model_located
+from onnxdoctor.onnxkit.checks import check_model, check_model_located
 from onnxdoctor.model import Severity, Stage
 
 vi = helper.make_tensor_value_info

@@ -23,7 +23,7 @@ import onnxdoctor.cli
 runner = CliRunner()
 results = []
 for args in json.loads(sys.argv[1]):
-    r = runner.invoke(onnxdoctor.cli.app, args)
+    r = runner.invoke(onnxdoctor.cli.commands.app, args)
     results.append({"args": args, "exit_code": r.exit_code, "stdout": r.stdout,
                     "exception": repr(r.exception) if r.exception and not isinstance(r.exception, SystemExit) else None})
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in json.loads(sys.argv[2]))

@@ -257,7 +257,7 @@ def test_merged_equal_dims_are_a_warning_with_torchs_suggestion() -> None:
 
 
 def test_key_rename_pairs_only_the_keys_that_are_not_arguments() -> None:
-    from onnxdoctor.fixes.dynamic_shapes import _key_rename
+    from onnxdoctor.analysis.fixes.dynamic_shapes import _key_rename
 
     text = ("top-level keys must be the arg names ['input_ids', 'attention_mask'] of `inputs`, "
             "but here they are ['attention_mask', 'ids']")

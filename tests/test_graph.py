@@ -296,7 +296,8 @@ def test_graph_help_imports_nothing_heavy() -> None:
 
 
 def test_default_max_nodes_is_one_number() -> None:
-    from onnxdoctor import graph, graph_cmd
+    from onnxdoctor.cli import graph as graph_cmd
+    from onnxdoctor.graph import drawing as graph
 
     assert graph_cmd.DEFAULT_MAX_NODES == graph.DEFAULT_MAX_NODES
 

@@ -15,7 +15,7 @@ from onnx import helper
 from typer.testing import CliRunner
 
 from onnxdoctor.cli import app
-from onnxdoctor.graph import _visible, dot_quote
+from onnxdoctor.graph.drawing import _visible, dot_quote
 
 HOSTILE = [
     'q"uote',

@@ -17,8 +17,8 @@ import pytest
 from rich.console import Console
 
 from onnxdoctor.analysis.judge import fix_check, outcomes_for_run, prepare_findings
-from onnxdoctor.classify import classify
-from onnxdoctor.fixes import propose_fixes
+from onnxdoctor.analysis.classify import classify
+from onnxdoctor.analysis.fixes import propose_fixes
 from onnxdoctor.model import (
     Applicability,
     DiagnoseOptions,
@@ -37,7 +37,7 @@ from onnxdoctor.model import (
 from onnxdoctor.render.console import render_diagnoses
 from onnxdoctor.render.markdown import to_markdown
 from onnxdoctor.target import Target
-from onnxdoctor.worker.protocol import WorkerResult
+from onnxdoctor.protocol import WorkerResult
 
 GOLDENS = Path(__file__).resolve().parent / "goldens"
 SCRIPT = Target(path=Path("/models/model.py"), factory=None, kind="script")

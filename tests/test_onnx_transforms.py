@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxdoctor.onnx_transforms import (
+from onnxdoctor.onnxkit.transforms import (
     TransformError,
     cast_around,
     expand_function,

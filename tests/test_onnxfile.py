@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxdoctor.onnxfile import OnnxFileError, check_external_data, read_onnx, safe_text
+from onnxdoctor.onnxkit.files import OnnxFileError, check_external_data, read_onnx, safe_text
 
 
 def _relu_model(node_name: str = "relu") -> onnx.ModelProto:

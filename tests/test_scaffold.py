@@ -117,7 +117,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: L
 
 def test_the_command_imports_no_heavy_library() -> None:
     code = (
-        "import sys; import onnxdoctor.scaffold.command, onnxdoctor.scaffold.generate; "
+        "import sys; import onnxdoctor.cli.scaffold, onnxdoctor.scaffold.generate; "
         "from onnxdoctor.scaffold.generate import build_spec, render_package; "
         "render_package(build_spec('MYSELU')); "
         "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'onnxscript', 'numpy') if m in sys.modules))"

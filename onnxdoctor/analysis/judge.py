@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from onnxdoctor.classify import classify
+from onnxdoctor.analysis.classify import classify
+from onnxdoctor.analysis.normalize import first_line, normalize_message
 from onnxdoctor.model import (
     ONNX_FILE_STAGES,
     PIPELINE_STAGES,
@@ -24,9 +25,8 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.normalize import first_line, normalize_message
+from onnxdoctor.protocol import WorkerResult
 from onnxdoctor.target import Target
-from onnxdoctor.worker.protocol import WorkerResult
 
 FLOOD_BYTES = 1024 * 1024
 
@@ -122,7 +122,7 @@ def prepare_findings(
     exporter: str | None,
 ) -> list[Finding]:
     """Classify a run and attach its fixes; the worker calls this too, to plan fix checks."""
-    from onnxdoctor.fixes import with_fixes
+    from onnxdoctor.analysis.fixes import with_fixes
 
     findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
     context = {"target": target, "outcomes": outcomes, "exporter": exporter, "options": options}

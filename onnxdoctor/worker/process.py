@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.worker.protocol import (
+from onnxdoctor.protocol import (
     PARENT_PID_ENV,
     WorkerRequest,
     WorkerResult,

@@ -17,6 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.protocol import (
+    WorkerRequest,
+    append_event,
+)
 from onnxdoctor.worker.facts import (
     _describe,
     _dim,
@@ -31,10 +35,6 @@ from onnxdoctor.worker.facts import (
     _tensor_leaves,
     _torch_export_verdict,
     _with_suggested_dims,
-)
-from onnxdoctor.worker.protocol import (
-    WorkerRequest,
-    append_event,
 )
 from onnxdoctor.worker.runtime import (
     _feeds_for_session,
@@ -233,7 +233,7 @@ class Runner:
         return facts
 
     def _stage_onnx_load(self, state: dict[str, Any]) -> dict[str, Any]:
-        from onnxdoctor.onnxfile import OnnxFileError, check_external_data, read_onnx
+        from onnxdoctor.onnxkit.files import OnnxFileError, check_external_data, read_onnx
 
         transform = state["fix"].get("onnx_transform")
         try:
@@ -259,7 +259,7 @@ class Runner:
         """Apply a fix's ONNX rewrite; keep the original (a reference) and save the result."""
         import onnx
 
-        from onnxdoctor.onnx_transforms import TransformError, apply_transform
+        from onnxdoctor.onnxkit.transforms import TransformError, apply_transform
 
         state["original_model"] = model
         try:
@@ -362,7 +362,7 @@ class Runner:
 
     def _export_failure_facts(self, exc: BaseException, loaded: Any, dynamo: bool) -> dict[str, Any]:
         """Op, node, source line and registry facts for an export failure (best effort)."""
-        from onnxdoctor.classify import extract_op
+        from onnxdoctor.analysis.classify import extract_op
 
         info = error_info(exc)
         op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
@@ -397,7 +397,7 @@ class Runner:
     def _stage_check(self, state: dict[str, Any]) -> dict[str, Any]:
         import onnx
 
-        from onnxdoctor.checks import check_model
+        from onnxdoctor.onnxkit.checks import check_model
 
         model = state.get("onnx_model")
         if model is None:
@@ -511,7 +511,7 @@ class Runner:
         ONNX Runtime cannot run (a cast around an op without a kernel) with onnx's own reference
         evaluator, on models small enough for it.
         """
-        from onnxdoctor.onnx_transforms import with_opset_import
+        from onnxdoctor.onnxkit.transforms import with_opset_import
         from onnxdoctor.worker.parity import compare_outputs
 
         original = state["original_model"]

@@ -114,7 +114,7 @@ def _random_feeds(
 def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
     """For "Could not find an implementation", the types ONNX Runtime's kernel table lists."""
 
-    from onnxdoctor.classify import NO_IMPLEMENTATION, NOT_REGISTERED_RT
+    from onnxdoctor.analysis.classify import NO_IMPLEMENTATION, NOT_REGISTERED_RT
 
     match = NO_IMPLEMENTATION.search(message)
     unregistered = NOT_REGISTERED_RT.search(message)
@@ -177,7 +177,7 @@ def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list
     from onnx import numpy_helper
     from onnx.external_data_helper import load_external_data_for_tensor
 
-    from onnxdoctor.onnxfile import OnnxFileError, external_refs, load_external_weights
+    from onnxdoctor.onnxkit.files import OnnxFileError, external_refs, load_external_weights
 
     names: list[str] = []
     values: list[Any] = []

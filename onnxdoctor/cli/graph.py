@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-# Repeated from onnxdoctor.graph (a test keeps them equal) so that --help imports nothing more.
+# Repeated from onnxdoctor.graph.drawing (a test keeps them equal) so that --help imports nothing more.
 DEFAULT_MAX_NODES = 5000
 
 
@@ -73,7 +73,7 @@ def graph_command(
 
     Exit status: 0 drawn and healthy, 1 drawn with findings (or Graphviz missing), 2 bad input.
     """
-    from onnxdoctor.graph_run import GraphRequest, run_graph
+    from onnxdoctor.graph.run import GraphRequest, run_graph
 
     code = run_graph(
         GraphRequest(

@@ -1,12 +1,12 @@
 """Runtime-side fixes: casts to types the kernel table lists, and models too new for the runtime.
 
-Both are rewrites of the ONNX file (onnxdoctor.onnx_transforms), so they are verified the same way
+Both are rewrites of the ONNX file (onnxdoctor.onnxkit.transforms), so they are verified the same way
 for a model script (applied to the fresh export, then compared with PyTorch) and for a `.onnx` file.
 """
 
 from __future__ import annotations
 
-from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, IrTooNew, Stage
 
 CODES = ("OD402", "OD403")
@@ -35,7 +35,7 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
     op = finding.op or "the op"
     rewrite = (
         "import onnx\n"
-        "from onnxdoctor.onnx_transforms import cast_around\n\n"
+        "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
         f"# Cast the inputs of every {op} node to {target} and its outputs back:\n"
     )
     transform = {"kind": "cast_around", "op": op, "to": target}
@@ -76,7 +76,7 @@ def _float32_fix(ctx: FixContext) -> Fix:
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = (
             "import onnx\n"
-            "from onnxdoctor.onnx_transforms import to_float32\n\n"
+            "from onnxdoctor.onnxkit.transforms import to_float32\n\n"
             "# Compute in float32; the inputs and outputs stay float64:\n"
             f"onnx.save(to_float32(onnx.load({ctx.target_name!r})), {stem + '-float32.onnx'!r})\n"
         )
@@ -86,7 +86,7 @@ def _float32_fix(ctx: FixContext) -> Fix:
             "model = model.float()\n"
             "example_inputs = tuple(t.float() if t.is_floating_point() else t for t in example_inputs)\n"
             "# or keep float64 inputs and outputs and rewrite the exported file:\n"
-            "#   from onnxdoctor.onnx_transforms import to_float32\n"
+            "#   from onnxdoctor.onnxkit.transforms import to_float32\n"
             "#   onnx.save(to_float32(onnx.load('model.onnx')), 'model.onnx')\n"
         )
     return Fix(

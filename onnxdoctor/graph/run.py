@@ -22,8 +22,8 @@ from onnxdoctor.safetext import printable
 if TYPE_CHECKING:
     import onnx
 
-    from onnxdoctor.graph import Drawing, Mark
-    from onnxdoctor.onnxwalk import NodePath
+    from onnxdoctor.graph.drawing import Drawing, Mark
+    from onnxdoctor.onnxkit.walk import NodePath
 
 FORMATS = ("svg", "png", "dot")
 INSTALL_HINT = (
@@ -86,8 +86,7 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
         if not library.is_file():
             raise UsageError(f"--custom-op-library {library}: no such file")
 
-    from onnxdoctor.checks import check_model_located
-    from onnxdoctor.graph import (
+    from onnxdoctor.graph.drawing import (
         DrawOptions,
         GraphvizError,
         GraphvizMissing,
@@ -95,8 +94,9 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
         find_graphviz,
         render,
     )
-    from onnxdoctor.onnxfile import OnnxFileError, check_external_data, read_onnx
-    from onnxdoctor.onnxwalk import walk_nodes
+    from onnxdoctor.onnxkit.checks import check_model_located
+    from onnxdoctor.onnxkit.files import OnnxFileError, check_external_data, read_onnx
+    from onnxdoctor.onnxkit.walk import walk_nodes
 
     try:
         model = read_onnx(request.model, allow_missing_ir=True)
@@ -126,7 +126,7 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
     placed = _dedupe(placed)
 
     marks: dict[NodePath, list[Mark]] = {}
-    from onnxdoctor.graph import Mark as MarkType
+    from onnxdoctor.graph.drawing import Mark as MarkType
 
     for item in placed:
         for path in item.paths:
@@ -339,8 +339,8 @@ def _paths_for(
     finding: Finding, nodes: Sequence[tuple[NodePath, onnx.NodeProto]]
 ) -> tuple[NodePath, ...]:
     """Nodes a finding names: by node name, else every node of its op (OD401 names only the op)."""
-    from onnxdoctor.onnxfile import safe_text
-    from onnxdoctor.onnxwalk import op_label
+    from onnxdoctor.onnxkit.files import safe_text
+    from onnxdoctor.onnxkit.walk import op_label
 
     if finding.node:
         by_name = tuple(p for p, n in nodes if safe_text(n.name) == finding.node)
@@ -378,9 +378,9 @@ def _print_summary(
     notes: Sequence[str],
     seconds: float,
 ) -> None:
-    from onnxdoctor.graph import describe_value
-    from onnxdoctor.onnxfile import safe_text
-    from onnxdoctor.onnxwalk import op_label, walk_nodes
+    from onnxdoctor.graph.drawing import describe_value
+    from onnxdoctor.onnxkit.files import safe_text
+    from onnxdoctor.onnxkit.walk import op_label, walk_nodes
 
     if written is not None:
         if tool_findings and written.suffix == ".dot" and fmt != "dot":
@@ -450,7 +450,7 @@ def _cap(values: list[str], limit: int = 6) -> list[str]:
 
 
 def _one_line(text: str, limit: int = 220) -> str:
-    from onnxdoctor.graph import _visible
+    from onnxdoctor.graph.drawing import _visible
 
     flat = _visible(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from onnxdoctor.model import Finding, Severity, Stage
-from onnxdoctor.onnxfile import safe_text
-from onnxdoctor.onnxwalk import NodePath, node_bodies, nodes_on_cycles, op_label, walk_nodes
+from onnxdoctor.onnxkit.files import safe_text
+from onnxdoctor.onnxkit.walk import NodePath, node_bodies, nodes_on_cycles, op_label, walk_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -54,7 +54,7 @@ def check_model(
     shape error), a per-node schema check, and our own structural checks.
 
     Args:
-        model: the model, normally from `onnxdoctor.onnxfile.read_onnx`.
+        model: the model, normally from `onnxdoctor.onnxkit.files.read_onnx`.
         model_dir: the model's folder; stripped from messages so they hold no absolute paths.
         max_per_kind: keep at most this many findings with the same code and op (the last kept one
             says how many more nodes share the problem); None keeps them all.
@@ -533,13 +533,13 @@ def _without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
 
     Given a ModelProto, the checker resolves external data against the current directory, not
     the model's folder: it would reject a correct model and stat files it should not. External
-    data is vetted by `onnxdoctor.onnxfile` instead; the checker sees empty tensors (their
+    data is vetted by `onnxdoctor.onnxkit.files` instead; the checker sees empty tensors (their
     shapes do not matter to it, and shape inference runs on the real model).
     """
     import onnx
     from onnx import TensorProto
 
-    from onnxdoctor.onnxfile import iter_tensors
+    from onnxdoctor.onnxkit.files import iter_tensors
 
     if not any(t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model)):
         return model
@@ -574,7 +574,7 @@ def _classify_checker_text(text: str) -> str:
 
 def _since_version(op_type: str, domain: str) -> int | None:
     """The first opset of `domain` that defines `op_type`, from onnx's own schemas."""
-    from onnxdoctor.onnx_transforms import first_opset
+    from onnxdoctor.onnxkit.transforms import first_opset
 
     return first_opset(op_type, domain)
 

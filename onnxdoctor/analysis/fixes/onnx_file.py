@@ -3,7 +3,7 @@ where it appears, or lower a model too new for the runtime."""
 
 from __future__ import annotations
 
-from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 
 CODES = ("OD301", "OD404")
@@ -14,7 +14,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "onnx":
         return []
     if finding.code == "OD301" and finding.op:
-        from onnxdoctor.onnx_transforms import first_opset, has_function_body
+        from onnxdoctor.onnxkit.transforms import first_opset, has_function_body
 
         op_type = finding.op.split("::")[-1]
         since = first_opset(op_type)
@@ -77,7 +77,7 @@ def _expand(finding: Finding, ctx: FixContext, op_type: str, since: int) -> Fix:
         title=f"Expand {finding.op} into its ONNX function body, keeping {at}",
         snippet=(
             "import onnx\n"
-            "from onnxdoctor.onnx_transforms import expand_function\n\n"
+            "from onnxdoctor.onnxkit.transforms import expand_function\n\n"
             f"model = onnx.load({ctx.target_name!r})\n"
             f"# Every {op_type} node becomes the standard ops that define it (from onnx's schema).\n"
             f"onnx.save(expand_function(model, {op_type!r}), {stem + '-expanded.onnx'!r})\n"

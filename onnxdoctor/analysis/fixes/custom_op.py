@@ -9,7 +9,7 @@ numbers. The Python kernel proves wiring, not speed: `onnxdoctor scaffold` write
 
 from __future__ import annotations
 
-from onnxdoctor.fixes._context import FixContext, OpArgument
+from onnxdoctor.analysis.fixes._context import FixContext, OpArgument
 from onnxdoctor.model import Applicability, Finding, Fix
 
 CODES = ("OD203", "OD401")

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnxdoctor.onnxfile import safe_text
-from onnxdoctor.onnxwalk import NodePath, node_bodies, op_label, walk_nodes
+from onnxdoctor.onnxkit.files import safe_text
+from onnxdoctor.onnxkit.walk import NodePath, node_bodies, op_label, walk_nodes
 from onnxdoctor.outputs import install
 
 if TYPE_CHECKING:
@@ -455,7 +455,7 @@ def build_drawing(
 
     Args:
         model: the model (read with `read_onnx`; weights are never needed).
-        marks: findings to draw, keyed by node path (see `onnxdoctor.checks.walk_nodes`).
+        marks: findings to draw, keyed by node path (see `onnxdoctor.onnxkit.checks.walk_nodes`).
         options: what to draw and how.
         title: a label for the whole picture (the model's file name).
 

@@ -179,7 +179,7 @@ def protected_paths(target: Path, kind: str) -> tuple[Path, ...]:
     paths = [target]
     if kind == "onnx":
         try:
-            from onnxdoctor.onnxfile import external_refs, read_onnx
+            from onnxdoctor.onnxkit.files import external_refs, read_onnx
 
             refs = [ref.location for ref in external_refs(read_onnx(target)) if ref.location]
             # A symlinked model reads its weights from its real folder; protect both readings.
@@ -208,7 +208,7 @@ def _check_outputs(outputs: Outputs, protected: tuple[Path, ...]) -> None:
 def _check_input_names(path: Path, shapes: dict[str, list[int]]) -> None:
     """--input-shape must name inputs the model has (a typo would be silently ignored)."""
     try:
-        from onnxdoctor.onnxfile import read_onnx, safe_text
+        from onnxdoctor.onnxkit.files import read_onnx, safe_text
 
         graph = read_onnx(path).graph
     except Exception:  # noqa: BLE001 - an unreadable file is LOAD's finding, not ours

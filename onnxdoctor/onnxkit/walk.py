@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from onnxdoctor.onnxfile import safe_text
+from onnxdoctor.onnxkit.files import safe_text
 
 if TYPE_CHECKING:
     import onnx

@@ -439,7 +439,7 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 def _node_tensors(
     nodes: Iterable[onnx.NodeProto], subgraphs: list[onnx.GraphProto]
 ) -> Iterator[onnx.TensorProto]:
-    from onnxdoctor.onnxwalk import node_bodies  # onnxwalk reads names with safe_text
+    from onnxdoctor.onnxkit.walk import node_bodies  # onnxwalk reads names with safe_text
 
     for node in nodes:
         for attr in node.attribute:

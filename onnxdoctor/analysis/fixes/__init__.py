@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from onnxdoctor.fixes import (
+from onnxdoctor.analysis.fixes import (
     aten_fallback,
     contrib_ops,
     control_flow,
@@ -24,7 +24,7 @@ from onnxdoctor.fixes import (
     opset,
     runtime,
 )
-from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Finding, Fix
 
 FAMILIES = (

@@ -441,7 +441,7 @@ def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of a graph and of its subgraphs."""
-    from onnxdoctor.onnxwalk import walk_nodes
+    from onnxdoctor.onnxkit.walk import walk_nodes
 
     return (node for _, node in walk_nodes(graph))
 

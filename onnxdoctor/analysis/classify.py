@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from onnxdoctor.analysis.normalize import first_line, normalize_message
 from onnxdoctor.codes import catch_all, get_code
 from onnxdoctor.model import (
     DynamicShapesKeys,
@@ -25,7 +26,6 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.normalize import first_line, normalize_message
 
 _DYNAMIC_SHAPES_KEYS = re.compile(
     r"top-level keys must be the arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])"

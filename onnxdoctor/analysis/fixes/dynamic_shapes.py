@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
-from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix
 
 CODES = ("OD208",)

@@ -17,10 +17,10 @@ from typing import Any
 import typer
 
 from onnxdoctor import __version__
+from onnxdoctor.cli.graph import graph_command
+from onnxdoctor.cli.scaffold import scaffold_command
 from onnxdoctor.errors import OnnxDoctorError, UsageError
-from onnxdoctor.graph_cmd import graph_command
 from onnxdoctor.safetext import printable
-from onnxdoctor.scaffold.command import scaffold_command
 
 app = typer.Typer(
     name="onnxdoctor",
@@ -122,7 +122,7 @@ def diagnose(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
 ) -> None:
     """Export, check, load, run and compare a model; name the first thing that breaks."""
-    from onnxdoctor.diagnose_cmd import Outputs, View, input_bytes, parse_input_shapes, run_diagnose
+    from onnxdoctor.cli.diagnose import Outputs, View, input_bytes, parse_input_shapes, run_diagnose
     from onnxdoctor.model import DiagnoseOptions
 
     options = DiagnoseOptions(

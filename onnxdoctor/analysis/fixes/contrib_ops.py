@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 
 CODES = ("OD201", "OD202")

@@ -7,7 +7,7 @@ snippet itself (in the script's globals) and exports the `program` it builds.
 
 from __future__ import annotations
 
-from onnxdoctor.fixes._context import FixContext
+from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 
 CODES = ("OD203",)

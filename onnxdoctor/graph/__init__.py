@@ -1,0 +1,1 @@
+"""`graph`: drawing ONNX graphs with their findings (layout, Graphviz)."""
