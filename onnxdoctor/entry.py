@@ -23,13 +23,14 @@ def _fast(argv: list[str]) -> int | None:
         print_codes(json_out=argv[-1] == "--json")
         return 0
     if len(argv) == 2 and argv[0] == "explain" and not argv[1].startswith("-") and not sys.stdout.isatty():
-        from onnxdoctor.codes import explanation, find_code
+        from onnxdoctor.errors import UsageError
+        from onnxdoctor.render.codes import print_explanation
 
-        match = find_code(argv[1])
-        if match is None:
-            print(f"onnxdoctor: error: unknown code {argv[1]!r}; `onnxdoctor codes` lists them", file=sys.stderr)
-            return 2
-        sys.stdout.write(explanation(match.code))
+        try:
+            print_explanation(argv[1])
+        except UsageError as exc:
+            print(f"onnxdoctor: error: {exc}", file=sys.stderr)
+            return exc.exit_code
         return 0
     return None
 

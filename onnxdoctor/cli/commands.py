@@ -19,7 +19,7 @@ import typer
 from onnxdoctor import __version__
 from onnxdoctor.cli.graph import graph_command
 from onnxdoctor.cli.scaffold import scaffold_command
-from onnxdoctor.errors import OnnxDoctorError, UsageError
+from onnxdoctor.errors import OnnxDoctorError
 from onnxdoctor.safetext import printable
 
 app = typer.Typer(
@@ -150,21 +150,9 @@ def diagnose(
 @_guarded
 def explain(code: str = typer.Argument(..., metavar="CODE", help="A code such as OD203, or its slug.")) -> None:
     """Print what a code means, why it happens, how to fix it, and an example."""
-    from rich.console import Console
+    from onnxdoctor.render.codes import print_explanation
 
-    from onnxdoctor.codes import explanation, find_code
-
-    match = find_code(code)
-    if match is None:
-        raise UsageError(f"unknown code {code.strip()!r}; `onnxdoctor codes` lists them")
-    text = explanation(match.code)
-    console = Console()
-    if console.is_terminal:
-        from rich.markdown import Markdown
-
-        console.print(Markdown(text))
-    else:
-        typer.echo(text, nl=False)
+    print_explanation(code)
 
 
 @app.command()
@@ -180,9 +168,21 @@ def codes(json_out: bool = typer.Option(False, "--json", help="Machine-readable 
 @_guarded
 def env(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Installed versions, the opsets each piece supports, and mismatches between them."""
-    from onnxdoctor.envinfo import run_env
+    import json
 
-    raise typer.Exit(run_env(json_out=json_out))
+    from onnxdoctor.envinfo import collect_env
+
+    facts = collect_env()
+    if json_out:
+        typer.echo(json.dumps(facts, indent=2))
+    else:
+        from rich.console import Console
+
+        from onnxdoctor.render.env import render_env
+
+        render_env(facts, Console())
+    # Warnings are mismatches the user should act on: exit 1, like findings.
+    raise typer.Exit(1 if facts["warnings"] else 0)
 
 
 def main() -> None:

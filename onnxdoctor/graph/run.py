@@ -22,7 +22,8 @@ from onnxdoctor.safetext import printable
 if TYPE_CHECKING:
     import onnx
 
-    from onnxdoctor.graph.drawing import Drawing, Mark
+    from onnxdoctor.graph.collect import Mark
+    from onnxdoctor.graph.drawing import Drawing
     from onnxdoctor.onnxkit.walk import NodePath
 
 FORMATS = ("svg", "png", "dot")
@@ -86,14 +87,8 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
         if not library.is_file():
             raise UsageError(f"--custom-op-library {library}: no such file")
 
-    from onnxdoctor.graph.drawing import (
-        DrawOptions,
-        GraphvizError,
-        GraphvizMissing,
-        build_drawing,
-        find_graphviz,
-        render,
-    )
+    from onnxdoctor.graph.drawing import DrawOptions, build_drawing
+    from onnxdoctor.graph.graphviz import GraphvizError, GraphvizMissing, find_graphviz, render
     from onnxdoctor.onnxkit.checks import check_model_located
     from onnxdoctor.onnxkit.files import OnnxFileError, check_external_data, read_onnx
     from onnxdoctor.onnxkit.walk import walk_nodes
@@ -126,7 +121,7 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
     placed = _dedupe(placed)
 
     marks: dict[NodePath, list[Mark]] = {}
-    from onnxdoctor.graph.drawing import Mark as MarkType
+    from onnxdoctor.graph.collect import Mark as MarkType
 
     for item in placed:
         for path in item.paths:
@@ -378,7 +373,7 @@ def _print_summary(
     notes: Sequence[str],
     seconds: float,
 ) -> None:
-    from onnxdoctor.graph.drawing import describe_value
+    from onnxdoctor.graph.collect import describe_value
     from onnxdoctor.onnxkit.files import safe_text
     from onnxdoctor.onnxkit.walk import op_label, walk_nodes
 

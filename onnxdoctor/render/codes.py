@@ -1,11 +1,12 @@
-"""Print the code table as a rich table or JSON."""
+"""Print the code table (a table, plain lines or JSON) and one code's explanation."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from onnxdoctor.codes import CODES
+from onnxdoctor.codes import CODES, explanation, find_code
+from onnxdoctor.errors import UsageError
 
 
 def codes_as_dicts() -> list[dict[str, str]]:
@@ -45,3 +46,22 @@ def print_codes(json_out: bool) -> None:
     for row in codes_as_dicts():
         table.add_row(row["code"], row["slug"], row["stage"], row["severity"], row["summary"])
     Console().print(table)
+
+
+def print_explanation(code: str) -> None:
+    """Print what a code means: rendered Markdown on a terminal, the plain text when piped.
+
+    Raises:
+        UsageError: no code or slug by that name.
+    """
+    match = find_code(code)
+    if match is None:
+        raise UsageError(f"unknown code {code.strip()!r}; `onnxdoctor codes` lists them")
+    text = explanation(match.code)
+    if not sys.stdout.isatty():
+        sys.stdout.write(text)
+        return
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console().print(Markdown(text))

@@ -1,0 +1,292 @@
+"""Reading a model into drawable items: ops, tensors, links, subgraph clusters, neighbourhoods."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from onnxdoctor.onnxkit.files import safe_text
+from onnxdoctor.onnxkit.walk import NodePath, node_bodies, op_label
+
+if TYPE_CHECKING:
+    import onnx
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A finding drawn on a node."""
+
+    code: str
+    severity: str  # "error" | "warning" | "info"
+    message: str
+
+
+@dataclass
+class _Item:
+    id: str
+    kind: str  # op | input | output | init | tensor | missing | more
+    lines: list[str]
+    tooltip: str
+    cluster: str | None = None
+    path: NodePath | None = None
+    domain: str = ""
+    marks: list[Mark] = field(default_factory=list)
+    order: int = 0
+
+
+@dataclass
+class _Link:
+    src: str
+    dst: str
+    tensor: str
+    dashed: bool = False
+
+
+@dataclass
+class _Cluster:
+    id: str
+    label: str
+    parent: str | None
+    owner: str
+
+
+@dataclass
+class _Model:
+    items: dict[str, _Item]
+    links: list[_Link]
+    clusters: dict[str, _Cluster]
+    op_ids: list[str]  # in model order, bodies right after their owner
+    tensor_info: dict[str, str]
+
+
+def _type_text(value_type: onnx.TypeProto) -> str:
+    """`float32[1,3,'batch']`-style text for a value's type."""
+
+    if value_type.HasField("tensor_type"):
+        tensor = value_type.tensor_type
+        dtype = _dtype_text(tensor.elem_type)
+        if not tensor.HasField("shape"):
+            return f"{dtype}[?]"
+        dims = []
+        for dim in tensor.shape.dim:
+            if dim.HasField("dim_value"):
+                dims.append(str(dim.dim_value))
+            elif dim.HasField("dim_param"):
+                dims.append(safe_text(dim.dim_param) or "?")
+            else:
+                dims.append("?")
+        return f"{dtype}[{','.join(dims)}]"
+    for kind in ("sequence_type", "map_type", "optional_type", "sparse_tensor_type"):
+        if value_type.HasField(kind):
+            return kind.replace("_type", "")
+    return "?"
+
+
+def _dtype_text(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
+    except (KeyError, ValueError, TypeError):
+        try:
+            return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "?"
+        except ValueError:
+            return "?"
+
+
+def _tensor_text(tensor: onnx.TensorProto) -> str:
+    return f"{_dtype_text(tensor.data_type)}[{','.join(str(d) for d in tensor.dims)}]"
+
+
+def describe_value(value: onnx.ValueInfoProto) -> str:
+    """`name: float32[1,3]` for a graph input or output."""
+    return f"{safe_text(value.name)}: {_type_text(value.type)}"
+
+
+def _shape_table(model: onnx.ModelProto) -> dict[str, str]:
+    """Known types of tensors (declared, plus what non-strict shape inference adds)."""
+    import onnx
+
+    table: dict[str, str] = {}
+    inferred = model
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - labels only; the check stage reports real errors
+        inferred = model
+    graph = inferred.graph
+    for value in (*graph.value_info, *graph.input, *graph.output):
+        table[safe_text(value.name)] = _type_text(value.type)
+    for tensor in graph.initializer:
+        table.setdefault(safe_text(tensor.name), _tensor_text(tensor))
+    return table
+
+
+def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
+    """Every op, graph input/output, initializer and data link, subgraphs as clusters."""
+    items: dict[str, _Item] = {}
+    links: list[_Link] = []
+    clusters: dict[str, _Cluster] = {}
+    op_ids: list[str] = []
+    tensor_info = _shape_table(model) if with_shapes else {}
+    counter = [0]
+
+    def new_id(prefix: str) -> str:
+        counter[0] += 1
+        return f"{prefix}{counter[0]}"
+
+    def add_item(item: _Item) -> _Item:
+        item.order = len(items)
+        items[item.id] = item
+        return item
+
+    main = model.graph
+    scope: dict[str, str] = {}
+    for value in main.input:
+        name = safe_text(value.name)
+        if name in scope:
+            continue
+        kind = "input"
+        item = add_item(
+            _Item(new_id("i"), kind, [name, _type_text(value.type)], describe_value(value))
+        )
+        scope[name] = item.id
+    for tensor in main.initializer:
+        name = safe_text(tensor.name)
+        if name in scope:  # an initializer also listed as an input (IR < 4): it is a weight
+            items[scope[name]].kind = "init"
+            continue
+        shape = tensor_info.get(name) or _tensor_text(tensor)
+        item = add_item(_Item(new_id("w"), "init", [name, shape], f"initializer {name}: {shape}"))
+        scope[name] = item.id
+    for sparse in main.sparse_initializer:
+        name = safe_text(sparse.values.name)
+        item = add_item(_Item(new_id("w"), "init", [name, "sparse"], f"sparse initializer {name}"))
+        scope.setdefault(name, item.id)
+    missing: dict[str, str] = {}
+
+    def walk(
+        graph: onnx.GraphProto,
+        prefix: NodePath,
+        cluster: str | None,
+        outer: Sequence[Mapping[str, str]],
+    ) -> dict[str, str]:
+        local: dict[str, str] = {}
+        chain = [local, *outer]
+        node_ids: list[str] = []
+        for index, node in enumerate(graph.node):
+            path = (*prefix, index)
+            name = safe_text(node.name)
+            label = op_label(node)
+            lines = [label] + ([name] if name else [])
+            tooltip = f"{label} {name!r}" if name else label
+            item = add_item(
+                _Item(new_id("n"), "op", lines, tooltip, cluster, path, safe_text(node.domain))
+            )
+            op_ids.append(item.id)
+            node_ids.append(item.id)
+            for out in node.output:
+                out = safe_text(out)
+                if out and out not in local:  # a duplicate producer is marked by the checker
+                    local[out] = item.id
+            for attr_name, body in node_bodies(node):
+                cid = new_id("cluster_")
+                clusters[cid] = _Cluster(
+                    cid,
+                    f"{node.op_type} {name!r} · {attr_name}"
+                    if name
+                    else f"{node.op_type} · {attr_name}",
+                    cluster,
+                    item.id,
+                )
+                body_scope: dict[str, str] = {safe_text(v.name): item.id for v in body.input}
+                for tensor in body.initializer:
+                    body_scope[safe_text(tensor.name)] = ""  # weights inside a body: not drawn
+                produced = walk(body, (*path, attr_name), cid, [body_scope, *chain])
+                for out in body.output:
+                    out_name = safe_text(out.name)
+                    source = produced.get(out_name) or _lookup([body_scope, *chain], out_name)
+                    if source:
+                        links.append(
+                            _Link(source, item.id, f"{attr_name}: {out_name}", dashed=True)
+                        )
+        # Inputs resolve after every producer in this graph is known, so that unsorted graphs
+        # and cycles are drawn as they are (the checker marks them).
+        for node_id, node in zip(node_ids, graph.node):
+            for inp in node.input:
+                inp = safe_text(inp)
+                if not inp:
+                    continue
+                source = _lookup(chain, inp)
+                if source is None:
+                    if inp not in missing:
+                        missing[inp] = add_item(
+                            _Item(
+                                new_id("m"),
+                                "missing",
+                                [inp, "(not defined)"],
+                                f"{inp} is not defined",
+                                cluster,
+                            )
+                        ).id
+                    source = missing[inp]
+                if source:
+                    links.append(_Link(source, node_id, inp))
+        return local
+
+    produced = walk(main, (), None, [scope])
+    for value in main.output:
+        name = safe_text(value.name)
+        item = add_item(
+            _Item(new_id("o"), "output", [name, _type_text(value.type)], describe_value(value))
+        )
+        source = produced.get(name) or scope.get(name)
+        if source:
+            links.append(_Link(source, item.id, name))
+    return _Model(items, links, clusters, op_ids, tensor_info)
+
+
+def _lookup(chain: Sequence[Mapping[str, str]], name: str) -> str | None:
+    for scope in chain:
+        if name in scope:
+            return scope[name]
+    return None
+
+
+def _neighbourhood(model: _Model, focus: str, radius: int) -> set[str] | None:
+    """Items within `radius` ops of the named node or tensor; None when the name is unknown."""
+    starts = [
+        i.id
+        for i in model.items.values()
+        if i.kind == "op" and len(i.lines) > 1 and i.lines[1] == focus
+    ]
+    starts += [
+        i.id
+        for i in model.items.values()
+        if i.kind in ("input", "output", "init") and i.lines[0] == focus
+    ]
+    for link in model.links:
+        if link.tensor == focus or link.tensor.endswith(f": {focus}"):
+            starts += [link.src, link.dst]
+    if not starts:
+        return None
+    adjacent: dict[str, set[str]] = defaultdict(set)
+    for link in model.links:
+        adjacent[link.src].add(link.dst)
+        adjacent[link.dst].add(link.src)
+    distance = {s: 0 for s in starts}
+    queue = deque(starts)
+    while queue:
+        current = queue.popleft()
+        if distance[current] >= radius:
+            continue
+        for nxt in adjacent[current]:
+            if nxt not in distance:
+                distance[nxt] = distance[current] + 1
+                queue.append(nxt)
+    return set(distance)
+
+
+def _op_names(model: _Model) -> list[str]:
+    return [model.items[i].lines[1] for i in model.op_ids if len(model.items[i].lines) > 1]

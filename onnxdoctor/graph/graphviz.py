@@ -1,0 +1,112 @@
+"""Running Graphviz on a drawing: finding the program, bounded PNG sizes, safe output."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from onnxdoctor.graph.drawing import Drawing
+
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from onnxdoctor.outputs import install
+
+
+class GraphvizMissing(Exception):
+    """The Graphviz program needed to render is not on PATH."""
+
+
+class GraphvizError(Exception):
+    """Graphviz ran but failed or timed out (one-line message)."""
+
+
+# PNG: Graphviz scales the drawing down to about this many pixels (cairo's cost grows with them).
+PNG_DPI = 72
+
+
+PNG_MAX_PIXELS = 12_000_000
+
+
+PNG_MAX_SIDE = 30_000  # cairo refuses surfaces above 32767 pixels a side
+
+
+PNG_SMALL_SIDE = 10_000  # pixels a side at most for a `dot` layout
+
+
+def find_graphviz(program: str = "dot") -> str | None:
+    """The Graphviz program (`dot`, `neato`) on PATH, or None."""
+    return shutil.which(program)
+
+
+def render(
+    drawing: Drawing, fmt: str, out: Path, *, timeout: float = 300.0, force: bool = True,
+    protected: tuple[Path, ...] = (),
+) -> None:
+    """Run Graphviz on the drawing and write `out` (svg or png) by the rules of onnxdoctor.outputs.
+
+    Raises:
+        GraphvizMissing: the program is not on PATH.
+        GraphvizError: Graphviz failed or ran past `timeout` seconds.
+    """
+    program, *flags = drawing.engine
+    binary = find_graphviz(program)
+    if binary is None:
+        raise GraphvizMissing(program)
+    args = [binary, *flags, f"-T{fmt}"]
+    if fmt == "png":
+        args += _png_size_flags(drawing)
+    out = Path(out)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    args += ["-o", tmp_name]
+    try:
+        try:
+            proc = subprocess.run(
+                args,
+                input=drawing.dot_text.encode("utf-8", "backslashreplace"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=timeout,
+                start_new_session=True,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise GraphvizError(
+                f"Graphviz `{program}` did not finish within {timeout:.0f} s; "
+                "draw less (--focus NODE --radius K, --max-nodes N) or use --svg"
+            ) from None
+        if proc.returncode != 0:
+            message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            first = next((m for m in message if m.strip()), f"exit status {proc.returncode}")
+            raise GraphvizError(f"Graphviz `{program}` failed: {first}")
+        # mkstemp creates the file 0600; the output should get the usual permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o666 & ~umask)
+        install(Path(tmp_name), out, force=force, what="-o", protected=protected)
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+
+
+def _png_size_flags(drawing: Drawing) -> list[str]:
+    """Bound a PNG: Graphviz scales the drawing down to fit `size` (inches) at `dpi`.
+
+    The layered layout's size is known: scale it to about PNG_MAX_PIXELS at PNG_DPI. A `dot`
+    layout (at most DOT_LAYOUT_LIMIT nodes) is only known after layout: draw it sharper, at 96
+    dpi, and let `size` cap each side at PNG_SMALL_SIDE pixels.
+    """
+    if drawing.size_inches is None:
+        side = PNG_SMALL_SIDE / 96
+        return ["-Gdpi=96", f"-Gsize={side:.1f},{side:.1f}"]
+    width, height = drawing.size_inches
+    area = max(width * height, 1e-6) * PNG_DPI * PNG_DPI
+    scale = min(1.0, math.sqrt(PNG_MAX_PIXELS / area))
+    w_in = min(width * scale, PNG_MAX_SIDE / PNG_DPI) + 0.5
+    h_in = min(height * scale, PNG_MAX_SIDE / PNG_DPI) + 0.5
+    return [f"-Gdpi={PNG_DPI}", f"-Gsize={w_in:.1f},{h_in:.1f}"]

@@ -1,0 +1,110 @@
+"""`onnxdoctor env` on a terminal: versions, opset and IR ranges, tools, mismatches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxdoctor.envinfo import NOT_INSTALLED
+
+
+def _fmt(value: Any, missing: str = "unknown") -> str:
+    return missing if value is None else str(value)
+
+
+def _opset_range(low: Any, high: Any) -> str:
+    return f"{_fmt(low)}-{_fmt(high)}" if low is not None or high is not None else "unknown"
+
+
+def render_env(env: dict[str, Any], console: Any) -> None:
+    """Print `collect_env`'s result as a rich table on `console` (a rich Console)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column("")
+    table.add_column("")
+    table.add_column("")
+    versions: dict[str, str] = env["versions"]
+    for index, (name, version) in enumerate(versions.items()):
+        style = "red" if version == NOT_INSTALLED else ""
+        table.add_row(
+            "packages" if index == 0 else "",
+            name,
+            f"[{style}]{escape(version)}[/]" if style else escape(version),
+        )
+    table.add_section()
+
+    ts, dyn = env["exporters"]["torchscript"], env["exporters"]["dynamo"]
+    if ts["available"]:
+        table.add_row(
+            "exporters",
+            "TorchScript (dynamo=False)",
+            f"opsets {_opset_range(ts['min_opset'], ts['max_opset'])} "
+            f"(up to {_fmt(ts['max_opset_with_warning'])} with a warning), "
+            f"default {_fmt(ts['default_opset'])}; deprecated",
+        )
+    else:
+        table.add_row(
+            "exporters", "TorchScript (dynamo=False)", "unavailable (torch not installed)"
+        )
+    if dyn["available"]:
+        table.add_row(
+            "",
+            "dynamo (dynamo=True, default)",
+            f"opset {_fmt(dyn['min_opset'])} natively "
+            f"(torchlib: opset {_fmt(dyn['torchlib_opset'])}), "
+            f"{_opset_range(dyn['min_opset'], dyn['max_opset'])} by version conversion, "
+            f"default {_fmt(dyn['default_opset'])}; writes IR {_fmt(dyn['ir_version'])}",
+        )
+        table.add_row(
+            "",
+            "",
+            "[dim]a failed conversion silently leaves the model at opset "
+            f"{_fmt(dyn['min_opset'])}[/]",
+        )
+    else:
+        table.add_row(
+            "", "dynamo (dynamo=True, default)", "unavailable (needs torch and onnxscript)"
+        )
+    table.add_section()
+
+    onnx_facts, ort = env["onnx"], env["onnxruntime"]
+    if onnx_facts.get("max_opset") is not None:
+        table.add_row(
+            "onnx",
+            "newest opset / IR version",
+            f"{onnx_facts['max_opset']} / {onnx_facts['ir_version']}",
+        )
+    else:
+        table.add_row(
+            "onnx", "newest opset / IR version", escape(onnx_facts.get("error") or NOT_INSTALLED)
+        )
+    if ort.get("max_opset") is not None:
+        table.add_row(
+            "onnxruntime",
+            "loads opsets / IR versions up to",
+            f"{ort['max_opset']} / {_fmt(ort.get('max_ir_version'))} [dim](probed)[/]",
+        )
+        table.add_row("", "execution providers", escape(", ".join(ort.get("providers", []))))
+    else:
+        table.add_row(
+            "onnxruntime",
+            "loads opsets / IR versions up to",
+            escape(ort.get("error") or NOT_INSTALLED),
+        )
+    table.add_section()
+
+    for index, (name, label) in enumerate((("dot", "Graphviz dot"), ("nvcc", "CUDA nvcc"))):
+        tool = env["tools"][name]
+        value = (
+            f"{_fmt(tool['version'], 'version unknown')}  [dim]{escape(tool['path'])}[/]"
+            if tool["found"]
+            else "not found"
+        )
+        table.add_row("tools" if index == 0 else "", label, value)
+    console.print(table)
+
+    for warning in env["warnings"]:
+        console.print(f"[yellow]warning[/] [bold]{warning['code']}[/] {escape(warning['message'])}")
+    if not env["warnings"]:
+        console.print("[green]no mismatches found[/]")
