@@ -19,7 +19,6 @@ from onnxdoctor.model import (
     DynamicShapesKeys,
     ErrorInfo,
     Finding,
-    FindingDetail,
     IrTooNew,
     Severity,
     Stage,
@@ -53,7 +52,6 @@ _OPSET_RT = re.compile(
 _OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|Unsupported onnx_opset_version: (\d+)|opset_version.*must be .*between|"
                           r"ONNX opset version (\d+) is not supported|opset version (\d+) is not supported by")
 _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
-_SOURCE_RANGE = re.compile(r"#\s*([\w.\-/]+\.py):(\d+):\d+")
 
 _CAPTURE_TYPES = (
     "torch._dynamo.exc.UserError",
@@ -69,6 +67,8 @@ _CAPTURE_TEXT = (
     "Dynamic control flow is not supported",
     "Could not extract specialized integer from data-dependent",
 )
+from onnxdoctor.analysis.cautions import _warnings
+from onnxdoctor.analysis.findings import _evidence, _finding, _from_record, _source_from_text
 
 
 def extract_op(text: str) -> str | None:
@@ -318,48 +318,6 @@ def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
     return any(m in text for m in markers) and "torch.onnx" in (error.traceback_tail + " ".join(error.chain))
 
 
-def _dynamic_dims_finding(export: StageOutcome, base_dir: str | None) -> Finding:
-    """OD208 for an export that succeeded although torch.export rejects the user's Dims."""
-    violation = str(export.facts.get("dynamic_shapes_violation") or "")
-    reason = next(
-        (ln.strip(" -") for ln in violation.splitlines() if "specialized" in ln or "Not all values" in ln
-         or "must always be" in ln), ""
-    )
-    suggested = [str(x) for x in export.facts.get("dynamic_shapes_suggested") or ()]
-    equalities = bool(suggested) and all(re.fullmatch(r"\w+ = [A-Za-z_]\w*", x) for x in suggested)
-    severity = Severity.ERROR
-    if export.facts.get("symbolic_input_dims") == 0:
-        message = (
-            "dynamic_shapes were requested but every input dimension of the exported model is static "
-            "(the model only accepts the example shapes)"
-        )
-    elif equalities:
-        # torch.onnx merged Dims the model needs equal: the model is right, the declaration was not.
-        severity = Severity.WARNING
-        message = f"torch.onnx merged dims the model needs equal ({'; '.join(suggested)}) without saying so"
-    else:
-        message = (
-            "torch.onnx relaxed the Dims without saying so"
-            + (f" (to {'; '.join(suggested)})" if suggested else "")
-            + ": the ONNX model cannot check that condition, so other sizes give wrong answers without "
-            "an error"
-        )
-    if reason:
-        # torch's first sentence names the dim; the rest is advice about mark_dynamic and Dim.DYNAMIC.
-        message += ": torch.export says " + normalize_message(_readable_guard(reason.split(". ")[0]),
-                                                             base_dir=base_dir, limit=240)
-    evidence = tuple(normalize_message(ln, base_dir=base_dir, limit=300) for ln in violation.splitlines()[:6])
-    if not evidence:
-        evidence = tuple(w for w in export.warnings if "dynamic" in w.lower() or "special" in w.lower())[:2]
-    return replace(_finding("OD208", Stage.EXPORT, message, evidence=evidence), severity=severity)
-
-
-def _readable_guard(text: str) -> str:
-    """torch's guard notation in the user's terms: L['x'].size()[0] is x.shape[0]."""
-    text = re.sub(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", r"\1.shape[\2]", text)
-    return re.sub(r" and [\w.\[\]]+ <= IntInfinity\(\)", "", text)
-
-
 def _capture_message(text: str, base_dir: str | None, default: str) -> str:
     for line in text.splitlines():
         line = re.sub(r"^<class '[\w.]+'>: ", "", line.strip())
@@ -443,124 +401,6 @@ def _kernel_lines(kernels: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]:
-    found: list[Finding] = []
-    by_stage = {s.stage: s for s in stages}
-    load = by_stage.get(Stage.LOAD)
-    export = by_stage.get(Stage.EXPORT)
-    if load and load.facts.get("training") and load.facts.get("mode_sensitive_modules"):
-        modules = load.facts["mode_sensitive_modules"]
-        found.append(
-            _finding(
-                "OD206",
-                Stage.EXPORT,
-                f"the model is in training mode and has {len(modules)} mode-sensitive module(s) "
-                f"({', '.join(modules[:3])}); the export and the outputs depend on it",
-                evidence=tuple(w for w in (export.warnings if export else ()) if "training" in w)[:2],
-            )
-        )
-    if export and export.status is Status.PASSED:
-        requested = export.facts.get("requested_opset")
-        written = export.facts.get("written_opset")
-        exporter = export.facts.get("exporter", "")
-        ceiling = export.facts.get("exporter_max_opset")
-        if requested and ((ceiling and int(requested) > int(ceiling)) or
-                          (written and exporter == "dynamo" and int(requested) > int(written))):
-            limit = f"its maximum is {ceiling}" if ceiling else f"it wrote opset {written} instead"
-            found.append(
-                _finding(
-                    "OD209",
-                    Stage.EXPORT,
-                    f"opset {requested} is beyond what the {exporter} exporter supports ({limit})",
-                    opset=int(requested),
-                    evidence=tuple(w for w in export.warnings if "opset" in w.lower())[:2],
-                )
-            )
-        elif requested and written and int(requested) != int(written):
-            found.append(
-                _finding(
-                    "OD207",
-                    Stage.EXPORT,
-                    f"opset {requested} was requested but the {export.facts.get('exporter', '')} exporter "
-                    f"wrote opset {written}",
-                    opset=int(written),
-                )
-            )
-    frozen = [w for w in (export.warnings if export else ()) if "might cause the trace to be incorrect" in w]
-    if export and export.status is Status.PASSED and frozen:
-        found.append(
-            _finding(
-                "OD210",
-                Stage.EXPORT,
-                "the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
-                "recorded only what the example input did: other inputs can give wrong results "
-                "without any error",
-                source=_warning_source(frozen[0], base_dir),
-                evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
-            )
-        )
-    if export and export.facts.get("dynamic_shapes_requested") and (
-        export.facts.get("symbolic_input_dims") == 0 or export.facts.get("dynamic_shapes_violation")
-    ):
-        found.append(_dynamic_dims_finding(export, base_dir))
-    parity = by_stage.get(Stage.PARITY)
-    nones = load.facts.get("none_outputs", 0) if load else 0
-    if parity and parity.status is Status.PASSED and nones:
-        total = len(load.facts.get("outputs", [])) + nones
-        found.append(
-            replace(
-                _finding(
-                    "OD602",
-                    Stage.PARITY,
-                    f"PyTorch returns {total} outputs, {nones} of them None; the ONNX model has "
-                    f"{total - nones}: the exporter drops None outputs, so code that unpacks "
-                    f"{total} values from ONNX Runtime breaks",
-                ),
-                severity=Severity.WARNING,
-            )
-        )
-    run = by_stage.get(Stage.ORT_RUN)
-    if run and run.status is Status.PASSED and "model_inputs" in run.facts:
-        names, given = run.facts["model_inputs"], run.facts.get("example_tensors", 0)
-        if len(names) < given:
-            found.append(
-                _finding(
-                    "OD502",
-                    Stage.ORT_RUN,
-                    f"the exported model takes {len(names)} input(s) ({', '.join(names)}) but the example "
-                    f"inputs hold {given} tensors: the exporter dropped unused input(s), so feeding the "
-                    "model by the original input names fails",
-                )
-            )
-    check = by_stage.get(Stage.CHECK)
-    if check and check.status is Status.PASSED:
-        for record in check.facts.get("findings", []):
-            found.append(_from_record(record, base_dir))
-    return found
-
-
-def _warning_source(text: str, base_dir: str | None) -> str | None:
-    match = re.search(r"([\w.\-/]+\.py):(\d+)", text)
-    if match and "site-packages" not in match.group(1):
-        return f"{match.group(1).rsplit('/', 1)[-1]}:{match.group(2)}"
-    return None
-
-
-def _from_record(record: dict[str, Any], base_dir: str | None) -> Finding:
-    code = record["code"]
-    return Finding(
-        code=code,
-        stage=get_code(code).stage,
-        severity=Severity(record.get("severity") or get_code(code).severity.value),
-        message=normalize_message(record.get("message", ""), base_dir=base_dir, limit=500),
-        op=record.get("op"),
-        node=record.get("node"),
-        source=record.get("source"),
-        opset=record.get("opset"),
-        evidence=tuple(normalize_message(e, base_dir=base_dir, limit=1500) for e in record.get("evidence", ())),
-    )
-
-
 def _shape_keys(match: re.Match[str]) -> DynamicShapesKeys | None:
     """torch's two key lists (`['x', 'y']`), read as data."""
     try:
@@ -570,66 +410,6 @@ def _shape_keys(match: re.Match[str]) -> DynamicShapesKeys | None:
     if not all(isinstance(k, str) for k in (*wanted, *given)):
         return None
     return DynamicShapesKeys(tuple(wanted), tuple(given))
-
-
-def _finding(
-    code: str,
-    stage: Stage,
-    message: str,
-    *,
-    op: str | None = None,
-    node: str | None = None,
-    source: str | None = None,
-    opset: int | None = None,
-    evidence: tuple[str, ...] = (),
-    detail: FindingDetail | None = None,
-) -> Finding:
-    entry = get_code(code)
-    return Finding(
-        code=code,
-        stage=stage,
-        severity=entry.severity,
-        message=message,
-        op=op,
-        node=node,
-        source=source,
-        opset=int(opset) if opset is not None else None,
-        evidence=evidence,
-        detail=detail,
-    )
-
-
-def _evidence(error: ErrorInfo | None, base_dir: str | None) -> tuple[str, ...]:
-    if error is None:
-        return ()
-    # The innermost cause names the problem most directly (DispatchError inside ConversionError).
-    items: list[str | None] = []
-    for kind, message in reversed(list(zip(error.chain[1:], error.chain_messages))):
-        items.append(_evidence_line(kind, normalize_message(message, base_dir=base_dir, limit=800)))
-    items.append(_evidence_line(error.type, normalize_message(error.message, base_dir=base_dir, limit=1500)))
-    return tuple(item for item in items if item is not None)[:4]
-
-
-def _short_type(qualified: str) -> str:
-    module, _, name = qualified.rpartition(".")
-    return name if module in ("builtins", "") else qualified
-
-
-def _evidence_line(kind: str, message: str) -> str | None:
-    # The worker's own StageFailed carries onnxdoctor's message, already the finding's: evidence is
-    # what the libraries said.
-    if kind.startswith("onnxdoctor."):
-        return None
-    return f"{_short_type(kind)}: {message}"
-
-
-def _source_from_text(text: str, base_dir: str | None) -> str | None:
-    for match in _SOURCE_RANGE.finditer(text):
-        path = match.group(1)
-        if "site-packages" in path or "/torch/" in path:
-            continue
-        return f"{path.rsplit('/', 1)[-1]}:{match.group(2)}"
-    return None
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

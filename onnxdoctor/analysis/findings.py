@@ -1,0 +1,94 @@
+"""Building findings: the code table's severity, evidence lines from exception chains, user source lines."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from onnxdoctor.analysis.normalize import normalize_message
+from onnxdoctor.codes import get_code
+from onnxdoctor.model import (
+    ErrorInfo,
+    Finding,
+    FindingDetail,
+    Severity,
+    Stage,
+)
+
+
+def _finding(
+    code: str,
+    stage: Stage,
+    message: str,
+    *,
+    op: str | None = None,
+    node: str | None = None,
+    source: str | None = None,
+    opset: int | None = None,
+    evidence: tuple[str, ...] = (),
+    detail: FindingDetail | None = None,
+) -> Finding:
+    entry = get_code(code)
+    return Finding(
+        code=code,
+        stage=stage,
+        severity=entry.severity,
+        message=message,
+        op=op,
+        node=node,
+        source=source,
+        opset=int(opset) if opset is not None else None,
+        evidence=evidence,
+        detail=detail,
+    )
+
+
+def _evidence(error: ErrorInfo | None, base_dir: str | None) -> tuple[str, ...]:
+    if error is None:
+        return ()
+    # The innermost cause names the problem most directly (DispatchError inside ConversionError).
+    items: list[str | None] = []
+    for kind, message in reversed(list(zip(error.chain[1:], error.chain_messages))):
+        items.append(_evidence_line(kind, normalize_message(message, base_dir=base_dir, limit=800)))
+    items.append(_evidence_line(error.type, normalize_message(error.message, base_dir=base_dir, limit=1500)))
+    return tuple(item for item in items if item is not None)[:4]
+
+
+def _short_type(qualified: str) -> str:
+    module, _, name = qualified.rpartition(".")
+    return name if module in ("builtins", "") else qualified
+
+
+def _evidence_line(kind: str, message: str) -> str | None:
+    # The worker's own StageFailed carries onnxdoctor's message, already the finding's: evidence is
+    # what the libraries said.
+    if kind.startswith("onnxdoctor."):
+        return None
+    return f"{_short_type(kind)}: {message}"
+
+
+def _source_from_text(text: str, base_dir: str | None) -> str | None:
+    for match in _SOURCE_RANGE.finditer(text):
+        path = match.group(1)
+        if "site-packages" in path or "/torch/" in path:
+            continue
+        return f"{path.rsplit('/', 1)[-1]}:{match.group(2)}"
+    return None
+
+
+_SOURCE_RANGE = re.compile(r"#\s*([\w.\-/]+\.py):(\d+):\d+")
+
+
+def _from_record(record: dict[str, Any], base_dir: str | None) -> Finding:
+    code = record["code"]
+    return Finding(
+        code=code,
+        stage=get_code(code).stage,
+        severity=Severity(record.get("severity") or get_code(code).severity.value),
+        message=normalize_message(record.get("message", ""), base_dir=base_dir, limit=500),
+        op=record.get("op"),
+        node=record.get("node"),
+        source=record.get("source"),
+        opset=record.get("opset"),
+        evidence=tuple(normalize_message(e, base_dir=base_dir, limit=1500) for e in record.get("evidence", ())),
+    )
