@@ -93,6 +93,7 @@ def graph_command(
             max_nodes=max_nodes,
             layout=layout,
             timeout=timeout,
-        )
+        ),
+        typer.echo,
     )
     raise typer.Exit(code)

@@ -7,12 +7,10 @@ import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import typer
 
 from onnxdoctor.errors import UsageError
 from onnxdoctor.model import Finding, Severity, Stage
@@ -67,8 +65,8 @@ class _Placed:
     paths: tuple[NodePath, ...]
 
 
-def run_graph(request: GraphRequest, echo: Any = None) -> int:
-    """Draw the model as asked; print the written path and a one-screen summary.
+def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
+    """Draw the model as asked; `echo` the written path and a one-screen summary.
 
     Returns:
         0 drawn with no error findings, 1 drawn with findings or Graphviz missing.
@@ -76,10 +74,10 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
     Raises:
         UsageError: bad options, unreadable model, refused overwrite (exit code 2).
     """
-    emit = echo or typer.echo
 
     def say(line: str) -> None:
-        emit(printable(line))  # names in a model or a path may hold terminal control characters
+        echo(printable(line))  # names in a model or a path may hold terminal control characters
+
     started = time.perf_counter()
     fmt, out = _output_path(request)
     saved = _load_saved_findings(request.from_json) if request.from_json else []
@@ -88,10 +86,7 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
             raise UsageError(f"--custom-op-library {library}: no such file")
 
     from onnxdoctor.graph.drawing import DrawOptions, build_drawing
-    from onnxdoctor.graph.graphviz import GraphvizError, GraphvizMissing, find_graphviz, render
-    from onnxdoctor.onnxkit.checks import check_model_located
-    from onnxdoctor.onnxkit.files import OnnxFileError, check_external_data, read_onnx
-    from onnxdoctor.onnxkit.walk import walk_nodes
+    from onnxdoctor.onnxkit.files import OnnxFileError, read_onnx
 
     try:
         model = read_onnx(request.model, allow_missing_ir=True)
@@ -100,34 +95,7 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
     if model.ir_version <= 0:
         say("warning: the model has no IR version; drawn anyway, but the checker and ONNX Runtime "
             "refuse it (set model.ir_version)")
-    model_dir = str(request.model.resolve().parent)
-    nodes = list(walk_nodes(model.graph))
-
-    placed: list[_Placed] = []
-    for problem in check_external_data(model, model_dir):
-        placed.append(
-            _Placed(Finding(problem.code, Stage.LOAD, Severity.ERROR, problem.message), ())
-        )
-    if request.check:
-        for located in check_model_located(model, model_dir=model_dir):
-            paths = (located.path,) if located.path is not None else ()
-            placed.append(_Placed(located.finding, paths))
-    notes: list[str] = []
-    if request.runtime:
-        runtime_findings, runtime_notes = _runtime_findings(request)
-        notes += runtime_notes
-        placed += [_Placed(f, _paths_for(f, nodes)) for f in runtime_findings]
-    placed += [_Placed(f, _paths_for(f, nodes)) for f in saved]
-    placed = _dedupe(placed)
-
-    marks: dict[NodePath, list[Mark]] = {}
-    from onnxdoctor.graph.collect import Mark as MarkType
-
-    for item in placed:
-        for path in item.paths:
-            marks.setdefault(path, []).append(
-                MarkType(item.finding.code, item.finding.severity.value, item.finding.message)
-            )
+    placed, notes = _place_findings(request, model, saved)
     options = DrawOptions(
         tensors=request.tensors,
         initializers=request.initializers,
@@ -138,65 +106,99 @@ def run_graph(request: GraphRequest, echo: Any = None) -> int:
         layout=request.layout,
     )
     try:
-        drawing = build_drawing(model, marks, options, title=request.model.name)
+        drawing = build_drawing(model, _marks(placed), options, title=request.model.name)
     except LookupError as exc:
         raise UsageError(str(exc).strip("'\"")) from None
     notes = drawing.notes + notes
-
-    written: Path | None = None
-    tool_findings: list[Finding] = []
-    protected = (request.model,)
-    if fmt == "dot":
-        write_file(out, drawing.dot_text, force=request.force, what="-o", protected=protected)
-        written = out
-    else:
-        program = drawing.engine[0]
-        if find_graphviz(program) is None:
-            dot_out = out.with_suffix(".dot")
-            write_file(dot_out, drawing.dot_text, force=request.force, what="the graph source",
-                       protected=protected)
-            written = dot_out
-            render_cmd = " ".join(
-                (
-                    *drawing.engine,
-                    f"-T{fmt}",
-                    _shell_quote(dot_out.name),
-                    "-o",
-                    _shell_quote(out.name),
-                )
-            )
-            tool_findings.append(
-                Finding(
-                    "OD002",
-                    Stage.TOOL,
-                    Severity.ERROR,
-                    f"Graphviz `{program}` is not on PATH, so no {fmt.upper()} was drawn; "
-                    f"{INSTALL_HINT}. Wrote {dot_out}; render it later with `{render_cmd}`",
-                )
-            )
-        else:
-            try:
-                render(drawing, fmt, out, timeout=request.timeout, force=request.force,
-                       protected=protected)
-            except GraphvizMissing:  # vanished between the check and the run
-                raise UsageError(f"Graphviz `{program}` is not on PATH; {INSTALL_HINT}") from None
-            except OSError as exc:  # e.g. the disk filled up while Graphviz wrote
-                raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-            except GraphvizError as exc:
-                dot_out = out.with_suffix(".dot")
-                try:
-                    write_file(dot_out, drawing.dot_text, force=request.force, what="the graph source",
-                               protected=protected)
-                except UsageError:
-                    raise UsageError(str(exc)) from None
-                raise UsageError(f"{exc} (the graph source is in {dot_out})") from None
-            written = out
+    written, tool_findings = _write_drawing(request, drawing, fmt, out)
     seconds = time.perf_counter() - started
     findings = [p.finding for p in placed] + tool_findings
     _print_summary(
         say, request, model, written, fmt, drawing, placed, tool_findings, notes, seconds
     )
     return 1 if any(f.severity is Severity.ERROR for f in findings) else 0
+
+
+def _place_findings(
+    request: GraphRequest, model: Any, saved: list[Finding]
+) -> tuple[list[_Placed], list[str]]:
+    """Every finding to draw (external data, checker, runtime, a saved diagnosis) on its nodes."""
+    from onnxdoctor.onnxkit.checks import check_model_located
+    from onnxdoctor.onnxkit.files import check_external_data
+    from onnxdoctor.onnxkit.walk import walk_nodes
+
+    model_dir = str(request.model.resolve().parent)
+    nodes = list(walk_nodes(model.graph))
+    placed: list[_Placed] = [
+        _Placed(Finding(problem.code, Stage.LOAD, Severity.ERROR, problem.message), ())
+        for problem in check_external_data(model, model_dir)
+    ]
+    if request.check:
+        for located in check_model_located(model, model_dir=model_dir):
+            paths = (located.path,) if located.path is not None else ()
+            placed.append(_Placed(located.finding, paths))
+    notes: list[str] = []
+    if request.runtime:
+        runtime_findings, runtime_notes = _runtime_findings(request)
+        notes += runtime_notes
+        placed += [_Placed(f, _paths_for(f, nodes)) for f in runtime_findings]
+    placed += [_Placed(f, _paths_for(f, nodes)) for f in saved]
+    return _dedupe(placed), notes
+
+
+def _marks(placed: list[_Placed]) -> dict[NodePath, list[Mark]]:
+    from onnxdoctor.graph.collect import Mark
+
+    marks: dict[NodePath, list[Mark]] = {}
+    for item in placed:
+        for path in item.paths:
+            marks.setdefault(path, []).append(
+                Mark(item.finding.code, item.finding.severity.value, item.finding.message)
+            )
+    return marks
+
+
+def _write_drawing(
+    request: GraphRequest, drawing: Drawing, fmt: str, out: Path
+) -> tuple[Path, list[Finding]]:
+    """Write the drawing as asked; without Graphviz, its .dot source and an OD002 finding."""
+    from onnxdoctor.graph.graphviz import GraphvizError, GraphvizMissing, find_graphviz, render
+
+    protected = (request.model,)
+    if fmt == "dot":
+        write_file(out, drawing.dot_text, force=request.force, what="-o", protected=protected)
+        return out, []
+    program = drawing.engine[0]
+    if find_graphviz(program) is None:
+        dot_out = out.with_suffix(".dot")
+        write_file(dot_out, drawing.dot_text, force=request.force, what="the graph source",
+                   protected=protected)
+        render_cmd = " ".join(
+            (*drawing.engine, f"-T{fmt}", _shell_quote(dot_out.name), "-o", _shell_quote(out.name))
+        )
+        missing = Finding(
+            "OD002",
+            Stage.TOOL,
+            Severity.ERROR,
+            f"Graphviz `{program}` is not on PATH, so no {fmt.upper()} was drawn; "
+            f"{INSTALL_HINT}. Wrote {dot_out}; render it later with `{render_cmd}`",
+        )
+        return dot_out, [missing]
+    try:
+        render(drawing, fmt, out, timeout=request.timeout, force=request.force, protected=protected)
+    except GraphvizMissing:  # vanished between the check and the run
+        raise UsageError(f"Graphviz `{program}` is not on PATH; {INSTALL_HINT}") from None
+    except OSError as exc:  # e.g. the disk filled up while Graphviz wrote
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except GraphvizError as exc:
+        dot_out = out.with_suffix(".dot")
+        try:
+            write_file(dot_out, drawing.dot_text, force=request.force, what="the graph source",
+                       protected=protected)
+        except UsageError:
+            raise UsageError(str(exc)) from None
+        raise UsageError(f"{exc} (the graph source is in {dot_out})") from None
+    return out, []
 
 
 # -- options and paths -------------------------------------------------------------------------
