@@ -17,99 +17,122 @@ from onnxdoctor.model import (
 
 
 def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]:
-    found: list[Finding] = []
+    """Findings that bite later, each from the facts of the stages that passed."""
     by_stage = {s.stage: s for s in stages}
-    load = by_stage.get(Stage.LOAD)
+    found: list[Finding] = []
+    for caution in (_training_mode, _opset_cautions, _frozen_trace, _static_dims, _none_outputs,
+                    _dropped_inputs, _checker_warnings):
+        found += caution(by_stage, base_dir)
+    return found
+
+
+_ByStage = dict[Stage, StageOutcome]
+
+
+def _training_mode(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
+    load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
+    if not (load and load.facts.get("training") and load.facts.get("mode_sensitive_modules")):
+        return []
+    modules = load.facts["mode_sensitive_modules"]
+    return [_finding(
+        "OD206",
+        Stage.EXPORT,
+        f"the model is in training mode and has {len(modules)} mode-sensitive module(s) "
+        f"({', '.join(modules[:3])}); the export and the outputs depend on it",
+        evidence=tuple(w for w in (export.warnings if export else ()) if "training" in w)[:2],
+    )]
+
+
+def _opset_cautions(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     export = by_stage.get(Stage.EXPORT)
-    if load and load.facts.get("training") and load.facts.get("mode_sensitive_modules"):
-        modules = load.facts["mode_sensitive_modules"]
-        found.append(
-            _finding(
-                "OD206",
-                Stage.EXPORT,
-                f"the model is in training mode and has {len(modules)} mode-sensitive module(s) "
-                f"({', '.join(modules[:3])}); the export and the outputs depend on it",
-                evidence=tuple(w for w in (export.warnings if export else ()) if "training" in w)[:2],
-            )
-        )
-    if export and export.status is Status.PASSED:
-        requested = export.facts.get("requested_opset")
-        written = export.facts.get("written_opset")
-        exporter = export.facts.get("exporter", "")
-        ceiling = export.facts.get("exporter_max_opset")
-        if requested and ((ceiling and int(requested) > int(ceiling)) or
-                          (written and exporter == "dynamo" and int(requested) > int(written))):
-            limit = f"its maximum is {ceiling}" if ceiling else f"it wrote opset {written} instead"
-            found.append(
-                _finding(
-                    "OD209",
-                    Stage.EXPORT,
-                    f"opset {requested} is beyond what the {exporter} exporter supports ({limit})",
-                    opset=int(requested),
-                    evidence=tuple(w for w in export.warnings if "opset" in w.lower())[:2],
-                )
-            )
-        elif requested and written and int(requested) != int(written):
-            found.append(
-                _finding(
-                    "OD207",
-                    Stage.EXPORT,
-                    f"opset {requested} was requested but the {export.facts.get('exporter', '')} exporter "
-                    f"wrote opset {written}",
-                    opset=int(written),
-                )
-            )
+    if not (export and export.status is Status.PASSED):
+        return []
+    requested = export.facts.get("requested_opset")
+    written = export.facts.get("written_opset")
+    exporter = export.facts.get("exporter", "")
+    ceiling = export.facts.get("exporter_max_opset")
+    if requested and ((ceiling and int(requested) > int(ceiling)) or
+                      (written and exporter == "dynamo" and int(requested) > int(written))):
+        limit = f"its maximum is {ceiling}" if ceiling else f"it wrote opset {written} instead"
+        return [_finding(
+            "OD209",
+            Stage.EXPORT,
+            f"opset {requested} is beyond what the {exporter} exporter supports ({limit})",
+            opset=int(requested),
+            evidence=tuple(w for w in export.warnings if "opset" in w.lower())[:2],
+        )]
+    if requested and written and int(requested) != int(written):
+        return [_finding(
+            "OD207",
+            Stage.EXPORT,
+            f"opset {requested} was requested but the {exporter} exporter wrote opset {written}",
+            opset=int(written),
+        )]
+    return []
+
+
+def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
+    export = by_stage.get(Stage.EXPORT)
     frozen = [w for w in (export.warnings if export else ()) if "might cause the trace to be incorrect" in w]
-    if export and export.status is Status.PASSED and frozen:
-        found.append(
-            _finding(
-                "OD210",
-                Stage.EXPORT,
-                "the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
-                "recorded only what the example input did: other inputs can give wrong results "
-                "without any error",
-                source=_warning_source(frozen[0], base_dir),
-                evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
-            )
-        )
+    if not (export and export.status is Status.PASSED and frozen):
+        return []
+    return [_finding(
+        "OD210",
+        Stage.EXPORT,
+        "the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
+        "recorded only what the example input did: other inputs can give wrong results "
+        "without any error",
+        source=_warning_source(frozen[0], base_dir),
+        evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
+    )]
+
+
+def _static_dims(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
+    export = by_stage.get(Stage.EXPORT)
     if export and export.facts.get("dynamic_shapes_requested") and (
         export.facts.get("symbolic_input_dims") == 0 or export.facts.get("dynamic_shapes_violation")
     ):
-        found.append(_dynamic_dims_finding(export, base_dir))
-    parity = by_stage.get(Stage.PARITY)
+        return [_dynamic_dims_finding(export, base_dir)]
+    return []
+
+
+def _none_outputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
+    load, parity = by_stage.get(Stage.LOAD), by_stage.get(Stage.PARITY)
     nones = load.facts.get("none_outputs", 0) if load else 0
-    if parity and parity.status is Status.PASSED and nones:
-        total = len(load.facts.get("outputs", [])) + nones
-        found.append(
-            replace(
-                _finding(
-                    "OD602",
-                    Stage.PARITY,
-                    f"PyTorch returns {total} outputs, {nones} of them None; the ONNX model has "
-                    f"{total - nones}: the exporter drops None outputs, so code that unpacks "
-                    f"{total} values from ONNX Runtime breaks",
-                ),
-                severity=Severity.WARNING,
-            )
-        )
+    if not (load and parity and parity.status is Status.PASSED and nones):
+        return []
+    total = len(load.facts.get("outputs", [])) + nones
+    finding = _finding(
+        "OD602",
+        Stage.PARITY,
+        f"PyTorch returns {total} outputs, {nones} of them None; the ONNX model has "
+        f"{total - nones}: the exporter drops None outputs, so code that unpacks "
+        f"{total} values from ONNX Runtime breaks",
+    )
+    return [replace(finding, severity=Severity.WARNING)]
+
+
+def _dropped_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     run = by_stage.get(Stage.ORT_RUN)
-    if run and run.status is Status.PASSED and "model_inputs" in run.facts:
-        names, given = run.facts["model_inputs"], run.facts.get("example_tensors", 0)
-        if len(names) < given:
-            found.append(
-                _finding(
-                    "OD502",
-                    Stage.ORT_RUN,
-                    f"the exported model takes {len(names)} input(s) ({', '.join(names)}) but the example "
-                    f"inputs hold {given} tensors: the exporter dropped unused input(s), so feeding the "
-                    "model by the original input names fails",
-                )
-            )
+    if not (run and run.status is Status.PASSED and "model_inputs" in run.facts):
+        return []
+    names, given = run.facts["model_inputs"], run.facts.get("example_tensors", 0)
+    if len(names) >= given:
+        return []
+    return [_finding(
+        "OD502",
+        Stage.ORT_RUN,
+        f"the exported model takes {len(names)} input(s) ({', '.join(names)}) but the example "
+        f"inputs hold {given} tensors: the exporter dropped unused input(s), so feeding the "
+        "model by the original input names fails",
+    )]
+
+
+def _checker_warnings(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     check = by_stage.get(Stage.CHECK)
-    if check and check.status is Status.PASSED:
-        for record in check.facts.get("findings", []):
-            found.append(_from_record(record, base_dir))
-    return found
+    if not (check and check.status is Status.PASSED):
+        return []
+    return [_from_record(record, base_dir) for record in check.facts.get("findings", [])]
 
 
 def _warning_source(text: str, base_dir: str | None) -> str | None:
