@@ -76,19 +76,8 @@ def run_worker(
     """Start `python -m onnxdoctor.worker`, watch it, and kill its whole group when done or late."""
     request_path = Path(request.workdir) / f"request-{time.monotonic_ns()}.json"
     request_path.write_text(request.to_json(), "utf-8")
-    env = dict(os.environ)
-    env.setdefault("PYTHONIOENCODING", "utf-8")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    # The worker watches this pid and ends itself (and its group) when the parent is gone.
-    env[PARENT_PID_ENV] = str(os.getpid())
-    # Libraries' own temporary files (torchinductor_*, ...) go into the run's folder, removed with it.
-    private_tmp = Path(request.workdir) / "tmp"
-    private_tmp.mkdir(exist_ok=True)
-    env["TMPDIR"] = str(private_tmp)
+    env = _worker_env(request)
     _become_subreaper()
-    # The package must be importable from the worker even when run from a source checkout.
-    package_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "onnxdoctor.worker", str(request_path)],
@@ -147,6 +136,24 @@ def run_worker(
         stderr_tail=err.tail_text(),
         output_bytes=out.total + err.total,
     )
+
+
+def _worker_env(request: WorkerRequest) -> dict[str, str]:
+    """The worker's environment: ours, plus what lets it find the package, its parent and its
+    private temporary folder."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONIOENCODING", "utf-8")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # The worker watches this pid and ends itself (and its group) when the parent is gone.
+    env[PARENT_PID_ENV] = str(os.getpid())
+    # Libraries' own temporary files (torchinductor_*, ...) go into the run's folder, removed with it.
+    private_tmp = Path(request.workdir) / "tmp"
+    private_tmp.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(private_tmp)
+    # The package must be importable from the worker even when run from a source checkout.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 def _kill_group(pid: int) -> None:
