@@ -162,7 +162,7 @@ def build_drawing(
 
     Args:
         model: the model (read with `read_onnx`; weights are never needed).
-        marks: findings to draw, keyed by node path (see `onnxdoctor.onnxkit.checks.walk_nodes`).
+        marks: findings to draw, keyed by node path (see `onnxdoctor.onnxkit.walk.walk_nodes`).
         options: what to draw and how.
         title: a label for the whole picture (the model's file name).
 
@@ -179,6 +179,47 @@ def build_drawing(
         if item.path is not None and item.path in marks:
             item.marks = list(marks[item.path])
     notes: list[str] = []
+    keep = _focus(collected, options, total_ops, notes)
+    keep = _cut_to_max_nodes(collected, options, keep, notes)
+    if keep is not None:
+        # Keep inputs/outputs/weights only where they touch a kept op.
+        touching = set(keep)
+        collected.items = {k: v for k, v in collected.items.items() if k in touching}
+        collected.links = [l for l in collected.links if l.src in touching and l.dst in touching]
+        used_clusters = {i.cluster for i in collected.items.values() if i.cluster}
+        for cid in list(used_clusters):
+            parent = collected.clusters[cid].parent
+            while parent:
+                used_clusters.add(parent)
+                parent = collected.clusters[parent].parent
+        collected.clusters = {k: v for k, v in collected.clusters.items() if k in used_clusters}
+    if not options.initializers:
+        hidden = {k for k, v in collected.items.items() if v.kind == "init"}
+        collected.items = {k: v for k, v in collected.items.items() if k not in hidden}
+        collected.links = [l for l in collected.links if l.src not in hidden]
+    if options.max_nodes:
+        _fold_boxes(collected, options.max_nodes, notes)
+    # Isolated inputs/outputs that lost all links through a cut stay: they are the interface.
+    drawn_ops = sum(1 for i in collected.items.values() if i.kind == "op")
+    labelled_edges = drawn_ops <= EDGE_LABEL_LIMIT
+    elements, edges = _elements(collected, options.tensors, labelled_edges)
+    layout = options.layout
+    if layout == "auto":
+        small = len(elements) <= DOT_LAYOUT_LIMIT and len(edges) <= 3 * DOT_LAYOUT_LIMIT
+        layout = "dot" if small else "layered"
+    if layout == "dot":
+        text = _pydot_text(
+            elements, edges, collected.clusters, options, title, quick=len(elements) > 300
+        )
+        return Drawing(text, "dot", total_ops, drawn_ops, notes)
+    from onnxdoctor.graph.layered import _layered_text  # it builds on this module's elements
+
+    text, size = _layered_text(elements, edges, collected.clusters, options, title)
+    return Drawing(text, "layered", total_ops, drawn_ops, notes, size)
+
+
+def _focus(collected: _Model, options: DrawOptions, total_ops: int, notes: list[str]) -> set[str] | None:
+    """The items within --radius of --focus (None: no focus, everything)."""
     keep: set[str] | None = None
     if options.focus is not None:
         keep = _neighbourhood(collected, options.focus, options.radius)
@@ -194,6 +235,13 @@ def build_drawing(
             f"focus: {kept_ops} of {total_ops} nodes within {options.radius} step(s) "
             f"of {options.focus!r}"
         )
+    return keep
+
+
+def _cut_to_max_nodes(
+    collected: _Model, options: DrawOptions, keep: set[str] | None, notes: list[str]
+) -> set[str] | None:
+    """Keep the first --max-nodes ops; the rest become one "more" box, with a note."""
     ops_in_view = [i for i in collected.op_ids if keep is None or i in keep]
     if options.max_nodes and len(ops_in_view) > options.max_nodes:
         allowed = set(ops_in_view[: options.max_nodes])
@@ -230,41 +278,7 @@ def build_drawing(
             if (link.src, link.dst) not in seen_pairs:
                 seen_pairs.add((link.src, link.dst))
                 collected.links.append(link)
-    if keep is not None:
-        # Keep inputs/outputs/weights only where they touch a kept op.
-        touching = set(keep)
-        collected.items = {k: v for k, v in collected.items.items() if k in touching}
-        collected.links = [l for l in collected.links if l.src in touching and l.dst in touching]
-        used_clusters = {i.cluster for i in collected.items.values() if i.cluster}
-        for cid in list(used_clusters):
-            parent = collected.clusters[cid].parent
-            while parent:
-                used_clusters.add(parent)
-                parent = collected.clusters[parent].parent
-        collected.clusters = {k: v for k, v in collected.clusters.items() if k in used_clusters}
-    if not options.initializers:
-        hidden = {k for k, v in collected.items.items() if v.kind == "init"}
-        collected.items = {k: v for k, v in collected.items.items() if k not in hidden}
-        collected.links = [l for l in collected.links if l.src not in hidden]
-    if options.max_nodes:
-        _fold_boxes(collected, options.max_nodes, notes)
-    # Isolated inputs/outputs that lost all links through a cut stay: they are the interface.
-    drawn_ops = sum(1 for i in collected.items.values() if i.kind == "op")
-    labelled_edges = drawn_ops <= EDGE_LABEL_LIMIT
-    elements, edges = _elements(collected, options.tensors, labelled_edges)
-    layout = options.layout
-    if layout == "auto":
-        small = len(elements) <= DOT_LAYOUT_LIMIT and len(edges) <= 3 * DOT_LAYOUT_LIMIT
-        layout = "dot" if small else "layered"
-    if layout == "dot":
-        text = _pydot_text(
-            elements, edges, collected.clusters, options, title, quick=len(elements) > 300
-        )
-        return Drawing(text, "dot", total_ops, drawn_ops, notes)
-    from onnxdoctor.graph.layered import _layered_text  # it builds on this module's elements
-
-    text, size = _layered_text(elements, edges, collected.clusters, options, title)
-    return Drawing(text, "layered", total_ops, drawn_ops, notes, size)
+    return keep
 
 
 def _fold_boxes(collected: _Model, limit: int, notes: list[str]) -> None:
