@@ -37,8 +37,9 @@ def _training_mode(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     return [_finding(
         "OD206",
         Stage.EXPORT,
-        f"the model is in training mode and has {len(modules)} mode-sensitive module(s) "
-        f"({', '.join(modules[:3])}); the export and the outputs depend on it",
+        f"the model is in training mode, and {len(modules)} mode-sensitive module(s) are too "
+        f"({', '.join(modules[:3])}{', ...' if len(modules) > 3 else ''}); the export and the "
+        "outputs depend on it",
         evidence=tuple(w for w in (export.warnings if export else ()) if "training" in w)[:2],
     )]
 

@@ -128,14 +128,19 @@ def _finding_record(finding: Any) -> dict[str, Any]:
 
 
 def _mode_sensitive_modules(model: Any) -> list[str]:
+    """Dropout and batch-norm modules that are themselves in training mode, named (all of them).
+
+    A wrapper's own mode says nothing about its children: a train-mode wrapper around an
+    `.eval()` model has no module that behaves differently, and is not reported.
+    """
     import torch
 
     kinds = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
-    found = []
-    for name, module in model.named_modules():
-        if isinstance(module, kinds):
-            found.append(f"{name or '<root>'} ({type(module).__name__})")
-    return found[:20]
+    return [
+        f"{name or '<root>'} ({type(module).__name__})"
+        for name, module in model.named_modules()
+        if isinstance(module, kinds) and module.training
+    ]
 
 
 def _tensor_leaves(value: Any) -> list[Any]:
