@@ -46,6 +46,16 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "pydot": ("pydot",),
 }
 
+# Libraries whose models users export, listed by `env` when installed. Those with compiled ops must
+# be built for the installed torch: PyPI's torchvision wheel for Linux is a CUDA build whose C++ ops
+# do not load beside a CPU torch, and then `import torchvision` (and timm, and transformers' vision
+# models) fails with "operator torchvision::nms does not exist".
+EXTENSIONS: tuple[str, ...] = (
+    "torchvision", "torchaudio", "timm", "transformers", "optimum", "openvino", "onnxconverter-common",
+)
+# torch 2.N pairs with torchvision 0.(N+15) and torchaudio 2.N.
+_COMPANION_MINOR_OFFSET = {"torchvision": 15, "torchaudio": 0}
+
 # Packages without which a pipeline stage or command cannot run at all (code OD001).
 _REQUIRED_FOR: dict[str, str] = {
     "torch": "exporting a model script (diagnose model.py)",
@@ -77,6 +87,46 @@ def package_versions() -> dict[str, str]:
             except importlib.metadata.PackageNotFoundError:
                 continue
     return versions
+
+
+def extension_versions() -> dict[str, str]:
+    """Installed versions of the model libraries in EXTENSIONS (only those installed)."""
+    found: dict[str, str] = {}
+    for dist in EXTENSIONS:
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _build_tag(version: str) -> str:
+    """`cpu`, `cu126`, `rocm6.3` from a local version label; PyPI's untagged Linux wheels are CUDA."""
+    local = version.partition("+")[2]
+    return local or "default (CUDA on Linux)"
+
+
+def extension_mismatches(torch_version: str, extensions: dict[str, str]) -> list[dict[str, str]]:
+    """OD099 warnings for compiled companions built for another torch (version or CPU/CUDA build)."""
+    warnings: list[dict[str, str]] = []
+    torch_minor = re.match(r"2\.(\d+)", torch_version)
+    for name, offset in _COMPANION_MINOR_OFFSET.items():
+        version = extensions.get(name)
+        if version is None or torch_version == NOT_INSTALLED:
+            continue
+        theirs = re.match(r"\d+\.(\d+)", version)
+        if torch_minor and theirs and int(theirs.group(1)) != int(torch_minor.group(1)) + offset:
+            warnings.append({"code": "OD099", "message": (
+                f"{name} {version} is built for another torch than torch {torch_version}; install the "
+                f"{name} release made for it (same index as torch), or its compiled ops fail to load")})
+            continue
+        torch_tag, their_tag = _build_tag(torch_version), _build_tag(version)
+        if torch_tag == "cpu" and their_tag != "cpu":
+            warnings.append({"code": "OD099", "message": (
+                f"{name} {version} is a {their_tag} build but torch {torch_version} is a CPU build: its "
+                f"C++ ops will not load (\"operator {name}::... does not exist\"); install it from the "
+                f"CPU index: pip install {name} --index-url https://download.pytorch.org/whl/cpu")})
+    return warnings
 
 
 # ---------------------------------------------------------------- torch exporters (no import)
@@ -443,6 +493,7 @@ def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
     """
     warnings: list[dict[str, str]] = []
     versions: dict[str, str] = env.get("versions", {})
+    warnings += extension_mismatches(versions.get("torch", NOT_INSTALLED), env.get("extensions", {}))
     for package, needed_for in _REQUIRED_FOR.items():
         if versions.get(package) == NOT_INSTALLED:
             warnings.append(
@@ -551,6 +602,7 @@ def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     env: dict[str, Any] = {
         "schema": ENV_SCHEMA,
         "versions": versions,
+        "extensions": extension_versions(),
         "exporters": exporters,
         "onnx": facts["onnx"],
         "onnxruntime": facts["onnxruntime"],

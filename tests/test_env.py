@@ -302,3 +302,24 @@ def test_a_probe_that_cannot_finish_is_a_warning_not_a_hang() -> None:
     env = _facts(28, 14)
     env["onnxruntime"] = facts["onnxruntime"]
     assert any(w["code"] == "OD099" for w in envinfo.mismatch_warnings(env))
+
+
+def test_companion_libraries_built_for_another_torch_are_named() -> None:
+    cuda_build = envinfo.extension_mismatches("2.13.0+cpu", {"torchvision": "0.28.0", "timm": "1.0"})
+    assert [w["code"] for w in cuda_build] == ["OD099"]
+    assert "CUDA on Linux" in cuda_build[0]["message"] and "download.pytorch.org/whl/cpu" in cuda_build[0]["message"]
+    other_torch = envinfo.extension_mismatches("2.13.0+cpu", {"torchvision": "0.22.0+cpu"})
+    assert "built for another torch" in other_torch[0]["message"]
+    assert envinfo.extension_mismatches("2.13.0+cpu", {"torchvision": "0.28.0+cpu", "torchaudio": "2.13.0+cpu"}) == []
+    assert envinfo.extension_mismatches("2.13.0", {"torchvision": "0.28.0"}) == []  # both CUDA builds
+
+
+def test_env_lists_installed_model_libraries() -> None:
+    import importlib.metadata
+
+    found = envinfo.extension_versions()
+    for name in envinfo.EXTENSIONS:
+        try:
+            assert found[name] == importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            assert name not in found

@@ -98,6 +98,16 @@ def test_an_ir_version_too_new_is_OD403_with_its_figures_as_data() -> None:
     assert [f.recipe.get("onnx_transform", {}).get("ir_version") for f in fixes] == [11]
 
 
+def test_a_torchscript_symbolic_that_gives_up_names_the_op_and_why() -> None:
+    message = ("Unsupported: ONNX export of operator Sort, Ascending is not supported. Please feel free "
+               "to request support or submit a pull request on PyTorch GitHub: https://github.com/pytorch")
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED),
+                _failed(Stage.EXPORT, message, exporter="torchscript")]
+    (finding,) = [f for f in classify(outcomes) if f.severity is Severity.ERROR]
+    assert finding.code == "OD299" and finding.op == "Sort"
+    assert "Ascending is not supported" in finding.message
+
+
 def test_the_ir_fix_reads_the_figures_not_the_message() -> None:
     finding = Finding("OD403", Stage.ORT_LOAD, Severity.ERROR, "reworded by someone (max 99)",
                       detail=IrTooNew(model_ir=15, max_ir=10))

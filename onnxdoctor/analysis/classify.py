@@ -35,6 +35,8 @@ _UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z
 _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
 )
+# torch's TorchScript symbolics give up on a call they cannot map ("Sort, Ascending is not supported").
+_TS_SYMBOLIC_GAVE_UP = re.compile(r"Unsupported: ONNX export of operator ([\w.:]+)(?:, (.*?))?\. Please")
 _TS_ADDED_IN = re.compile(r"Support for this operator was added in version (\d+)")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
@@ -73,7 +75,7 @@ from onnxdoctor.analysis.findings import _evidence, _finding, _from_record, _sou
 
 def extract_op(text: str) -> str | None:
     """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
-    for pattern in (_UNRECOGNIZED_NS, _TS_UNSUPPORTED):
+    for pattern in (_UNRECOGNIZED_NS, _TS_UNSUPPORTED, _TS_SYMBOLIC_GAVE_UP):
         match = pattern.search(text)
         if match:
             return match.group(1)
@@ -243,6 +245,11 @@ def _classify_export(
         return make("OD204", message + (f": {detail}" if detail else ""))
     if facts.get("symbolic_frame") or _bad_symbolic(text, error):
         return make("OD205", first_line(normalize_message(error.message, base_dir=base_dir)))
+    match = _TS_SYMBOLIC_GAVE_UP.search(text)
+    if match:
+        reason = f" ({match.group(2)})" if match.group(2) else ""
+        return make("OD299", f"the TorchScript exporter's mapping of {match.group(1)} cannot export "
+                             f"this call{reason}")
     return []
 
 

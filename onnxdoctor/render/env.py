@@ -32,6 +32,8 @@ def render_env(env: dict[str, Any], console: Any) -> None:
             name,
             f"[{style}]{escape(version)}[/]" if style else escape(version),
         )
+    for index, (name, version) in enumerate(env.get("extensions", {}).items()):
+        table.add_row("model libraries" if index == 0 else "", name, escape(version))
     table.add_section()
 
     ts, dyn = env["exporters"]["torchscript"], env["exporters"]["dynamo"]
