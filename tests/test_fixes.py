@@ -257,11 +257,14 @@ def test_merged_equal_dims_are_a_warning_with_torchs_suggestion() -> None:
 
 
 def test_key_rename_pairs_only_the_keys_that_are_not_arguments() -> None:
+    from onnxdoctor.analysis.classify import _DYNAMIC_SHAPES_KEYS, _shape_keys
     from onnxdoctor.analysis.fixes.dynamic_shapes import _key_rename
 
     text = ("top-level keys must be the arg names ['input_ids', 'attention_mask'] of `inputs`, "
             "but here they are ['attention_mask', 'ids']")
-    assert _key_rename(text) == {"ids": "input_ids"}  # attention_mask was right and stays
+    keys = _shape_keys(_DYNAMIC_SHAPES_KEYS.search(text))  # what the classifier keeps as data
+    assert keys is not None
+    assert _key_rename(keys) == {"ids": "input_ids"}  # attention_mask was right and stays
 
 
 def test_torchscript_custom_op_name_has_no_sentence_period() -> None:
