@@ -21,9 +21,21 @@ def render_env(env: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column("")
-    table.add_column("")
-    table.add_column("")
+    for _ in range(3):
+        table.add_column("")
+    for section in (_packages, _exporters, _runtimes, _tools):
+        section(env, table)
+        table.add_section()
+    console.print(table)
+    for warning in env["warnings"]:
+        console.print(f"[yellow]warning[/] [bold]{warning['code']}[/] {escape(warning['message'])}")
+    if not env["warnings"]:
+        console.print("[green]no mismatches found[/]")
+
+
+def _packages(env: dict[str, Any], table: Any) -> None:
+    from rich.markup import escape
+
     versions: dict[str, str] = env["versions"]
     for index, (name, version) in enumerate(versions.items()):
         style = "red" if version == NOT_INSTALLED else ""
@@ -34,8 +46,9 @@ def render_env(env: dict[str, Any], console: Any) -> None:
         )
     for index, (name, version) in enumerate(env.get("extensions", {}).items()):
         table.add_row("model libraries" if index == 0 else "", name, escape(version))
-    table.add_section()
 
+
+def _exporters(env: dict[str, Any], table: Any) -> None:
     ts, dyn = env["exporters"]["torchscript"], env["exporters"]["dynamo"]
     if ts["available"]:
         table.add_row(
@@ -68,7 +81,10 @@ def render_env(env: dict[str, Any], console: Any) -> None:
         table.add_row(
             "", "dynamo (dynamo=True, default)", "unavailable (needs torch and onnxscript)"
         )
-    table.add_section()
+
+
+def _runtimes(env: dict[str, Any], table: Any) -> None:
+    from rich.markup import escape
 
     onnx_facts, ort = env["onnx"], env["onnxruntime"]
     if onnx_facts.get("max_opset") is not None:
@@ -94,7 +110,10 @@ def render_env(env: dict[str, Any], console: Any) -> None:
             "loads opsets / IR versions up to",
             escape(ort.get("error") or NOT_INSTALLED),
         )
-    table.add_section()
+
+
+def _tools(env: dict[str, Any], table: Any) -> None:
+    from rich.markup import escape
 
     for index, (name, label) in enumerate((("dot", "Graphviz dot"), ("nvcc", "CUDA nvcc"))):
         tool = env["tools"][name]
@@ -104,9 +123,3 @@ def render_env(env: dict[str, Any], console: Any) -> None:
             else "not found"
         )
         table.add_row("tools" if index == 0 else "", label, value)
-    console.print(table)
-
-    for warning in env["warnings"]:
-        console.print(f"[yellow]warning[/] [bold]{warning['code']}[/] {escape(warning['message'])}")
-    if not env["warnings"]:
-        console.print("[green]no mismatches found[/]")
