@@ -511,6 +511,25 @@ def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
                 {"code": "OD099", "message": f"could not inspect {side}: {facts['error']}"}
             )
 
+    warnings += _runtime_gaps(env)
+    dot = env.get("tools", {}).get("dot", {})
+    if dot and not dot.get("found"):
+        warnings.append(
+            {
+                "code": "OD002",
+                "message": "Graphviz `dot` is not on PATH; `graph` can only write .dot files "
+                "(install it: apt-get install graphviz, brew install graphviz, "
+                "or conda install graphviz)",
+            }
+        )
+    return warnings
+
+
+def _runtime_gaps(env: dict[str, Any]) -> list[dict[str, str]]:
+    """OD003: what onnx or an exporter writes (opset, IR version) that ONNX Runtime cannot load."""
+    warnings: list[dict[str, str]] = []
+    onnx_facts: dict[str, Any] = env.get("onnx", {})
+    ort: dict[str, Any] = env.get("onnxruntime", {})
     ort_opset, ort_ir = ort.get("max_opset"), ort.get("max_ir_version")
     ort_version = ort.get("version", "")
     if isinstance(ort_opset, int):
@@ -557,17 +576,6 @@ def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
                         f"= {ort_ir} or upgrade onnxruntime)",
                     }
                 )
-
-    dot = env.get("tools", {}).get("dot", {})
-    if dot and not dot.get("found"):
-        warnings.append(
-            {
-                "code": "OD002",
-                "message": "Graphviz `dot` is not on PATH; `graph` can only write .dot files "
-                "(install it: apt-get install graphviz, brew install graphviz, "
-                "or conda install graphviz)",
-            }
-        )
     return warnings
 
 

@@ -320,6 +320,8 @@ def test_env_lists_installed_model_libraries() -> None:
     found = envinfo.extension_versions()
     for name in envinfo.EXTENSIONS:
         try:
-            assert found[name] == importlib.metadata.version(name)
+            installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             assert name not in found
+        else:
+            assert found[name] == installed
