@@ -432,3 +432,50 @@ def test_graph_from_deeply_nested_or_surrogate_json_is_handled(tmp_path: Path) -
     result = _cli("graph", str(model), "--from", str(lone), "--svg", "--no-check", env=env, timeout=60)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and "bad \\ud800 thing" in result.stdout
+
+
+def test_a_dangling_write_fix_link_is_refused_up_front(tmp_path: Path) -> None:
+    link = tmp_path / "fixdir"
+    link.symlink_to(tmp_path / "nowhere")
+    result = _cli("diagnose", str(FIXTURES / "healthy/mlp.py"), "--write-fix", str(link), timeout=60)
+    assert result.returncode == 2 and "is a link" in _one_line(result)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_the_users_own_library_path_is_shown_whole(tmp_path: Path) -> None:
+    library = tmp_path / "libbroken.so"
+    library.write_bytes(b"not an ELF file")
+    model = FIXTURES / "load/healthy_external/model.onnx"
+    result = _cli("diagnose", str(model), "--custom-op-library", str(library), "--json", "--no-fix")
+    finding = json.loads(result.stdout)["findings"][0]
+    assert finding["code"] == "OD405"
+    assert str(library) in finding["message"] and "<tmp>" not in finding["message"]
+
+
+def test_a_graph_with_no_nodes_is_named_as_such(tmp_path: Path) -> None:
+    import onnx
+    from onnx import helper
+
+    path = tmp_path / "empty.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], []),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = _cli("diagnose", str(path), "--json", "--no-fix")
+    finding = json.loads(result.stdout)["findings"][0]
+    assert finding["code"] == "OD499" and finding["message"].startswith("the graph has no nodes")
+    assert "onnxruntime::" not in finding["message"]
+
+
+@pytest.mark.slow
+def test_temporary_files_of_the_script_and_libraries_go_with_the_run(tmp_path: Path) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    script = tmp_path / "litter.py"
+    script.write_text(
+        "import tempfile, torch\n"
+        "tempfile.mkdtemp(prefix='torchinductor_')  # what compiled-kernel caches leave behind\n"
+        "def get_model():\n"
+        "    return torch.nn.Linear(2, 2).eval(), (torch.randn(1, 2),)\n"
+    )
+    result = _cli("diagnose", str(script), "--exporter", "torchscript", env={"TMPDIR": str(temp)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list(temp.iterdir()) == []

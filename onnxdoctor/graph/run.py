@@ -82,6 +82,8 @@ def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
     fmt, out = _output_path(request)
     saved = _load_saved_findings(request.from_json) if request.from_json else []
     for library in request.custom_op_libraries:
+        if library.is_dir():
+            raise UsageError(f"--custom-op-library {library} is a folder; give the library file (.so)")
         if not library.is_file():
             raise UsageError(f"--custom-op-library {library}: no such file")
 

@@ -439,11 +439,9 @@ class Runner:
             try:
                 options.register_custom_ops_library(str(library))
             except Exception as exc:
-                raise StageFailed(
-                    f"custom-op library {Path(library).name} failed to load: {_first(exc)}",
-                    "OD405",
-                    library=str(library),
-                ) from exc
+                # The reason alone: ONNX Runtime repeats the path, which the finding gives whole.
+                reason = _first(exc).replace(str(library), Path(library).name)
+                raise StageFailed(f"failed to load: {reason}", "OD405", library=str(library)) from exc
         if "onnx_path" in state:
             source: Any = str(state["onnx_path"])  # our own export or rewrite, in the work folder
         else:
