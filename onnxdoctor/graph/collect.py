@@ -125,53 +125,60 @@ def _shape_table(model: onnx.ModelProto) -> dict[str, str]:
 
 def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
     """Every op, graph input/output, initializer and data link, subgraphs as clusters."""
-    items: dict[str, _Item] = {}
-    links: list[_Link] = []
-    clusters: dict[str, _Cluster] = {}
-    op_ids: list[str] = []
-    tensor_info = _shape_table(model) if with_shapes else {}
-    counter = [0]
+    collector = _Collector(_shape_table(model) if with_shapes else {})
+    scope = collector.interface(model.graph)
+    produced = collector.walk(model.graph, (), None, [scope])
+    collector.outputs(model.graph, produced, scope)
+    return collector.model
 
-    def new_id(prefix: str) -> str:
-        counter[0] += 1
-        return f"{prefix}{counter[0]}"
 
-    def add_item(item: _Item) -> _Item:
-        item.order = len(items)
-        items[item.id] = item
+class _Collector:
+    """Builds a _Model graph by graph; ids are unique across subgraphs."""
+
+    def __init__(self, tensor_info: dict[str, str]) -> None:
+        self.model = _Model({}, [], {}, [], tensor_info)
+        self.missing: dict[str, str] = {}
+        self.counter = 0
+
+    def new_id(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def add(self, item: _Item) -> _Item:
+        item.order = len(self.model.items)
+        self.model.items[item.id] = item
         return item
 
-    main = model.graph
-    scope: dict[str, str] = {}
-    for value in main.input:
-        name = safe_text(value.name)
-        if name in scope:
-            continue
-        kind = "input"
-        item = add_item(
-            _Item(new_id("i"), kind, [name, _type_text(value.type)], describe_value(value))
-        )
-        scope[name] = item.id
-    for tensor in main.initializer:
-        name = safe_text(tensor.name)
-        if name in scope:  # an initializer also listed as an input (IR < 4): it is a weight
-            items[scope[name]].kind = "init"
-            continue
-        shape = tensor_info.get(name) or _tensor_text(tensor)
-        item = add_item(_Item(new_id("w"), "init", [name, shape], f"initializer {name}: {shape}"))
-        scope[name] = item.id
-    for sparse in main.sparse_initializer:
-        name = safe_text(sparse.values.name)
-        item = add_item(_Item(new_id("w"), "init", [name, "sparse"], f"sparse initializer {name}"))
-        scope.setdefault(name, item.id)
-    missing: dict[str, str] = {}
+    def interface(self, main: onnx.GraphProto) -> dict[str, str]:
+        """The main graph's inputs and weights: the scope its nodes read from."""
+        scope: dict[str, str] = {}
+        for value in main.input:
+            name = safe_text(value.name)
+            if name not in scope:
+                item = _Item(self.new_id("i"), "input", [name, _type_text(value.type)], describe_value(value))
+                scope[name] = self.add(item).id
+        for tensor in main.initializer:
+            name = safe_text(tensor.name)
+            if name in scope:  # an initializer also listed as an input (IR < 4): it is a weight
+                self.model.items[scope[name]].kind = "init"
+                continue
+            shape = self.model.tensor_info.get(name) or _tensor_text(tensor)
+            item = _Item(self.new_id("w"), "init", [name, shape], f"initializer {name}: {shape}")
+            scope[name] = self.add(item).id
+        for sparse in main.sparse_initializer:
+            name = safe_text(sparse.values.name)
+            item = _Item(self.new_id("w"), "init", [name, "sparse"], f"sparse initializer {name}")
+            scope.setdefault(name, self.add(item).id)
+        return scope
 
     def walk(
+        self,
         graph: onnx.GraphProto,
         prefix: NodePath,
         cluster: str | None,
         outer: Sequence[Mapping[str, str]],
     ) -> dict[str, str]:
+        """Add a graph's nodes (and their bodies, as clusters); what each output name comes from."""
         local: dict[str, str] = {}
         chain = [local, *outer]
         node_ids: list[str] = []
@@ -181,70 +188,74 @@ def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
             label = op_label(node)
             lines = [label] + ([name] if name else [])
             tooltip = f"{label} {name!r}" if name else label
-            item = add_item(
-                _Item(new_id("n"), "op", lines, tooltip, cluster, path, safe_text(node.domain))
+            item = self.add(
+                _Item(self.new_id("n"), "op", lines, tooltip, cluster, path, safe_text(node.domain))
             )
-            op_ids.append(item.id)
+            self.model.op_ids.append(item.id)
             node_ids.append(item.id)
             for out in node.output:
                 out = safe_text(out)
                 if out and out not in local:  # a duplicate producer is marked by the checker
                     local[out] = item.id
             for attr_name, body in node_bodies(node):
-                cid = new_id("cluster_")
-                clusters[cid] = _Cluster(
-                    cid,
-                    f"{node.op_type} {name!r} · {attr_name}"
-                    if name
-                    else f"{node.op_type} · {attr_name}",
-                    cluster,
-                    item.id,
-                )
-                body_scope: dict[str, str] = {safe_text(v.name): item.id for v in body.input}
-                for tensor in body.initializer:
-                    body_scope[safe_text(tensor.name)] = ""  # weights inside a body: not drawn
-                produced = walk(body, (*path, attr_name), cid, [body_scope, *chain])
-                for out in body.output:
-                    out_name = safe_text(out.name)
-                    source = produced.get(out_name) or _lookup([body_scope, *chain], out_name)
-                    if source:
-                        links.append(
-                            _Link(source, item.id, f"{attr_name}: {out_name}", dashed=True)
-                        )
+                self._body(node, item, attr_name, body, path, cluster, chain)
         # Inputs resolve after every producer in this graph is known, so that unsorted graphs
         # and cycles are drawn as they are (the checker marks them).
         for node_id, node in zip(node_ids, graph.node):
-            for inp in node.input:
-                inp = safe_text(inp)
-                if not inp:
-                    continue
-                source = _lookup(chain, inp)
-                if source is None:
-                    if inp not in missing:
-                        missing[inp] = add_item(
-                            _Item(
-                                new_id("m"),
-                                "missing",
-                                [inp, "(not defined)"],
-                                f"{inp} is not defined",
-                                cluster,
-                            )
-                        ).id
-                    source = missing[inp]
-                if source:
-                    links.append(_Link(source, node_id, inp))
+            self._link_inputs(node_id, node, chain, cluster)
         return local
 
-    produced = walk(main, (), None, [scope])
-    for value in main.output:
-        name = safe_text(value.name)
-        item = add_item(
-            _Item(new_id("o"), "output", [name, _type_text(value.type)], describe_value(value))
-        )
-        source = produced.get(name) or scope.get(name)
-        if source:
-            links.append(_Link(source, item.id, name))
-    return _Model(items, links, clusters, op_ids, tensor_info)
+    def _body(
+        self,
+        node: onnx.NodeProto,
+        item: _Item,
+        attr_name: str,
+        body: onnx.GraphProto,
+        path: NodePath,
+        cluster: str | None,
+        chain: list[dict[str, str]] | Sequence[Mapping[str, str]],
+    ) -> None:
+        name = safe_text(node.name)
+        cid = self.new_id("cluster_")
+        label = f"{node.op_type} {name!r} · {attr_name}" if name else f"{node.op_type} · {attr_name}"
+        self.model.clusters[cid] = _Cluster(cid, label, cluster, item.id)
+        body_scope: dict[str, str] = {safe_text(v.name): item.id for v in body.input}
+        for tensor in body.initializer:
+            body_scope[safe_text(tensor.name)] = ""  # weights inside a body: not drawn
+        produced = self.walk(body, (*path, attr_name), cid, [body_scope, *chain])
+        for out in body.output:
+            out_name = safe_text(out.name)
+            source = produced.get(out_name) or _lookup([body_scope, *chain], out_name)
+            if source:
+                self.model.links.append(_Link(source, item.id, f"{attr_name}: {out_name}", dashed=True))
+
+    def _link_inputs(
+        self, node_id: str, node: onnx.NodeProto, chain: Sequence[Mapping[str, str]], cluster: str | None
+    ) -> None:
+        for inp in node.input:
+            inp = safe_text(inp)
+            if not inp:
+                continue
+            source = _lookup(chain, inp)
+            if source is None:
+                if inp not in self.missing:
+                    missing = _Item(self.new_id("m"), "missing", [inp, "(not defined)"],
+                                    f"{inp} is not defined", cluster)
+                    self.missing[inp] = self.add(missing).id
+                source = self.missing[inp]
+            if source:
+                self.model.links.append(_Link(source, node_id, inp))
+
+    def outputs(self, main: onnx.GraphProto, produced: dict[str, str], scope: dict[str, str]) -> None:
+        """The main graph's outputs, linked to what produces them."""
+        for value in main.output:
+            name = safe_text(value.name)
+            item = self.add(
+                _Item(self.new_id("o"), "output", [name, _type_text(value.type)], describe_value(value))
+            )
+            source = produced.get(name) or scope.get(name)
+            if source:
+                self.model.links.append(_Link(source, item.id, name))
 
 
 def _lookup(chain: Sequence[Mapping[str, str]], name: str) -> str | None:
