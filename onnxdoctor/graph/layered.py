@@ -102,6 +102,34 @@ def _layered_text(
 ) -> tuple[str, tuple[float, float]]:
     """DOT text with positions for `neato -n2`, written directly (pydot objects cost seconds)."""
     layer = _layers(elements, edges)
+    by_layer = _ordered_rows(elements, edges, layer)
+    placed = _Placement(elements, clusters, layer, by_layer, lr=options.rankdir == "LR")
+    lines = ["digraph onnx {"]
+    graph_attrs = _graph_defaults(options, title)
+    graph_attrs.pop("rankdir")
+    graph_attrs.update(splines="false", outputorder="edgesfirst", overlap="true")
+    lines.append("graph [" + " ".join(f"{k}={v}" for k, v in graph_attrs.items()) + "];")
+    lines.append(
+        "node [" + " ".join(f"{k}={v}" for k, v in _NODE_DEFAULTS.items()) + " fixedsize=true];"
+    )
+    lines.append("edge [" + " ".join(f"{k}={v}" for k, v in _EDGE_DEFAULTS.items()) + "];")
+    lines += _cluster_lines(elements, clusters, placed)
+    for element in elements:
+        x, y = placed.xy(element.id)
+        w, h = element.width, element.height
+        attrs = " ".join(f"{k}={v}" for k, v in element.attrs.items())
+        lines.append(f'{element.id} [{attrs} width={w:.2f} height={h:.2f} pos="{x:.1f},{y:.1f}"];')
+    for edge in edges:
+        attrs = " ".join(f"{k}={v}" for k, v in edge.attrs.items())
+        lines.append(f"{edge.src} -> {edge.dst}" + (f" [{attrs}];" if attrs else ";"))
+    lines.append("}")
+    return "\n".join(lines) + "\n", placed.size
+
+
+def _ordered_rows(
+    elements: list[_Element], edges: list[_Edge], layer: dict[str, int]
+) -> dict[int, list[_Element]]:
+    """Each layer's elements in order: barycentre of the predecessors' slots, cluster, model order."""
     by_layer: dict[int, list[_Element]] = defaultdict(list)
     for element in elements:
         by_layer[layer[element.id]].append(element)
@@ -109,7 +137,6 @@ def _layered_text(
     preds: dict[str, list[str]] = defaultdict(list)
     for edge in edges:
         preds[edge.dst].append(edge.src)
-    # Within a layer: barycentre of the predecessors' slots, then cluster, then model order.
     slot: dict[str, float] = {}
     for level in range(n_layers):
         row = by_layer.get(level, [])
@@ -122,88 +149,115 @@ def _layered_text(
         for k, element in enumerate(row):
             slot[element.id] = float(k)
         by_layer[level] = row
-    # "Across" is the direction within a layer, "along" the direction of the flow.
-    lr = options.rankdir == "LR"
+    return by_layer
 
-    def across_size(e: _Element) -> float:
-        return e.height if lr else e.width
 
-    def along_size(e: _Element) -> float:
-        return e.width if lr else e.height
+class _Placement:
+    """Positions of the elements, a long chain folded into bands so the picture is about 16:10.
 
-    gap_across, gap_along = (0.2, 0.6) if lr else (_X_GAP, _Y_GAP)
-    span = {
-        lv: sum(across_size(e) for e in row) + gap_across * max(len(row) - 1, 0)
-        for lv, row in by_layer.items()
-    }
-    depth = {lv: max(along_size(e) for e in row) for lv, row in by_layer.items()}
-    spans = _cluster_spans(elements, layer, clusters)
+    "Across" is the direction within a layer, "along" the direction of the flow.
+    """
 
-    def extent(per_band: int) -> tuple[list[list[int]], float, float]:
+    def __init__(
+        self,
+        elements: list[_Element],
+        clusters: Mapping[str, _Cluster],
+        layer: dict[str, int],
+        by_layer: dict[int, list[_Element]],
+        *,
+        lr: bool,
+    ) -> None:
+        self.lr = lr
+        self.by_layer = by_layer
+        self.n_layers = max(by_layer) + 1 if by_layer else 1
+        self.gap_across, self.gap_along = (0.2, 0.6) if lr else (_X_GAP, _Y_GAP)
+        self.span = {
+            lv: sum(self.across_size(e) for e in row) + self.gap_across * max(len(row) - 1, 0)
+            for lv, row in by_layer.items()
+        }
+        self.depth = {lv: max(self.along_size(e) for e in row) for lv, row in by_layer.items()}
+        self.spans = _cluster_spans(elements, layer, clusters)
+        self.pos: dict[str, tuple[float, float]] = {}  # (across, along) centre, inches
+        self.across_total = 0.0
+        self.along_total = 0.0
+        self._place(self._bands())
+
+    def across_size(self, e: _Element) -> float:
+        return e.height if self.lr else e.width
+
+    def along_size(self, e: _Element) -> float:
+        return e.width if self.lr else e.height
+
+    def _extent(self, per_band: int) -> tuple[list[list[int]], float, float]:
         """The bands for `per_band` layers each, and the picture's width and height (inches)."""
-        folded = _fold(n_layers, per_band, spans)
-        across = sum(max((span.get(lv, 0.0) for lv in b), default=0.0) + 1.2 for b in folded)
-        along = max(sum(depth.get(lv, 0.4) + gap_along for lv in b) for b in folded)
-        return folded, (along if lr else across), (across if lr else along)
+        folded = _fold(self.n_layers, per_band, self.spans)
+        across = sum(max((self.span.get(lv, 0.0) for lv in b), default=0.0) + 1.2 for b in folded)
+        along = max(sum(self.depth.get(lv, 0.4) + self.gap_along for lv in b) for b in folded)
+        return folded, (along if self.lr else across), (across if self.lr else along)
 
-    # Fold a long chain into bands so that the picture is about 16:10, not a 20,000-layer strip.
-    low, high = 8, max(8, n_layers)
-    while low < high:
-        middle = (low + high) // 2
-        _, width, height = extent(middle)
-        # TB: longer bands make the picture narrower; LR: wider. Seek the first at 16:10.
-        if (width / height > 1.6) if not lr else (width / height < 1.6):
-            low = middle + 1
-        else:
-            high = middle
-    bands, _, _ = extent(low)
-    pos: dict[str, tuple[float, float]] = {}  # (across, along) centre, inches
-    across_total = 0.0
-    along_total = 0.0
-    for band in bands:
-        band_span = max((span.get(lv, 0.0) for lv in band), default=0.0)
-        along = 0.0
-        for lv in band:
-            row = by_layer.get(lv, [])
-            start = across_total + (band_span - span.get(lv, 0.0)) / 2
-            row_depth = depth.get(lv, 0.4)
-            for element in row:
-                pos[element.id] = (start + across_size(element) / 2, along + row_depth / 2)
-                start += across_size(element) + gap_across
-            along += row_depth + gap_along
-        along_total = max(along_total, along)
-        across_total += band_span + 1.2  # gap between bands
-    lines = ["digraph onnx {"]
-    graph_attrs = _graph_defaults(options, title)
-    graph_attrs.pop("rankdir")
-    graph_attrs.update(splines="false", outputorder="edgesfirst", overlap="true")
-    lines.append("graph [" + " ".join(f"{k}={v}" for k, v in graph_attrs.items()) + "];")
-    lines.append(
-        "node [" + " ".join(f"{k}={v}" for k, v in _NODE_DEFAULTS.items()) + " fixedsize=true];"
-    )
-    lines.append("edge [" + " ".join(f"{k}={v}" for k, v in _EDGE_DEFAULTS.items()) + "];")
-    points = 72.0
+    def _bands(self) -> list[list[int]]:
+        low, high = 8, max(8, self.n_layers)
+        while low < high:
+            middle = (low + high) // 2
+            _, width, height = self._extent(middle)
+            # TB: longer bands make the picture narrower; LR: wider. Seek the first at 16:10.
+            if (width / height > 1.6) if not self.lr else (width / height < 1.6):
+                low = middle + 1
+            else:
+                high = middle
+        return self._extent(low)[0]
 
-    def xy(element_id: str) -> tuple[float, float]:
-        a, b = pos[element_id]
-        if lr:
-            return b * points, (across_total - a) * points
-        return a * points, (along_total - b) * points  # Graphviz's y axis points up
+    def _place(self, bands: list[list[int]]) -> None:
+        for band in bands:
+            band_span = max((self.span.get(lv, 0.0) for lv in band), default=0.0)
+            along = 0.0
+            for lv in band:
+                start = self.across_total + (band_span - self.span.get(lv, 0.0)) / 2
+                row_depth = self.depth.get(lv, 0.4)
+                for element in self.by_layer.get(lv, []):
+                    self.pos[element.id] = (start + self.across_size(element) / 2, along + row_depth / 2)
+                    start += self.across_size(element) + self.gap_across
+                along += row_depth + self.gap_along
+            self.along_total = max(self.along_total, along)
+            self.across_total += band_span + 1.2  # gap between bands
 
+    def xy(self, element_id: str) -> tuple[float, float]:
+        """Graphviz points; its y axis points up."""
+        a, b = self.pos[element_id]
+        if self.lr:
+            return b * _POINTS, (self.across_total - a) * _POINTS
+        return a * _POINTS, (self.along_total - b) * _POINTS
+
+    @property
+    def size(self) -> tuple[float, float]:
+        """Width and height in inches."""
+        if self.lr:
+            return (self.along_total, self.across_total)
+        return (self.across_total, self.along_total)
+
+
+_POINTS = 72.0
+
+
+def _cluster_lines(
+    elements: list[_Element], clusters: Mapping[str, _Cluster], placed: _Placement
+) -> list[str]:
+    """Each cluster as a box around its members (nested clusters count for their parents)."""
     members: dict[str, list[_Element]] = defaultdict(list)
     for element in elements:
         owner = element.cluster
         while owner:
             members[owner].append(element)
             owner = clusters[owner].parent if owner in clusters else None
+    lines = []
     for cid, cluster in clusters.items():
         inside = members.get(cid)
         if not inside:
             continue
         xs, ys = [], []
         for element in inside:
-            x, y = xy(element.id)
-            w, h = element.width * points / 2, element.height * points / 2
+            x, y = placed.xy(element.id)
+            w, h = element.width * _POINTS / 2, element.height * _POINTS / 2
             xs += [x - w, x + w]
             ys += [y - h, y + h]
         pad = 8.0
@@ -212,14 +266,4 @@ def _layered_text(
             f'subgraph {cid} {{ graph [bb="{bb}" label={dot_quote(cluster.label, limit=80)} '
             'style="rounded,dashed" color="#7a7a7a" fontsize=10]; }'
         )
-    for element in elements:
-        x, y = xy(element.id)
-        w, h = element.width, element.height
-        attrs = " ".join(f"{k}={v}" for k, v in element.attrs.items())
-        lines.append(f'{element.id} [{attrs} width={w:.2f} height={h:.2f} pos="{x:.1f},{y:.1f}"];')
-    for edge in edges:
-        attrs = " ".join(f"{k}={v}" for k, v in edge.attrs.items())
-        lines.append(f"{edge.src} -> {edge.dst}" + (f" [{attrs}];" if attrs else ";"))
-    lines.append("}")
-    size = (along_total, across_total) if lr else (across_total, along_total)
-    return "\n".join(lines) + "\n", size
+    return lines
