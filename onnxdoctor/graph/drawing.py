@@ -359,58 +359,56 @@ def _colour(domain: str) -> str:
 
 def _elements(model: _Model, tensors: bool, labelled: bool) -> tuple[list[_Element], list[_Edge]]:
     """Graphviz nodes and edges, with every string attribute already quoted."""
-    elements: list[_Element] = []
-    edges: list[_Edge] = []
-    for item in sorted(model.items.values(), key=lambda i: i.order):
-        lines = list(item.lines)
-        attrs: dict[str, str] = {}
-        tooltip = item.tooltip
-        if item.kind == "op":
-            attrs.update(
-                shape="box", style='"rounded,filled"', fillcolor=f'"{_colour(item.domain)}"'
-            )
-            errors = [m for m in item.marks if m.severity == "error"]
-            if item.marks:
-                codes = " ".join(dict.fromkeys(m.code for m in item.marks))
-                lines.append(codes)
-                fill, line = (_ERROR_FILL, _ERROR_LINE) if errors else (_WARN_FILL, _WARN_LINE)
-                attrs.update(
-                    fillcolor=f'"{fill}"', color=f'"{line}"', penwidth="2.5", fontcolor=f'"{line}"'
-                )
-                tooltip = tooltip + "\n" + "\n".join(f"{m.code}: {m.message}" for m in item.marks)
-        elif item.kind == "input":
-            attrs.update(shape="ellipse", style="filled", fillcolor='"#c9ecc9"', penwidth="1.5")
-        elif item.kind == "output":
-            attrs.update(shape="ellipse", style="filled", fillcolor='"#fbe3b6"', penwidth="1.5")
-        elif item.kind == "init":
-            attrs.update(shape="ellipse", style="filled", fillcolor='"#eeeeee"', fontsize="8")
-        elif item.kind == "missing":
-            attrs.update(
-                shape="ellipse",
-                style='"dashed,filled"',
-                fillcolor=f'"{_ERROR_FILL}"',
-                color=f'"{_ERROR_LINE}"',
-            )
-        elif item.kind == "more":
-            attrs.update(shape="note", style="filled", fillcolor='"#ffffff"', color='"#888888"')
-        attrs["label"] = dot_quote(*lines)
-        attrs["tooltip"] = dot_quote(tooltip, limit=2000)
-        width = max(0.9, min(LABEL_CHARS, max(len(_visible(l)) for l in lines)) * 0.075 + 0.3)
-        height = 0.22 + 0.17 * len(lines)
-        elements.append(_Element(item.id, attrs, item.cluster, item.order, width, height))
+    elements = [_element(item) for item in sorted(model.items.values(), key=lambda i: i.order)]
     if not tensors:
-        for link in model.links:
-            attrs = {}
-            if labelled and link.tensor:
-                attrs["label"] = dot_quote(link.tensor, limit=32)
-                attrs["tooltip"] = dot_quote(
-                    link.tensor + _shape_suffix(model, link.tensor), limit=2000
-                )
-            if link.dashed:
-                attrs["style"] = "dashed"
-            edges.append(_Edge(link.src, link.dst, attrs))
-        return elements, edges
-    # net_drawer style: each (producer, tensor) pair is an ellipse between producer and consumers.
+        return elements, [_edge(model, link, labelled) for link in model.links]
+    return _with_tensor_nodes(model, elements)
+
+
+_BOX_STYLES: dict[str, dict[str, str]] = {
+    "op": {"shape": "box", "style": '"rounded,filled"'},
+    "input": {"shape": "ellipse", "style": "filled", "fillcolor": '"#c9ecc9"', "penwidth": "1.5"},
+    "output": {"shape": "ellipse", "style": "filled", "fillcolor": '"#fbe3b6"', "penwidth": "1.5"},
+    "init": {"shape": "ellipse", "style": "filled", "fillcolor": '"#eeeeee"', "fontsize": "8"},
+    "missing": {"shape": "ellipse", "style": '"dashed,filled"', "fillcolor": f'"{_ERROR_FILL}"',
+                "color": f'"{_ERROR_LINE}"'},
+    "more": {"shape": "note", "style": "filled", "fillcolor": '"#ffffff"', "color": '"#888888"'},
+}
+
+
+def _element(item: _Item) -> _Element:
+    """One box: its style by kind, marks in red or orange with their codes, a size that fits."""
+    lines = list(item.lines)
+    attrs = dict(_BOX_STYLES.get(item.kind, {}))
+    tooltip = item.tooltip
+    if item.kind == "op":
+        attrs["fillcolor"] = f'"{_colour(item.domain)}"'
+        if item.marks:
+            errors = [m for m in item.marks if m.severity == "error"]
+            lines.append(" ".join(dict.fromkeys(m.code for m in item.marks)))
+            fill, line = (_ERROR_FILL, _ERROR_LINE) if errors else (_WARN_FILL, _WARN_LINE)
+            attrs.update(fillcolor=f'"{fill}"', color=f'"{line}"', penwidth="2.5", fontcolor=f'"{line}"')
+            tooltip = tooltip + "\n" + "\n".join(f"{m.code}: {m.message}" for m in item.marks)
+    attrs["label"] = dot_quote(*lines)
+    attrs["tooltip"] = dot_quote(tooltip, limit=2000)
+    width = max(0.9, min(LABEL_CHARS, max(len(_visible(l)) for l in lines)) * 0.075 + 0.3)
+    height = 0.22 + 0.17 * len(lines)
+    return _Element(item.id, attrs, item.cluster, item.order, width, height)
+
+
+def _edge(model: _Model, link: _Link, labelled: bool) -> _Edge:
+    attrs = {}
+    if labelled and link.tensor:
+        attrs["label"] = dot_quote(link.tensor, limit=32)
+        attrs["tooltip"] = dot_quote(link.tensor + _shape_suffix(model, link.tensor), limit=2000)
+    if link.dashed:
+        attrs["style"] = "dashed"
+    return _Edge(link.src, link.dst, attrs)
+
+
+def _with_tensor_nodes(model: _Model, elements: list[_Element]) -> tuple[list[_Element], list[_Edge]]:
+    """net_drawer style: each (producer, tensor) pair is an ellipse between producer and consumers."""
+    edges: list[_Edge] = []
     tensor_ids: dict[tuple[str, str], str] = {}
     order = len(model.items) + 1
     direct = {"input", "init", "missing", "more"}
