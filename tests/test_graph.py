@@ -339,3 +339,13 @@ def test_runtime_marks_what_onnx_runtime_refuses(tmp_path: Path) -> None:
     assert marked[0] == "mynamespace::MYSELU" and "OD401" in marked[2].split()
     assert svg_node_fill(tmp_path / "m.svg", "myselu_0") == "#f8c9c9"
     assert "OD401 error" in result.stdout
+
+
+def test_a_png_past_a_few_hundred_nodes_says_to_draw_svg(tmp_path: Path) -> None:
+    small = save(chain(20), tmp_path / "small.onnx")
+    big = save(chain(400), tmp_path / "big.onnx")
+    assert "--svg" not in _graph(small, "--png").stdout
+    result = _graph(big, "--png", "--no-check")
+    assert result.exit_code == 0, result.output
+    assert "400 nodes make a PNG too small to read; draw it with --svg" in result.stdout
+    assert (tmp_path / "big.png").stat().st_size > 0
