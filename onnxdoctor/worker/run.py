@@ -202,7 +202,7 @@ class Runner:
             "settings": {k: _jsonable(v) for k, v in loaded.settings.items()},
             "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
         }
-        facts["custom_symbolics"] = _custom_symbolics()
+        facts["custom_symbolics"] = _custom_symbolics(self.target.resolve().parent)
         facts["fingerprint"] = _fingerprint(model, loaded)
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
@@ -372,7 +372,8 @@ class Runner:
             # The failure happened inside the user's own symbolic function, called by torch.onnx.
             facts["symbolic_frame"] = symbolic
             facts["source"] = symbolic["source"]
-            owners = [op for op, fn in _custom_symbolics().items() if fn == symbolic["function"]]
+            owners = [op for op, fn in _custom_symbolics(self.target.resolve().parent).items()
+                      if fn == symbolic["function"]]
             if owners and not op:
                 op = owners[0]
                 facts["op"] = op

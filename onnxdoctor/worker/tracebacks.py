@@ -152,8 +152,12 @@ def _symbolic_frame(exc: BaseException, target: Path) -> dict[str, Any] | None:
     return found
 
 
-def _custom_symbolics() -> dict[str, str]:
-    """Ops for which the user's script registered its own TorchScript symbolic -> function name."""
+def _custom_symbolics(folder: Path) -> dict[str, str]:
+    """Ops whose TorchScript symbolic the user's own files registered -> the function's name.
+
+    Libraries register symbolics when imported (torchvision does for nms, roi_align ...): only
+    functions defined in a file under the model's folder count as the user's.
+    """
     try:
         from torch.onnx._internal.torchscript_exporter import registration
     except ImportError:
@@ -161,8 +165,18 @@ def _custom_symbolics() -> dict[str, str]:
     found: dict[str, str] = {}
     for name, group in registration.registry._registry.items():
         overrides = getattr(getattr(group, "_functions", None), "_overrides", None)
-        if overrides:
-            function = next(iter(overrides.values()))
+        if not overrides:
+            continue
+        function = next(iter(overrides.values()))
+        code = getattr(function, "__code__", None)
+        try:
+            where = Path(code.co_filename).resolve() if code is not None else None
+        except (OSError, ValueError):
+            where = None
+        # A virtual environment inside the project folder holds libraries, not the user's code.
+        mine = (where is not None and where.is_relative_to(folder)
+                and not {"site-packages", "dist-packages"} & set(where.parts))
+        if mine:
             found[name] = getattr(function, "__name__", "")
     return dict(sorted(found.items()))
 
