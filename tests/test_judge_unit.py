@@ -108,6 +108,17 @@ def test_a_torchscript_symbolic_that_gives_up_names_the_op_and_why() -> None:
     assert "Ascending is not supported" in finding.message
 
 
+def test_an_unrelated_error_that_mentions_symbolic_is_not_blamed_on_a_symbolic() -> None:
+    message = ("Detected that you are using FX to torch.jit.trace a dynamo-optimized function. This is "
+               "not supported at the moment. (symbolic_trace)")
+    error = ErrorInfo(type="builtins.RuntimeError", message=message,
+                      traceback_tail='File ".../torch/onnx/utils.py", line 1, in export')
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED),
+                StageOutcome(Stage.EXPORT, Status.FAILED, error=error, facts={"exporter": "torchscript"})]
+    (finding,) = [f for f in classify(outcomes) if f.severity is Severity.ERROR]
+    assert finding.code == "OD299" and "dynamo-optimized function" in finding.message
+
+
 def test_the_ir_fix_reads_the_figures_not_the_message() -> None:
     finding = Finding("OD403", Stage.ORT_LOAD, Severity.ERROR, "reworded by someone (max 99)",
                       detail=IrTooNew(model_ir=15, max_ir=10))

@@ -314,15 +314,17 @@ def _blame_user_symbolic(found: list[Finding], by_stage: dict[Stage, StageOutcom
 
 
 def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
+    """A TorchScript symbolic called `g.op` wrongly: the messages torch gives for exactly that.
+
+    Words such as "symbolic" alone also occur in unrelated errors ("symbolic_trace", "symbolic
+    shapes", FX tracing a dynamo-optimized function); those go to the stage's catch-all.
+    """
     markers = (
         "is not a valid attribute",
         "Invalid attribute specifier",
         "Incompatible attribute kind",
         "_jit_pass_onnx_graph_shape_type_inference",
-        "symbolic",
         "g.op(",
-        "wrong number of",
-        "number of inputs",
         "incompatible function arguments",
     )
     return any(m in text for m in markers) and "torch.onnx" in (error.traceback_tail + " ".join(error.chain))
