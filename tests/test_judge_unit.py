@@ -119,6 +119,20 @@ def test_an_unrelated_error_that_mentions_symbolic_is_not_blamed_on_a_symbolic()
     assert finding.code == "OD299" and "dynamo-optimized function" in finding.message
 
 
+def test_the_headline_is_the_cause_torch_wraps_not_its_preamble() -> None:
+    preamble = ("Failed to decompose the FX graph for ONNX compatibility. This is step 2/3 of exporting "
+                "the model to ONNX. Next steps:\n- Create an issue ...")
+    cause = "Cannot view a tensor with shape torch.Size([2, 3]) and strides (1, 2) as a tensor with shape (6,)!"
+    error = ErrorInfo(type="torch.onnx._internal.exporter._errors.TorchExportError", message=preamble,
+                      chain=("torch.onnx.TorchExportError", "builtins.RuntimeError"),
+                      chain_messages=(cause,))
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED),
+                StageOutcome(Stage.EXPORT, Status.FAILED, error=error, facts={"exporter": "dynamo"})]
+    (finding,) = [f for f in classify(outcomes) if f.severity is Severity.ERROR]
+    assert finding.message.startswith("Cannot view a tensor with shape")
+    assert "failed to decompose the FX graph for ONNX compatibility" in finding.message
+
+
 def test_the_ir_fix_reads_the_figures_not_the_message() -> None:
     finding = Finding("OD403", Stage.ORT_LOAD, Severity.ERROR, "reworded by someone (max 99)",
                       detail=IrTooNew(model_ir=15, max_ir=10))

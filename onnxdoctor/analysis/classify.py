@@ -175,7 +175,7 @@ def _classify_failure(
         running = _RUNNING_NODE.search(text)
         if running:
             op, node = running.group(1), running.group(2)
-    message = first_line(normalize_message(error.message if error else "failed", base_dir=base_dir))
+    message = _headline(error, base_dir)
     return [
         _finding(
             code,
@@ -187,6 +187,26 @@ def _classify_failure(
             evidence=evidence,
         )
     ]
+
+
+# torch.onnx wraps the real error in a preamble about which of its steps failed.
+_TORCH_PREAMBLE = re.compile(r"^Failed to .*?This is step \d/\d")
+
+
+def _headline(error: ErrorInfo | None, base_dir: str | None) -> str:
+    """One line that says what went wrong: the innermost cause, when torch's preamble wraps it."""
+    if error is None:
+        return "failed"
+    for text in (error.message, *reversed(error.chain_messages)):
+        line = first_line(normalize_message(text, base_dir=base_dir))
+        if line and not _TORCH_PREAMBLE.match(line):
+            return line if text is error.message else f"{line} (torch.onnx: {_preamble(error.message)})"
+    return first_line(normalize_message(error.message, base_dir=base_dir))
+
+
+def _preamble(message: str) -> str:
+    match = re.search(r"Failed to (.*?)\.", message)
+    return f"failed to {match.group(1)}" if match else "export failed"
 
 
 def _classify_export(
