@@ -35,7 +35,7 @@ L, X, C, R, U, P, T = (
 CODES: tuple[Code, ...] = (
     # 0xx: environment (reported against the tool stage)
     Code("OD001", "missing-dependency", T, E, "A library the stage needs is not installed"),
-    Code("OD002", "graphviz-missing", T, E, "Graphviz `dot` is not on PATH; only the .dot file was written"),
+    Code("OD002", "graphviz-missing", T, E, "Neither Graphviz nor graphviz-pure is on PATH; only the .dot file was written"),
     Code("OD003", "runtime-older-than-exporter", T, W, "The installed ONNX Runtime loads older opsets/IR versions than the exporter writes"),
     Code("OD099", "environment-other", T, E, "Another environment problem"),
     # 1xx: load

@@ -444,6 +444,8 @@ def _probe_failed(reason: str) -> dict[str, Any]:
 _TOOLS: dict[str, tuple[list[str], re.Pattern[str]]] = {
     # `dot -V` prints "dot - graphviz version 2.43.0 (0)" on stderr.
     "dot": (["dot", "-V"], re.compile(r"version\s+(\S+)")),
+    # "graphviz-pure - graphviz-pure version 0.2.2 (Rust port of Graphviz 16.1.0)"
+    "graphviz-pure": (["graphviz-pure", "-V"], re.compile(r"graphviz-pure version\s+(\S+)")),
     # `nvcc --version` ends with "Cuda compilation tools, release 13.0, V13.0.88".
     "nvcc": (["nvcc", "--version"], re.compile(r"release\s+[\d.]+,\s*V(\S+)|release\s+([\d.]+)")),
 }
@@ -513,7 +515,8 @@ def mismatch_warnings(env: dict[str, Any]) -> list[dict[str, str]]:
 
     warnings += _runtime_gaps(env)
     dot = env.get("tools", {}).get("dot", {})
-    if dot and not dot.get("found"):
+    pure = env.get("tools", {}).get("graphviz-pure", {})
+    if dot and not dot.get("found") and not pure.get("found"):
         warnings.append(
             {
                 "code": "OD002",

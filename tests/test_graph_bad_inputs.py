@@ -213,3 +213,24 @@ def test_dot_format_needs_no_graphviz(tmp_path: Path, monkeypatch: pytest.Monkey
     result = _invoke(path, "--dot")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "m.dot").exists()
+
+
+@pytest.mark.parametrize("layout", ["dot", "layered"])
+def test_without_system_graphviz_graphviz_pure_draws(tmp_path: Path, layout: str) -> None:
+    pure = shutil.which("graphviz-pure") and Path(sys.executable).parent / "graphviz-pure"
+    if not pure or not pure.exists():
+        pytest.skip("graphviz-pure is not installed (pip install graphviz-pure)")
+    path = save(if_model(depth=2), tmp_path / "m.onnx")
+    only_pure = tmp_path / "bin"
+    only_pure.mkdir()
+    (only_pure / "graphviz-pure").symlink_to(pure)
+    assert shutil.which("dot", path=str(only_pure)) is None
+    env = {**os.environ, "PATH": str(only_pure), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = _run(path, "--svg", "--layout", layout, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OD002" not in proc.stdout
+    labels = [text for node in svg_nodes(tmp_path / "m.svg") for text in node]
+    assert "If" in labels and len(svg_clusters(tmp_path / "m.svg")) == 4
+    png = _run(path, "--png", "--layout", layout, "-o", tmp_path / "m.png", env=env)
+    assert png.returncode == 0, png.stdout + png.stderr
+    assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from onnxdoctor.graph.drawing import Drawing
-
 import math
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onnxdoctor.outputs import install
 
+if TYPE_CHECKING:
+    from onnxdoctor.graph.drawing import Drawing
+
 
 class GraphvizMissing(Exception):
-    """The Graphviz program needed to render is not on PATH."""
+    """Neither the Graphviz program needed nor graphviz-pure is on PATH."""
 
 
 class GraphvizError(Exception):
@@ -27,20 +26,26 @@ class GraphvizError(Exception):
 
 # PNG: Graphviz scales the drawing down to about this many pixels (cairo's cost grows with them).
 PNG_DPI = 72
-
-
 PNG_MAX_PIXELS = 12_000_000
-
-
 PNG_MAX_SIDE = 30_000  # cairo refuses surfaces above 32767 pixels a side
-
-
 PNG_SMALL_SIDE = 10_000  # pixels a side at most for a `dot` layout
+# A Rust port of Graphviz's command line on PyPI (a dependency): `pip install` alone can draw.
+PURE = "graphviz-pure"
 
 
 def find_graphviz(program: str = "dot") -> str | None:
-    """The Graphviz program (`dot`, `neato`) on PATH, or None."""
-    return shutil.which(program)
+    """The Graphviz program (`dot`, `neato`) on PATH, else graphviz-pure; None when neither is."""
+    return shutil.which(program) or shutil.which(PURE)
+
+
+def graphviz_command(program: str) -> list[str] | None:
+    """The command that runs `program`'s layout: the system Graphviz when installed (Debian's
+    2.42 is what the pictures were tuned on), else graphviz-pure with that layout engine."""
+    system = shutil.which(program)
+    if system is not None:
+        return [system]
+    pure = shutil.which(PURE)
+    return [pure, f"-K{program}"] if pure is not None else None
 
 
 def render(
@@ -54,10 +59,10 @@ def render(
         GraphvizError: Graphviz failed or ran past `timeout` seconds.
     """
     program, *flags = drawing.engine
-    binary = find_graphviz(program)
-    if binary is None:
+    command = graphviz_command(program)
+    if command is None:
         raise GraphvizMissing(program)
-    args = [binary, *flags, f"-T{fmt}"]
+    args = [*command, *flags, f"-T{fmt}"]
     if fmt == "png":
         args += _png_size_flags(drawing)
     out = Path(out)

@@ -28,8 +28,8 @@ FORMATS = ("svg", "png", "dot")
 # Above this many ops a PNG is scaled down past reading (the summary says to use --svg).
 PNG_READABLE_OPS = 300
 INSTALL_HINT = (
-    "install Graphviz: `apt-get install graphviz` (Debian/Ubuntu), `brew install graphviz` "
-    "(macOS) or `conda install graphviz`"
+    "install Graphviz: `pip install graphviz-pure` (any platform), `apt-get install graphviz` "
+    "(Debian/Ubuntu), `brew install graphviz` (macOS) or `conda install graphviz`"
 )
 # A saved diagnosis is a few kilobytes; refuse anything absurd before reading it.
 MAX_DIAGNOSIS_BYTES = 64 * 2**20
@@ -184,7 +184,7 @@ def _write_drawing(
             "OD002",
             Stage.TOOL,
             Severity.ERROR,
-            f"Graphviz `{program}` is not on PATH, so no {fmt.upper()} was drawn; "
+            f"Graphviz `{program}` is not on PATH, nor graphviz-pure, so no {fmt.upper()} was drawn; "
             f"{INSTALL_HINT}. Wrote {dot_out}; render it later with `{render_cmd}`",
         )
         return dot_out, [missing]

@@ -115,8 +115,8 @@ def _runtimes(env: dict[str, Any], table: Any) -> None:
 def _tools(env: dict[str, Any], table: Any) -> None:
     from rich.markup import escape
 
-    for index, (name, label) in enumerate((("dot", "Graphviz dot"), ("nvcc", "CUDA nvcc"))):
-        tool = env["tools"][name]
+    for index, (name, label) in enumerate((("dot", "Graphviz dot"), ("graphviz-pure", "graphviz-pure"), ("nvcc", "CUDA nvcc"))):
+        tool = env["tools"].get(name, {"found": False})
         value = (
             f"{_fmt(tool['version'], 'version unknown')}  [dim]{escape(tool['path'])}[/]"
             if tool["found"]
