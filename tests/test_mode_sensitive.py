@@ -55,3 +55,13 @@ def test_a_train_mode_wrapper_around_an_eval_model_is_not_flagged(tmp_path: Path
 def test_every_module_in_training_mode_is_counted(tmp_path: Path) -> None:
     (message,) = _od206(tmp_path, 24, "")
     assert "25 mode-sensitive module(s)" in message  # 24 dropouts and the batch norm, no cap at 20
+
+
+@pytest.mark.slow
+def test_a_mismatch_training_mode_explains_is_said_so_without_a_node_search() -> None:
+    fixture = Path(__file__).resolve().parent.parent / "fixtures/export/od206_training_mode.py"
+    options = DiagnoseOptions(exporter="dynamo", fix=False, timeout=300)
+    (diagnosis,) = diagnose(str(fixture), options)
+    (parity,) = [f for f in diagnosis.findings if f.code == "OD601"]
+    assert "training mode and 2 module(s) depend on it" in parity.message
+    assert "first value that differs" not in parity.message  # no localisation spent on it

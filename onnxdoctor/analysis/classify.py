@@ -300,6 +300,11 @@ def _parity_finding(
             f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
         )
     load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
+    modes = (load.facts.get("mode_sensitive_modules") if load and load.facts.get("training") else None) or []
+    if modes and code == "OD601":
+        shown = ", ".join(modes[:3]) + (", ..." if len(modes) > 3 else "")
+        message += (f"; the model is in training mode and {len(modes)} module(s) depend on it ({shown}): "
+                    "dropout and batch statistics explain this difference (OD206); compare in eval mode")
     symbolics = (load.facts.get("custom_symbolics") if load else None) or {}
     if not diverging and symbolics and export and export.facts.get("exporter") == "torchscript":
         op = next(iter(symbolics)) if len(symbolics) == 1 else None

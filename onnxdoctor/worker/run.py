@@ -557,7 +557,11 @@ class Runner:
         )
         if report["code"]:
             facts = {k: v for k, v in report.items() if k not in ("code", "message")}
-            if report["code"] == "OD601" and state.get("onnx_program") is not None:
+            # A model in training mode with dropout or batch norm differs for that reason: the
+            # search for a diverging node would only find the first such module, at a high cost.
+            explained = bool(state.get("load_facts", {}).get("training")
+                             and state.get("load_facts", {}).get("mode_sensitive_modules"))
+            if report["code"] == "OD601" and state.get("onnx_program") is not None and not explained:
                 with contextlib.suppress(Exception):
                     facts["diverging"] = self._first_diverging_value(state)
             raise StageFailed(report["message"], report["code"], **facts)
