@@ -65,6 +65,7 @@ CODES: tuple[Code, ...] = (
     Code("OD208", "dynamic-shapes-invalid", X, E, "dynamic_shapes do not match what torch.export found"),
     Code("OD209", "opset-out-of-range", X, W, "The requested opset is outside what the exporter supports"),
     Code("OD210", "traced-value-frozen", X, W, "The TorchScript tracer froze a data-dependent branch or value"),
+    Code("OD211", "output-not-flattenable", X, E, "The model returns an object torch.export cannot flatten (a cache, a custom class)"),
     Code("OD299", "export-other", X, E, "Export failed for another reason"),
     # 3xx: check
     Code("OD301", "op-not-in-opset", C, E, "An ONNX op does not exist at the model's opset (No Op registered)"),

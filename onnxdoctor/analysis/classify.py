@@ -55,6 +55,7 @@ _OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|Unsupported on
                           r"ONNX opset version (\d+) is not supported|opset version (\d+) is not supported by")
 _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 
+_UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 _CAPTURE_TYPES = (
     "torch._dynamo.exc.UserError",
     "torch._dynamo.exc.Unsupported",
@@ -227,7 +228,7 @@ def _classify_export(
     def make(code: str, message: str, **extra: Any) -> list[Finding]:
         return [
             _finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=None,
-                     source=source, opset=extra.get("opset", opset), evidence=evidence,
+                     source=extra.get("source", source), opset=extra.get("opset", opset), evidence=evidence,
                      detail=extra.get("detail"))
         ]
 
@@ -251,6 +252,12 @@ def _classify_export(
     if _OPSET_RANGE.search(text):
         found = make("OD209", first_line(normalize_message(error.message, base_dir=base_dir)))
         return [replace(found[0], severity=Severity.ERROR)]  # here the export itself failed
+    unknown = _UNKNOWN_OUTPUT.search(text)
+    if unknown:
+        kind = unknown.group(1)
+        return make("OD211", f"forward() returns a {kind.rsplit('.', 1)[-1]} ({kind}), which torch.export "
+                             "cannot flatten into ONNX outputs: only tensors and lists, tuples and dicts of "
+                             "them can be outputs", op=None, source=None)
     capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
     if capture:
         if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:

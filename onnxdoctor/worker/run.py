@@ -61,6 +61,30 @@ STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
 
 
+def _tensor_outputs(model: Any) -> Any:
+    """The model wrapped so that forward() returns only the tensors among its outputs (OD211)."""
+    import torch
+
+    class TensorOutputs(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.model = inner
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            out = self.model(*args, **kwargs)
+            if isinstance(out, dict):
+                values = list(out.values())
+            elif isinstance(out, (tuple, list)):
+                values = list(out)
+            else:
+                values = [out]
+            return tuple(v for v in values if isinstance(v, torch.Tensor))
+
+    wrapped = TensorOutputs(model)
+    wrapped.train(model.training)
+    return wrapped
+
+
 class Runner:
     """Runs the stages for one request; `run_once` can be repeated for fix re-runs."""
 
@@ -190,20 +214,29 @@ class Runner:
                 raised=info["type"],
             ) from exc
         model = loaded.model
+        # The model the script built, before any fix changes it: what must match across imports.
+        fingerprint = _fingerprint(model, loaded)
         fix = state["fix"]
         if fix.get("eval"):
             model.eval()
+        config = getattr(model, "config", None)
+        if fix.get("use_cache_off") and config is not None:
+            config.use_cache = False
+        if fix.get("tensor_outputs"):
+            model = loaded.model = _tensor_outputs(model)
         state["loaded"] = loaded
         facts: dict[str, Any] = {
             "factory": loaded.factory,
             "model_class": type(model).__qualname__,
             "training": bool(getattr(model, "training", False)),
+            # transformers models have this switch; a cache object in the outputs needs it off.
+            "config_use_cache": getattr(getattr(model, "config", None), "use_cache", None),
             "mode_sensitive_modules": _mode_sensitive_modules(model),
             "settings": {k: _jsonable(v) for k, v in loaded.settings.items()},
             "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
         }
         facts["custom_symbolics"] = _custom_symbolics(self.target.resolve().parent)
-        facts["fingerprint"] = _fingerprint(model, loaded)
+        facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
             raise StageFailed(

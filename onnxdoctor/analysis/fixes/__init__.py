@@ -22,6 +22,7 @@ from onnxdoctor.analysis.fixes import (
     exporter,
     onnx_file,
     opset,
+    outputs,
     runtime,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -29,7 +30,7 @@ from onnxdoctor.model import Finding, Fix
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, decompose, custom_op, opset, onnx_file, contrib_ops, exporter,
-    runtime, aten_fallback,
+    runtime, aten_fallback, outputs,
 )
 
 __all__ = ["FAMILIES", "FixContext", "propose_fixes"]

@@ -1,0 +1,61 @@
+"""Outputs torch.export cannot flatten (OD211): the model's own switch, or tensors only.
+
+A transformers decoder returns its key/value cache (`DynamicCache`) unless `use_cache` is off; any
+model can be wrapped so that forward() returns only the tensors among its outputs. Both are
+applied before the reference outputs are computed, so parity compares like with like.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+
+CODES = ("OD211",)
+
+WRAPPER = """import torch
+
+
+class TensorOutputs(torch.nn.Module):
+    \"\"\"forward() returns only the tensors among the model's outputs (no cache objects).\"\"\"
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        out = self.model(*args, **kwargs)
+        values = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else [out]
+        return tuple(v for v in values if isinstance(v, torch.Tensor))
+
+
+model = TensorOutputs(model).eval()
+"""
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """`use_cache=False` for models with that switch, then a wrapper that returns tensors only."""
+    if ctx.target_kind != "script":
+        return []
+    load = next((o for o in ctx.outcomes if o.stage is Stage.LOAD), None)
+    has_switch = bool(load and load.facts.get("config_use_cache") is not None)
+    fixes = []
+    if has_switch:
+        fixes.append(Fix(
+            kind="use_cache_off",
+            title="Turn the model's cache off: model.config.use_cache = False",
+            snippet="model.config.use_cache = False  # forward() then returns no cache object\n"
+                    "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+            applicability=Applicability.SAFE,
+            cost="the ONNX model recomputes past keys and values each call (export the cache "
+                 "explicitly, e.g. with optimum, for fast generation)",
+            recipe={"kind": "use_cache_off", "use_cache_off": True, "isolated": True},
+        ))
+    fixes.append(Fix(
+        kind="tensor_outputs",
+        title="Wrap the model so forward() returns only its tensors",
+        snippet=WRAPPER + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+        applicability=Applicability.UNSAFE,
+        cost="outputs that are not tensors (a cache object) are dropped from the ONNX model",
+        recipe={"kind": "tensor_outputs", "tensor_outputs": True, "isolated": True},
+    ))
+    return fixes
