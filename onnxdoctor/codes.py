@@ -22,13 +22,14 @@ class Code:
 
 
 E, W = Severity.ERROR, Severity.WARNING
-L, X, C, R, U, P, T = (
+L, X, C, R, U, P, G, T = (
     Stage.LOAD,
     Stage.EXPORT,
     Stage.CHECK,
     Stage.ORT_LOAD,
     Stage.ORT_RUN,
     Stage.PARITY,
+    Stage.TARGET,
     Stage.TOOL,
 )
 
@@ -94,6 +95,15 @@ CODES: tuple[Code, ...] = (
     Code("OD603", "output-shape-mismatch", P, E, "An output's shape differs from PyTorch's"),
     Code("OD604", "output-dtype-mismatch", P, E, "An output's dtype differs from PyTorch's"),
     Code("OD699", "parity-other", P, E, "Comparing outputs failed for another reason"),
+    # 7xx: deployment targets (--target; docs/targets.md)
+    Code("OD701", "target-op-unconverted", G, E, "The target runtime cannot convert or run an op of the model"),
+    Code("OD702", "target-load-failed", G, E, "The target runtime refused to load or compile the model"),
+    Code("OD703", "target-run-failed", G, E, "The target runtime failed while running the example inputs"),
+    Code("OD704", "target-output-mismatch", G, E, "The target runtime's outputs differ from PyTorch beyond tolerance"),
+    Code("OD705", "target-op-not-in-table", G, E, "The target's published operator table does not support an op (static verdict)"),
+    Code("OD706", "target-op-restricted", G, W, "A node violates a restriction of the target's operator table (dtype, attribute, constant input, rank)"),
+    Code("OD707", "target-runtime-missing", G, W, "The target's runtime is not installed here; the target was not checked", no_fixture_reason="depends on what is installed: the test environment has OpenVINO, and uninstalling it inside a test would change the environment of every other test"),
+    Code("OD799", "target-other", G, E, "A deployment target failed for another reason", no_fixture_reason="a catch-all for target failures no other code describes; none is known to produce it"),
     # 9xx: the tool itself
     Code("OD901", "worker-crashed", T, E, "The worker process died from a signal"),
     Code("OD902", "worker-timed-out", T, E, "The worker exceeded the time limit and was killed"),
@@ -129,6 +139,7 @@ def catch_all(stage: Stage) -> str:
         Stage.ORT_LOAD: "OD499",
         Stage.ORT_RUN: "OD599",
         Stage.PARITY: "OD699",
+        Stage.TARGET: "OD799",
         Stage.TOOL: "OD999",
     }[stage]
 

@@ -16,6 +16,8 @@ class Stage(str, Enum):
     ORT_LOAD = "ort_load"
     ORT_RUN = "ort_run"
     PARITY = "parity"
+    # A deployment target's own verdict (docs/targets.md); runs after the pipeline, never ends it.
+    TARGET = "target"
     TOOL = "tool"
 
 
@@ -200,6 +202,8 @@ class Diagnosis:
     findings: tuple[Finding, ...]
     versions: dict[str, str] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
+    # One onnxdoctor.targets.TargetResult per requested deployment target (empty: ort-cpu only).
+    targets: tuple[Any, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -225,3 +229,4 @@ class DiagnoseOptions:
     all_fixes: bool = False
     max_fix_checks: int = 4
     skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)
+    targets: tuple[str, ...] = ()  # --target names (docs/targets.md); empty: the script's, else ort-cpu

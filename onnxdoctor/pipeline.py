@@ -103,6 +103,10 @@ def _diagnose(
         if options.fix:
             planned = _planned_checks(result, target) if run_id == "main" else None
             findings = verifier.verify(findings, planned)
+        targets: tuple[Any, ...] = ()
+        if run_id == "main":
+            targets = _targets(options, outcomes, result.events, target)
+            findings = [*findings, *(f for t in targets for f in t.findings)]
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -113,9 +117,25 @@ def _diagnose(
                 facts={"worker_seconds": round(result.seconds, 3),
                        "onnx_path": next((o.facts.get("onnx_path") for o in outcomes
                                           if o.stage is Stage.EXPORT and o.status is Status.PASSED), None)},
+                targets=targets,
             )
         )
     return tuple(diagnoses)
+
+
+def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: list[dict[str, Any]],
+             target: Target) -> tuple[Any, ...]:
+    """The deployment targets' verdicts on the main run's model (docs/targets.md)."""
+    from onnxdoctor.targets.collect import collect, onnx_file, requested_targets
+
+    names, problems = requested_targets(options.targets, outcomes)
+    results = collect(names, outcomes, events, onnx_file(outcomes, target.path, target.kind))
+    if problems:
+        from onnxdoctor.targets import TargetResult
+
+        bad = tuple(Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems)
+        results = (*results, TargetResult("script", "table", None, "skipped", findings=bad, note=problems[0]))
+    return results
 
 
 def _precheck_script(target: Target) -> Diagnosis | None:
@@ -165,7 +185,15 @@ def _request(
         gather_facts=gather_facts,
         skip_check=options.skip_check,
         expected_fingerprint=expected_fingerprint,
+        targets=_worker_targets(options.targets),
     )
+
+
+def _worker_targets(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The targets the worker runs itself (only OpenVINO: the tables need no worker)."""
+    from onnxdoctor.targets import resolve_targets
+
+    return tuple(t for t in resolve_targets(names) if t == "openvino") if names else ()
 
 
 def _left(deadline: float) -> float:

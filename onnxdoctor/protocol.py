@@ -49,6 +49,8 @@ class WorkerRequest:
     # The first load's model fingerprint: a fix worker that re-imports the script must build the
     # same model, or its verdict is about someone else's model (OD114).
     expected_fingerprint: str | None = None
+    # Deployment targets the worker runs itself after the main run (docs/targets.md): "openvino".
+    targets: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
@@ -60,6 +62,7 @@ class WorkerRequest:
         data = json.loads(text)
         data["custom_op_libraries"] = tuple(data.get("custom_op_libraries", ()))
         data["verify_fixes"] = tuple(data.get("verify_fixes", ()))
+        data["targets"] = tuple(data.get("targets", ()))
         return cls(**data)
 
 

@@ -27,6 +27,7 @@ STAGE_OF_DIGIT = {
     "4": Stage.ORT_LOAD,
     "5": Stage.ORT_RUN,
     "6": Stage.PARITY,
+    "7": Stage.TARGET,
     "9": Stage.TOOL,
 }
 

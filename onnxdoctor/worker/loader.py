@@ -22,6 +22,7 @@ SETTING_NAMES = (
     "output_names",
     "dynamic_shapes",
     "custom_op_libraries",
+    "targets",  # deployment targets (docs/targets.md); --target overrides
 )
 
 

@@ -72,6 +72,18 @@ def _die_with_parent(workdir: str) -> None:
     threading.Thread(target=watch, name="onnxdoctor-parent-watch", daemon=True).start()
 
 
+def _targets(request: WorkerRequest, state: dict[str, Any]) -> tuple[str, ...]:
+    """--target's names, else the script's `targets` setting (names only; the parent validates)."""
+    if request.targets:
+        return request.targets
+    loaded = state.get("loaded")
+    wanted = getattr(loaded, "settings", {}).get("targets") if loaded is not None else None
+    if isinstance(wanted, str):
+        wanted = [wanted]
+    names = {str(t).strip().lower() for t in wanted or ()} if isinstance(wanted, (list, tuple)) else set()
+    return ("openvino",) if names & {"openvino", "all"} else ()
+
+
 def main(argv: list[str]) -> int:
     """Worker entry point: `python -m onnxdoctor.worker REQUEST.json`."""
     import faulthandler
@@ -81,6 +93,12 @@ def main(argv: list[str]) -> int:
     _die_with_parent(request.workdir)
     runner = Runner(request)
     records, state = runner.run_once("main", request.apply_fix)
+    if "openvino" in _targets(request, state) and records and records[0]["status"] == "passed":
+        from onnxdoctor.worker.openvino_target import check_state
+
+        ov_record = check_state(request.kind, runner.target, state, request.atol, request.rtol)
+        if ov_record is not None:
+            append_event(request.events_path, ov_record)
     if records and records[0]["status"] == "passed":
         for index, fix in enumerate(request.verify_fixes):
             runner.run_once(f"fix{index}", fix, reuse=state)

@@ -1,0 +1,156 @@
+"""Turn a diagnose run into one TargetResult per requested deployment target (docs/targets.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from onnxdoctor.codes import get_code
+from onnxdoctor.model import Finding, Stage, StageOutcome, Status
+from onnxdoctor.targets import (
+    DEFAULT_TARGET,
+    OPENVINO_INSTALL,
+    UnknownTargetError,
+    get_target,
+    resolve_targets,
+)
+from onnxdoctor.targets.verdict import TargetResult
+
+_ORT_STEPS = {Stage.CHECK: "check", Stage.ORT_LOAD: "load", Stage.ORT_RUN: "run", Stage.PARITY: "parity"}
+
+
+def requested_targets(cli_targets: Sequence[str], outcomes: Sequence[StageOutcome]) -> tuple[tuple[str, ...], list[str]]:
+    """--target's names, else the script's module-level `targets`; unknown script names are reported.
+
+    Raises:
+        UnknownTargetError: a --target name is unknown (a usage error: the CLI checks first).
+    """
+    if cli_targets:
+        return resolve_targets(tuple(cli_targets)), []
+    load = next((o for o in outcomes if o.stage is Stage.LOAD), None)
+    wanted = ((load.facts.get("settings") or {}).get("targets") if load else None) or ()
+    if isinstance(wanted, str):
+        wanted = [wanted]
+    if not isinstance(wanted, (list, tuple)):
+        return (DEFAULT_TARGET,), [f"the script's `targets` is {type(wanted).__name__}, not a list of names"]
+    good, bad = [], []
+    for name in wanted:
+        try:
+            good += list(resolve_targets([str(name)]))
+        except UnknownTargetError as exc:
+            bad.append(f"the script's `targets`: {exc}")
+    return tuple(dict.fromkeys([DEFAULT_TARGET, *good])), bad
+
+
+def collect(
+    names: Sequence[str],
+    outcomes: Sequence[StageOutcome],
+    events: Sequence[dict[str, Any]],
+    onnx_path: str | None,
+) -> tuple[TargetResult, ...]:
+    """One result per target, in the order asked; nothing when only the default target is asked."""
+    if tuple(names) == (DEFAULT_TARGET,):
+        return ()
+    sources: dict[str, str] = {}
+    for o in outcomes:
+        sources.update(o.facts.get("node_sources") or {})
+    model = None
+    results = []
+    for name in names:
+        kind = get_target(name).kind
+        if kind == "pipeline":
+            results.append(_ort_cpu(outcomes))
+        elif kind == "runtime":
+            results.append(_openvino(events, onnx_path, sources))
+        else:
+            if model is None and onnx_path:
+                model = _read(onnx_path)
+            results.append(_table(name, model, sources))
+    return tuple(results)
+
+
+def _read(path: str) -> Any:
+    from onnxdoctor.onnxkit.files import OnnxFileError, read_onnx
+
+    try:
+        return read_onnx(path, load_external_data=False)
+    except OnnxFileError:
+        return None
+
+
+def _ort_cpu(outcomes: Sequence[StageOutcome]) -> TargetResult:
+    steps = [o for o in outcomes if o.stage in _ORT_STEPS]
+    passed = [o for o in steps if o.status is Status.PASSED]
+    failed = next((o for o in steps if o.status not in (Status.PASSED, Status.SKIPPED)), None)
+    reached = _ORT_STEPS[passed[-1].stage] if passed else None
+    status = "failed" if failed else ("passed" if passed else "skipped")
+    unsupported = 1 if failed is not None and failed.stage is Stage.ORT_LOAD else 0
+    return TargetResult("ort-cpu", "runtime", reached, status, {"unsupported": unsupported} if unsupported else {},
+                        note="ONNX Runtime CPU: the pipeline's own stages above")
+
+
+def _finding(code: str, target: str, message: str, op: str | None = None, node: str | None = None,
+             source: str | None = None, evidence: tuple[str, ...] = ()) -> Finding:
+    return Finding(code=code, stage=Stage.TARGET, severity=get_code(code).severity,
+                   message=f"[{target}] {message}", op=op, node=node or None, source=source, evidence=evidence)
+
+
+def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: dict[str, str]) -> TargetResult:
+    record = next((e for e in events if e.get("event") == "target" and e.get("target") == "openvino"), None)
+    if importlib.util.find_spec("openvino") is None or (record and record.get("status") == "skipped"
+                                                         and "not importable" in str(record.get("error"))):
+        line = f"OpenVINO is not installed here: {OPENVINO_INSTALL}"
+        return TargetResult("openvino", "runtime", None, "skipped", note=line,
+                            findings=(_finding("OD707", "openvino", line),))
+    if record is None:
+        return TargetResult("openvino", "runtime", None, "skipped", note="no ONNX model to check (an earlier stage failed)")
+    if record.get("status") == "skipped":
+        return TargetResult("openvino", "runtime", None, "skipped", note=str(record.get("error", "")))
+    version = record.get("version", "")
+    findings: list[Finding] = []
+    error = str(record.get("error") or "")
+    unconverted = record.get("unconverted") or []
+    for item in unconverted:
+        node = item.get("node") or None
+        findings.append(_finding("OD701", "openvino", f"OpenVINO {version} cannot convert {item['op']}"
+                                 + (f" (node {node})" if node else ""), item["op"], node,
+                                 sources.get(node or ""), (error,) if error else ()))
+    step = record.get("step")
+    if not unconverted and record.get("status") != "passed":
+        code = {"read": "OD702", "compile": "OD702", "run": "OD703", "parity": "OD704"}.get(str(step), "OD799")
+        first = error.splitlines()[-1] if error else f"failed at {step}"
+        findings.append(_finding(code, "openvino", f"OpenVINO {version}: {first}", evidence=(error,) if error else ()))
+    not_placed = record.get("not_placed") or []
+    note = f"OpenVINO {version}, CPU plugin: a real run"
+    if not_placed:
+        note += f"; {len(not_placed)} nodes not placed on CPU by query_model"
+    return TargetResult(
+        "openvino", "runtime", record.get("reached"), str(record.get("status")),
+        {"unsupported": len(unconverted)} if unconverted else {},
+        tuple(findings), note=note, seconds=float(record.get("seconds") or 0.0),
+        max_abs_diff=record.get("max_abs_diff"),
+    )
+
+
+def _table(name: str, model: Any, sources: dict[str, str]) -> TargetResult:
+    from onnxdoctor.targets.tables import check_model
+
+    if model is None:
+        return TargetResult(name, "table", None, "skipped", note="no ONNX model to check (an earlier stage failed)")
+    try:
+        return check_model(name, model, sources)
+    except (OSError, ValueError) as exc:
+        return TargetResult(name, "table", None, "skipped", note=f"capability table unreadable: {exc}",
+                            findings=(_finding("OD799", name, f"capability table unreadable: {exc}"),))
+
+
+def onnx_file(outcomes: Sequence[StageOutcome], target_path: Path, kind: str) -> str | None:
+    """The ONNX model the targets judge: the export (scripts) or the file itself."""
+    for o in outcomes:
+        if o.stage is Stage.EXPORT and o.status is Status.PASSED and o.facts.get("onnx_path"):
+            return str(o.facts["onnx_path"])
+    if kind == "onnx" and any(o.stage is Stage.LOAD and o.status is Status.PASSED for o in outcomes):
+        return str(target_path)
+    return None

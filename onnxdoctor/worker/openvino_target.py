@@ -1,0 +1,146 @@
+"""The `openvino` deployment target: read, query, compile and run the exported model in OpenVINO.
+
+OpenVINO's ONNX frontend lists every op it cannot convert at once ("No conversion rule found for
+operations: com.microsoft.Inverse, my.ns.FooBar"); each becomes one record naming the op and the
+nodes that use it. Imported only inside the worker (docs/targets.md).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+_NO_RULE = re.compile(r"No conversion rule found for operations:\s*(.+)")
+
+
+def unconverted_ops(message: str) -> list[str]:
+    """The ops OpenVINO's conversion report names, as written there (`com.microsoft.Inverse`)."""
+    ops: list[str] = []
+    for line in message.splitlines():
+        m = _NO_RULE.search(line)
+        if m:
+            ops += [o.strip() for o in m.group(1).split(",") if o.strip()]
+    return ops
+
+
+def _nodes_of(model: Any, reported: str) -> list[dict[str, str]]:
+    """Nodes of the ONNX model whose `domain.op_type` (or bare op_type) is `reported`."""
+    found = []
+    for node in model.graph.node:
+        domain = node.domain if node.domain not in ("", "ai.onnx") else ""
+        name = f"{domain}.{node.op_type}" if domain else node.op_type
+        if reported in (name, node.op_type, f"ai.onnx.{node.op_type}"):
+            found.append({"op": f"{domain}::{node.op_type}" if domain else node.op_type, "node": node.name})
+    return found or [{"op": reported, "node": ""}]
+
+
+def run_openvino(
+    onnx_path: str,
+    model: Any,
+    feeds: list[Any] | None,
+    reference: list[Any] | None,
+    atol: float,
+    rtol: float,
+) -> dict[str, Any]:
+    """One OpenVINO check as plain data: the step reached, unconverted ops, parity figures.
+
+    Args:
+        onnx_path: the exported (or given) model file, already vetted by the pipeline.
+        model: the same model as an onnx.ModelProto, to name the nodes of unconverted ops.
+        feeds: numpy inputs in the model's input order; None skips running.
+        reference: the outputs to compare with (PyTorch's); None skips the comparison.
+    """
+    started = time.perf_counter()
+    record: dict[str, Any] = {"event": "target", "target": "openvino", "reached": None,
+                              "status": "failed", "unconverted": [], "error": ""}
+    try:
+        import openvino as ov
+    except Exception as exc:  # not installed, or broken: the target is skipped with a hint
+        record.update(status="skipped", error=f"openvino is not importable ({type(exc).__name__}: {exc})")
+        return record
+    record["version"] = str(getattr(ov, "__version__", ""))
+    core = ov.Core()
+    try:
+        ov_model = core.read_model(str(Path(onnx_path)))
+    except Exception as exc:
+        text = str(exc)
+        ops = unconverted_ops(text)
+        record["unconverted"] = [n for op in ops for n in _nodes_of(model, op)]
+        record["error"] = _last_lines(text)
+        record["step"] = "read"
+        return _done(record, started)
+    record["reached"] = "read"
+    try:
+        placed = core.query_model(ov_model, "CPU")
+        names = {op.get_friendly_name() for op in ov_model.get_ops() if op.get_type_name() not in ("Parameter", "Result", "Constant")}
+        record["not_placed"] = sorted(n for n in names if n not in placed)
+        record["reached"] = "query"
+        compiled = core.compile_model(ov_model, "CPU")
+        record["reached"] = "compile"
+    except Exception as exc:
+        record.update(error=_last_lines(str(exc)), step="compile")
+        return _done(record, started)
+    if feeds is None:
+        record["status"] = "passed"
+        return _done(record, started)
+    try:
+        results = compiled(list(feeds))
+        outputs = [results[o] for o in compiled.outputs]
+        record["reached"] = "run"
+    except Exception as exc:
+        record.update(error=_last_lines(str(exc)), step="run")
+        return _done(record, started)
+    if reference is None:
+        record["status"] = "passed"
+        return _done(record, started)
+    from onnxdoctor.worker.parity import compare_outputs
+
+    report = compare_outputs(reference, outputs, atol, rtol)
+    record["max_abs_diff"] = report.get("max_abs_diff")
+    if report["code"]:
+        record.update(step="parity", error=report["message"].replace("ONNX Runtime", "OpenVINO"))
+        return _done(record, started)
+    record.update(reached="parity", status="passed")
+    return _done(record, started)
+
+
+def _done(record: dict[str, Any], started: float) -> dict[str, Any]:
+    record["seconds"] = round(time.perf_counter() - started, 4)
+    return record
+
+
+def _last_lines(text: str, limit: int = 600) -> str:
+    """OpenVINO's message without its C++ check locations, bounded."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("Exception from src", "Check '"))]
+    return "\n".join(lines)[-limit:]
+
+
+def check_state(kind: str, target: Path, state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+    """The OpenVINO record for the worker's main run, or None when no ONNX model was produced."""
+    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.runtime import _to_numpy
+
+    model = state.get("onnx_model")
+    if model is None:
+        return None
+    if "onnx_path" in state:
+        path = str(state["onnx_path"])
+    elif any(t.data_location == 1 for t in model.graph.initializer):
+        # ONNX Runtime and OpenVINO would read external data themselves; only onnx's vetted loader
+        # may (README: reliability), so a file with external data is not handed over.
+        return {"event": "target", "target": "openvino", "reached": None, "status": "skipped",
+                "unconverted": [], "error": "the model keeps its weights in external data files; "
+                "this check runs only on self-contained models"}
+    else:
+        path = str(target)
+    feeds: list[Any] | None = None
+    reference: list[Any] | None = None
+    if kind == "script" and "loaded" in state:
+        loaded = state["loaded"]
+        initializers = {t.name for t in model.graph.initializer}
+        wanted = len([i for i in model.graph.input if i.name not in initializers])
+        feeds = [_to_numpy(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))][:wanted]
+        reference = state.get("torch_outputs")
+    return run_openvino(path, model, feeds, reference, atol, rtol)
