@@ -94,7 +94,7 @@ def test_json_schema_and_nothing_else_on_stdout(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     document = json.loads(result.stdout)  # stdout is exactly one JSON document
     assert "\x1b[" not in result.stdout
-    assert document["schema"] == 1
+    assert document["schema"] == 2
     assert set(document) >= {"schema", "tool_version", "target", "versions", "stages", "findings", "runs"}
     assert document["versions"]["torch"].startswith("2.")
     assert [s["stage"] for s in document["stages"]] == ["load", "export", "check", "ort_load", "ort_run", "parity"]

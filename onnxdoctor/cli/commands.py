@@ -120,6 +120,10 @@ def diagnose(
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the findings."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
+    target_names: list[str] = typer.Option(
+        [], "--target", metavar="NAME",
+        help="Deployment target: ort-cpu (default), openvino, tensorrt, coreml, ort-web, or all; repeatable.",
+    ),
 ) -> None:
     """Export, check, load, run and compare a model; name the first thing that breaks."""
     from onnxdoctor.cli.diagnose import Outputs, View, input_bytes, parse_input_shapes, run_diagnose
@@ -136,6 +140,7 @@ def diagnose(
         timeout=timeout,
         fix=fix,
         all_fixes=all_fixes,
+        targets=tuple(target_names),
     )
     code = run_diagnose(
         target,

@@ -112,6 +112,13 @@ def validate_options(options: DiagnoseOptions) -> None:
 
     if options.exporter is not None and options.exporter not in EXPORTERS:
         raise UsageError(f"--exporter must be one of {', '.join(EXPORTERS)}, not {options.exporter!r}")
+    if options.targets:
+        from onnxdoctor.targets import UnknownTargetError, resolve_targets
+
+        try:
+            resolve_targets(options.targets)
+        except UnknownTargetError as exc:
+            raise UsageError(f"--target: {exc}") from None
     if options.opset is not None and not 1 <= options.opset <= 100:
         raise UsageError(f"--opset {options.opset} is not an opset version")
     if not math.isfinite(options.timeout) or options.timeout <= 0:

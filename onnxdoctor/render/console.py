@@ -36,6 +36,8 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = Fa
     if not quiet:
         console.print(Text.assemble(("onnxdoctor diagnose ", "bold"), (diagnosis.target, "bold cyan"), exporter))
         console.print(_ladder(diagnosis))
+        if diagnosis.targets:
+            console.print(_target_matrix(diagnosis))
     if not diagnosis.findings:
         if diagnosis.exporter is None:
             verdict = "healthy: passes the checker, loads and runs in ONNX Runtime"
@@ -60,6 +62,19 @@ def _ladder(diagnosis: Diagnosis) -> Text:
         text.append(f" {seconds}  ", style="dim")
         text.append(label + "\n", style=style)
     text.rstrip()
+    return text
+
+
+def _target_matrix(diagnosis: Diagnosis) -> Text:
+    from onnxdoctor.targets.matrix import STATIC_LINE, matrix_rows
+
+    text = Text("\n  target     check   reached  verdict          unsupported  partly\n", style="bold")
+    for row in matrix_rows(diagnosis.targets):
+        style = "red" if row.unsupported or row.verdict == "failed" else ("yellow" if row.partly or row.verdict == "skipped" else "green")
+        text.append(f"  {row.target:<10} {row.kind:<7} {row.reached:<8} ")
+        text.append(f"{row.verdict:<16}", style=style)
+        text.append(f" {row.unsupported:>11}  {row.partly:>6}\n")
+    text.append(f"  ({STATIC_LINE})", style="dim")
     return text
 
 

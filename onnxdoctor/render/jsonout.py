@@ -9,8 +9,9 @@ from typing import Any
 from onnxdoctor import __version__
 from onnxdoctor.codes import slug
 from onnxdoctor.model import Diagnosis, Finding, Fix, StageOutcome
+from onnxdoctor.targets.matrix import target_dict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added `targets` (README: output contract)
 
 
 def stage_dict(outcome: StageOutcome) -> dict[str, Any]:
@@ -83,6 +84,7 @@ def to_json(diagnoses: tuple[Diagnosis, ...]) -> str:
         "findings": findings,
         "versions": first.versions,
         "runs": [diagnosis_dict(d) for d in diagnoses],
+        "targets": [target_dict(t) for t in first.targets],
     }
     return json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
 

@@ -22,6 +22,14 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
             status = "not reached" if outcome.status is Status.SKIPPED else outcome.status.value
             lines.append(f"| {outcome.stage.value} | {status} | {seconds} |")
         lines.append("")
+        if diagnosis.targets:
+            from onnxdoctor.targets.matrix import STATIC_LINE, matrix_rows
+
+            lines += ["| target | check | reached | verdict | unsupported nodes | restricted nodes |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {r.target} | {r.kind} | {r.reached} | {r.verdict} | {r.unsupported} | {r.partly} |"
+                      for r in matrix_rows(diagnosis.targets)]
+            lines += ["", f"_{STATIC_LINE}._", ""]
         if not diagnosis.findings:
             lines += ["Healthy: exports, passes the checker, loads and runs in ONNX Runtime, matches PyTorch.", ""]
         for finding in diagnosis.findings:

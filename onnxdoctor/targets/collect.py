@@ -108,7 +108,7 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
         return TargetResult("openvino", "runtime", None, "skipped", note="no ONNX model to check (an earlier stage failed)")
     if record.get("status") == "skipped":
         return TargetResult("openvino", "runtime", None, "skipped", note=str(record.get("error", "")))
-    version = record.get("version", "")
+    version = str(record.get("version", "")).split("-")[0]
     findings: list[Finding] = []
     error = str(record.get("error") or "")
     unconverted = record.get("unconverted") or []
