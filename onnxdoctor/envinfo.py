@@ -585,6 +585,17 @@ def _runtime_gaps(env: dict[str, Any]) -> list[dict[str, str]]:
 # ---------------------------------------------------------------- public API and command
 
 
+def target_availability() -> list[dict[str, Any]]:
+    """Each deployment target (docs/targets.md): can it be checked here, and with what."""
+    from onnxdoctor.targets import TARGETS, available
+
+    rows = []
+    for info in TARGETS:
+        ok, detail = available(info.name)
+        rows.append({"target": info.name, "available": ok, "kind": info.kind, "detail": detail})
+    return rows
+
+
 def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """Everything `onnxdoctor env` reports, as plain data (the `env --json` schema).
 
@@ -619,6 +630,7 @@ def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
         "onnxruntime": facts["onnxruntime"],
         "tools": _finish_tools(tools_started),
         "probe_seconds": facts.get("seconds"),
+        "targets": target_availability(),
     }
     env["warnings"] = mismatch_warnings(env)
     return env

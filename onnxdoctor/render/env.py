@@ -23,7 +23,7 @@ def render_env(env: dict[str, Any], console: Any) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     for _ in range(3):
         table.add_column("")
-    for section in (_packages, _exporters, _runtimes, _tools):
+    for section in (_packages, _exporters, _runtimes, _tools, _targets):
         section(env, table)
         table.add_section()
     console.print(table)
@@ -123,3 +123,11 @@ def _tools(env: dict[str, Any], table: Any) -> None:
             else "not found"
         )
         table.add_row("tools" if index == 0 else "", label, value)
+
+
+def _targets(env: dict[str, Any], table: Any) -> None:
+    from rich.markup import escape
+
+    for index, row in enumerate(env.get("targets", ())):
+        mark = "[green]available[/]" if row["available"] else "[yellow]not available[/]"
+        table.add_row("targets" if index == 0 else "", row["target"], f"{mark}  [dim]{escape(row['detail'])}[/]")

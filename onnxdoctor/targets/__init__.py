@@ -105,7 +105,7 @@ def available(name: str) -> tuple[bool, str]:
     except (OSError, ValueError) as e:
         return False, f"capability table missing or unreadable: {e}"
     src = table.source
-    return True, (
-        f"static table, {len(table.rows)} ops, {src.get('repository')} {src.get('path')} "
-        f"version {src.get('version')} (commit {str(src.get('commit'))[:12]})"
-    )
+    version = str(src.get("version"))
+    commit = str(src.get("commit"))[:12]
+    where = version if commit in version else f"{version}, commit {commit}"
+    return True, f"static table ({len(table.rows)} ops): {src.get('repository')}, {where}"
