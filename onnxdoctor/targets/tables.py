@@ -111,6 +111,17 @@ def _schema(node: onnx.NodeProto, opset: int | None) -> Any:
         return None
 
 
+def _data_values(node: onnx.NodeProto, schema: Any) -> list[str]:
+    """The values typed like the node's first input (the tables list the data tensor's types,
+    not those of index, shape or axis inputs)."""
+    if schema is None or not schema.inputs:
+        return list(node.input[:1])
+    param = schema.inputs[0].type_str
+    names = [n for formal, n in zip(schema.inputs, node.input) if formal.type_str == param]
+    names += [n for formal, n in zip(schema.outputs, node.output) if formal.type_str == param]
+    return names
+
+
 def _input_index(schema: Any, name: str) -> int | None:
     if schema is None:
         return None
@@ -175,8 +186,9 @@ def node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source:
     if row.get("min_opset") and facts.opset and facts.opset < row["min_opset"]:
         return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
                            f"{op} is listed from opset {row['min_opset']}; the model uses opset {facts.opset}", source)
+    schema = _schema(node, facts.opset)
     if row.get("types"):
-        types = {facts.types.get(n) for n in [*node.input, *node.output] if n}
+        types = {facts.types.get(n) for n in _data_values(node, schema) if n}
         types.discard(None)
         unknown_types = not types
         bad = sorted(t for t in types if t not in row["types"])
@@ -185,7 +197,6 @@ def node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source:
                                f"{op} with {', '.join(bad)}: the table lists {', '.join(row['types'])}", source)
         if unknown_types and node.input:
             return NodeVerdict(name, op, NodeStatus.UNKNOWN, f"{op}: the node's types are not known", source)
-    schema = _schema(node, facts.opset)
     unchecked = []
     for rule in row.get("rules", ()):
         state, why = _check_rule(rule, node, facts, schema)

@@ -1,0 +1,204 @@
+"""Deployment targets: the shipped tables, static verdicts on real ONNX models, real OpenVINO runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from onnxdoctor.cli import app
+from onnxdoctor.model import DiagnoseOptions, Stage
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.targets import TARGETS, UnknownTargetError, resolve_targets
+from onnxdoctor.targets.tables import check_model, load_table, table_names
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "build" / "capability_docs"
+FIXTURES = ROOT / "fixtures" / "targets"
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+runner = CliRunner()
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
+           initializers: tuple[onnx.TensorProto, ...] = (), opset: int = 17,
+           domains: tuple[str, ...] = ()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    imports = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, 1) for d in domains)]
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    return model
+
+
+def _verdicts(target: str, model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    result = check_model(target, model)
+    return {v.node: (v.status.value, v.reason) for v in result.verdicts}
+
+
+# ---------------------------------------------------------------- the shipped tables
+
+
+@pytest.mark.parametrize("name", ["tensorrt", "coreml", "ort-web"])
+def test_every_table_row_has_op_status_and_source_version(name: str) -> None:
+    table = load_table(name)
+    assert table.source["repository"] and len(table.source["commit"]) == 40 and table.source["version"]
+    assert len(table.rows) > 40
+    for row in table.rows.values():
+        assert row["op"] and row["status"] in ("supported", "unsupported")
+        assert row["source_version"] == table.source["version"]
+
+
+def test_every_table_target_is_registered() -> None:
+    registered = {t.name for t in TARGETS if t.kind == "table"}
+    assert set(table_names()) == registered
+
+
+@pytest.mark.skipif(not (DOCS / "sources.json").is_file(), reason="source documents not brought here (docs/targets.md)")
+def test_script_regenerates_the_shipped_tables_from_the_stored_documents() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "regen_capability_tables.py"),
+                           "--docs", str(DOCS), "--check"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_resolve_targets_expands_all_and_refuses_unknown_names() -> None:
+    assert resolve_targets(["all"]) == tuple(t.name for t in TARGETS)
+    assert resolve_targets(["openvino", "openvino"]) == ("ort-cpu", "openvino")
+    with pytest.raises(UnknownTargetError, match="tensorflow"):
+        resolve_targets(["tensorflow"])
+
+
+# ---------------------------------------------------------------- static verdicts
+
+
+def test_op_missing_from_a_table_is_unsupported_there_and_supported_where_listed() -> None:
+    axis = numpy_helper.from_array(__import__("numpy").array(0, dtype="int64"), "axis")
+    model = _model([helper.make_node("CumSum", ["x", "axis"], ["y"], name="cumsum0")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], (axis,))
+    assert _verdicts("ort-web", model)["cumsum0"][0] == "unsupported"
+    assert _verdicts("coreml", model)["cumsum0"][0] == "unsupported"
+    # TensorRT lists CumSum with "`axis` must be an initializer": here it is one.
+    assert _verdicts("tensorrt", model)["cumsum0"][0] == "supported"
+
+
+def test_computed_input_the_table_needs_constant_is_partly_supported() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape0", start=0, end=1),
+        helper.make_node("Sub", ["s", "one"], ["last"], name="sub0"),
+        helper.make_node("ReduceSum", ["x", "last"], ["y"], name="reduce0", keepdims=1),
+    ]
+    one = numpy_helper.from_array(__import__("numpy").array([1], dtype="int64"), "one")
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], (one,))
+    status, reason = _verdicts("tensorrt", model)["reduce0"]
+    assert status == "partly" and "axes" in reason and "initializer" in reason
+    result = check_model("tensorrt", model)
+    assert [f.code for f in result.findings] == ["OD706"]
+    assert result.findings[0].stage is Stage.TARGET and result.findings[0].message.startswith("[tensorrt]")
+    assert "not a run" in result.findings[0].evidence[0]
+
+
+def test_dtype_the_table_does_not_list_and_rank_restriction_are_partly() -> None:
+    conv = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv0")],
+                  [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [1, 1, 4, 4]),
+                   helper.make_tensor_value_info("w", TensorProto.DOUBLE, [1, 1, 3, 3])],
+                  [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
+    status, reason = _verdicts("tensorrt", conv)["conv0"]
+    assert status == "partly" and "DOUBLE" in reason
+    pool3d = _model([helper.make_node("MaxPool", ["x"], ["y"], name="pool0", kernel_shape=[2, 2, 2])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4, 4])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    assert _verdicts("coreml", pool3d)["pool0"][0] == "partly"
+    assert _verdicts("tensorrt", pool3d)["pool0"][0] == "supported"  # 2D or 3D pooling
+
+
+def test_custom_domain_op_is_unsupported_in_every_table() -> None:
+    model = _model([helper.make_node("MYSELU", ["x"], ["y"], domain="mynamespace", name="myselu0")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], domains=("mynamespace",))
+    for name in table_names():
+        result = check_model(name, model)
+        assert result.counts == {"unsupported": 1}, name
+        assert result.findings[0].code == "OD705" and result.findings[0].op == "mynamespace::MYSELU"
+
+
+# ---------------------------------------------------------------- real runs
+
+
+def _contrib_inverse_file(folder: Path) -> Path:
+    """com.microsoft::Inverse: ONNX Runtime's CPU provider runs it; OpenVINO cannot convert it."""
+    model = _model([helper.make_node("Inverse", ["x"], ["y"], domain="com.microsoft", name="inv0"),
+                    helper.make_node("Relu", ["y"], ["z"], name="relu0")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                   [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 3])], domains=("com.microsoft",))
+    path = folder / "contrib_inverse.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_contrib_op_runs_on_ort_cpu_and_openvino_names_the_op_and_node(tmp_path: Path) -> None:
+    path = _contrib_inverse_file(tmp_path)
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=False, targets=("openvino", "tensorrt")))
+    by_name = {t.target: t for t in diagnosis.targets}
+    assert list(by_name) == ["ort-cpu", "openvino", "tensorrt"]
+    assert by_name["ort-cpu"].status == "passed" and by_name["ort-cpu"].reached == "run"
+    openvino = by_name["openvino"]
+    assert openvino.status == "failed" and openvino.reached is None and openvino.counts == {"unsupported": 1}
+    (finding,) = openvino.findings
+    assert (finding.code, finding.op, finding.node) == ("OD701", "com.microsoft::Inverse", "inv0")
+    assert finding.message.startswith("[openvino]")
+    assert by_name["tensorrt"].counts == {"unsupported": 1, "supported": 1}
+    assert not diagnosis.healthy  # a target the user asked for refuses the model
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_int64_relu_fails_ort_cpu_and_runs_to_parity_in_openvino() -> None:
+    (diagnosis,) = diagnose(str(FIXTURES / "int64_relu.py"), DiagnoseOptions(fix=False, targets=("openvino",)))
+    by_name = {t.target: t for t in diagnosis.targets}
+    assert by_name["ort-cpu"].status == "failed"
+    assert "OD402" in {f.code for f in diagnosis.findings}
+    assert by_name["openvino"].status == "passed" and by_name["openvino"].reached == "parity"
+    assert by_name["openvino"].max_abs_diff == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_script_targets_setting_is_used_and_json_carries_the_targets(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    shutil.copy(FIXTURES / "int64_relu.py", script)
+    with script.open("a") as f:
+        f.write('\ntargets = ["openvino", "ort-web"]\n')
+    result = runner.invoke(app, ["diagnose", str(script), "--no-fix", "--json"])
+    document = json.loads(result.stdout)
+    assert document["schema"] == 2
+    targets = {t["target"]: t for t in document["targets"]}
+    assert list(targets) == ["ort-cpu", "openvino", "ort-web"]
+    assert targets["openvino"]["reached"] == "parity" and targets["openvino"]["kind"] == "run"
+    assert targets["ort-web"]["kind"] == "static"
+
+
+def test_unknown_target_is_one_usage_line(tmp_path: Path) -> None:
+    path = _contrib_inverse_file(tmp_path)
+    result = runner.invoke(app, ["diagnose", str(path), "--target", "tensorflow"])
+    assert result.exit_code == 2
+    assert "unknown target 'tensorflow'" in result.output and "Traceback" not in result.output
+
+
+def test_static_tables_report_in_console_and_markdown(tmp_path: Path) -> None:
+    path = _contrib_inverse_file(tmp_path)
+    report = tmp_path / "r.md"
+    result = runner.invoke(app, ["diagnose", str(path), "--no-fix", "--target", "coreml", "--target", "ort-web",
+                                 "--report", str(report)])
+    assert result.exit_code == 1, result.output
+    assert "not a run" in result.output
+    text = report.read_text("utf-8")
+    assert "| coreml | static |" in text and "| ort-web | static | - | refuses nodes | 1 |" in text
