@@ -63,7 +63,7 @@ def test_every_table_target_is_registered() -> None:
 @pytest.mark.skipif(not (DOCS / "sources.json").is_file(), reason="source documents not brought here (docs/targets.md)")
 def test_script_regenerates_the_shipped_tables_from_the_stored_documents() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "regen_capability_tables.py"),
-                           "--docs", str(DOCS), "--check"], capture_output=True, text=True, timeout=60)
+                           "--docs", str(DOCS), "--check"], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
 

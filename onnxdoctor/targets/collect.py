@@ -112,11 +112,13 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
     findings: list[Finding] = []
     error = str(record.get("error") or "")
     unconverted = record.get("unconverted") or []
+    # OpenVINO's summary line ("No conversion rule found for operations: ...") is the evidence.
+    summary = tuple(ln.strip().lstrip("- ").strip() for ln in error.splitlines() if "conversion rule" in ln.lower())
     for item in unconverted:
         node = item.get("node") or None
         findings.append(_finding("OD701", "openvino", f"OpenVINO {version} cannot convert {item['op']}"
                                  + (f" (node {node})" if node else ""), item["op"], node,
-                                 sources.get(node or ""), (error,) if error else ()))
+                                 sources.get(node or ""), summary or ((error,) if error else ())))
     step = record.get("step")
     if not unconverted and record.get("status") != "passed":
         code = {"read": "OD702", "compile": "OD702", "run": "OD703", "parity": "OD704"}.get(str(step), "OD799")

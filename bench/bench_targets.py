@@ -1,0 +1,99 @@
+"""The cost of deployment targets, as ratios measured in one run (machines are noisy).
+
+1. `--target openvino` adds OpenVINO's import+read+query+compile+run of the exported model to the
+   worker; compared with ONNX Runtime's import+session+run of the same model, each measured in a
+   fresh process. Target: at most 1.5x.
+2. `--target tensorrt --target coreml --target ort-web` (static tables): the three tables' checks
+   of the exported model (onnxdoctor.targets.collect, as diagnose runs it), in this process.
+   Target: under 0.2 s.
+End-to-end `diagnose` differences are not used: on a shared machine their noise (seconds) is
+larger than what the targets add.
+
+Usage: python bench/bench_targets.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HEALTHY = [ROOT / "fixtures" / "healthy" / "mlp.py", ROOT / "fixtures" / "healthy" / "cnn.py"]
+
+EXPORT = r"""
+import runpy, sys, numpy as np, torch
+ns = runpy.run_path(sys.argv[1], run_name="__bench__")
+model, args = ns["get_model"]()[:2]
+torch.onnx.export(model, args, sys.argv[2], dynamo=True)
+np.savez(sys.argv[2] + ".npz", *[a.numpy() for a in args])
+"""
+
+ORT_LOAD_RUN = r"""
+import sys, time
+t = time.perf_counter()
+import numpy as np, onnxruntime as ort
+feeds = list(np.load(sys.argv[1] + ".npz").values())
+s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+s.run(None, {i.name: a for i, a in zip(s.get_inputs(), feeds)})
+print(time.perf_counter() - t)
+"""
+
+OV_LOAD_RUN = r"""
+import sys, time
+t = time.perf_counter()
+import numpy as np, openvino as ov
+feeds = list(np.load(sys.argv[1] + ".npz").values())
+core = ov.Core()
+m = core.read_model(sys.argv[1])
+core.query_model(m, "CPU")
+c = core.compile_model(m, "CPU")
+c(feeds)
+print(time.perf_counter() - t)
+"""
+
+
+def _inner(script: str, path: str, repeat: int) -> float:
+    return statistics.median(
+        float(subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
+                             check=True).stdout.strip())
+        for _ in range(repeat)
+    )
+
+
+def _tables(path: str, repeat: int) -> float:
+    sys.path.insert(0, str(ROOT))
+    from onnxdoctor.targets.collect import collect
+
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        collect(("ort-cpu", "tensorrt", "coreml", "ort-web"), (), (), path)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> int:
+    """Print one line per healthy fixture and the ratios."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    for fixture in HEALTHY:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "m.onnx")
+            subprocess.run([sys.executable, "-c", EXPORT, str(fixture), path], check=True, capture_output=True)
+            ort_s = _inner(ORT_LOAD_RUN, path, args.repeat)
+            ov_s = _inner(OV_LOAD_RUN, path, args.repeat)
+            tables_s = _tables(path, args.repeat)
+        print(f"{fixture.name}: ORT import+load+run {ort_s:.3f}s, OpenVINO import+read+query+compile+run "
+              f"{ov_s:.3f}s (ratio {ov_s / ort_s:.2f}x, target <= 1.5x); 3 static tables {tables_s:.3f}s "
+              f"(target < 0.2 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
