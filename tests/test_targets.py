@@ -202,3 +202,14 @@ def test_static_tables_report_in_console_and_markdown(tmp_path: Path) -> None:
     assert "not a run" in result.output
     text = report.read_text("utf-8")
     assert "| coreml | static |" in text and "| ort-web | static | - | refuses nodes | 1 |" in text
+
+
+def test_graph_target_marks_the_nodes_a_table_refuses(tmp_path: Path) -> None:
+    path = _contrib_inverse_file(tmp_path)
+    out = tmp_path / "g.dot"
+    result = runner.invoke(app, ["graph", str(path), "--dot", "-o", str(out), "--target", "ort-web"])
+    assert result.exit_code == 1, result.output
+    text = out.read_text("utf-8")
+    assert "OD705" in text and "[ort-web]" in text and "not a run" in result.output
+    bad = runner.invoke(app, ["graph", str(path), "--dot", "-o", str(tmp_path / "h.dot"), "--target", "nope"])
+    assert bad.exit_code == 2 and "unknown target 'nope'" in bad.output

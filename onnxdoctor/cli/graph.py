@@ -68,6 +68,10 @@ def graph_command(
         "auto", "--layout", help="auto, dot (Graphviz layout) or layered (fast, for big graphs)."
     ),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds Graphviz may take."),
+    target_names: list[str] = typer.Option(
+        [], "--target", metavar="NAME",
+        help="Mark the nodes a deployment target does not support (openvino, tensorrt, coreml, ort-web, all).",
+    ),
 ) -> None:
     """Draw an ONNX graph; nodes the checker or runtime rejects are red, with their codes.
 
@@ -93,6 +97,7 @@ def graph_command(
             max_nodes=max_nodes,
             layout=layout,
             timeout=timeout,
+            targets=tuple(target_names),
         ),
         typer.echo,
     )

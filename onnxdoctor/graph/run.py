@@ -57,6 +57,7 @@ class GraphRequest:
     max_nodes: int = 5000
     layout: str = "auto"
     timeout: float = 300.0
+    targets: tuple[str, ...] = ()  # deployment targets whose unsupported nodes are marked (docs/targets.md)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,40 @@ def _place_findings(
         notes += runtime_notes
         placed += [_Placed(f, _paths_for(f, nodes)) for f in runtime_findings]
     placed += [_Placed(f, _paths_for(f, nodes)) for f in saved]
+    if request.targets:
+        target_findings, target_notes = _target_findings(request, model)
+        notes += target_notes
+        placed += [_Placed(f, _paths_for(f, nodes)) for f in target_findings]
     return _dedupe(placed), notes
+
+
+def _target_findings(request: GraphRequest, model: Any) -> tuple[list[Finding], list[str]]:
+    """OD7xx findings of the asked deployment targets: tables in-process, OpenVINO in the worker."""
+    from onnxdoctor.targets import UnknownTargetError, get_target, resolve_targets
+    from onnxdoctor.targets.tables import check_model
+
+    findings: list[Finding] = []
+    notes: list[str] = []
+    try:
+        names = resolve_targets(request.targets)
+    except UnknownTargetError as exc:
+        raise UsageError(f"--target: {exc}") from None
+    for name in names:
+        kind = get_target(name).kind
+        if kind == "table":
+            result = check_model(name, model)
+            findings += list(result.findings)
+            notes.append(f"target {name}: {result.note}")
+        elif kind == "runtime":
+            from onnxdoctor.model import DiagnoseOptions
+            from onnxdoctor.pipeline import diagnose
+
+            options = DiagnoseOptions(fix=False, skip_check=True, targets=(name,),
+                                      timeout=max(request.timeout, 60.0))
+            for diagnosis in diagnose(str(request.model), options):
+                findings += [f for f in diagnosis.findings if f.stage is Stage.TARGET]
+                notes += [f"target {t.target}: {t.note}" for t in diagnosis.targets if t.target == name]
+    return findings, notes
 
 
 def _marks(placed: list[_Placed]) -> dict[NodePath, list[Mark]]:
