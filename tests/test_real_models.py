@@ -25,3 +25,27 @@ def test_a_decoder_returning_its_cache_is_OD211_fixed_by_its_own_switch() -> Non
     assert checks["use_cache_off"].max_abs_diff is not None and checks["use_cache_off"].max_abs_diff < 1e-4
     assert checks["tensor_outputs"] is not None and checks["tensor_outputs"].works
     assert finding.fixes[0].kind == "use_cache_off"  # the model's own switch ranks first
+
+
+@pytest.mark.slow
+def test_a_train_mode_wrapper_around_an_eval_transformers_model_is_not_OD206() -> None:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    options = DiagnoseOptions(exporter="dynamo", fix=False, timeout=300)
+    (diagnosis,) = diagnose(str(FIXTURES / "real/wrapper_train_around_eval_bert.py"), options)
+    assert "OD206" not in [f.code for f in diagnosis.findings], [f.message for f in diagnosis.findings]
+
+
+@pytest.mark.slow
+def test_OD206_gives_the_real_number_of_modules_in_training_mode() -> None:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    import torch  # the test process may import torch; the CLI process may not
+    from transformers import BertConfig, BertModel
+
+    options = DiagnoseOptions(exporter="dynamo", fix=False, timeout=300)
+    (diagnosis,) = diagnose(str(FIXTURES / "real/bert_train_mode.py"), options)
+    finding = next(f for f in diagnosis.findings if f.code == "OD206")
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32)
+    expected = sum(isinstance(m, torch.nn.Dropout) for m in BertModel(config).modules())
+    assert expected > 0
+    assert f"{expected} mode-sensitive module(s)" in finding.message, finding.message
