@@ -121,4 +121,18 @@ def find_rewrites(op: str | None) -> tuple[Rewrite, ...]:
     return tuple(r for r in REWRITES if bare in {_bare(n) for n in r.names})
 
 
-__all__ = ["REWRITES", "Exactness", "Rewrite", "find_rewrites"]
+def coverage_markdown() -> str:
+    """The library's ops as Markdown bullets, for `explain OD202` (generated from the table)."""
+    lines = [
+        "",
+        (f"onnxdoctor's op-rewrite library covers {len(REWRITES)} ops; `diagnose` tries the rewrite "
+         "and verifies it:"),
+        "",
+    ]
+    for rewrite in REWRITES:
+        lines.append(f"- `{rewrite.op}` ({rewrite.family}, {rewrite.exactness.value}: {rewrite.error}). "
+                     f"Limits: {rewrite.limits}.")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["REWRITES", "Exactness", "Rewrite", "coverage_markdown", "find_rewrites"]
