@@ -72,6 +72,11 @@ CASES: dict[str, Case] = {
         (torch.tensor([[1.0, 2.0, 2.0, 3.0, 3.0], [5.0, -1.0, 5.0, 0.0, -1.0]]),
          torch.randint(0, 3, (4, 7), generator=torch.Generator().manual_seed(3)).float(), _g(2, 4)),
     ),
+    "aten::sort.stable": Case(
+        lambda x: (torch.sort(x, stable=True), torch.sort(x, dim=0, descending=True, stable=True)),
+        (torch.tensor([[3.0, 1.0, 3.0, -2.0], [0.0, 0.0, -1.0, 0.0]]), _g(4, 5),
+         torch.tensor([[INF, NAN, -INF, 1.0, NAN]]), torch.tensor([[2, 1, 2], [0, 0, 5]])),
+    ),
     "aten::cumprod": Case(
         lambda x: torch.cumprod(x, 1),
         (_g(3, 6), torch.tensor([[1.0, -2.0, 0.0, 3.0], [INF, 2.0, -1.0, NAN]]), torch.empty(2, 0)),

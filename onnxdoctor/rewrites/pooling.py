@@ -42,5 +42,7 @@ REWRITES = (
         "kernel does",
         limits="static input height and width; the graph grows as out_h + out_w slices; NaN "
         "inside a window is not propagated the way torch does",
+        # adaptive_max_pool1d is composite: torch.export turns it into adaptive_max_pool2d.
+        reported_as=("aten::adaptive_max_pool1d",),
     ),
 )

@@ -102,6 +102,34 @@ def mode(x, dim=-1, keepdim=False):
     return values, indices
 '''
 
+SORT_STABLE = r'''
+def sort_stable(x, *, stable=None, dim=-1, descending=False):
+    """torch.sort(..., stable=...) by ranking: each element's position counts the elements that go
+    before it (smaller ones, and equal ones earlier in the input); NaN sorts as the largest value."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    dim = dim % x.dim()
+    moved = x.movedim(dim, -1)  # [..., n]
+    n = moved.shape[-1]
+    mine, other = moved.unsqueeze(-1), moved.unsqueeze(-2)  # [..., i, 1] against [..., 1, j]
+    positions = torch.arange(n, device=x.device)
+    if x.is_floating_point():
+        mine_nan, other_nan = mine.isnan(), other.isnan()
+        smaller = (other < mine) | (mine_nan & ~other_nan)
+        larger = (other > mine) | (other_nan & ~mine_nan)
+        equal = (other == mine) | (mine_nan & other_nan)
+    else:
+        smaller, larger, equal = other < mine, other > mine, other == mine
+    ahead = larger if descending else smaller
+    earlier = positions.unsqueeze(-1) > positions  # [i, j]: j comes before i in the input
+    rank = (ahead | (equal & earlier)).to(torch.int64).sum(-1)  # [..., i]
+    # The element whose rank is r goes to position r.
+    placed = (rank.unsqueeze(-1) == positions).to(torch.int64)  # [..., i, r]
+    indices = (placed * positions.unsqueeze(-1)).sum(-2)  # [..., r]
+    values = torch.gather(moved, -1, indices)
+    return values.movedim(-1, dim), indices.movedim(-1, dim)
+'''
+
 REWRITES = (
     Rewrite(
         op="aten::searchsorted",
@@ -163,5 +191,17 @@ REWRITES = (
         exactness=Exactness.EXACT,
         error="same values; the index is the last position of the mode",
         limits="memory grows as n^2 along dim; NaN values are not counted as equal",
+    ),
+    Rewrite(
+        op="aten::sort.stable",
+        family="sorting",
+        targets=("aten.sort.stable",),
+        function="sort_stable",
+        source=SORT_STABLE,
+        exactness=Exactness.EXACT,
+        error="same values and indices: equal values keep their input order (torch's stable "
+        "order), NaN sorts as the largest value",
+        limits="memory grows as n^2 along dim (fine for n up to a few thousand)",
+        reported_as=("aten::sort",),
     ),
 )
