@@ -23,8 +23,8 @@ def _export_failure(message: str, kind: str = "torch.onnx.errors.SymbolicValueEr
 @pytest.mark.parametrize(
     ("message", "op"),
     [
-        ("Unsupported: ONNX export of operator adaptive_max_pool2d, output size that are not factor of "
-         "input size. Please feel free to request support", "aten::adaptive_max_pool2d"),
+        (("Unsupported: ONNX export of operator adaptive_max_pool2d, output size that are not factor of "
+          "input size. Please feel free to request support"), "aten::adaptive_max_pool2d"),
         ("Unsupported: ONNX export of operator Unfold, input size not accessible. Please feel free",
          "aten::unfold"),
         ("Unsupported: ONNX export of operator Sort, Out parameter is not supported.", "aten::sort"),
