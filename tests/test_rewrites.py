@@ -134,7 +134,8 @@ CASES: dict[str, Case] = {
         (_g(3, 4, scale=100.0), torch.tensor([0.0, -0.0, 1.0, 0.5, -8.0, 3.0e38, 1e-30, 0.75])),
     ),
     "aten::adaptive_max_pool2d": Case(
-        lambda x: torch.nn.functional.adaptive_max_pool2d(x, (3, 3), return_indices=True),
+        lambda x: (torch.nn.functional.adaptive_max_pool2d(x, (3, 3), return_indices=True),
+                   torch.nn.functional.adaptive_max_pool1d(x.flatten(2), 5, return_indices=True)),
         (_g(1, 2, 7, 7), _g(2, 1, 5, 8, seed=6), torch.ones(1, 1, 4, 4)),
     ),
     "aten::cdist": Case(

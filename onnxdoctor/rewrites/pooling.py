@@ -1,4 +1,4 @@
-"""Pooling: adaptive_max_pool2d with output sizes that do not divide the input."""
+"""Pooling: adaptive_max_pool1d/2d with output sizes that do not divide the input."""
 
 from __future__ import annotations
 
@@ -28,13 +28,20 @@ def adaptive_max_pool2d(x, output_size):
         column = torch.gather(columns_at[..., start:end, :], -2, row).squeeze(-2)
         indices.append((row.squeeze(-2) + start) * width + column)
     return torch.stack(values, -2), torch.stack(indices, -2)
+
+
+def adaptive_max_pool1d(x, output_size):
+    """F.adaptive_max_pool1d: the 2-d version on a height of 1 (its flat indices are columns)."""
+    values, indices = adaptive_max_pool2d(x.unsqueeze(-2), (1, output_size[0]))
+    return values.squeeze(-2), indices.squeeze(-2)
 '''
 
 REWRITES = (
     Rewrite(
         op="aten::adaptive_max_pool2d",
         family="pooling",
-        targets=("aten.adaptive_max_pool2d.default",),
+        targets=("aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool1d.default"),
+        functions=("adaptive_max_pool2d", "adaptive_max_pool1d"),
         function="adaptive_max_pool2d",
         source=ADAPTIVE_MAX_POOL2D,
         exactness=Exactness.EXACT,
@@ -42,7 +49,5 @@ REWRITES = (
         "kernel does",
         limits="static input height and width; the graph grows as out_h + out_w slices; NaN "
         "inside a window is not propagated the way torch does",
-        # adaptive_max_pool1d is composite: torch.export turns it into adaptive_max_pool2d.
-        reported_as=("aten::adaptive_max_pool1d",),
     ),
 )
