@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from onnxdoctor.classify import classify, extract_op
+from onnxdoctor.analysis.classify import classify, extract_op
 from onnxdoctor.model import ErrorInfo, Stage, StageOutcome, Status
 
 

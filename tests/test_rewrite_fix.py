@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from onnxdoctor.codes import explanation_as_printed
-from onnxdoctor.fixes import propose_fixes
-from onnxdoctor.model import Applicability, Finding, Severity, Stage
-from onnxdoctor.pipeline import DiagnoseOptions, diagnose
+from onnxdoctor.analysis.fixes import propose_fixes
+from onnxdoctor.model import Applicability, DiagnoseOptions, Finding, Severity, Stage
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.render.codes import explanation_as_printed
 from onnxdoctor.rewrites import REWRITES
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
