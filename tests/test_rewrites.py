@@ -63,9 +63,9 @@ CASES: dict[str, Case] = {
         lambda x: torch.median(x, 1), (_g(3, 5), _g(2, 6, 3, seed=2), torch.tensor([[1.0, NAN, 3.0], [4.0, 2.0, -1.0]])),
     ),
     "aten::nanmedian": Case(
-        lambda x: torch.nanmedian(x, -1),
+        lambda x: (torch.nanmedian(x, -1), torch.nanmedian(x)),
         (_g(3, 5), torch.tensor([[1.0, NAN, 3.0, 0.0], [NAN, NAN, NAN, NAN], [NAN, 5.0, -2.0, NAN]])),
-        compare=(0,),  # indices of ties may differ; values are exact
+        compare=(0, 2),  # indices of ties may differ; values are exact
     ),
     "aten::mode": Case(
         lambda x: torch.mode(x, -1),
@@ -94,6 +94,11 @@ CASES: dict[str, Case] = {
     "aten::linalg_inv": Case(
         lambda x: (torch.linalg.inv(x), torch.inverse(x)),
         (_g(2, 3, 3, seed=4) + 3 * torch.eye(3), torch.tensor([[0.0, 2.0], [3.0, 1.0]]), _spd(5, 1)),
+    ),
+    "aten::linalg_solve": Case(
+        lambda a: (torch.linalg.solve(a, a[..., 0]), torch.linalg.solve(a, a.mT @ a + 1.0),
+                   torch.linalg.solve(a, torch.ones_like(a), left=False)),
+        (_g(2, 3, 3, seed=9) + 3 * torch.eye(3), torch.tensor([[0.0, 2.0], [3.0, 1.0]]), _spd(5, 1)),
     ),
     "aten::linalg_cholesky": Case(lambda x: (torch.linalg.cholesky(x), torch.linalg.cholesky(x, upper=True)), (_spd(3), _spd(6, 1), torch.eye(2))),
     "aten::linalg_slogdet": Case(

@@ -1,33 +1,55 @@
-"""Linear algebra: inverse (Gauss-Jordan), Cholesky, slogdet, Vandermonde."""
+"""Linear algebra: inverse and solve (Gauss-Jordan), Cholesky, slogdet, Vandermonde."""
 
 from __future__ import annotations
 
 from onnxdoctor.rewrites import Exactness, Rewrite
 
-INV = r'''
-def linalg_inv_ex(A, *, check_errors=False):
-    """torch.linalg.inv by Gauss-Jordan elimination with partial pivoting, unrolled over n."""
+GAUSS_JORDAN = r'''
+def _gauss_jordan(A, B):
+    """Solve A X = B by Gauss-Jordan elimination with partial pivoting, unrolled over n."""
     n = A.shape[-1]
     rows = torch.arange(n, device=A.device)
-    eye = torch.eye(n, dtype=A.dtype, device=A.device).expand(A.shape)
-    m = torch.cat([A, eye], -1)  # [..., n, 2n]
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    m = torch.cat([A.expand(*batch, n, n), B.expand(*batch, n, B.shape[-1])], -1)  # [..., n, n + k]
     for col in range(n):
         # The row at or below `col` with the largest |value| in this column becomes the pivot row.
         candidates = torch.where(rows >= col, m[..., :, col].abs(), torch.full_like(m[..., :, col], -1.0))
         is_pivot = (rows == candidates.argmax(-1, keepdim=True)).unsqueeze(-1)  # [..., n, 1]
         is_col = (rows == col).unsqueeze(-1)  # [n, 1]
-        pivot_row = (m * is_pivot).sum(-2, keepdim=True)  # [..., 1, 2n]
+        pivot_row = (m * is_pivot).sum(-2, keepdim=True)  # [..., 1, n + k]
         col_row = m[..., col : col + 1, :]
         m = torch.where(is_col, pivot_row, torch.where(is_pivot, col_row, m))  # swap (exact)
         normalized = m[..., col : col + 1, :] / m[..., col : col + 1, col : col + 1]
         m = torch.where(is_col, normalized, m - m[..., :, col : col + 1] * normalized)
+    return m[..., :, n:]
+'''
+
+INV = GAUSS_JORDAN + r'''
+
+def linalg_inv_ex(A, *, check_errors=False):
+    """torch.linalg.inv_ex: Gauss-Jordan against the identity."""
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
-    return m[..., :, n:], info
+    return _gauss_jordan(A, eye), info
 
 
 def linalg_inv(A):
     """torch.linalg.inv and torch.inverse."""
     return linalg_inv_ex(A)[0]
+'''
+
+SOLVE = GAUSS_JORDAN + r'''
+
+def linalg_solve(A, B, *, left=True):
+    """torch.linalg.solve: Gauss-Jordan on [A | B] (X A = B is solved as A^T X^T = B^T)."""
+    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+    if vector:
+        B = B.unsqueeze(-1)
+    if left:
+        X = _gauss_jordan(A, B)
+    else:
+        X = _gauss_jordan(A.transpose(-2, -1), B.transpose(-2, -1)).transpose(-2, -1)
+    return X.squeeze(-1) if vector else X
 '''
 
 CHOLESKY = r'''
@@ -105,6 +127,18 @@ REWRITES = (
         limits="static matrix size n (the graph grows as n steps; fine up to n = 64); a singular "
         "matrix gives inf/NaN instead of an error; `info` is always 0",
         reported_as=("aten::linalg_inv_ex", "aten::inverse"),
+    ),
+    Rewrite(
+        op="aten::linalg_solve",
+        family="linalg",
+        targets=("aten.linalg_solve.default",),
+        function="linalg_solve",
+        source=SOLVE,
+        exactness=Exactness.ROUNDING,
+        error="Gauss-Jordan with partial pivoting: relative error about cond(A) x machine epsilon",
+        limits="static matrix size n (the graph grows as n steps; fine up to n = 64); a singular "
+        "matrix gives inf/NaN instead of an error",
+        reported_as=("aten::_linalg_solve_ex", "aten::linalg_solve_ex"),
     ),
     Rewrite(
         op="aten::linalg_cholesky",

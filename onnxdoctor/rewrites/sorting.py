@@ -78,6 +78,11 @@ def nanmedian_dim(x, dim=-1, keepdim=False):
     if not keepdim:
         values, indices = values.squeeze(dim), indices.squeeze(dim)
     return values, indices
+
+
+def nanmedian(x):
+    """torch.nanmedian(x): the lower median of all non-NaN elements."""
+    return nanmedian_dim(x.reshape(-1), 0)[0]
 '''
 
 MODE = r'''
@@ -175,12 +180,13 @@ REWRITES = (
     Rewrite(
         op="aten::nanmedian",
         family="sorting",
-        targets=("aten.nanmedian.dim",),
+        targets=("aten.nanmedian.dim", "aten.nanmedian.default"),
+        functions=("nanmedian_dim", "nanmedian"),
         function="nanmedian_dim",
         source=NANMEDIAN_DIM,
         exactness=Exactness.EXACT,
         error="same values; with ties the index can name another equal element",
-        limits="floating-point input; torch.nanmedian(x) without dim is not covered",
+        limits="floating-point input",
     ),
     Rewrite(
         op="aten::mode",
