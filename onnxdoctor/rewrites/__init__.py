@@ -7,6 +7,12 @@ worker compiles the text (it is also the snippet the user pastes). A rewrite is 
 `torch.export.export(model, args).run_decompositions({overload: function})` and the resulting
 ExportedProgram is exported with the dynamo exporter.
 
+torch's own decomposition tables were tried first: their entries for these ops lead to prims ops
+(prims.prod, prims.erf_inv, prims.lgamma, ...) that no exporter maps either, which is why the ops
+fail in the first place. The one exception found, aten::pdist, exports only through the private
+`torch._decomp` table (the public `torch.export.default_decompositions()` entry recurses into
+aten.pdist when used in run_decompositions), so pdist has its own rewrite here.
+
 Adding a rewrite is adding a `Rewrite(...)` to the family module it belongs to (one module per
 op family) and a test case in tests/test_rewrites.py.
 """
