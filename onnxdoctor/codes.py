@@ -153,3 +153,4 @@ def explanation(code: str) -> str:
 def slug(code: str) -> str:
     """The stable slug of a code (`OD203` -> `unregistered-custom-op`)."""
     return get_code(code).slug
+

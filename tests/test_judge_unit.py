@@ -104,7 +104,7 @@ def test_a_torchscript_symbolic_that_gives_up_names_the_op_and_why() -> None:
     outcomes = [StageOutcome(Stage.LOAD, Status.PASSED),
                 _failed(Stage.EXPORT, message, exporter="torchscript")]
     (finding,) = [f for f in classify(outcomes) if f.severity is Severity.ERROR]
-    assert finding.code == "OD299" and finding.op == "Sort"
+    assert finding.code == "OD299" and finding.op == "aten::sort"
     assert "Ascending is not supported" in finding.message
 
 

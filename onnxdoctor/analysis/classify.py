@@ -35,9 +35,15 @@ _UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z
 _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
 )
-# torch's TorchScript symbolics give up on a call they cannot map ("Sort, Ascending is not supported").
-_TS_SYMBOLIC_GAVE_UP = re.compile(r"Unsupported: ONNX export of operator ([\w.:]+)(?:, (.*?))?\. Please")
 _TS_ADDED_IN = re.compile(r"Support for this operator was added in version (\d+)")
+# The TorchScript exporter's symbolics give up on calls they cannot map: "Unsupported: ONNX export of
+# operator adaptive_max_pool2d, output size that are not factor of input size", "... of operator
+# Sort, Out parameter is not supported", "... of cumsum in opset 9. Please try opset version 11".
+_TS_SYMBOLIC_UNSUPPORTED = re.compile(
+    r"Unsupported: ONNX export of (?:operator )?([A-Za-z_](?:[\w.:]*\w)?)(?:,\s*([^.\n]*))?"
+)
+_TS_TRY_OPSET = re.compile(r"in opset (\d+)\. Please try opset version (\d+)")
+_NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
@@ -74,12 +80,23 @@ from onnxdoctor.analysis.cautions import _warnings
 from onnxdoctor.analysis.findings import _evidence, _finding, _from_record, _source_from_text
 
 
+def aten_name(name: str) -> str:
+    """An op as the TorchScript symbolics spell it (`Sort`, `linalg.matrix_norm`) -> `aten::...`."""
+    if "::" in name:
+        return name
+    name = name.replace(".", "_")
+    return "aten::" + (name.lower() if name[:1].isupper() else name)
+
+
 def extract_op(text: str) -> str | None:
     """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
-    for pattern in (_UNRECOGNIZED_NS, _TS_UNSUPPORTED, _TS_SYMBOLIC_GAVE_UP):
+    for pattern in (_UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP):
         match = pattern.search(text)
         if match:
             return match.group(1)
+    match = _TS_SYMBOLIC_UNSUPPORTED.search(text)
+    if match:
+        return aten_name(match.group(1))
     match = _NO_ONNX_FUNCTION.search(text)
     if match:
         namespace, _, name = match.group(1).partition(".")
@@ -243,6 +260,16 @@ def _classify_export(
             return make("OD201", f"{op} is not supported at opset {at}; support starts at opset {added.group(1)}",
                         op=op, opset=at)
         return make("OD202", f"{op} has no ONNX export in the TorchScript exporter at any opset", op=op, opset=at)
+    match = _TS_SYMBOLIC_UNSUPPORTED.search(text)
+    if match:
+        op = aten_name(match.group(1))
+        later = _TS_TRY_OPSET.search(text)
+        if later:
+            return make("OD201", f"{op} is not supported at opset {later.group(1)}; support starts at opset "
+                                 f"{later.group(2)}", op=op, opset=int(later.group(1)))
+        reason = (match.group(2) or "").strip()
+        return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call"
+                             + (f": {reason}" if reason else ""), op=op)
     match = _NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)
     if match and op:
         namespace = op.split("::", 1)[0]
@@ -275,11 +302,6 @@ def _classify_export(
         return make("OD204", message + (f": {detail}" if detail else ""))
     if facts.get("symbolic_frame") or _bad_symbolic(text, error):
         return make("OD205", first_line(normalize_message(error.message, base_dir=base_dir)))
-    match = _TS_SYMBOLIC_GAVE_UP.search(text)
-    if match:
-        reason = f" ({match.group(2)})" if match.group(2) else ""
-        return make("OD299", f"the TorchScript exporter's mapping of {match.group(1)} cannot export "
-                             f"this call{reason}")
     return []
 
 

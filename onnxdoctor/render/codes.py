@@ -48,6 +48,18 @@ def print_codes(json_out: bool) -> None:
     Console().print(table)
 
 
+def explanation_as_printed(code: str) -> str:
+    """A code's explanation as `explain` prints it: OD202's also lists what the op-rewrite library
+    covers, generated from the library's table so that it never drifts from it."""
+    text = explanation(code)
+    if code == "OD202":
+        from onnxdoctor.rewrites import coverage_markdown
+
+        head, sep, tail = text.partition("\n## Example")
+        text = head.rstrip("\n") + "\n" + coverage_markdown() + sep + tail
+    return text
+
+
 def print_explanation(code: str) -> None:
     """Print what a code means: rendered Markdown on a terminal, the plain text when piped.
 
@@ -57,7 +69,7 @@ def print_explanation(code: str) -> None:
     match = find_code(code)
     if match is None:
         raise UsageError(f"unknown code {code.strip()!r}; `onnxdoctor codes` lists them")
-    text = explanation(match.code)
+    text = explanation_as_printed(match.code)
     if not sys.stdout.isatty():
         sys.stdout.write(text)
         return

@@ -23,14 +23,15 @@ from onnxdoctor.analysis.fixes import (
     onnx_file,
     opset,
     outputs,
+    rewrite,
     runtime,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Finding, Fix
 
 FAMILIES = (
-    eval_mode, dynamic_shapes, control_flow, decompose, custom_op, opset, onnx_file, contrib_ops, exporter,
-    runtime, aten_fallback, outputs,
+    eval_mode, dynamic_shapes, control_flow, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
+    exporter, runtime, aten_fallback, outputs,
 )
 
 __all__ = ["FAMILIES", "FixContext", "propose_fixes"]

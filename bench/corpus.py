@@ -1,0 +1,150 @@
+"""Run `diagnose --json` on the corpus of failures reproduced from public issue threads.
+
+Each script in fixtures/corpus/ states, in its docstring, the thread it reproduces and what
+onnxdoctor should report: `Expected: OD202 naming aten::cumprod; fix family: rewrite` for a
+failure, `Expected: healthy; ...` for a model that used to fail and exports cleanly today (a
+false alarm there is a bug). Prints one line per file, then the totals:
+
+    verified fix N/M, op named N/M, expected family N/M, healthy N/K (no false alarm)
+
+Not part of the test suite (each file is a real export plus fix verification: minutes in all).
+
+Usage: python bench/corpus.py [--jobs N] [--only SUBSTRING]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fixtures" / "corpus"
+EXPECTED = re.compile(r"^Expected: (OD\d{3}|healthy)(?: naming (\S+))?; fix family: (.+?)\.?$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a corpus file's docstring says onnxdoctor should find."""
+
+    code: str | None  # None: healthy
+    op: str | None
+    families: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What `diagnose --json` reported for one corpus file."""
+
+    name: str
+    expected: Expectation
+    exit_code: int
+    codes: tuple[str, ...]
+    ops: tuple[str, ...]
+    verified_kinds: tuple[str, ...]
+    seconds: float
+    error: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.exit_code == 0 and not self.codes
+
+    @property
+    def op_named(self) -> bool:
+        return self.expected.op is not None and any(_bare(o) == _bare(self.expected.op) for o in self.ops)
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.verified_kinds)
+
+    @property
+    def family_matched(self) -> bool:
+        return any(kind in self.expected.families for kind in self.verified_kinds)
+
+
+def _bare(op: str) -> str:
+    return op.split(".", 1)[0] if "::" in op else op
+
+
+def expectation(path: Path) -> Expectation:
+    """The `Expected:` line of a corpus file's docstring."""
+    doc = ast.get_docstring(ast.parse(path.read_text("utf-8"))) or ""
+    match = EXPECTED.search(doc)
+    if match is None:
+        raise SystemExit(f"{path.name}: no 'Expected: ...' line in its docstring")
+    code, op, families = match.groups()
+    return Expectation(
+        code=None if code == "healthy" else code,
+        op=op,
+        families=tuple(f.strip() for f in families.split(" or ") if f.strip() not in ("-", "")),
+    )
+
+
+def diagnose(path: Path) -> Outcome:
+    """`python -m onnxdoctor diagnose --json PATH`, parsed."""
+    expected = expectation(path)
+    started = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "onnxdoctor", "diagnose", "--json", str(path)],
+        check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900,
+    )
+    seconds = time.perf_counter() - started
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return Outcome(path.stem, expected, proc.returncode, (), (), (), seconds,
+                       error=(proc.stderr.strip().splitlines() or ["no JSON"])[-1])
+    findings = [f for f in data.get("findings", []) if f.get("severity") == "error"]
+    return Outcome(
+        name=path.stem,
+        expected=expected,
+        exit_code=proc.returncode,
+        codes=tuple(f["code"] for f in findings),
+        ops=tuple(f["op"] for f in findings if f.get("op")),
+        verified_kinds=tuple(fix["kind"] for f in findings for fix in f.get("fixes", []) if fix.get("verified")),
+        seconds=seconds,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1, help="files diagnosed at once")
+    parser.add_argument("--only", default="", help="only files whose name contains this")
+    args = parser.parse_args()
+    paths = sorted(p for p in CORPUS.glob("*.py") if args.only in p.name)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        outcomes = list(pool.map(diagnose, paths))
+    failing = [o for o in outcomes if o.expected.code is not None]
+    healthy = [o for o in outcomes if o.expected.code is None]
+    for o in outcomes:
+        if o.expected.code is None:
+            verdict = "healthy" if o.healthy else f"FALSE ALARM {','.join(o.codes) or o.error}"
+        else:
+            verdict = (
+                f"{','.join(o.codes) or '-'} op={'/'.join(o.ops) or '-'}"
+                f"{'' if o.op_named else ' (op NOT named)'} "
+                f"fix={'/'.join(o.verified_kinds) or 'none verified'}"
+                f"{'' if o.family_matched else ' (expected ' + ' or '.join(o.expected.families) + ')'}"
+            )
+        print(f"{o.name:45s} {o.seconds:6.1f}s  {verdict}{'  ' + o.error if o.error else ''}")
+    print()
+    print(
+        f"verified fix {sum(o.verified for o in failing)}/{len(failing)}, "
+        f"op named {sum(o.op_named for o in failing)}/{len(failing)}, "
+        f"expected family {sum(o.family_matched for o in failing)}/{len(failing)}, "
+        f"healthy {sum(o.healthy for o in healthy)}/{len(healthy)} (no false alarm)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

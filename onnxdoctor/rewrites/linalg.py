@@ -1,0 +1,182 @@
+"""Linear algebra: inverse and solve (Gauss-Jordan), Cholesky, slogdet, Vandermonde."""
+
+from __future__ import annotations
+
+from onnxdoctor.rewrites import Exactness, Rewrite
+
+GAUSS_JORDAN = r'''
+def _gauss_jordan(A, B):
+    """Solve A X = B by Gauss-Jordan elimination with partial pivoting, unrolled over n."""
+    n = A.shape[-1]
+    rows = torch.arange(n, device=A.device)
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    m = torch.cat([A.expand(*batch, n, n), B.expand(*batch, n, B.shape[-1])], -1)  # [..., n, n + k]
+    for col in range(n):
+        # The row at or below `col` with the largest |value| in this column becomes the pivot row.
+        candidates = torch.where(rows >= col, m[..., :, col].abs(), torch.full_like(m[..., :, col], -1.0))
+        is_pivot = (rows == candidates.argmax(-1, keepdim=True)).unsqueeze(-1)  # [..., n, 1]
+        is_col = (rows == col).unsqueeze(-1)  # [n, 1]
+        pivot_row = (m * is_pivot).sum(-2, keepdim=True)  # [..., 1, n + k]
+        col_row = m[..., col : col + 1, :]
+        m = torch.where(is_col, pivot_row, torch.where(is_pivot, col_row, m))  # swap (exact)
+        normalized = m[..., col : col + 1, :] / m[..., col : col + 1, col : col + 1]
+        m = torch.where(is_col, normalized, m - m[..., :, col : col + 1] * normalized)
+    return m[..., :, n:]
+'''
+
+INV = GAUSS_JORDAN + r'''
+
+def linalg_inv_ex(A, *, check_errors=False):
+    """torch.linalg.inv_ex: Gauss-Jordan against the identity."""
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    return _gauss_jordan(A, eye), info
+
+
+def linalg_inv(A):
+    """torch.linalg.inv and torch.inverse."""
+    return linalg_inv_ex(A)[0]
+'''
+
+SOLVE = GAUSS_JORDAN + r'''
+
+def linalg_solve(A, B, *, left=True):
+    """torch.linalg.solve: Gauss-Jordan on [A | B] (X A = B is solved as A^T X^T = B^T)."""
+    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+    if vector:
+        B = B.unsqueeze(-1)
+    if left:
+        X = _gauss_jordan(A, B)
+    else:
+        X = _gauss_jordan(A.transpose(-2, -1), B.transpose(-2, -1)).transpose(-2, -1)
+    return X.squeeze(-1) if vector else X
+'''
+
+CHOLESKY = r'''
+def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
+    """torch.linalg.cholesky, column by column (Cholesky-Banachiewicz), unrolled over n."""
+    n = A.shape[-1]
+    rows = torch.arange(n, device=A.device)
+    columns = []
+    for j in range(n):
+        v = A[..., :, j]
+        if columns:
+            done = torch.stack(columns, -1)  # [..., n, j]
+            v = v - (done * done[..., j : j + 1, :]).sum(-1)
+        d = torch.sqrt(v[..., j : j + 1])
+        zero = torch.zeros_like(v)
+        columns.append(torch.where(rows > j, v / d, torch.where(rows == j, d.expand_as(v), zero)))
+    L = torch.stack(columns, -1)
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    return (L.transpose(-2, -1) if upper else L), info
+
+
+def linalg_cholesky(A, *, upper=False):
+    """torch.linalg.cholesky."""
+    return linalg_cholesky_ex(A, upper=upper)[0]
+
+
+def cholesky(A, upper=False):
+    """The deprecated torch.cholesky (upper is positional there)."""
+    return linalg_cholesky_ex(A, upper=upper)[0]
+'''
+
+SLOGDET = r'''
+def linalg_slogdet(A):
+    """torch.linalg.slogdet and torch.slogdet from the determinant (ONNX Det)."""
+    det = torch.linalg.det(A)
+    return torch.sign(det), torch.log(det.abs())
+
+
+def logdet(A):
+    """torch.logdet: log(det(A)), NaN for a negative determinant."""
+    return torch.log(torch.linalg.det(A))
+
+
+def _linalg_slogdet(A):
+    """The internal overload: torch also returns the LU factorization and pivots (zeros here)."""
+    sign, logabsdet = linalg_slogdet(A)
+    n = A.shape[-1]
+    lu = torch.zeros_like(A)
+    pivots = torch.zeros(A.shape[:-2] + (n,), dtype=torch.int32, device=A.device)
+    return sign, logabsdet, lu, pivots
+'''
+
+VANDER = r'''
+def linalg_vander(x, *, N=None):
+    """torch.linalg.vander: powers x**0 .. x**(N-1) as repeated products along the last dim."""
+    n = x.shape[-1] if N is None else N
+    if not x.is_floating_point() and not x.is_complex():
+        x = x.to(torch.int64)
+    keep = torch.ones(n, n, dtype=torch.bool, device=x.device).tril(-1)  # keep[k, j]: j < k
+    base = x.unsqueeze(-1).unsqueeze(-1).expand(*x.shape, n, n)
+    terms = torch.where(keep, base, torch.ones((), dtype=x.dtype, device=x.device))
+    return terms.prod(-1)
+'''
+
+REWRITES = (
+    Rewrite(
+        op="aten::linalg_inv",
+        family="linalg",
+        targets=("aten.linalg_inv.default", "aten.inverse.default", "aten.linalg_inv_ex.default"),
+        functions=("linalg_inv", "linalg_inv", "linalg_inv_ex"),
+        function="linalg_inv",
+        source=INV,
+        exactness=Exactness.ROUNDING,
+        error="Gauss-Jordan with partial pivoting: relative error about cond(A) x machine epsilon",
+        limits="static matrix size n (the graph grows as n steps; fine up to n = 64); a singular "
+        "matrix gives inf/NaN instead of an error; `info` is always 0",
+        reported_as=("aten::linalg_inv_ex", "aten::inverse"),
+    ),
+    Rewrite(
+        op="aten::linalg_solve",
+        family="linalg",
+        targets=("aten.linalg_solve.default",),
+        function="linalg_solve",
+        source=SOLVE,
+        exactness=Exactness.ROUNDING,
+        error="Gauss-Jordan with partial pivoting: relative error about cond(A) x machine epsilon",
+        limits="static matrix size n (the graph grows as n steps; fine up to n = 64); a singular "
+        "matrix gives inf/NaN instead of an error",
+        reported_as=("aten::_linalg_solve_ex", "aten::linalg_solve_ex"),
+    ),
+    Rewrite(
+        op="aten::linalg_cholesky",
+        family="linalg",
+        targets=("aten.linalg_cholesky.default", "aten.cholesky.default", "aten.linalg_cholesky_ex.default"),
+        functions=("linalg_cholesky", "cholesky", "linalg_cholesky_ex"),
+        function="linalg_cholesky",
+        source=CHOLESKY,
+        exactness=Exactness.ROUNDING,
+        error="the same algorithm, another summation order: a few ulps times n",
+        limits="static matrix size n (the graph grows as n steps); a matrix that is not positive "
+        "definite gives NaN instead of an error; `info` is always 0",
+        reported_as=("aten::linalg_cholesky_ex", "aten::cholesky"),
+    ),
+    Rewrite(
+        op="aten::linalg_slogdet",
+        family="linalg",
+        targets=("aten.linalg_slogdet.default", "aten.slogdet.default", "aten.logdet.default",
+                 "aten._linalg_slogdet.default"),
+        functions=("linalg_slogdet", "linalg_slogdet", "logdet", "_linalg_slogdet"),
+        function="linalg_slogdet",
+        source=SLOGDET,
+        exactness=Exactness.ROUNDING,
+        error="log|det| from ONNX Det: relative error about n x machine epsilon",
+        limits="the determinant must fit the dtype (float32 overflows beyond about 1e38: use "
+        "float64 for large matrices); the internal _linalg_slogdet's LU and pivots outputs are not "
+        "computed (zeros)",
+        reported_as=("aten::_linalg_slogdet", "aten::slogdet", "aten::logdet"),
+    ),
+    Rewrite(
+        op="aten::linalg_vander",
+        family="linalg",
+        targets=("aten.linalg_vander.default",),
+        function="linalg_vander",
+        source=VANDER,
+        exactness=Exactness.ROUNDING,
+        error="powers as products in another order: a few ulps",
+        limits="memory grows as len(x) x N^2",
+        reported_as=("prims::prod",),
+    ),
+)

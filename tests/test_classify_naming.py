@@ -1,0 +1,60 @@
+"""Export failures that name their op in prose: the finding names the op (pure classification).
+
+The messages are the TorchScript exporter's own wording on torch 2.13 (its symbolics raise
+"Unsupported: ONNX export of operator X, <reason>" for arguments they refuse).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from onnxdoctor.analysis.classify import classify, extract_op
+from onnxdoctor.model import ErrorInfo, Stage, StageOutcome, Status
+
+
+def _export_failure(message: str, kind: str = "torch.onnx.errors.SymbolicValueError") -> list[StageOutcome]:
+    return [
+        StageOutcome(Stage.LOAD, Status.PASSED),
+        StageOutcome(Stage.EXPORT, Status.FAILED, error=ErrorInfo(type=kind, message=message, chain=(kind,)),
+                     facts={"exporter": "torchscript", "requested_opset": 17}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("message", "op"),
+    [
+        (("Unsupported: ONNX export of operator adaptive_max_pool2d, output size that are not factor of "
+          "input size. Please feel free to request support"), "aten::adaptive_max_pool2d"),
+        ("Unsupported: ONNX export of operator Unfold, input size not accessible. Please feel free",
+         "aten::unfold"),
+        ("Unsupported: ONNX export of operator Sort, Out parameter is not supported.", "aten::sort"),
+        ("Unsupported: ONNX export of operator linalg.matrix_norm, ord==nuc. Please feel free",
+         "aten::linalg_matrix_norm"),
+        ("Unsupported: ONNX export of transpose for tensor of unknown rank.", "aten::transpose"),
+        ("Exporting the operator 'aten::cumprod' to ONNX opset version 17 is not supported", "aten::cumprod"),
+    ],
+)
+def test_the_op_in_torchs_unsupported_messages_is_extracted(message: str, op: str) -> None:
+    assert extract_op(message) == op
+
+
+def test_a_symbolic_that_refuses_its_arguments_names_the_op_and_the_reason() -> None:
+    [finding] = classify(_export_failure(
+        "Unsupported: ONNX export of operator adaptive_avg_pool2d, output size that are not factor of input "
+        "size. Please feel free to request support or submit a pull request on PyTorch GitHub: "
+        "https://github.com/pytorch/pytorch/issues"
+    ))
+    assert finding.code == "OD299" and finding.op == "aten::adaptive_avg_pool2d"
+    assert "output size that are not factor of input size" in finding.message
+
+
+def test_unsupported_in_this_opset_with_a_later_one_is_od201() -> None:
+    [finding] = classify(_export_failure(
+        "Unsupported: ONNX export of cumsum in opset 9. Please try opset version 11.", "builtins.RuntimeError"
+    ))
+    assert (finding.code, finding.op, finding.opset) == ("OD201", "aten::cumsum", 9)
+
+
+def test_a_message_without_an_op_still_names_none() -> None:
+    [finding] = classify(_export_failure("something else went wrong", "builtins.RuntimeError"))
+    assert finding.code == "OD299" and finding.op is None

@@ -1,0 +1,62 @@
+"""The 'rewrite' fix family: proposals from the op-rewrite library, and one verified end to end."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.analysis.fixes import propose_fixes
+from onnxdoctor.model import Applicability, DiagnoseOptions, Finding, Severity, Stage
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.render.codes import explanation_as_printed
+from onnxdoctor.rewrites import REWRITES
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+def _rewrite_fixes(code: str, op: str | None) -> list:
+    finding = Finding(code, Stage.EXPORT, Severity.ERROR, "export failed", op=op)
+    return [f for f in propose_fixes(finding, {}) if f.kind == "rewrite"]
+
+
+def test_an_op_the_library_covers_gets_its_rewrite_as_a_pasteable_snippet() -> None:
+    [fix] = _rewrite_fixes("OD202", "prims::erf_inv")  # dynamo names the prims op
+    tree = ast.parse(fix.snippet)
+    assert "erfinv" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert "run_decompositions({torch.ops.aten.erfinv.default: erfinv})" in fix.snippet
+    assert fix.applicability is Applicability.UNSAFE  # an approximation: the user decides
+    assert fix.recipe["prelude"] in fix.snippet and fix.recipe["program_var"] == "program"
+
+
+def test_every_overload_of_an_op_is_rewritten_in_one_snippet() -> None:
+    [fix] = _rewrite_fixes("OD202", "aten::median")
+    assert "torch.ops.aten.median.default: median" in fix.snippet
+    assert "torch.ops.aten.median.dim: median_dim" in fix.snippet
+    assert fix.applicability is Applicability.SAFE
+    ast.parse(fix.snippet)
+
+
+def test_ops_outside_the_library_and_other_codes_get_no_rewrite() -> None:
+    assert _rewrite_fixes("OD202", "aten::linalg_eig") == []
+    assert _rewrite_fixes("OD202", None) == []
+    assert _rewrite_fixes("OD601", "aten::cumprod") == []
+
+
+def test_explain_od202_lists_every_op_of_the_library() -> None:
+    text = explanation_as_printed("OD202")
+    for rewrite in REWRITES:
+        assert f"`{rewrite.op}` ({rewrite.family}, {rewrite.exactness.value}" in text
+    assert text.index("op-rewrite library") < text.index("## Example")
+
+
+@pytest.mark.slow
+def test_cumprod_from_a_public_thread_is_fixed_by_a_verified_rewrite() -> None:
+    diagnosis = diagnose(str(CORPUS / "cumprod_pytorch_102948.py"), DiagnoseOptions(fix=True))[0]
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::cumprod")
+    best = finding.fixes[0]
+    assert best.kind == "rewrite" and best.verified is True, best.check
+    assert best.check is not None and best.check.reached is Stage.PARITY
+    assert best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-4

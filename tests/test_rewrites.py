@@ -1,0 +1,259 @@
+"""The op-rewrite library against eager PyTorch: exported for real, run in ONNX Runtime.
+
+Each rewrite gets one model that applies the op to several inputs (shapes and edge values: empty,
+ties, negatives, inf/NaN where the op defines them); the model is exported with the rewrite
+through run_decompositions and the dynamo exporter, run in an ONNX Runtime session, and every
+output is compared with PyTorch's own kernel. The torch-free parts (metadata, lookup, snippets)
+are checked without exporting.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from onnxdoctor.rewrites import REWRITES, Exactness, Rewrite, find_rewrites
+
+NAN, INF = float("nan"), float("inf")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A rewrite's test: the torch call, its inputs, which outputs to compare and how closely."""
+
+    call: Callable[..., Any]
+    inputs: tuple[torch.Tensor, ...]
+    # Output positions (of the flattened outputs of one call) compared; None: all of them.
+    compare: tuple[int, ...] | None = None
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    relative_only: bool = False  # compare |a - b| <= rtol * |b| (values spanning decades)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _g(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def _spd(n: int, batch: int = 2) -> torch.Tensor:
+    a = _g(batch, n, n, seed=n)
+    return a @ a.mT + n * torch.eye(n)
+
+
+BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
+
+CASES: dict[str, Case] = {
+    "aten::searchsorted": Case(
+        lambda x: (torch.searchsorted(BOUNDARIES, x), torch.searchsorted(BOUNDARIES, x, right=True),
+                   torch.searchsorted(BOUNDARIES.expand(x.shape[0], 5).contiguous(), x, side="right")),
+        (torch.tensor([[-2.0, -1.0, 0.0, 0.5], [1.0, 2.5, 3.0, INF]]), _g(3, 7), torch.empty(0, 4)),
+    ),
+    "aten::kthvalue": Case(
+        lambda x: torch.kthvalue(x, 2, -1), (_g(3, 5), _g(2, 4, 6, seed=1) * -1e3, torch.tensor([[INF, -INF, 0.0]])),
+    ),
+    "aten::median": Case(lambda x: torch.median(x), (_g(3, 5), _g(4), torch.tensor([[1.0, NAN], [2.0, 3.0]]))),
+    "aten::median.dim": Case(
+        lambda x: torch.median(x, 1), (_g(3, 5), _g(2, 6, 3, seed=2), torch.tensor([[1.0, NAN, 3.0], [4.0, 2.0, -1.0]])),
+    ),
+    "aten::nanmedian": Case(
+        lambda x: (torch.nanmedian(x, -1), torch.nanmedian(x)),
+        (_g(3, 5), torch.tensor([[1.0, NAN, 3.0, 0.0], [NAN, NAN, NAN, NAN], [NAN, 5.0, -2.0, NAN]])),
+        compare=(0, 2),  # indices of ties may differ; values are exact
+    ),
+    "aten::mode": Case(
+        lambda x: torch.mode(x, -1),
+        (torch.tensor([[1.0, 2.0, 2.0, 3.0, 3.0], [5.0, -1.0, 5.0, 0.0, -1.0]]),
+         torch.randint(0, 3, (4, 7), generator=torch.Generator().manual_seed(3)).float(), _g(2, 4)),
+    ),
+    "aten::sort.stable": Case(
+        lambda x: (torch.sort(x, stable=True), torch.sort(x, dim=0, descending=True, stable=True)),
+        (torch.tensor([[3.0, 1.0, 3.0, -2.0], [0.0, 0.0, -1.0, 0.0]]), _g(4, 5),
+         torch.tensor([[INF, NAN, -INF, 1.0, NAN]]), torch.tensor([[2, 1, 2], [0, 0, 5]])),
+    ),
+    "aten::cumprod": Case(
+        lambda x: torch.cumprod(x, 1),
+        (_g(3, 6), torch.tensor([[1.0, -2.0, 0.0, 3.0], [INF, 2.0, -1.0, NAN]]), torch.empty(2, 0)),
+    ),
+    "aten::cummax": Case(
+        lambda x: torch.cummax(x, -1),
+        (_g(3, 6), torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0], [-1.0, NAN, 2.0, NAN, 0.0, 9.0]]),
+         torch.tensor([[-INF, -INF, 1.0]])),
+    ),
+    "aten::cummin": Case(
+        lambda x: torch.cummin(x, 0),
+        (_g(5, 3), torch.tensor([[3.0, 1.0], [1.0, NAN], [0.5, 0.0], [1.0, -4.0]]),
+         torch.tensor([[2, 7], [2, 1], [0, 1]])),
+    ),
+    "aten::linalg_inv": Case(
+        lambda x: (torch.linalg.inv(x), torch.inverse(x)),
+        (_g(2, 3, 3, seed=4) + 3 * torch.eye(3), torch.tensor([[0.0, 2.0], [3.0, 1.0]]), _spd(5, 1)),
+    ),
+    "aten::linalg_solve": Case(
+        lambda a: (torch.linalg.solve(a, a[..., 0]), torch.linalg.solve(a, a.mT @ a + 1.0),
+                   torch.linalg.solve(a, torch.ones_like(a), left=False)),
+        (_g(2, 3, 3, seed=9) + 3 * torch.eye(3), torch.tensor([[0.0, 2.0], [3.0, 1.0]]), _spd(5, 1)),
+    ),
+    "aten::linalg_cholesky": Case(lambda x: (torch.linalg.cholesky(x), torch.linalg.cholesky(x, upper=True)), (_spd(3), _spd(6, 1), torch.eye(2))),
+    "aten::linalg_slogdet": Case(
+        lambda x: (torch.linalg.slogdet(x), torch.logdet(x)), (_g(2, 3, 3, seed=5), -_spd(4, 1), _spd(2)),
+    ),
+    "aten::linalg_vander": Case(lambda x: torch.linalg.vander(x), (_g(5), torch.tensor([[0.0, -1.0, 2.0]]))),
+    "aten::erfinv": Case(
+        lambda x: torch.erfinv(x),
+        (torch.linspace(-0.999, 0.999, 101), torch.tensor([-1.0, 1.0, 0.0, 1.5, NAN, -0.5])),
+    ),
+    "aten::special_ndtri": Case(
+        lambda x: torch.special.ndtri(x), (torch.linspace(1e-3, 1 - 1e-3, 57), torch.tensor([0.0, 1.0, 0.5])),
+    ),
+    "aten::lgamma": Case(
+        lambda x: torch.lgamma(x),
+        (torch.linspace(0.01, 50.0, 97), torch.tensor([-2.5, -0.5, -1.0, 0.0, 1.0, 2.0, INF, 1e6, -10.3])),
+    ),
+    "aten::digamma": Case(
+        lambda x: torch.digamma(x),
+        (torch.linspace(0.05, 60.0, 97), torch.tensor([-2.5, -0.5, -1.0, 0.0, 1.0, 2.0, INF, 1e5, -10.3])),
+    ),
+    "aten::i0": Case(
+        lambda x: torch.i0(x),
+        (torch.linspace(-20.0, 20.0, 81), torch.tensor([0.0, 3.75, -3.75, 80.0, -INF, NAN])),
+        relative_only=True,
+        rtol=1e-5,
+    ),
+    "aten::hypot": Case(
+        lambda x: torch.hypot(x, x.flip(-1)),
+        (_g(3, 4), torch.tensor([3.0, 0.0, 1e30, -INF, NAN, 4.0]), torch.tensor([1e-30, 0.0, -1e-30, 2.0])),
+    ),
+    "aten::copysign": Case(
+        lambda x: torch.copysign(x, x.flip(-1)),
+        (_g(3, 4), torch.tensor([1.0, -0.0, 0.0, INF, -2.0, 3.0])),
+    ),
+    "aten::frexp": Case(
+        lambda x: torch.frexp(x),
+        (_g(3, 4, scale=100.0), torch.tensor([0.0, -0.0, 1.0, 0.5, -8.0, 3.0e38, 1e-30, 0.75])),
+    ),
+    "aten::adaptive_max_pool2d": Case(
+        lambda x: (torch.nn.functional.adaptive_max_pool2d(x, (3, 3), return_indices=True),
+                   torch.nn.functional.adaptive_max_pool1d(x.flatten(2), 5, return_indices=True)),
+        (_g(1, 2, 7, 7), _g(2, 1, 5, 8, seed=6), torch.ones(1, 1, 4, 4)),
+    ),
+    "aten::cdist": Case(
+        lambda x: (torch.cdist(x, x.flip(-2)), torch.cdist(x, x * 2, p=1.0), torch.cdist(x, x + 1, p=INF)),
+        (_g(2, 4, 3), _g(5, 2, seed=7)),
+    ),
+    "aten::pdist": Case(lambda x: (torch.pdist(x), torch.pdist(x, p=3.0)), (_g(5, 3), _g(2, 4, seed=8))),
+}
+
+
+class _Calls(torch.nn.Module):
+    def __init__(self, call: Callable[..., Any]) -> None:
+        super().__init__()
+        self.call = call
+
+    def forward(self, *xs: torch.Tensor) -> Any:
+        return tuple(self.call(x) for x in xs)
+
+
+def _compile(rewrite: Rewrite) -> dict[str, Any]:
+    scope: dict[str, Any] = {"torch": torch, "math": math}
+    exec(compile(rewrite.source, f"<rewrite {rewrite.op}>", "exec"), scope)  # noqa: S102
+    return scope
+
+
+def _table(rewrite: Rewrite) -> dict[Any, Callable[..., Any]]:
+    scope = _compile(rewrite)
+    table = {}
+    for target in rewrite.targets:
+        namespace, name, overload = target.split(".")
+        table[getattr(getattr(getattr(torch.ops, namespace), name), overload)] = scope[rewrite.function_for(target)]
+    return table
+
+
+def _targets(program: Any) -> set[str]:
+    return {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    leaves, _ = torch.utils._pytree.tree_flatten(value)
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _close(actual: np.ndarray, expected: np.ndarray, case: Case) -> str | None:
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape} != {expected.shape}"
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    if not np.array_equal(np.isnan(a), np.isnan(e)):
+        return f"NaN positions differ: {a} vs {e}"
+    finite = np.isfinite(e)
+    if not np.array_equal(a[~finite & ~np.isnan(e)], e[~finite & ~np.isnan(e)]):
+        return f"infinities differ: {a} vs {e}"
+    err = np.abs(a[finite] - e[finite])
+    bound = case.rtol * np.abs(e[finite]) + (0.0 if case.relative_only else case.atol)
+    if err.size and not np.all(err <= bound):
+        worst = int(np.argmax(err - bound))
+        return f"max error {err[worst]:.3g} at expected {e[finite][worst]:.6g} (bound {bound[worst]:.3g})"
+    return None
+
+
+def _compare(rewrite: Rewrite, case: Case, got: list[np.ndarray], model: torch.nn.Module) -> None:
+    with torch.no_grad():
+        expected_per_input = [_flat(case.call(x)) for x in case.inputs]
+    position = 0
+    problems = []
+    for index, expected in enumerate(expected_per_input):
+        for k, reference in enumerate(expected):
+            actual = got[position]
+            position += 1
+            if case.compare is not None and k not in case.compare:
+                continue
+            problem = _close(actual, reference.numpy(), case)
+            if problem:
+                problems.append(f"input {index} output {k}: {problem}")
+    assert not problems, f"{rewrite.op}: " + "; ".join(problems)
+
+
+def test_every_rewrite_has_metadata_a_snippet_that_parses_and_a_test_case() -> None:
+    ops = [r.op for r in REWRITES]
+    assert len(ops) == len(set(ops)) >= 20
+    for rewrite in REWRITES:
+        assert rewrite.exactness in Exactness and rewrite.error and rewrite.limits
+        assert rewrite.op.startswith("aten::") and rewrite.targets
+        tree = ast.parse(rewrite.snippet())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert rewrite.function in defined and set(rewrite.functions) <= defined
+        assert rewrite.op in CASES, f"{rewrite.op} has no test case"
+
+
+def test_failure_spellings_find_the_rewrite() -> None:
+    assert [r.op for r in find_rewrites("aten::cumprod")] == ["aten::cumprod"]
+    assert [r.op for r in find_rewrites("aten.searchsorted.Tensor")] == ["aten::searchsorted"]
+    assert "aten::erfinv" in [r.op for r in find_rewrites("prims::erf_inv")]
+    assert "aten::linalg_inv" in [r.op for r in find_rewrites("aten::linalg_inv_ex")]
+    assert "aten::median.dim" in [r.op for r in find_rewrites("aten::median")]
+    assert "aten::adaptive_max_pool2d" in [r.op for r in find_rewrites("adaptive_max_pool2d")]
+    assert find_rewrites("aten::relu") == () and find_rewrites(None) == ()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rewrite", REWRITES, ids=lambda r: r.op)
+def test_rewrite_exports_and_matches_pytorch_in_onnx_runtime(rewrite: Rewrite, tmp_path: Any) -> None:
+    import onnxruntime as ort
+
+    case = CASES[rewrite.op]
+    model = _Calls(case.call).eval()
+    exported = torch.export.export(model, case.inputs)
+    assert _targets(exported) & set(rewrite.targets), f"the test model never calls {rewrite.targets}"
+    program = exported.run_decompositions(_table(rewrite))
+    assert not _targets(program) & set(rewrite.targets), f"{rewrite.op} still in the program"
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(program, case.inputs, str(path), dynamo=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), case.inputs, strict=False)}
+    got = session.run(None, feeds)
+    _compare(rewrite, case, got, model)
