@@ -114,7 +114,7 @@ def diagnose(
     fix: bool = typer.Option(True, "--fix/--no-fix", help="Try the proposed fixes and report which work."),
     all_fixes: bool = typer.Option(False, "--all-fixes", help="Verify every fix, not just until one is exact."),
     write_fix: Path | None = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
-    json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 1) and nothing else."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 2) and nothing else."),
     report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds for the whole command, fix checks included; workers still running then are killed."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),

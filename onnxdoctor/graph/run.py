@@ -283,7 +283,7 @@ def _shell_quote(text: str) -> str:
 
 
 def _load_saved_findings(path: Path) -> list[Finding]:
-    """Findings from a saved `diagnose --json` result (schema 1, README "Output contract")."""
+    """Findings from a saved `diagnose --json` result (schema 2, README "Output contract")."""
     from onnxdoctor.codes import get_code
 
     try:

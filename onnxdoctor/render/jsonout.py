@@ -1,4 +1,4 @@
-"""The JSON output (schema 1, README "Output contract"): stable keys, plain data, no colour."""
+"""The JSON output (schema 2, README "Output contract"): stable keys, plain data, no colour."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ SCHEMA_VERSION = 2  # 2 added `targets` (README: output contract)
 
 
 def stage_dict(outcome: StageOutcome) -> dict[str, Any]:
-    """One stage outcome as JSON (schema 1)."""
+    """One stage outcome as JSON (schema 2)."""
     return {"stage": outcome.stage.value, "status": outcome.status.value, "seconds": round(outcome.seconds, 3)}
 
 
 def fix_dict(fix: Fix) -> dict[str, Any]:
-    """One fix and its check as JSON (schema 1)."""
+    """One fix and its check as JSON (schema 2)."""
     check = fix.check
     return {
         "kind": fix.kind,
@@ -40,7 +40,7 @@ def fix_dict(fix: Fix) -> dict[str, Any]:
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:
-    """One finding with its fixes as JSON (schema 1)."""
+    """One finding with its fixes as JSON (schema 2)."""
     return {
         "code": finding.code,
         "slug": slug(finding.code),
@@ -58,7 +58,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def diagnosis_dict(diagnosis: Diagnosis) -> dict[str, Any]:
-    """One diagnosis as JSON (schema 1)."""
+    """One diagnosis as JSON (schema 2)."""
     return {
         "target": diagnosis.target,
         "exporter": diagnosis.exporter,
