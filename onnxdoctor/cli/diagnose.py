@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from onnxdoctor.errors import RefusedWrite, UsageError
 from onnxdoctor.model import DiagnoseOptions, Diagnosis, Fix, Severity
@@ -73,10 +74,11 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     validate_options(options)
     if outputs.output is not None and parsed.kind == "onnx":
         raise UsageError("--output keeps the exported model; the target is already an ONNX file")
-    protected = protected_paths(parsed.path, parsed.kind)
+    onnx_model = _read_quietly(parsed.path) if parsed.kind == "onnx" else None
+    protected = protected_paths(parsed.path, onnx_model)
     _check_outputs(outputs, protected)
-    if options.input_shapes and parsed.kind == "onnx":
-        _check_input_names(parsed.path, options.input_shapes)
+    if options.input_shapes and onnx_model is not None:
+        _check_input_names(onnx_model, options.input_shapes)
 
     from onnxdoctor.supervise import make_workdir
 
@@ -171,30 +173,38 @@ def _keep_files(
 def _check_target(path: Path) -> None:
     """The target exists and is a file; a name the OS refuses is a usage error, not a crash."""
     try:
-        info = path.stat()
+        path.stat()
     except FileNotFoundError:
         raise UsageError(f"{path.name}: no such file (OD101)") from None
     except OSError as exc:
         raise UsageError(f"{path.name}: {exc.strerror or exc} (OD101)") from None
     if path.is_dir():
         raise UsageError(f"{path.name} is a directory; pass a model script or an .onnx file (OD102)")
-    del info
 
 
-def protected_paths(target: Path, kind: str) -> tuple[Path, ...]:
+def _read_quietly(path: Path) -> Any:
+    """The ONNX file's model without weights, or None when it is unreadable (LOAD's finding)."""
+    try:
+        from onnxdoctor.onnxkit.files import read_onnx
+
+        return read_onnx(path)
+    except Exception:  # noqa: BLE001 - an unreadable file is LOAD's finding, not ours
+        return None
+
+
+def protected_paths(target: Path, onnx_model: Any = None) -> tuple[Path, ...]:
     """The files a diagnosis reads and no output may replace: the target and its external data."""
-    paths = [target]
-    if kind == "onnx":
-        try:
-            from onnxdoctor.onnxkit.files import external_refs, read_onnx
+    if onnx_model is None:
+        return (target,)
+    from onnxdoctor.onnxkit.files import OnnxFileError, external_refs
 
-            refs = [ref.location for ref in external_refs(read_onnx(target)) if ref.location]
-            # A symlinked model reads its weights from its real folder; protect both readings.
-            folders = {target.parent, target.resolve().parent}
-            paths += [folder / location for folder in folders for location in refs]
-        except Exception:  # noqa: BLE001 - an unreadable file is LOAD's finding, not ours
-            return (target,)
-    return tuple(paths)
+    try:
+        refs = [ref.location for ref in external_refs(onnx_model) if ref.location]
+    except OnnxFileError:  # a malformed reference is LOAD's finding (OD112)
+        return (target,)
+    # A symlinked model reads its weights from its real folder; protect both readings.
+    folders = {target.parent, target.resolve().parent}
+    return (target, *(folder / location for folder in folders for location in refs))
 
 
 def _check_outputs(outputs: Outputs, protected: tuple[Path, ...]) -> None:
@@ -212,14 +222,11 @@ def _check_outputs(outputs: Outputs, protected: tuple[Path, ...]) -> None:
         check_folder_output(write_fix, force=force, what="--write-fix")
 
 
-def _check_input_names(path: Path, shapes: dict[str, list[int]]) -> None:
+def _check_input_names(onnx_model: Any, shapes: dict[str, list[int]]) -> None:
     """--input-shape must name inputs the model has (a typo would be silently ignored)."""
-    try:
-        from onnxdoctor.onnxkit.files import read_onnx, safe_text
+    from onnxdoctor.onnxkit.files import safe_text
 
-        graph = read_onnx(path).graph
-    except Exception:  # noqa: BLE001 - an unreadable file is LOAD's finding, not ours
-        return
+    graph = onnx_model.graph
     initializers = {safe_text(t.name) for t in graph.initializer}
     names = [safe_text(i.name) for i in graph.input if safe_text(i.name) not in initializers]
     unknown = sorted(set(shapes) - set(names))
