@@ -61,30 +61,6 @@ STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
 
 
-def _tensor_outputs(model: Any) -> Any:
-    """The model wrapped so that forward() returns only the tensors among its outputs (OD211)."""
-    import torch
-
-    class TensorOutputs(torch.nn.Module):
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.model = inner
-
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            out = self.model(*args, **kwargs)
-            if isinstance(out, dict):
-                values = list(out.values())
-            elif isinstance(out, (tuple, list)):
-                values = list(out)
-            else:
-                values = [out]
-            return tuple(v for v in values if isinstance(v, torch.Tensor))
-
-    wrapped = TensorOutputs(model)
-    wrapped.train(model.training)
-    return wrapped
-
-
 class Runner:
     """Runs the stages for one request; `run_once` can be repeated for fix re-runs."""
 
@@ -219,11 +195,11 @@ class Runner:
         fix = state["fix"]
         if fix.get("eval"):
             model.eval()
-        config = getattr(model, "config", None)
-        if fix.get("use_cache_off") and config is not None:
-            config.use_cache = False
-        if fix.get("tensor_outputs"):
-            model = loaded.model = _tensor_outputs(model)
+        if fix.get("load_prelude"):
+            # A fix that changes the model itself (its switches, a wrapper) runs before the
+            # reference outputs, and the model it leaves in `model` is the one exported.
+            namespace = self._run_snippet(fix["load_prelude"], f"load_{fix.get('kind', 'x')}", loaded)
+            model = loaded.model = namespace.get("model", model)
         state["loaded"] = loaded
         facts: dict[str, Any] = {
             "factory": loaded.factory,

@@ -1,8 +1,9 @@
 """Outputs torch.export cannot flatten (OD211): the model's own switch, or tensors only.
 
 A transformers decoder returns its key/value cache (`DynamicCache`) unless `use_cache` is off; any
-model can be wrapped so that forward() returns only the tensors among its outputs. Both are
-applied before the reference outputs are computed, so parity compares like with like.
+model can be wrapped so that forward() returns only the tensors among its outputs. Both run as a
+`load_prelude`: the snippet's own code, applied before the reference outputs are computed, so
+parity compares like with like and what is verified is what the user pastes.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ class TensorOutputs(torch.nn.Module):
         return tuple(v for v in values if isinstance(v, torch.Tensor))
 
 
-model = TensorOutputs(model).eval()
+model = TensorOutputs(model).train(model.training)
 """
+USE_CACHE_OFF = "model.config.use_cache = False  # forward() then returns no cache object\n"
+EXPORT = "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n"
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -43,19 +46,18 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         fixes.append(Fix(
             kind="use_cache_off",
             title="Turn the model's cache off: model.config.use_cache = False",
-            snippet="model.config.use_cache = False  # forward() then returns no cache object\n"
-                    "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+            snippet=USE_CACHE_OFF + EXPORT,
             applicability=Applicability.SAFE,
             cost="the ONNX model recomputes past keys and values each call (export the cache "
                  "explicitly, e.g. with optimum, for fast generation)",
-            recipe={"kind": "use_cache_off", "use_cache_off": True, "isolated": True},
+            recipe={"kind": "use_cache_off", "load_prelude": USE_CACHE_OFF, "isolated": True},
         ))
     fixes.append(Fix(
         kind="tensor_outputs",
         title="Wrap the model so forward() returns only its tensors",
-        snippet=WRAPPER + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+        snippet=WRAPPER + EXPORT,
         applicability=Applicability.UNSAFE,
         cost="outputs that are not tensors (a cache object) are dropped from the ONNX model",
-        recipe={"kind": "tensor_outputs", "tensor_outputs": True, "isolated": True},
+        recipe={"kind": "tensor_outputs", "load_prelude": WRAPPER, "isolated": True},
     ))
     return fixes
