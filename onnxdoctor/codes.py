@@ -67,6 +67,7 @@ CODES: tuple[Code, ...] = (
     Code("OD209", "opset-out-of-range", X, W, "The requested opset is outside what the exporter supports"),
     Code("OD210", "traced-value-frozen", X, W, "The TorchScript tracer froze a data-dependent branch or value"),
     Code("OD211", "output-not-flattenable", X, E, "The model returns an object torch.export cannot flatten (a cache, a custom class)"),
+    Code("OD212", "custom-op-without-fake", X, E, "A custom operator has no fake (meta) kernel, so torch.export cannot trace it"),
     Code("OD299", "export-other", X, E, "Export failed for another reason"),
     # 3xx: check
     Code("OD301", "op-not-in-opset", C, E, "An ONNX op does not exist at the model's opset (No Op registered)"),

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from onnxdoctor.recipe import Recipe
+
 
 class Stage(str, Enum):
     """A pipeline stage, in the order the pipeline runs them (TOOL is the tool itself)."""
@@ -143,8 +145,8 @@ class Fix:
     applicability: Applicability = Applicability.DISPLAY_ONLY
     cost: str = ""
     check: FixCheck | None = None
-    # Machine-readable recipe the worker applies when verifying (see onnxdoctor.analysis.fixes).
-    recipe: dict[str, Any] = field(default_factory=dict)
+    # What the worker applies to verify the fix (onnxdoctor.recipe); None: shown, never tried.
+    recipe: Recipe | None = None
 
     @property
     def verified(self) -> bool | None:
@@ -228,5 +230,7 @@ class DiagnoseOptions:
     fix: bool = True
     all_fixes: bool = False
     max_fix_checks: int = 4
+    # Seconds in which fix checks and the fix-chain search may start new runs (--fix-budget).
+    fix_budget: float = 120.0
     skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)
     targets: tuple[str, ...] = ()  # --target names (docs/targets.md); empty: the script's, else ort-cpu

@@ -9,15 +9,15 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.analysis.fixes import chain, chainable
 from onnxdoctor.analysis.judge import (
     fix_check,
     outcomes_for_run,
     prepare_findings,
-    recipe_key,
     to_try,
 )
 from onnxdoctor.errors import UsageError
@@ -35,6 +35,7 @@ from onnxdoctor.model import (
     Status,
 )
 from onnxdoctor.protocol import WorkerRequest, WorkerResult
+from onnxdoctor.recipe import Recipe, UseExporter
 from onnxdoctor.supervise import run_worker
 from onnxdoctor.target import Target, parse_target
 
@@ -78,9 +79,10 @@ def _diagnose(
         early = _precheck_script(target)
         if early is not None:
             return (early,)
-    runs: list[tuple[str, dict[str, Any] | None]] = [("main", None)]
+    runs: list[tuple[str, Recipe | None]] = [("main", None)]
     if target.kind == "script" and options.exporter == "both":
-        runs = [("main", {"kind": "exporter", "exporter": "dynamo"}), ("fix0", {"kind": "exporter", "exporter": "torchscript"})]
+        runs = [("main", Recipe("exporter", (UseExporter("dynamo"),))),
+                ("fix0", Recipe("exporter", (UseExporter("torchscript"),)))]
     request = _request(target, options, workdir, apply_fix=runs[0][1],
                        verify_fixes=tuple(f for _, f in runs[1:] if f is not None))
     # One exporter: the worker also verifies the in-process-safe fixes right away, reusing the
@@ -88,11 +90,11 @@ def _diagnose(
     request = replace(request, plan_fixes=options.fix and len(runs) == 1,
                       all_fixes=options.all_fixes, stop_on_success=not options.all_fixes)
     result = run_worker(request, timeout=_left(deadline), cwd=_cwd(target), on_event=_progress_sink(progress))
-    fingerprint = next((e.get("facts", {}).get("fingerprint", {}).get("hash") for e in result.events
-                        if e.get("event") == "stage" and e.get("stage") == "load"
-                        and e.get("run") == "main" and isinstance(e.get("facts"), dict)
-                        and isinstance(e["facts"].get("fingerprint"), dict)), None)
-    verifier = _Verifier(target, options, workdir, progress, deadline, fingerprint)
+    load = result.records("main").get("load")
+    stamp = load.facts.get("fingerprint") if load else None
+    fingerprint = stamp.get("hash") if isinstance(stamp, dict) else None
+    verifier = _Verifier(target, options, workdir, progress, deadline, fingerprint,
+                         budget_ends=time.monotonic() + options.fix_budget)
     diagnoses: list[Diagnosis] = []
     for run_id, _fix in runs:
         if run_id != "main" and not any(e.get("run") == run_id for e in result.events):
@@ -101,8 +103,8 @@ def _diagnose(
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
         findings = prepare_findings(outcomes, tool_findings, target, options, exporter)
         if options.fix:
-            planned = _planned_checks(result, target) if run_id == "main" else None
-            findings = verifier.verify(findings, planned)
+            planned = verifier.planned(result) if run_id == "main" else None
+            findings = verifier.search_chains(verifier.verify(findings, planned))
         targets: tuple[Any, ...] = ()
         if run_id == "main":
             targets = _targets(options, outcomes, result.events, target)
@@ -161,8 +163,8 @@ def _request(
     options: DiagnoseOptions,
     workdir: Path,
     *,
-    apply_fix: dict[str, Any] | None = None,
-    verify_fixes: tuple[dict[str, Any], ...] = (),
+    apply_fix: Recipe | None = None,
+    verify_fixes: tuple[Recipe, ...] = (),
     gather_facts: bool = True,
     expected_fingerprint: str | None = None,
 ) -> WorkerRequest:
@@ -229,17 +231,9 @@ def _progress_sink(progress: Callable[[str], None]) -> Callable[[dict[str, Any]]
 # ---- fix verification -------------------------------------------------------------------------
 
 
-def _planned_checks(result: WorkerResult, target: Target) -> dict[str, FixCheck] | None:
-    """Checks of the fixes the main worker already verified, by recipe; None if it planned none."""
-    plan = next((e.get("recipes") for e in result.events if e.get("event") == "fix_plan"), None)
-    if plan is None:
-        return None
-    checks: dict[str, FixCheck] = {}
-    for position, recipe in enumerate(plan):
-        run_id = f"plan{position}"
-        if any(e.get("run") == run_id for e in result.events):
-            checks[recipe_key(recipe)] = fix_check(result, run_id, target)
-    return checks
+# The longest fix chain tried: three steps cover the failures seen in practice (drop a symbolic,
+# rewrite the op its body uses, then switch the mode) without an explosion of runs.
+MAX_CHAIN = 3
 
 
 @dataclass(frozen=True)
@@ -252,6 +246,10 @@ class _Verifier:
     progress: Callable[[str], None]
     deadline: float
     fingerprint: str | None  # the first load's model: fix workers must rebuild the same one
+    # When to stop starting fix checks (--fix-budget); a check already running may use --timeout.
+    budget_ends: float = float("inf")
+    # Every fix run so far, by recipe key: where a chain continues from.
+    runs: dict[str, tuple[WorkerResult, str]] = field(default_factory=dict)
 
     def _run(self, **request_args: Any) -> WorkerResult:
         request = _request(self.target, self.options, self.workdir, gather_facts=False,
@@ -262,7 +260,21 @@ class _Verifier:
                           on_event=_progress_sink(self.progress))
 
     def _out_of_time(self) -> bool:
-        return time.monotonic() >= self.deadline - 1.0
+        return time.monotonic() >= min(self.deadline - 1.0, self.budget_ends)
+
+    def planned(self, result: WorkerResult) -> dict[str, FixCheck] | None:
+        """Checks of the fixes the main worker already verified, by recipe; None if it planned none."""
+        plan = next((e.get("recipes") for e in result.events if e.get("event") == "fix_plan"), None)
+        if plan is None:
+            return None
+        checks: dict[str, FixCheck] = {}
+        for position, data in enumerate(plan):
+            run_id = f"plan{position}"
+            if any(e.get("run") == run_id for e in result.events):
+                key = Recipe.from_dict(data).key()
+                checks[key] = fix_check(result, run_id, self.target)
+                self.runs[key] = (result, run_id)
+        return checks
 
     def verify(self, findings: list[Finding], planned: dict[str, FixCheck] | None) -> list[Finding]:
         """Re-run the pipeline with each candidate fix; in-process-safe ones share one worker.
@@ -278,24 +290,25 @@ class _Verifier:
         for finding in findings:
             if done:
                 finding = replace(finding, fixes=tuple(
-                    replace(f, check=done.get(recipe_key(f.recipe), f.check)) if f.recipe else f
+                    replace(f, check=done.get(f.recipe.key(), f.check)) if f.recipe else f
                     for f in finding.fixes))
             candidates = to_try(finding, options)
             if not candidates or self._out_of_time():
                 verified.append(finding)
                 continue
             checks: dict[int, FixCheck] = {}
-            shared = [(i, f) for i, f in candidates if not f.recipe.get("isolated")]
-            isolated = [(i, f) for i, f in candidates if f.recipe.get("isolated")]
+            shared = [(i, f) for i, f in candidates if f.recipe and not f.recipe.isolated]
+            isolated = [(i, f) for i, f in candidates if f.recipe and f.recipe.isolated]
             if planned is not None:
                 shared = []
             if shared:
                 self.progress(f"verifying {len(shared)} fix(es) for {finding.code}")
-                result = self._run(verify_fixes=tuple(f.recipe for _, f in shared))
-                for position, (index, _fix) in enumerate(shared):
+                result = self._run(verify_fixes=tuple(f.recipe for _, f in shared if f.recipe))
+                for position, (index, fix) in enumerate(shared):
                     run_id = f"fix{position}"
-                    if any(e.get("run") == run_id for e in result.events):
+                    if fix.recipe and any(e.get("run") == run_id for e in result.events):
                         checks[index] = fix_check(result, run_id, target)
+                        self.runs[fix.recipe.key()] = (result, run_id)
                     # else: the worker stopped after an earlier fix worked; this one stays untried
             for index, fix in isolated:
                 if not options.all_fixes and any(c.works for c in [*checks.values(), *done.values()]):
@@ -303,16 +316,85 @@ class _Verifier:
                 if self._out_of_time():
                     break
                 self.progress(f"verifying fix: {fix.title}")
-                checks[index] = fix_check(self._run(apply_fix=fix.recipe), "main", target)
+                result = self._run(apply_fix=fix.recipe)
+                checks[index] = fix_check(result, "main", target)
+                if fix.recipe:
+                    self.runs[fix.recipe.key()] = (result, "main")
             fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
             for index, check in checks.items():
-                done[recipe_key(finding.fixes[index].recipe)] = check
+                recipe = finding.fixes[index].recipe
+                if recipe is not None:
+                    done[recipe.key()] = check
             verified.append(replace(finding, fixes=fixes))
         return [
-            replace(f, fixes=tuple(replace(x, check=done.get(recipe_key(x.recipe), x.check)) if x.recipe else x
+            replace(f, fixes=tuple(replace(x, check=done.get(x.recipe.key(), x.check)) if x.recipe else x
                                    for x in f.fixes))
             for f in verified
         ]
+
+
+    def search_chains(self, findings: list[Finding]) -> list[Finding]:
+        """Fix chains for the error findings no single fix solved.
+
+        A tried fix that got further but stopped at a new finding is continued with that
+        finding's fixes, breadth-first, up to MAX_CHAIN steps, within --fix-budget. Each chain
+        runs in a fresh worker (its steps may change process-wide state). A working chain is
+        added to the finding as one fix; the first ends the search unless --all-fixes.
+        """
+        searched: list[Finding] = []
+        for finding in findings:
+            if (finding.severity is Severity.ERROR and not any(f.verified for f in finding.fixes)
+                    and not self._out_of_time()):
+                found = self._chains_for(finding)
+                finding = replace(finding, fixes=(*finding.fixes, *found))
+            searched.append(finding)
+        return searched
+
+    def _chains_for(self, finding: Finding) -> list[Fix]:
+        # Each path remembers the problems met along it: a chain that comes back to one is a loop.
+        frontier = [([fix], {(finding.code, finding.op)}) for fix in finding.fixes
+                    if fix.recipe and fix.check and not fix.check.works]
+        found: list[Fix] = []
+        tried: set[str] = set(self.runs)
+        for _length in range(2, MAX_CHAIN + 1):
+            deeper: list[tuple[list[Fix], set[tuple[str, str | None]]]] = []
+            for steps, met in frontier:
+                so_far = steps[0] if len(steps) == 1 else chain(steps)
+                left = self._left_behind(so_far)
+                if left is None or (left.code, left.op) in met:
+                    continue
+                for _index, then in to_try(left, self.options):
+                    candidate = chain([*steps, then])
+                    if not chainable(so_far, then) or candidate.recipe is None or candidate.recipe.key() in tried:
+                        continue
+                    if self._out_of_time():
+                        return found
+                    tried.add(candidate.recipe.key())
+                    self.progress(f"verifying fix chain: {candidate.title}")
+                    result = self._run(apply_fix=candidate.recipe)
+                    self.runs[candidate.recipe.key()] = (result, "main")
+                    candidate = replace(candidate, check=fix_check(result, "main", self.target))
+                    if candidate.verified:
+                        found.append(candidate)
+                        if not self.options.all_fixes:
+                            return found
+                    else:
+                        deeper.append(([*steps, then], met | {(left.code, left.op)}))
+            frontier = deeper
+        return found
+
+    def _left_behind(self, fix: Fix) -> Finding | None:
+        """The first error a tried fix's run still had, with its own fixes; None if it crashed."""
+        run = self.runs.get(fix.recipe.key()) if fix.recipe else None
+        if run is None:
+            return None
+        result, run_id = run
+        outcomes, tool = outcomes_for_run(result, run_id, self.target, first_run=False)
+        if tool:
+            return None
+        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
+        findings = prepare_findings(outcomes, tool, self.target, self.options, exporter)
+        return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None)
 
 
 def _rank_fixes(finding: Finding) -> Finding:

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.recipe import Recipe
+
 # The parent's pid, in the worker's environment: the worker ends itself when that process is gone.
 PARENT_PID_ENV = "ONNXDOCTOR_PARENT_PID"
 
@@ -32,9 +34,9 @@ class WorkerRequest:
     # Cap on the inputs generated for a .onnx target from its declared shapes.
     max_input_bytes: int = 256 * 1024 * 1024
     # A fix recipe applied to the main run (the fix verification of a process-unsafe fix).
-    apply_fix: dict[str, Any] | None = None
+    apply_fix: Recipe | None = None
     # Fix recipes verified one after another in this process after the main run (safe ones).
-    verify_fixes: tuple[dict[str, Any], ...] = ()
+    verify_fixes: tuple[Recipe, ...] = ()
     # Gather registry facts for failing ops (costs an import or two; off for fix re-runs).
     gather_facts: bool = True
     # Stop the main run after LOAD (fix verification only needs the loaded model).
@@ -54,16 +56,68 @@ class WorkerRequest:
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
-        return json.dumps(asdict(self))
+        data = asdict(self)
+        data["apply_fix"] = self.apply_fix.to_dict() if self.apply_fix else None
+        data["verify_fixes"] = [r.to_dict() for r in self.verify_fixes]
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> WorkerRequest:
         """Rebuild a request from `to_json`'s text."""
         data = json.loads(text)
         data["custom_op_libraries"] = tuple(data.get("custom_op_libraries", ()))
-        data["verify_fixes"] = tuple(data.get("verify_fixes", ()))
+        data["verify_fixes"] = tuple(Recipe.from_dict(r) for r in data.get("verify_fixes", ()))
+        data["apply_fix"] = Recipe.from_dict(data["apply_fix"]) if data.get("apply_fix") else None
         data["targets"] = tuple(data.get("targets", ()))
         return cls(**data)
+
+
+# A stage record's status: the stage ran and passed, ran and failed, or did not run (`reason`).
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+# Why a stage did not run: an earlier stage failed, or the request left it out (--skip-check,
+# a LOAD-only run). Stages left out by request are not part of the run's ladder at all.
+AFTER_FAILURE, NOT_REQUESTED = "an earlier stage failed", "not requested"
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What one stage of one run did, stated by the worker (never inferred from missing events).
+
+    Only a worker that dies mid-stage leaves no record; its last `start` event then says where.
+    """
+
+    run: str
+    stage: str
+    status: str  # PASSED | FAILED | SKIPPED
+    seconds: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
+    reason: str = ""  # why a SKIPPED stage did not run
+
+    def to_event(self) -> dict[str, Any]:
+        """The record as an event line."""
+        event: dict[str, Any] = {"event": "stage", **asdict(self)}
+        if self.error is None:
+            event.pop("error")
+        return event
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> StageRecord:
+        """A record from its event line; a malformed line reads as a failure, never an exception."""
+        facts = event.get("facts")
+        error = event.get("error")
+        status = event.get("status")
+        return cls(
+            run=str(event.get("run", "")),
+            stage=str(event.get("stage", "")),
+            status=status if status in (PASSED, FAILED, SKIPPED) else FAILED,
+            seconds=float(event.get("seconds") or 0.0),
+            facts=facts if isinstance(facts, dict) else {},
+            error=error if isinstance(error, dict) else None,
+            warnings=tuple(str(w) for w in event.get("warnings") or ()),
+            reason=str(event.get("reason") or ""),
+        )
 
 
 def append_event(path: str, event: dict[str, Any]) -> None:
@@ -117,6 +171,11 @@ class WorkerResult:
     stderr_tail: str = ""
     output_bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def records(self, run_id: str) -> dict[str, StageRecord]:
+        """The stage records of one run, by stage name."""
+        return {e["stage"]: StageRecord.from_event(e) for e in self.events
+                if e.get("event") == "stage" and e.get("run") == run_id and isinstance(e.get("stage"), str)}
 
     @property
     def signal_name(self) -> str | None:

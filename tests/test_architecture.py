@@ -73,10 +73,16 @@ def test_analysis_never_imports_the_layers_above_it(path: Path) -> None:
     assert _hits(_imports(path), (*CALLERS, "onnxdoctor.worker", "onnxdoctor.graph")) == []
 
 
-@pytest.mark.parametrize("name", ["model", "errors", "safetext", "opsig", "protocol"])
+VOCABULARY = ("model", "errors", "safetext", "opsig", "protocol", "recipe")
+
+
+@pytest.mark.parametrize("name", VOCABULARY)
 def test_the_vocabulary_imports_only_the_standard_library(name: str) -> None:
+    """The words both processes speak: the standard library and one another, nothing else."""
     imports = _imports(PACKAGE / f"{name}.py")
-    assert {m.split(".")[0] for m in imports} - STDLIB == set()
+    ours = {m for m in _ours(imports) if m != "onnxdoctor"}
+    assert {m.split(".")[0] for m in imports - ours} - STDLIB - {"onnxdoctor"} == set()
+    assert {m.split(".")[1] for m in ours} <= set(VOCABULARY)
 
 
 def test_the_code_table_imports_only_the_model() -> None:

@@ -8,15 +8,26 @@ and failed, with the stage it reached.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import onnx
 import pytest
 from typer.testing import CliRunner
 
 from onnxdoctor.cli import app
-from onnxdoctor.model import Fix, Stage, Status
-from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.model import DiagnoseOptions, Fix, Stage, Status
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import (
+    CastAround,
+    DynamicShapes,
+    ExportCode,
+    Recipe,
+    RewriteOnnx,
+    RuntimeKernels,
+    SetOpset,
+    UseExporter,
+    UseOpset,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -52,10 +63,32 @@ def test_best_fix_is_ranked_first_and_verification_stops_at_first_success() -> N
     assert any(fix.check is None for fix in fixes[1:])
 
 
+def test_a_custom_node_without_a_kernel_is_fixed_from_the_torch_op_behind_it() -> None:
+    # The script's TorchScript symbolic wrote mynamespace::MYSELU; ONNX Runtime has no kernel for it.
+    fixes = _fixes("ort_load/od401_myselu_symbolic.py", all_fixes=True)
+    body = fixes["decompose"]
+    assert "mynamespace::myselu's own body" in body.title
+    assert body.verified is True and body.check is not None and body.check.max_abs_diff < 1e-5
+    assert body.recipe and body.recipe.first(UseExporter) == UseExporter("dynamo")
+    # The kernel route keeps the export as it was and registers a kernel that calls the torch op.
+    kernel = fixes["runtime_kernel_python"]
+    assert kernel.verified is True, kernel.check
+    assert "op_type='mynamespace::MYSELU'" in kernel.snippet
+    assert "torch.ops.mynamespace.myselu(" in kernel.snippet
+    assert kernel.recipe and kernel.recipe.first(UseExporter) == UseExporter("torchscript")
+    assert fixes["runtime_kernel"].check is None  # the native-library advice is shown, not tried
+
+
+def test_a_custom_node_with_no_torch_op_behind_it_gets_the_kernel_advice_only() -> None:
+    # torch.onnx.ops.symbolic in forward(): no torch op to export or call instead.
+    fixes = _fixes("ort_load/od401_myselu_onnx_ops_symbolic_dynamo.py")
+    assert set(fixes) == {"runtime_kernel"}
+
+
 def test_lowest_supporting_opset_is_found_and_verified() -> None:
     fixes = _fixes("export/od201_grid_sampler_opset11.py")
     opset = fixes["opset"]
-    assert opset.recipe["opset"] == 16  # grid_sampler's TorchScript symbolic starts at 16
+    assert opset.recipe and opset.recipe.first(UseOpset) == UseOpset(16)  # grid_sampler's TorchScript symbolic starts at 16
     assert opset.verified is True, opset.check
 
 
@@ -67,7 +100,7 @@ def test_contrib_op_route_for_onnxruntime_is_verified() -> None:
 
 def test_other_exporter_fixes_an_op_only_one_exporter_lacks() -> None:
     fixes = _fixes("export/od202_fft_torchscript.py")
-    assert fixes["exporter"].recipe["exporter"] == "dynamo"
+    assert fixes["exporter"].recipe and fixes["exporter"].recipe.first(UseExporter) == UseExporter("dynamo")
     assert fixes["exporter"].verified is True, fixes["exporter"].check
 
 
@@ -84,9 +117,10 @@ def test_attributes_round_trip_with_their_types_and_call_values() -> None:
     fixes = _fixes("export/od203_custom_op_attrs.py", all_fixes=True)
     dynamo, torchscript = fixes["custom_op_dynamo"], fixes["custom_op_torchscript"]
     # What is verified is what the user is shown.
-    assert dynamo.recipe["prelude"] in dynamo.snippet
-    assert dynamo.recipe["ort_prelude"] in dynamo.snippet
-    assert torchscript.recipe["prelude"] in torchscript.snippet
+    assert dynamo.recipe and torchscript.recipe
+    assert _step(dynamo.recipe, ExportCode).code in dynamo.snippet
+    assert _step(dynamo.recipe, RuntimeKernels).python in dynamo.snippet
+    assert _step(torchscript.recipe, ExportCode).code in torchscript.snippet
     # Suffixes and types from the op's schema: float -> _f / dt_float, int -> _i / dt_int64.
     assert "beta_f=beta" in torchscript.snippet and "power_i=power" in torchscript.snippet
     assert "@symbolic_helper.parse_args('v', 'f', 'i')" in torchscript.snippet
@@ -125,7 +159,7 @@ def test_onnx_file_op_missing_at_its_opset_is_expanded_or_raised_and_verified() 
     # Compared with Gelu itself, run by ONNX Runtime at opset 20.
     assert expand.check.max_abs_diff is not None and expand.check.max_abs_diff < 1e-5
     assert "matches the original model at opset 20" in expand.check.detail
-    assert raise_.recipe["onnx_transform"] == {"kind": "set_opset", "opset": 20}  # Gelu appears at 20
+    assert raise_.recipe and _step(raise_.recipe, RewriteOnnx).transform == SetOpset(20)  # Gelu appears at 20
     assert raise_.verified is True and raise_.check is not None and raise_.check.reached is Stage.ORT_RUN
 
 
@@ -195,7 +229,7 @@ def test_pasted_decomposition_snippet_exports_a_model_that_runs(tmp_path: Path) 
 def test_missing_kernel_type_is_fixed_by_a_verified_cast_in_a_script() -> None:
     # The rewrite is applied to the fresh export, so the cast model is compared with PyTorch (float64).
     fix = _fixes("ort_load/od402_det_float64.py")["cast"]
-    assert fix.recipe["onnx_transform"] == {"kind": "cast_around", "op": "Det", "to": "float"}
+    assert fix.recipe and _step(fix.recipe, RewriteOnnx).transform == CastAround("Det", "float")
     assert fix.verified is True and fix.check is not None and fix.check.reached is Stage.PARITY
     assert fix.check.max_abs_diff is not None and 0 < fix.check.max_abs_diff < 1e-4  # float32 rounding
 
@@ -217,16 +251,16 @@ def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(path: str, co
 
 
 @pytest.mark.parametrize(
-    ("path", "recipe_key"),
+    ("path", "correction"),
     [
-        ("export/od208_dynamic_shapes_wrong_name.py", "dynamic_shapes_rename"),
-        ("export/od208_dynamic_shapes_needs_bounds.py", "dynamic_shapes_suggested"),
+        ("export/od208_dynamic_shapes_wrong_name.py", "rename"),
+        ("export/od208_dynamic_shapes_needs_bounds.py", "suggested"),
     ],
 )
-def test_dynamic_shapes_corrections_are_verified(path: str, recipe_key: str) -> None:
+def test_dynamic_shapes_corrections_are_verified(path: str, correction: str) -> None:
     fixes = _fixes(path)
     fix = fixes["dynamic_shapes"]
-    assert recipe_key in fix.recipe
+    assert fix.recipe and getattr(_step(fix.recipe, DynamicShapes), correction)
     # Verified means: exported with the corrected Dims, torch.export accepts them, the model keeps
     # a symbolic dim, and matches PyTorch.
     assert fix.verified is True, fix.check
@@ -243,7 +277,7 @@ def test_needs_bounds_finding_names_the_guard_torch_drops() -> None:
 def test_specialized_dim_gets_the_way_to_keep_it_dynamic_not_torchs_constant() -> None:
     fixes = _fixes("export/od208_dynamic_shapes_specialized.py")
     fix = fixes["dynamic_shapes"]
-    assert fix.recipe == {} and fix.check is None  # shown, never applied: `batch = 2` is static
+    assert fix.recipe is None and fix.check is None  # shown, never applied: `batch = 2` is static
     assert "batch = 2" in fix.snippet and "x.shape[0]" in fix.snippet
 
 
@@ -253,7 +287,7 @@ def test_merged_equal_dims_are_a_warning_with_torchs_suggestion() -> None:
     assert finding.severity.value == "warning" and "b = a" in finding.message
     assert [f.code for f in diagnosis.findings if f.severity.value == "error"] == []
     [fix] = finding.fixes
-    assert fix.recipe["dynamic_shapes_suggested"] == ["b = a"] and "equal" in fix.cost
+    assert fix.recipe and _step(fix.recipe, DynamicShapes).suggested == ("b = a",) and "equal" in fix.cost
 
 
 def test_key_rename_pairs_only_the_keys_that_are_not_arguments() -> None:
@@ -294,8 +328,8 @@ def test_several_ops_without_float64_kernels_are_fixed_by_float32_not_one_cast()
 def test_float32_rewrite_of_a_file_without_a_reference_is_not_verified(tmp_path: Path) -> None:
     # float32 loses x entirely in (x + 1e8) - 1e8; with more nodes than onnx's reference evaluator
     # takes, nothing can show it: such a rewrite must not be called verified.
-    from onnx import TensorProto, helper, numpy_helper
     import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
 
     double = TensorProto.DOUBLE
     nodes = [helper.make_node("Add", ["x", "big"], ["a"], name="add"),
@@ -315,3 +349,13 @@ def test_float32_rewrite_of_a_file_without_a_reference_is_not_verified(tmp_path:
     assert fix.check is not None and fix.check.reached is Stage.ORT_RUN
     assert fix.verified is False and fix.check.detail.startswith("numbers not checked")
     assert fix.check.failure == "every stage passes, numbers not checked"
+
+
+S = TypeVar("S")
+
+
+def _step(recipe: Recipe, cls: type[S]) -> S:
+    """The recipe's step of that type; the test fails when the recipe lacks one."""
+    step = recipe.first(cls)
+    assert step is not None, f"{recipe.kind} has no {cls.__name__} step"
+    return step

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from onnxdoctor.analysis.judge import fix_check, outcomes_for_run, prepare_findings
 from onnxdoctor.analysis.classify import classify
 from onnxdoctor.analysis.fixes import propose_fixes
+from onnxdoctor.analysis.judge import fix_check, outcomes_for_run, prepare_findings
 from onnxdoctor.model import (
     Applicability,
     DiagnoseOptions,
@@ -34,10 +34,11 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
+from onnxdoctor.protocol import WorkerResult
+from onnxdoctor.recipe import Recipe, RewriteOnnx, SetIrVersion, UseExporter
 from onnxdoctor.render.console import render_diagnoses
 from onnxdoctor.render.markdown import to_markdown
 from onnxdoctor.target import Target
-from onnxdoctor.protocol import WorkerResult
 
 GOLDENS = Path(__file__).resolve().parent / "goldens"
 SCRIPT = Target(path=Path("/models/model.py"), factory=None, kind="script")
@@ -95,7 +96,7 @@ def test_an_ir_version_too_new_is_OD403_with_its_figures_as_data() -> None:
     assert [f.code for f in findings][:1] == ["OD403"]
     assert findings[0].detail == IrTooNew(model_ir=15, max_ir=11)
     fixes = propose_fixes(findings[0], {"target": FILE, "outcomes": outcomes})
-    assert [f.recipe.get("onnx_transform", {}).get("ir_version") for f in fixes] == [11]
+    assert [_rewrite(f) for f in fixes] == [SetIrVersion(11)]
 
 
 def test_a_torchscript_symbolic_that_gives_up_names_the_op_and_why() -> None:
@@ -137,7 +138,7 @@ def test_the_ir_fix_reads_the_figures_not_the_message() -> None:
     finding = Finding("OD403", Stage.ORT_LOAD, Severity.ERROR, "reworded by someone (max 99)",
                       detail=IrTooNew(model_ir=15, max_ir=10))
     fixes = propose_fixes(finding, {"target": FILE, "outcomes": []})
-    assert [f.recipe["onnx_transform"]["ir_version"] for f in fixes] == [10]
+    assert [_rewrite(f) for f in fixes] == [SetIrVersion(10)]
 
 
 def test_mis_keyed_dynamic_shapes_get_the_key_rename_from_data() -> None:
@@ -157,8 +158,8 @@ def test_prepare_findings_pins_fixes_to_the_runs_exporter() -> None:
                              error=ErrorInfo("AssertionError", "output 0 differs"))]
     findings = prepare_findings(outcomes, [], SCRIPT, DiagnoseOptions(), "torchscript")
     recipes = [fix.recipe for f in findings for fix in f.fixes if fix.recipe]
-    assert recipes and all(r.get("exporter") for r in recipes)
-    assert any(r.get("kind") == "eval_mode" and r["exporter"] == "torchscript" for r in recipes)
+    assert recipes and all(r.first(UseExporter) for r in recipes)
+    assert any(r.kind == "eval_mode" and r.first(UseExporter) == UseExporter("torchscript") for r in recipes)
 
 
 # ---- fix runs -> verdicts ------------------------------------------------------------------------
@@ -210,11 +211,11 @@ def _diagnosis() -> Diagnosis:
                    applicability=Applicability.SAFE, cost="none at run time",
                    check=FixCheck(reached=Stage.PARITY, status=Status.PASSED, max_abs_diff=6e-08, seconds=0.7,
                                   detail="exports, loads, runs and matches PyTorch"),
-                   recipe={"kind": "decompose"})
+                   recipe=Recipe("decompose"))
     failed = Fix("exporter", "Use the torchscript exporter (dynamo=False)", applicability=Applicability.UNSAFE,
                  check=FixCheck(reached=Stage.CHECK, status=Status.FAILED, failed_at=Stage.ORT_LOAD,
                                 problem="OD401", detail="OD401: mynamespace:MYSELU(-1) is not a registered function/op"),
-                 recipe={"kind": "exporter"})
+                 recipe=Recipe("exporter"))
     finding = Finding("OD203", Stage.EXPORT, Severity.ERROR,
                       "custom op mynamespace::myselu has no ONNX export mapping (dynamo exporter)",
                       op="mynamespace::myselu", source="model.py:31",
@@ -250,3 +251,9 @@ def test_goldens_hold_no_private_paths(name: str) -> None:
     text = (GOLDENS / name).read_text("utf-8")
     assert "/home/" not in text and "/tmp/" not in text and "\x1b" not in text
     json.dumps(text)  # plain text
+
+
+def _rewrite(fix: Fix) -> object:
+    """The ONNX rewrite a fix's recipe applies (None without one)."""
+    step = fix.recipe.first(RewriteOnnx) if fix.recipe else None
+    return step.transform if step else None

@@ -10,6 +10,7 @@ import pytest
 from onnxdoctor.analysis.fixes import propose_fixes
 from onnxdoctor.model import Applicability, DiagnoseOptions, Finding, Severity, Stage
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import ExportCode
 from onnxdoctor.render.codes import explanation_as_printed
 from onnxdoctor.rewrites import REWRITES
 
@@ -27,7 +28,8 @@ def test_an_op_the_library_covers_gets_its_rewrite_as_a_pasteable_snippet() -> N
     assert "erfinv" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert "run_decompositions({torch.ops.aten.erfinv.default: erfinv})" in fix.snippet
     assert fix.applicability is Applicability.UNSAFE  # an approximation: the user decides
-    assert fix.recipe["prelude"] in fix.snippet and fix.recipe["program_var"] == "program"
+    code = fix.recipe.first(ExportCode) if fix.recipe else None
+    assert code and code.code in fix.snippet and code.program == "program"
 
 
 def test_every_overload_of_an_op_is_rewritten_in_one_snippet() -> None:
@@ -60,3 +62,19 @@ def test_cumprod_from_a_public_thread_is_fixed_by_a_verified_rewrite() -> None:
     assert best.kind == "rewrite" and best.verified is True, best.check
     assert best.check is not None and best.check.reached is Stage.PARITY
     assert best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-4
+
+
+@pytest.mark.slow
+def test_every_unsupported_op_is_named_in_one_run_and_rewritten_in_one_fix() -> None:
+    fixture = CORPUS.parent / "export" / "od202_several_unsupported_ops.py"
+    diagnosis = diagnose(str(fixture), DiagnoseOptions(fix=True))[0]
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD202" and finding.source == "od202_several_unsupported_ops.py:20"
+    # The exporter stopped at the first op; the finding names the other two, with their lines.
+    assert "aten::linalg_cholesky_ex (od202_several_unsupported_ops.py:21)" in finding.message
+    assert "prims::lgamma (od202_several_unsupported_ops.py:22)" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "rewrite" and best.verified is True, best.check
+    for op in ("aten::cumprod", "aten::linalg_cholesky", "aten::lgamma"):
+        assert op in best.title
+    assert best.check is not None and best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-4

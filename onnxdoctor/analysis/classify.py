@@ -62,6 +62,8 @@ _OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|Unsupported on
 _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
+# torch.export's fake tensors met an op with no fake kernel (torch.library op without register_fake).
+_NO_FAKE_KERNEL = re.compile(r"([\w.]+::[\w.]+): attempted to run this operator with Meta tensors")
 _CAPTURE_TYPES = (
     "torch._dynamo.exc.UserError",
     "torch._dynamo.exc.Unsupported",
@@ -90,7 +92,7 @@ def aten_name(name: str) -> str:
 
 def extract_op(text: str) -> str | None:
     """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
-    for pattern in (_UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP):
+    for pattern in (_NO_FAKE_KERNEL, _UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP):
         match = pattern.search(text)
         if match:
             return match.group(1)
@@ -249,6 +251,10 @@ def _classify_export(
                      detail=extra.get("detail"))
         ]
 
+    match = _NO_FAKE_KERNEL.search(text)
+    if match:
+        return make("OD212", f"custom op {match.group(1)} has no fake (meta) kernel, so torch.export cannot "
+                             "trace it (the dynamo exporter needs one; the op itself runs)", op=match.group(1))
     match = _UNRECOGNIZED_NS.search(text)
     if match:
         return make("OD203", f"custom op {match.group(1)} has no ONNX export mapping (TorchScript exporter)")
@@ -275,7 +281,11 @@ def _classify_export(
         namespace = op.split("::", 1)[0]
         if namespace not in ("aten", "prims", "quantized", "_operator"):
             return make("OD203", f"custom op {op} has no ONNX export mapping (dynamo exporter)")
-        return make("OD202", f"{op} has no ONNX function in the dynamo exporter's registry")
+        others = [u for u in facts.get("unsupported_ops") or () if isinstance(u, dict) and u.get("op") != op]
+        also = ", ".join(f"{u['op']}" + (f" ({u['source']})" if u.get("source") else "") for u in others[:8])
+        more = f" and {len(others) - 8} more" if len(others) > 8 else ""
+        return make("OD202", f"{op} has no ONNX function in the dynamo exporter's registry"
+                             + (f"; neither do {also}{more}, further on in the model" if others else ""))
     if _OPSET_RANGE.search(text):
         found = make("OD209", first_line(normalize_message(error.message, base_dir=base_dir)))
         return [replace(found[0], severity=Severity.ERROR)]  # here the export itself failed

@@ -25,7 +25,8 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.protocol import WorkerResult
+from onnxdoctor.protocol import NOT_REQUESTED, WorkerResult
+from onnxdoctor.recipe import Recipe, UseExporter
 from onnxdoctor.target import Target
 
 FLOOD_BYTES = 1024 * 1024
@@ -35,12 +36,10 @@ def outcomes_for_run(
     result: WorkerResult, run_id: str, target: Target, *, first_run: bool = True
 ) -> tuple[list[StageOutcome], list[Finding]]:
     """The stage ladder of one run from the worker's events, and tool findings (crash, timeout...)."""
-    stages = PIPELINE_STAGES if target.kind == "script" else ONNX_FILE_STAGES
-    records = {e["stage"]: e for e in result.events if e.get("event") == "stage" and e.get("run") == run_id}
-    if "check" not in records and not any(e.get("stage") == "check" for e in result.events) and any(
-        e.get("stage") == "ort_load" and e.get("run") == run_id for e in result.events
-    ):
-        stages = tuple(s for s in stages if s is not Stage.CHECK)  # the caller skipped CHECK
+    records = result.records(run_id)
+    # A stage the request left out (--skip-check, a LOAD-only run) is not part of the ladder.
+    stages = [s for s in (PIPELINE_STAGES if target.kind == "script" else ONNX_FILE_STAGES)
+              if s.value not in records or records[s.value].reason != NOT_REQUESTED]
     started = [e["stage"] for e in result.events if e.get("event") == "start" and e.get("run") == run_id]
     run_done = any(e.get("event") == "run_done" and e.get("run") == run_id for e in result.events)
     outcomes: list[StageOutcome] = []
@@ -52,11 +51,11 @@ def outcomes_for_run(
         if record is not None:
             outcome = StageOutcome(
                 stage=stage,
-                status=Status(record.get("status", "failed")),
-                seconds=float(record.get("seconds", 0.0)),
-                error=ErrorInfo.from_dict(record.get("error")),
-                facts=record.get("facts") or {},
-                warnings=tuple(record.get("warnings") or ()),
+                status=Status(record.status),
+                seconds=record.seconds,
+                error=ErrorInfo.from_dict(record.error),
+                facts=record.facts,
+                warnings=record.warnings,
             )
             failed_before = failed_before or outcome.status is not Status.PASSED
         elif stage.value == interrupted and not failed_before:
@@ -132,8 +131,7 @@ def prepare_findings(
     # Fixes that do not choose an exporter are checked with the run's own exporter.
     return [
         replace(finding, fixes=tuple(
-            replace(f, recipe={**f.recipe, "exporter": exporter})
-            if f.recipe and "exporter" not in f.recipe else f
+            replace(f, recipe=f.recipe.with_default(UseExporter(exporter))) if f.recipe else f
             for f in finding.fixes))
         for finding in findings
     ]
@@ -147,23 +145,16 @@ def to_try(finding: Finding, options: DiagnoseOptions) -> list[tuple[int, Fix]]:
     return candidates if options.all_fixes else candidates[: options.max_fix_checks]
 
 
-def shared_fix_plan(findings: list[Finding], options: DiagnoseOptions) -> list[dict[str, Any]]:
+def shared_fix_plan(findings: list[Finding], options: DiagnoseOptions) -> list[Recipe]:
     """The in-process-safe recipes, deduplicated, in the order they are tried."""
-    plan: list[dict[str, Any]] = []
+    plan: list[Recipe] = []
     seen: set[str] = set()
     for finding in findings:
         for _index, fix in to_try(finding, options):
-            key = recipe_key(fix.recipe)
-            if not fix.recipe.get("isolated") and key not in seen:
-                seen.add(key)
+            if fix.recipe is not None and not fix.recipe.isolated and fix.recipe.key() not in seen:
+                seen.add(fix.recipe.key())
                 plan.append(fix.recipe)
     return plan
-
-
-def recipe_key(recipe: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(recipe, sort_keys=True, default=str)
 
 
 def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:

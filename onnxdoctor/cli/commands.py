@@ -113,6 +113,10 @@ def diagnose(
     ),
     fix: bool = typer.Option(True, "--fix/--no-fix", help="Try the proposed fixes and report which work."),
     all_fixes: bool = typer.Option(False, "--all-fixes", help="Verify every fix, not just until one is exact."),
+    fix_budget: float = typer.Option(
+        120.0, "--fix-budget", metavar="SECONDS",
+        help="Seconds in which fix checks and fix chains (up to 3 steps) may start; within --timeout.",
+    ),
     write_fix: Path | None = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 2) and nothing else."),
     report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
@@ -140,6 +144,7 @@ def diagnose(
         timeout=timeout,
         fix=fix,
         all_fixes=all_fixes,
+        fix_budget=fix_budget,
         targets=tuple(target_names),
     )
     code = run_diagnose(

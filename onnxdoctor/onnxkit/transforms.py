@@ -14,6 +14,16 @@ from typing import Any
 import onnx
 import onnx.defs
 
+from onnxdoctor.recipe import (
+    CastAround,
+    ConvertOpset,
+    ExpandFunction,
+    SetIrVersion,
+    SetOpset,
+    ToFloat32,
+    Transform,
+)
+
 
 class TransformError(Exception):
     """The transform does not apply to this model; the message says why."""
@@ -514,25 +524,19 @@ def set_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
     return fixed
 
 
-def apply_transform(model: onnx.ModelProto, recipe: dict[str, Any]) -> onnx.ModelProto:
-    """Apply a fix recipe's `onnx_transform`.
-
-    Kinds: {"kind": "set_opset"|"convert_opset", "opset": N}, {"kind": "expand_function", "op": T},
-    {"kind": "cast_around", "op": T, "to": "float"}, {"kind": "set_ir_version", "ir_version": N} and
-    {"kind": "to_float32"}.
-    """
-    kind = recipe.get("kind")
-    if kind == "expand_function":
-        return expand_function(model, str(recipe["op"]))
-    if kind == "cast_around":
-        return cast_around(model, str(recipe["op"]), str(recipe["to"]))
-    if kind == "set_ir_version":
-        return set_ir_version(model, int(recipe["ir_version"]))
-    if kind == "to_float32":
-        return to_float32(model)
-    target = int(recipe["opset"])
-    if kind == "set_opset":
-        return set_opset(model, target)
-    if kind == "convert_opset":
-        return convert_opset(model, target)
-    raise TransformError(f"unknown transform {kind!r}")
+def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelProto:
+    """Apply one of a fix recipe's ONNX rewrites (onnxdoctor.recipe) to the model."""
+    match transform:
+        case ExpandFunction(op=op):
+            return expand_function(model, op)
+        case CastAround(op=op, to=to):
+            return cast_around(model, op, to)
+        case SetIrVersion(ir_version=version):
+            return set_ir_version(model, version)
+        case ToFloat32():
+            return to_float32(model)
+        case SetOpset(opset=opset):
+            return set_opset(model, opset)
+        case ConvertOpset(opset=opset):
+            return convert_opset(model, opset)
+    raise TransformError(f"unknown transform {type(transform).__name__}")

@@ -10,11 +10,13 @@ from typing import Any
 
 from onnxdoctor.protocol import (
     PARENT_PID_ENV,
+    PASSED,
     WorkerRequest,
     WorkerResult,
     append_event,
     read_events,
 )
+from onnxdoctor.recipe import Recipe
 from onnxdoctor.worker.run import Runner
 
 
@@ -36,7 +38,7 @@ def _result_so_far(request: WorkerRequest) -> WorkerResult:
     return WorkerResult(events=events, returncode=None, ended_at=time.time(), timed_out=False, seconds=0.0)
 
 
-def _plan(request: WorkerRequest) -> list[dict[str, Any]]:
+def _plan(request: WorkerRequest) -> list[Recipe]:
     """The parent's own fix proposals for the main run, computed here (pure code, no second import)."""
     from onnxdoctor.analysis.judge import outcomes_for_run, prepare_findings, shared_fix_plan
     from onnxdoctor.model import DiagnoseOptions
@@ -93,20 +95,20 @@ def main(argv: list[str]) -> int:
     _die_with_parent(request.workdir)
     runner = Runner(request)
     records, state = runner.run_once("main", request.apply_fix)
-    if "openvino" in _targets(request, state) and records and records[0]["status"] == "passed":
+    if "openvino" in _targets(request, state) and records and records[0].status == PASSED:
         from onnxdoctor.worker.openvino_target import check_state
 
         ov_record = check_state(request.kind, runner.target, state, request.atol, request.rtol)
         if ov_record is not None:
             append_event(request.events_path, ov_record)
-    if records and records[0]["status"] == "passed":
+    if records and records[0].status == PASSED:
         for index, fix in enumerate(request.verify_fixes):
             runner.run_once(f"fix{index}", fix, reuse=state)
             if request.stop_on_success and _works(request, f"fix{index}"):
                 break
-        if request.plan_fixes and records[-1]["status"] != "passed":
+        if request.plan_fixes and records[-1].status != PASSED:
             plan = _plan(request)
-            append_event(request.events_path, {"event": "fix_plan", "recipes": plan})
+            append_event(request.events_path, {"event": "fix_plan", "recipes": [r.to_dict() for r in plan]})
             for index, fix in enumerate(plan):
                 runner.run_once(f"plan{index}", fix, reuse=state)
                 if request.stop_on_success and _works(request, f"plan{index}"):

@@ -82,3 +82,67 @@ def op_facts(op: str, exporter: str) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             facts["torchscript_opsets"] = torchscript_opsets(op)
     return facts
+
+
+def unsupported_ops(loaded: Any, target: Any) -> list[dict[str, Any]]:
+    """Every op of the model the dynamo exporter has no ONNX function for, in graph order.
+
+    The exporter stops at the first op it cannot translate; tracing the model once more and
+    decomposing it the way the exporter does (its ONNX-friendly decomposition table) lists the
+    rest, so one run names them all. Each entry: the op and, where the trace has it, the user's
+    source line.
+    """
+    import torch
+    from torch.onnx._internal.exporter import _decomp, _registration
+
+    from onnxdoctor.worker.tracebacks import _user_line_from_trace
+
+    registry = _registration.ONNXRegistry.from_torchlib()
+    program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
+    table = _decomp.create_onnx_friendly_decomposition_table(_decomp.get_onnx_implemented_overloads(registry))
+    program = program.run_decompositions(table)
+    found: dict[str, dict[str, Any]] = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if registry.is_registered(node.target):
+            continue
+        name = node.target.name().split(".")[0]
+        if name not in found:
+            source = _user_line_from_trace(node.meta.get("stack_trace") or "", target)
+            found[name] = {"op": name, "source": source}
+    return list(found.values())
+
+
+def observe_calls(loaded: Any, op: str, limit: int = 4) -> list[dict[str, Any]]:
+    """The op's calls in one eager forward pass: each argument's and result's shape and dtype.
+
+    An op without a fake (meta) kernel cannot be traced, but it runs: what its real kernel
+    returns on the example inputs is what a generated fake kernel must describe.
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def describe(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+        if isinstance(value, (int, float, bool, str)) or value is None:
+            return value
+        if isinstance(value, (list, tuple)):
+            return [describe(v) for v in value]
+        return repr(value)
+
+    calls: list[dict[str, Any]] = []
+    wanted = op.replace("::", ".")
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            result = func(*args, **(kwargs or {}))
+            if str(func.overloadpacket).replace("::", ".") == wanted and len(calls) < limit:
+                results = result if isinstance(result, (list, tuple)) else [result]
+                calls.append({"args": [describe(a) for a in args], "results": [describe(r) for r in results]})
+            return result
+
+    with torch.no_grad(), Recorder():
+        loaded.model(*loaded.args, **(loaded.kwargs or {}))
+    return calls

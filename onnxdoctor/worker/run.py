@@ -18,8 +18,28 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.protocol import (
+    AFTER_FAILURE,
+    FAILED,
+    NOT_REQUESTED,
+    PASSED,
+    SKIPPED,
+    StageRecord,
     WorkerRequest,
     append_event,
+)
+from onnxdoctor.recipe import (
+    CustomOpsets,
+    DynamicShapes,
+    EvalMode,
+    ExportCode,
+    LoadCode,
+    OperatorExportType,
+    Recipe,
+    Reference,
+    RewriteOnnx,
+    RuntimeKernels,
+    UseExporter,
+    UseOpset,
 )
 from onnxdoctor.worker.facts import (
     _describe,
@@ -56,6 +76,9 @@ from onnxdoctor.worker.tracebacks import (
     _where_in_script,
     error_info,
 )
+
+# torch's words when an op without a fake (meta) kernel meets torch.export's fake tensors.
+NO_FAKE_KERNEL = "no fake impl or Meta kernel"
 
 STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
@@ -95,70 +118,84 @@ class Runner:
 
     # ---- the generic stage wrapper -------------------------------------------------------
 
-    def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> dict[str, Any]:
+    def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> StageRecord:
+        """Run one stage and write its record; the stage's failure is data, never an exception."""
         self.emit({"event": "start", "stage": name, "run": run_id, "time": time.time()})
         started = time.perf_counter()
-        record: dict[str, Any] = {"event": "stage", "run": run_id, "stage": name}
+        status, facts, error = FAILED, {}, None
         caught: list[warnings.WarningMessage] = []
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 facts = fn() or {}
-            record.update(status="passed", facts=facts)
+            status = PASSED
         except StageFailed as exc:
             # Report the library's own exception, not our wrapper, when there is one.
             original = exc.__cause__ if exc.code is None and exc.__cause__ is not None else exc
-            record.update(status="failed", error=error_info(original), facts=dict(exc.facts))
+            error, facts = error_info(original), dict(exc.facts)
             if exc.code:
-                record["facts"]["code"] = exc.code
+                facts["code"] = exc.code
         except SystemExit as exc:
-            record.update(status="failed", error=error_info(exc), facts={"code": "OD109", "exit_code": str(exc.code)})
+            error, facts = error_info(exc), {"code": "OD109", "exit_code": str(exc.code)}
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # the user's code may raise anything
-            record.update(status="failed", error=error_info(exc), facts={})
-        record["seconds"] = round(time.perf_counter() - started, 4)
-        record["warnings"] = _warning_texts(caught)
-        self.emit(record)
+            error = error_info(exc)
+        record = StageRecord(run=run_id, stage=name, status=status, facts=facts, error=error,
+                             seconds=round(time.perf_counter() - started, 4),
+                             warnings=tuple(_warning_texts(caught)))
+        self.emit(record.to_event())
         return record
 
     # ---- a whole run ---------------------------------------------------------------------
 
     def run_once(
-        self, run_id: str, fix: dict[str, Any] | None = None, reuse: dict[str, Any] | None = None
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        self, run_id: str, fix: Recipe | None = None, reuse: dict[str, Any] | None = None
+    ) -> tuple[list[StageRecord], dict[str, Any]]:
         """Run the stages; with `reuse`, take LOAD's results from an earlier run of this process.
 
         Re-importing the script would register its custom ops twice, which torch refuses, so
         in-process fix re-runs reuse the loaded model; fixes that change the model or torch's
         global registries run in a fresh worker instead.
         """
-        state: dict[str, Any] = {"fix": fix or {}}
+        recipe = fix or Recipe("none")
+        state: dict[str, Any] = {"recipe": recipe}
         names = STAGES_SCRIPT if self.request.kind == "script" else STAGES_ONNX
-        records: list[dict[str, Any]] = []
-        if reuse is not None and self.request.kind == "onnx" and state["fix"].get("onnx_transform"):
+        records: list[StageRecord] = []
+        if reuse is not None and self.request.kind == "onnx" and recipe.first(RewriteOnnx):
             reuse = None  # a file's rewrite happens in LOAD: read the file again (cheap)
-        if reuse is not None:
-            # A script's fix run exports anew (and sets onnx_path); a file's reads the same file.
-            for key in ("loaded", "torch_outputs", "onnx_model", "onnx_path", "load_facts"):
-                if key in reuse:
-                    state[key] = reuse[key]
-            facts = {**reuse.get("load_facts", {}), "reused": True}
-            self.emit({"event": "stage", "run": run_id, "stage": "load", "status": "passed",
-                       "seconds": 0.0, "facts": facts, "warnings": []})
-            names = names[1:]
+        left_out: set[str] = set()
         if self.request.load_only and reuse is None:
-            names = names[:1]
+            left_out |= set(names[1:])
         if self.request.skip_check:
-            names = tuple(n for n in names if n != "check")
+            left_out.add("check")
         for name in names:
-            fn = getattr(self, f"_stage_{self.request.kind}_{name}", None) or getattr(self, f"_stage_{name}")
-            record = self.stage(name, lambda fn=fn: fn(state), run_id)
-            records.append(record)
-            if record["status"] != "passed":
-                break
+            if name in left_out:
+                self.emit(StageRecord(run_id, name, SKIPPED, reason=NOT_REQUESTED).to_event())
+            elif records and records[-1].status != PASSED:
+                self.emit(StageRecord(run_id, name, SKIPPED, reason=AFTER_FAILURE).to_event())
+            elif name == "load" and reuse is not None:
+                # A script's fix run exports anew (and sets onnx_path); a file's reads the same file.
+                for key in ("loaded", "torch_outputs", "onnx_model", "onnx_path", "load_facts"):
+                    if key in reuse:
+                        state[key] = reuse[key]
+                record = StageRecord(run_id, "load", PASSED, facts={**reuse.get("load_facts", {}), "reused": True})
+                self.emit(record.to_event())
+                records.append(record)
+            else:
+                records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
         self.emit({"event": "run_done", "run": run_id})
         return records, state
+
+    def _stage_for(self, name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """The stage's method: a kind-specific one (`_stage_script_load`) or the shared one."""
+        by_kind = {
+            ("script", "load"): self._stage_script_load, ("onnx", "load"): self._stage_onnx_load,
+            ("script", "ort_run"): self._stage_script_ort_run, ("onnx", "ort_run"): self._stage_onnx_ort_run,
+        }
+        shared = {"export": self._stage_export, "check": self._stage_check, "ort_load": self._stage_ort_load,
+                  "parity": self._stage_parity}
+        return by_kind.get((self.request.kind, name)) or shared[name]
 
     # ---- LOAD ----------------------------------------------------------------------------
 
@@ -192,14 +229,16 @@ class Runner:
         model = loaded.model
         # The model the script built, before any fix changes it: what must match across imports.
         fingerprint = _fingerprint(model, loaded)
-        fix = state["fix"]
-        if fix.get("eval"):
-            model.eval()
-        if fix.get("load_prelude"):
-            # A fix that changes the model itself (its switches, a wrapper) runs before the
-            # reference outputs, and the model it leaves in `model` is the one exported.
-            namespace = self._run_snippet(fix["load_prelude"], f"load_{fix.get('kind', 'x')}", loaded)
-            model = loaded.model = namespace.get("model", model)
+        recipe: Recipe = state["recipe"]
+        for step in recipe.steps:
+            match step:
+                case EvalMode():
+                    model.eval()
+                case LoadCode(code=code):
+                    # A fix that changes the model itself (its switches, a wrapper) runs before the
+                    # reference outputs, and the model it leaves in `model` is the one exported.
+                    namespace = self._run_snippet(code, f"load_{recipe.kind}", loaded)
+                    model = loaded.model = namespace.get("model", model)
         state["loaded"] = loaded
         facts: dict[str, Any] = {
             "factory": loaded.factory,
@@ -244,37 +283,39 @@ class Runner:
     def _stage_onnx_load(self, state: dict[str, Any]) -> dict[str, Any]:
         from onnxdoctor.onnxkit.files import OnnxFileError, check_external_data, read_onnx
 
-        transform = state["fix"].get("onnx_transform")
+        rewrites = state["recipe"].all(RewriteOnnx)
         try:
             # Weights stay on disk unless a rewrite must carry them into a new file: checking needs
             # none, and ORT_LOAD hands them to ONNX Runtime as arrays (see _runtime_source).
-            model = read_onnx(self.target, load_external_data=bool(transform))
+            model = read_onnx(self.target, load_external_data=bool(rewrites))
             # read_onnx resolves a symlinked model to its real folder: external data lives there.
             problems = check_external_data(model, self.target.resolve().parent)
         except OnnxFileError as exc:
             raise StageFailed(exc.message, exc.code) from None
         if problems:
             raise StageFailed(problems[0].message, problems[0].code)
-        if transform:
-            model, path = self._rewrite(model, transform, state)
+        if rewrites:
+            model, path = self._rewrite(model, rewrites, state)
             state["onnx_path"] = path
         state["onnx_model"] = model
         facts = _model_facts(model)
-        if transform:
+        if rewrites:
             facts["onnx_path"] = str(path)
         return facts
 
-    def _rewrite(self, model: Any, transform: dict[str, Any], state: dict[str, Any]) -> tuple[Any, Path]:
-        """Apply a fix's ONNX rewrite; keep the original (a reference) and save the result."""
+    def _rewrite(self, model: Any, rewrites: list[RewriteOnnx], state: dict[str, Any]) -> tuple[Any, Path]:
+        """Apply a fix's ONNX rewrites in order; keep the original (a reference) and save the result."""
         import onnx
 
         from onnxdoctor.onnxkit.transforms import TransformError, apply_transform
 
         state["original_model"] = model
-        try:
-            fixed = apply_transform(model, transform)
-        except TransformError as exc:
-            raise StageFailed(str(exc), "OD199") from None
+        fixed = model
+        for rewrite in rewrites:
+            try:
+                fixed = apply_transform(fixed, rewrite.transform)
+            except TransformError as exc:
+                raise StageFailed(str(exc), "OD199") from None
         # In the work folder, beside any external data an export wrote, so relative paths resolve.
         path = self.workdir / f"fixed-{os.getpid()}-{time.monotonic_ns()}.onnx"
         weights = sum(len(t.raw_data) for t in fixed.graph.initializer)
@@ -290,14 +331,12 @@ class Runner:
         import torch
 
         loaded = state["loaded"]
-        fix = state["fix"]
+        recipe: Recipe = state["recipe"]
         settings = loaded.settings
-        dynamo = self._choose_dynamo(settings, fix)
-        opset = fix.get("opset") or self.request.opset or settings.get("opset_version")
+        dynamo = self._choose_dynamo(settings, recipe)
+        opset_step = recipe.first(UseOpset)
+        opset = (opset_step.opset if opset_step else None) or self.request.opset or settings.get("opset_version")
         path = self.workdir / f"model-{os.getpid()}-{time.monotonic_ns()}.onnx"
-        namespace: dict[str, Any] = {}
-        if fix.get("prelude"):
-            namespace = self._run_snippet(fix["prelude"], f"fix_{fix.get('kind', 'x')}", loaded)
         kwargs: dict[str, Any] = {
             "kwargs": loaded.kwargs or None,
             "dynamo": dynamo,
@@ -306,21 +345,24 @@ class Runner:
             "output_names": settings.get("output_names"),
         }
         if dynamo:
-            shapes = _renamed_keys(settings.get("dynamic_shapes"), fix.get("dynamic_shapes_rename"))
-            kwargs["dynamic_shapes"] = _with_suggested_dims(shapes, fix.get("dynamic_shapes_suggested") or ())
-            table = namespace.get(fix.get("translation_table_var") or "", None)
-            if table:
-                kwargs["custom_translation_table"] = table
-        if fix.get("custom_opsets") and not dynamo:
-            kwargs["custom_opsets"] = dict(fix["custom_opsets"])
-        if fix.get("operator_export_type"):
-            kwargs["operator_export_type"] = getattr(
-                torch.onnx.OperatorExportTypes, fix["operator_export_type"]
-            )
+            kwargs["dynamic_shapes"] = settings.get("dynamic_shapes")
         model_or_program: Any = loaded.model
-        if fix.get("program_var"):
-            # The fix built an ExportedProgram itself (e.g. run_decompositions): export that.
-            model_or_program = namespace[fix["program_var"]]
+        for step in recipe.steps:
+            match step:
+                case ExportCode(code=code, program=program, translation_table=table):
+                    namespace = self._run_snippet(code, f"fix_{recipe.kind}", loaded)
+                    if program:
+                        # The fix built an ExportedProgram itself (e.g. run_decompositions): export that.
+                        model_or_program = namespace[program]
+                    if table and dynamo and namespace.get(table):
+                        kwargs["custom_translation_table"] = namespace[table]
+                case DynamicShapes(rename=rename, suggested=suggested) if dynamo:
+                    shapes = _renamed_keys(kwargs["dynamic_shapes"], dict(rename))
+                    kwargs["dynamic_shapes"] = _with_suggested_dims(shapes, list(suggested))
+                case CustomOpsets(domains=domains) if not dynamo:
+                    kwargs["custom_opsets"] = dict(domains)
+                case OperatorExportType(name=name):
+                    kwargs["operator_export_type"] = getattr(torch.onnx.OperatorExportTypes, name)
         facts: dict[str, Any] = {
             "exporter": "dynamo" if dynamo else "torchscript",
             "requested_opset": opset,
@@ -337,9 +379,9 @@ class Runner:
         import onnx
 
         model = onnx.load(str(path), load_external_data=False)
-        if fix.get("onnx_transform"):
+        if recipe.first(RewriteOnnx):
             # A rewrite of the exported file (a cast, a newer IR stamp): compared with PyTorch as usual.
-            model, path = self._rewrite(model, fix["onnx_transform"], state)
+            model, path = self._rewrite(model, recipe.all(RewriteOnnx), state)
         state["onnx_path"] = path
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(_model_facts(model))
@@ -359,10 +401,11 @@ class Runner:
             facts["exporter_max_opset"] = _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
         return facts
 
-    def _choose_dynamo(self, settings: dict[str, Any], fix: dict[str, Any]) -> bool:
+    def _choose_dynamo(self, settings: dict[str, Any], recipe: Recipe) -> bool:
         import torch
 
-        choice = fix.get("exporter") or self.request.exporter
+        step = recipe.first(UseExporter)
+        choice = (step.exporter if step else None) or self.request.exporter
         if choice:
             return choice == "dynamo"
         if "dynamo" in settings:
@@ -395,11 +438,24 @@ class Runner:
             else:  # costs a torch.export: only when the exporter's own frames did not tell
                 with contextlib.suppress(Exception):
                     facts.update(_locate_op(loaded, op, self.target))
-            if self.request.gather_facts:
+            custom = op.split("::", 1)[0] not in ("aten", "prims")
+            # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
+            if self.request.gather_facts or custom:
                 with contextlib.suppress(Exception):
                     from onnxdoctor.worker.registry import op_facts
 
                     facts["op_facts"] = op_facts(op, "dynamo" if dynamo else "torchscript")
+            if custom and any(NO_FAKE_KERNEL in m for m in [info["message"], *info["chain_messages"]]):
+                with contextlib.suppress(Exception):
+                    from onnxdoctor.worker.registry import observe_calls
+
+                    facts["op_calls"] = observe_calls(loaded, op)
+                if dynamo and op.split("::", 1)[0] in ("aten", "prims"):
+                    # The exporter stops at the first op it cannot translate: list them all.
+                    with contextlib.suppress(Exception):
+                        from onnxdoctor.worker.registry import unsupported_ops
+
+                        facts["unsupported_ops"] = unsupported_ops(loaded, self.target)
         return facts
 
     # ---- CHECK ---------------------------------------------------------------------------
@@ -431,20 +487,22 @@ class Runner:
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        fix = state["fix"]
+        recipe: Recipe = state["recipe"]
         libraries = list(self.request.custom_op_libraries)
         loaded = state.get("loaded")
         if loaded is not None:
             libraries += [str(p) for p in loaded.settings.get("custom_op_libraries", ())]
-        libraries += list(fix.get("custom_op_libraries", ()))
-        if fix.get("ort_prelude") and fix["ort_prelude"] not in self._kernels_registered:
-            # onnxruntime-extensions keeps Python kernels in a process-wide table: register once.
-            self._run_snippet(fix["ort_prelude"], f"kernel_{fix.get('kind', 'x')}", None)
-            self._kernels_registered.add(fix["ort_prelude"])
-        if fix.get("ort_extensions"):
-            from onnxruntime_extensions import get_library_path
+        for kernels in recipe.all(RuntimeKernels):
+            libraries += list(kernels.libraries)
+            if kernels.python and kernels.python not in self._kernels_registered:
+                # onnxruntime-extensions keeps Python kernels in a process-wide table: register once.
+                self._run_snippet(kernels.python, f"kernel_{recipe.kind}", None)
+                self._kernels_registered.add(kernels.python)
+            if kernels.extensions:
+                from onnxruntime_extensions import get_library_path
 
-            libraries.append(get_library_path())
+                if get_library_path() not in libraries:
+                    libraries.append(get_library_path())
         for library in libraries:
             try:
                 options.register_custom_ops_library(str(library))
@@ -469,6 +527,7 @@ class Runner:
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
                 facts = _kernel_facts(str(exc), model)
+                facts.update(self._torch_op_behind(facts.get("op"), state))
             model = state.get("onnx_model")
             if model is not None and not model.graph.node:
                 # ONNX Runtime answers an empty graph with one of its C++ signatures: say what it is.
@@ -488,6 +547,27 @@ class Runner:
             ],
         }
 
+    def _torch_op_behind(self, node_op: str | None, state: dict[str, Any]) -> dict[str, Any]:
+        """The script's torch op whose symbolic wrote a custom-domain node, with its schema.
+
+        A node `mynamespace::MYSELU` with no runtime kernel came from a symbolic the script
+        registered for a torch op; knowing that op lets the fixes export its body instead, or
+        call it from a runtime kernel. Matched by namespace and name (case aside), or the one
+        symbolic of that namespace.
+        """
+        if not node_op or "::" not in node_op or state.get("loaded") is None:
+            return {}
+        domain, op_type = node_op.split("::", 1)
+        symbolics = [op for op in state.get("load_facts", {}).get("custom_symbolics", {})
+                     if op.split("::", 1)[0] == domain]
+        named = [op for op in symbolics if op.split("::", 1)[1].lower() == op_type.lower()]
+        behind = named[0] if named else (symbolics[0] if len(symbolics) == 1 else None)
+        if behind is None:
+            return {}
+        from onnxdoctor.worker.registry import op_facts
+
+        return {"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")}
+
     # ---- ORT_RUN -------------------------------------------------------------------------
 
     def _stage_script_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -503,13 +583,13 @@ class Runner:
                                          self.request.max_input_bytes)
         state["ort_outputs"] = _run_session(state["session"], feeds)
         facts: dict[str, Any] = {"inputs": described, "outputs": len(state["ort_outputs"])}
-        transform = state["fix"].get("onnx_transform") or {}
-        if transform.get("reference_opset") or transform.get("reference") == "onnx.reference":
-            facts.update(self._compare_with_reference(state, transform, feeds))
+        reference = next((r.reference for r in state["recipe"].all(RewriteOnnx) if r.reference), None)
+        if reference is not None:
+            facts.update(self._compare_with_reference(state, reference, feeds))
         return facts
 
     def _compare_with_reference(
-        self, state: dict[str, Any], transform: dict[str, Any], feeds: dict[str, Any]
+        self, state: dict[str, Any], reference: Reference, feeds: dict[str, Any]
     ) -> dict[str, Any]:
         """A rewritten file's outputs against the original model's, computed another way.
 
@@ -524,10 +604,10 @@ class Runner:
 
         original = state["original_model"]
         try:
-            if transform.get("reference_opset"):
+            if reference.opset:
                 import onnxruntime as ort
 
-                opset = int(transform["reference_opset"])
+                opset = reference.opset
                 name = f"the original model at opset {opset}"
                 options = ort.SessionOptions()
                 options.log_severity_level = 3
@@ -543,11 +623,11 @@ class Runner:
                 if len(original.graph.node) > _REFERENCE_EVALUATOR_MAX_NODES:
                     return {"reference": f"not compared: {len(original.graph.node)} nodes is too many for "
                                          "onnx's reference evaluator",
-                            "reference_required": bool(transform.get("reference_required"))}
+                            "reference_required": reference.required}
                 expected = list(ReferenceEvaluator(original).run(None, feeds))
         except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
             return {"reference": f"not compared: {name} does not run ({_first(exc)})",
-                    "reference_required": bool(transform.get("reference_required"))}
+                    "reference_required": reference.required}
         report = compare_outputs(expected, state["ort_outputs"], self.request.atol, self.request.rtol)
         return {
             "reference": name,

@@ -1,9 +1,11 @@
 """Fix families, one module each; `propose_fixes` asks every family that answers a finding's code.
 
-A fix carries a snippet tailored to the finding and a `recipe` the worker applies to verify it.
-The recipe's `prelude` is the snippet itself (or its registration part), so what is verified is
-what the user is shown. Recipes marked `isolated` change process-wide state (torch's symbolic
-registry, the model's mode) and are verified in a fresh worker.
+A fix carries a snippet tailored to the finding and a typed `Recipe` (onnxdoctor.recipe) the worker
+applies to verify it. The code a recipe runs is the snippet itself (or its registration part), so
+what is verified is what the user is shown. Recipes marked `isolated` change process-wide state
+(torch's symbolic registry, the model's mode) and are verified in a fresh worker.
+
+`chain` joins fixes found one after another (the second answers what the first left) into one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from onnxdoctor.analysis.fixes import (
     dynamic_shapes,
     eval_mode,
     exporter,
+    fake_kernel,
     onnx_file,
     opset,
     outputs,
@@ -27,14 +30,22 @@ from onnxdoctor.analysis.fixes import (
     runtime,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import (
+    EvalMode,
+    ExportCode,
+    LoadCode,
+    RewriteOnnx,
+    RuntimeKernels,
+    UseExporter,
+)
 
 FAMILIES = (
-    eval_mode, dynamic_shapes, control_flow, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
+    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
     exporter, runtime, aten_fallback, outputs,
 )
 
-__all__ = ["FAMILIES", "FixContext", "propose_fixes"]
+__all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
 
 
 def propose_fixes(finding: Finding, context: dict[str, Any]) -> list[Fix]:
@@ -66,8 +77,64 @@ def _unique(fixes: list[Fix]) -> list[Fix]:
     seen: set[str] = set()
     result = []
     for fix in fixes:
-        key = fix.kind + "|" + repr(sorted((k, repr(v)) for k, v in fix.recipe.items())) + fix.title
+        key = fix.kind + "|" + (fix.recipe.key() if fix.recipe else "") + fix.title
         if key not in seen:
             seen.add(key)
             result.append(fix)
     return result
+
+
+def chainable(first: Fix, then: Fix) -> bool:
+    """Whether `then` can be applied on top of `first` as one fix.
+
+    A family is used once per chain; two fixes that each build the exported program
+    themselves do not compose (the second would start again from the model); and a fix that
+    picks the other exporter would void what the earlier steps did for theirs.
+    """
+    if first.recipe is None or then.recipe is None:
+        return False
+    chosen, switched = first.recipe.first(UseExporter), then.recipe.first(UseExporter)
+    if chosen and switched and chosen != switched:
+        return False
+    if then.recipe.kind in (first.recipe.chain or (first.recipe.kind,)):
+        return False
+    builds = [r for r in (first.recipe, then.recipe) if any(c.program for c in r.all(ExportCode))]
+    return len(builds) < 2
+
+
+def chain(fixes: list[Fix]) -> Fix:
+    """Fixes found one after another, as one fix.
+
+    The recipe keeps the order they were found in (a later fix's choice of exporter or opset
+    was made with the earlier ones applied). The snippet shows the steps in the order a user
+    applies them: changes to the model first, then export settings, then file rewrites, then
+    runtime kernels.
+    """
+    recipe = fixes[0].recipe
+    for fix in fixes[1:]:
+        recipe = recipe.then(fix.recipe) if recipe and fix.recipe else recipe
+    shown = sorted(fixes, key=_where_it_acts)
+    steps = "\n".join(
+        f"# Step {n} of {len(shown)}: {fix.title}\n{fix.snippet.rstrip()}\n" for n, fix in enumerate(shown, 1)
+    )
+    order = [Applicability.SAFE, Applicability.UNSAFE, Applicability.DISPLAY_ONLY]
+    return Fix(
+        kind="chain",
+        title="; then ".join(f.title for f in shown),
+        snippet=steps,
+        applicability=max((f.applicability for f in fixes), key=order.index),
+        cost="; ".join(dict.fromkeys(f.cost for f in fixes if f.cost)),
+        recipe=recipe,
+    )
+
+
+def _where_it_acts(fix: Fix) -> int:
+    """0: the model, 1: the export, 2: the exported file, 3: the runtime (the user's order)."""
+    steps = fix.recipe.steps if fix.recipe else ()
+    if any(isinstance(s, (EvalMode, LoadCode)) for s in steps):
+        return 0
+    if any(isinstance(s, RewriteOnnx) for s in steps):
+        return 2
+    if steps and all(isinstance(s, RuntimeKernels) for s in steps):
+        return 3
+    return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import OperatorExportType, Recipe, UseExporter
 
 CODES = ("OD202", "OD203")
 
@@ -23,8 +24,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             ),
             applicability=Applicability.DISPLAY_ONLY,
             cost="ONNX Runtime registers no ATen kernel: the model will not load there",
-            recipe={"kind": "aten_fallback", "exporter": "torchscript",
-                    "operator_export_type": "ONNX_ATEN_FALLBACK", "isolated": True},
+            recipe=Recipe("aten_fallback", (UseExporter("torchscript"), OperatorExportType("ONNX_ATEN_FALLBACK")),
+                          isolated=True),
         )
     ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
 
 CODES = ("OD201", "OD202")
 # aten ops that onnxruntime.tools.pytorch_export_contrib_ops.register() maps to contrib ops.
@@ -28,6 +29,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             + (f", opset_version={ctx.requested_opset}" if ctx.requested_opset else "") + ")\n",
             applicability=Applicability.UNSAFE,
             cost="the model then runs in ONNX Runtime only (com.microsoft ops)",
-            recipe={"kind": "contrib_ops", "exporter": "torchscript", "prelude": SNIPPET, "isolated": True},
+            recipe=Recipe("contrib_ops", (UseExporter("torchscript"), ExportCode(SNIPPET)), isolated=True),
         )
     ]

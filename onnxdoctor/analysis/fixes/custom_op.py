@@ -5,12 +5,20 @@ right `_f/_i/_s` suffixes), a dynamo `custom_translation_table` entry (an onnxsc
 with full annotations), and an onnxruntime-extensions Python kernel that calls the op's own
 PyTorch implementation, so the wiring (domain, name, arity, attributes, types) is proven with
 numbers. The Python kernel proves wiring, not speed: `onnxdoctor scaffold` writes native ones.
+
+For a custom-domain node ONNX Runtime has no kernel for (OD401) in a script's export, the torch op
+whose symbolic wrote the node is known (the worker matches the script's symbolics): its own body
+can be exported instead of the node, or a kernel can call it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from onnxdoctor.analysis.fixes import decompose
 from onnxdoctor.analysis.fixes._context import FixContext, OpArgument
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import CustomOpsets, ExportCode, Recipe, RuntimeKernels, UseExporter
 
 CODES = ("OD203", "OD401")
 
@@ -20,7 +28,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if not ctx.op or "::" not in ctx.op or ctx.op.startswith("aten::"):
         return []
     if finding.code == "OD401":
-        return _runtime_only(ctx)
+        return [*_from_the_torch_op(finding, ctx), *_runtime_only(ctx)]
     arguments = ctx.schema_arguments
     if not arguments or not all(a.supported for a in arguments) or not any(a.is_tensor for a in arguments):
         return [_unknown_schema(ctx)]
@@ -43,14 +51,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             "#                   custom_translation_table=custom_translation_table)\n",
             applicability=Applicability.UNSAFE,
             cost=cost,
-            recipe={
-                "kind": "custom_op_dynamo",
-                "exporter": "dynamo",
-                "prelude": dynamo_code,
-                "translation_table_var": "custom_translation_table",
-                "ort_prelude": kernel,
-                "ort_extensions": True,
-            },
+            recipe=Recipe("custom_op_dynamo", (
+                UseExporter("dynamo"),
+                ExportCode(dynamo_code, translation_table="custom_translation_table"),
+                RuntimeKernels(python=kernel, extensions=True),
+            )),
         ),
         Fix(
             kind="custom_op_torchscript",
@@ -61,15 +66,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             f"#                   custom_opsets={{'{ctx.namespace}': 1}})\n",
             applicability=Applicability.UNSAFE,
             cost=cost + "; the TorchScript exporter is deprecated",
-            recipe={
-                "kind": "custom_op_torchscript",
-                "exporter": "torchscript",
-                "prelude": torchscript_code,
-                "custom_opsets": {ctx.namespace: 1},
-                "ort_prelude": kernel,
-                "ort_extensions": True,
-                "isolated": True,  # registering a symbolic is process-wide (docs/ARCHITECTURE.md)
-            },
+            recipe=Recipe("custom_op_torchscript", (
+                UseExporter("torchscript"),
+                ExportCode(torchscript_code),
+                CustomOpsets(((ctx.namespace, 1),)),
+                RuntimeKernels(python=kernel, extensions=True),
+            ), isolated=True),  # registering a symbolic is process-wide (docs/ARCHITECTURE.md)
         ),
     ]
 
@@ -165,8 +167,11 @@ def torchscript_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
     )
 
 
-def kernel_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
-    """An onnxruntime-extensions Python kernel that calls the op's PyTorch implementation."""
+def kernel_snippet(ctx: FixContext, arguments: list[OpArgument], node_op_type: str | None = None) -> str:
+    """An onnxruntime-extensions Python kernel that calls the op's PyTorch implementation.
+
+    `node_op_type`: the custom node's op type when it is not the op's name in capitals.
+    """
     tensors = [a for a in arguments if a.is_tensor]
     attributes = [a for a in arguments if not a.is_tensor and a.extensions_type]
     attrs = ", ".join(f"{a.name!r}: PyCustomOpDef.{a.extensions_type}" for a in attributes)
@@ -189,7 +194,8 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
         "import numpy as np\n"
         "import torch\n"
         "from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op\n\n\n"
-        f"@onnx_op(op_type={f'{ctx.namespace}::{ctx.onnx_op_type}'!r}, inputs=[{inputs}], outputs=[{outputs}]"
+        f"@onnx_op(op_type={f'{ctx.namespace}::{node_op_type or ctx.onnx_op_type}'!r}, inputs=[{inputs}], "
+        f"outputs=[{outputs}]"
         + (f", attrs={{{attrs}}}" if attrs else "")
         + ")\n"
         f"def {ctx.op_name}_kernel({', '.join(t.name for t in tensors)}, **attrs):\n"
@@ -201,6 +207,33 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
         "# In ONNX Runtime: options = onnxruntime.SessionOptions()\n"
         "#                  options.register_custom_ops_library(get_library_path())\n"
     )
+
+
+def _from_the_torch_op(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """The torch op behind a script's custom node: its body exported, or a kernel calling it."""
+    ort_load = next((o for o in ctx.outcomes if o.stage is Stage.ORT_LOAD and o.facts.get("torch_op")), None)
+    if ctx.target_kind != "script" or ort_load is None:
+        return []
+    behind = replace(ctx, op=ort_load.facts["torch_op"], op_facts=ort_load.facts.get("torch_op_facts") or {})
+    node_op_type = (ctx.op or "").split("::", 1)[-1]
+    fixes = [
+        replace(fix, title=f"Export {behind.op}'s own body instead of the {ctx.op} node "
+                           "(dynamo exporter, run_decompositions): no custom kernel needed")
+        for fix in decompose.propose(replace(finding, op=behind.op), behind)
+    ]
+    arguments = behind.schema_arguments
+    if arguments and all(a.supported for a in arguments) and any(a.is_tensor for a in arguments):
+        kernel = kernel_snippet(behind, arguments, node_op_type)
+        fixes.append(Fix(
+            kind="runtime_kernel_python",
+            title=f"Register an ONNX Runtime kernel for {ctx.op} that calls {behind.op} (onnxruntime-extensions)",
+            snippet=kernel,
+            applicability=Applicability.UNSAFE,
+            cost=("a Python kernel proves the wiring (about 100 ns/element) and needs torch at run time; "
+                  f"`{scaffold_command(behind, arguments)}` writes native CPU and CUDA kernels"),
+            recipe=Recipe("runtime_kernel_python", (RuntimeKernels(python=kernel, extensions=True),)),
+        ))
+    return fixes
 
 
 def _runtime_only(ctx: FixContext) -> list[Fix]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
 
 CODES = ("OD203",)
 
@@ -36,6 +37,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             snippet=program_code + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n",
             applicability=Applicability.SAFE,
             cost="none at run time: no custom kernel; the graph holds the op's body instead of one node",
-            recipe={"kind": "decompose", "exporter": "dynamo", "prelude": program_code, "program_var": "program"},
+            recipe=Recipe("decompose", (UseExporter("dynamo"), ExportCode(program_code, program="program"))),
         )
     ]

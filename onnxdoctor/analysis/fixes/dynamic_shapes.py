@@ -13,6 +13,7 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix
+from onnxdoctor.recipe import DynamicShapes, Recipe
 
 CODES = ("OD208",)
 
@@ -58,7 +59,7 @@ def _rename_fix(rename: dict[str, str]) -> Fix:
         ),
         applicability=Applicability.SAFE,
         cost="none",
-        recipe={"kind": "dynamic_shapes", "dynamic_shapes_rename": rename},
+        recipe=Recipe("dynamic_shapes", (DynamicShapes(rename=tuple(rename.items())),)),
     )
 
 
@@ -76,7 +77,7 @@ def _suggested_fix(suggested: list[str]) -> Fix:
         snippet="from torch.export import Dim\n\n" + "".join(f"{line}\n" for line in suggested),
         applicability=Applicability.SAFE,
         cost=cost,
-        recipe={"kind": "dynamic_shapes", "dynamic_shapes_suggested": suggested},
+        recipe=Recipe("dynamic_shapes", (DynamicShapes(suggested=tuple(suggested)),)),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import EvalMode, Recipe
 
 CODES = ("OD206", "OD601", "OD501")
 
@@ -24,6 +25,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             ),
             applicability=Applicability.SAFE,
             cost=f"none for inference; affects {modules}",
-            recipe={"kind": "eval_mode", "eval": True, "isolated": True},
+            recipe=Recipe("eval_mode", (EvalMode(),), isolated=True),
         )
     ]

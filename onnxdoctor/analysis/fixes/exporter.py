@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import Recipe, UseExporter
 
 # Not OD208: the TorchScript exporter ignores dynamic_shapes, so switching cannot fix them.
-CODES = ("OD201", "OD202", "OD204", "OD205", "OD299", "OD301", "OD303", "OD304", "OD399",
+CODES = ("OD201", "OD202", "OD204", "OD205", "OD212", "OD299", "OD301", "OD303", "OD304", "OD399",
          "OD402", "OD499", "OD501", "OD599", "OD601", "OD603", "OD604")
 
 
@@ -31,6 +32,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             snippet=f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo={dynamo})\n",
             applicability=applicability,
             cost=cost,
-            recipe={"kind": "exporter", "exporter": other},
+            recipe=Recipe("exporter", (UseExporter(other),)),
         )
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import ExpandFunction, Recipe, Reference, RewriteOnnx, SetOpset
 
 CODES = ("OD301", "OD404")
 
@@ -38,7 +39,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                 ),
                 applicability=Applicability.UNSAFE,
                 cost=f"the runtime must support opset {since}",
-                recipe={"kind": "raise_opset", "isolated": True, "onnx_transform": {"kind": "set_opset", "opset": since}},
+                recipe=Recipe("raise_opset", (RewriteOnnx(SetOpset(since)),), isolated=True),
             )
         ]
     if finding.code == "OD404" and finding.opset:
@@ -62,8 +63,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                 ),
                 applicability=Applicability.UNSAFE,
                 cost=f"valid only while no op of the model changes between opsets {target} and {finding.opset}",
-                recipe={"kind": "lower_opset", "isolated": True,
-                        "onnx_transform": {"kind": "set_opset", "opset": target}},
+                recipe=Recipe("lower_opset", (RewriteOnnx(SetOpset(target)),), isolated=True),
             )
         ]
     return []
@@ -84,8 +84,8 @@ def _expand(finding: Finding, ctx: FixContext, op_type: str, since: int) -> Fix:
         ),
         applicability=Applicability.SAFE,
         cost=f"more nodes per {op_type}; no opset or runtime change (compared with {op_type} at opset {since})",
-        recipe={"kind": "expand_function", "isolated": True,
-                "onnx_transform": {"kind": "expand_function", "op": op_type, "reference_opset": since}},
+        recipe=Recipe("expand_function", (RewriteOnnx(ExpandFunction(op_type), Reference(opset=since)),),
+                      isolated=True),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import Recipe, UseExporter, UseOpset
 
 CODES = ("OD201", "OD209", "OD404")
 
@@ -43,5 +44,5 @@ def _opset_fix(opset: int, exporter: str, why: str) -> Fix:
         snippet=f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo={dynamo}, opset_version={opset})\n",
         applicability=Applicability.SAFE,
         cost=f"the runtime must support opset {opset}; {why}",
-        recipe={"kind": "opset", "opset": opset, "exporter": exporter},
+        recipe=Recipe("opset", (UseOpset(opset), UseExporter(exporter))),
     )

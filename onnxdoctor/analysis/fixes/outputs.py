@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import LoadCode, Recipe
 
 CODES = ("OD211",)
 
@@ -50,7 +51,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             applicability=Applicability.SAFE,
             cost="the ONNX model recomputes past keys and values each call (export the cache "
                  "explicitly, e.g. with optimum, for fast generation)",
-            recipe={"kind": "use_cache_off", "load_prelude": USE_CACHE_OFF, "isolated": True},
+            recipe=Recipe("use_cache_off", (LoadCode(USE_CACHE_OFF),), isolated=True),
         ))
     fixes.append(Fix(
         kind="tensor_outputs",
@@ -58,6 +59,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         snippet=WRAPPER + EXPORT,
         applicability=Applicability.UNSAFE,
         cost="outputs that are not tensors (a cache object) are dropped from the ONNX model",
-        recipe={"kind": "tensor_outputs", "load_prelude": WRAPPER, "isolated": True},
+        recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),
     ))
     return fixes

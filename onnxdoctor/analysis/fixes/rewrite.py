@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
 from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
 
 # Any finding that names an op: no exporter maps it (OD202), not at this opset (OD201), or a
@@ -40,8 +41,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The library's rewrite of the op, exported through run_decompositions (dynamo exporter)."""
     if ctx.target_kind != "script":
         return []
-    rewrites = find_rewrites(ctx.op)
-    if not rewrites:
+    # The worker lists every op the exporter has no function for; one program rewrites them all.
+    ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
+    rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op)))
+    if not find_rewrites(ctx.op):
         return []
     code = program_code(rewrites)
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
@@ -54,7 +57,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             # An approximation changes the numbers (within its stated bound): the user decides.
             applicability=Applicability.UNSAFE if worst is Exactness.APPROXIMATION else Applicability.SAFE,
             cost="; ".join(f"{r.op}: {r.limits}" for r in rewrites),
-            recipe={"kind": "rewrite", "exporter": "dynamo", "prelude": code, "program_var": "program"},
+            recipe=Recipe("rewrite", (UseExporter("dynamo"), ExportCode(code, program="program"))),
         )
     ]
 

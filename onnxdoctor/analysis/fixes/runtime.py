@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, IrTooNew, Stage
+from onnxdoctor.recipe import CastAround, Recipe, Reference, RewriteOnnx, SetIrVersion, ToFloat32
 
 CODES = ("OD402", "OD403")
 
@@ -38,10 +39,10 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
         f"# Cast the inputs of every {op} node to {target} and its outputs back:\n"
     )
-    transform = {"kind": "cast_around", "op": op, "to": target}
+    reference = None
     if ctx.target_kind == "onnx":
         # No PyTorch to compare with, and ONNX Runtime cannot run the original: onnx's evaluator can.
-        transform.update(reference="onnx.reference", reference_required=True)
+        reference = Reference(required=True)
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = rewrite + (
             f"model = onnx.load({ctx.target_name!r})\n"
@@ -61,17 +62,17 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         applicability=Applicability.UNSAFE,
         cost=f"{op} computes in {target}: precision may change; another execution provider may have "
         "the kernel instead",
-        recipe={"kind": "cast", "onnx_transform": transform},
+        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, target), reference),)),
     )
 
 
 def _float32_fix(ctx: FixContext) -> Fix:
     """The whole model in float32: the fix when more than one op lacks a float64 kernel."""
-    transform: dict[str, object] = {"kind": "to_float32"}
+    reference = None
     measured = "against PyTorch"
     if ctx.target_kind == "onnx":
         # Without a reference, float32 could be silently wrong (cancellation): numbers are required.
-        transform.update(reference="onnx.reference", reference_required=True)
+        reference = Reference(required=True)
         measured = "against onnx's reference evaluator running the float64 original"
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = (
@@ -95,7 +96,7 @@ def _float32_fix(ctx: FixContext) -> Fix:
         snippet=snippet,
         applicability=Applicability.UNSAFE,
         cost=f"float32 precision instead of float64 (the error {measured} is measured)",
-        recipe={"kind": "float32", "onnx_transform": transform},
+        recipe=Recipe("float32", (RewriteOnnx(ToFloat32(), reference),)),
     )
 
 
@@ -115,5 +116,5 @@ def _ir_fix(ctx: FixContext, ir_version: int) -> Fix:
         ),
         applicability=Applicability.UNSAFE,
         cost="valid only while the model uses no newer IR feature",
-        recipe={"kind": "ir_version", "onnx_transform": {"kind": "set_ir_version", "ir_version": ir_version}},
+        recipe=Recipe("ir_version", (RewriteOnnx(SetIrVersion(ir_version)),)),
     )

@@ -1,0 +1,270 @@
+"""Fix recipes: the typed steps the worker applies to verify a fix (standard library only).
+
+A fix family (onnxdoctor.analysis.fixes) builds a `Recipe` from steps; the worker pattern-matches
+each step in the stage it belongs to (LOAD, EXPORT, ORT_LOAD). A new kind of fix step is one
+dataclass here plus one `case` in the worker. Recipes cross the process boundary as JSON: every
+step is tagged with its class name, and `Recipe.from_dict` accepts only the classes listed here.
+
+Chaining two fixes (an opset change, then a cast) is `first.then(second)`: the steps of both,
+with the later recipe's choice winning where both pick the same setting (exporter, opset).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
+
+# ---- ONNX file rewrites (after the export, or at LOAD for a .onnx target) ----------------------
+
+
+@dataclass(frozen=True)
+class SetOpset:
+    """Change the default-domain opset import only (valid when no op changes meaning in between)."""
+
+    opset: int
+
+
+@dataclass(frozen=True)
+class ConvertOpset:
+    """onnx's version converter to another opset."""
+
+    opset: int
+
+
+@dataclass(frozen=True)
+class ExpandFunction:
+    """Replace every node of a function op by the standard ops of its schema's body."""
+
+    op: str
+
+
+@dataclass(frozen=True)
+class CastAround:
+    """Cast the inputs of every `op` node to `to` and its outputs back (a missing type kernel)."""
+
+    op: str
+    to: str
+
+
+@dataclass(frozen=True)
+class SetIrVersion:
+    """Stamp the model with an older IR version, when its opset imports allow it."""
+
+    ir_version: int
+
+
+@dataclass(frozen=True)
+class ToFloat32:
+    """Compute in float32; the graph's float64 inputs and outputs stay float64."""
+
+
+Transform = SetOpset | ConvertOpset | ExpandFunction | CastAround | SetIrVersion | ToFloat32
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a rewritten .onnx file is compared with when there is no PyTorch model.
+
+    `opset`: the original model, run by ONNX Runtime at that opset; otherwise onnx's reference
+    evaluator runs the original. `required`: no comparison means the fix is not verified.
+    """
+
+    opset: int | None = None
+    required: bool = False
+
+
+# ---- steps ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalMode:
+    """`model.eval()` before the reference outputs and the export."""
+
+
+@dataclass(frozen=True)
+class LoadCode:
+    """Code run at LOAD, before the reference outputs; the `model` it leaves is the one exported."""
+
+    code: str
+
+
+@dataclass(frozen=True)
+class UseExporter:
+    """Export with this exporter: "dynamo" or "torchscript"."""
+
+    exporter: str
+
+
+@dataclass(frozen=True)
+class UseOpset:
+    """Export at this opset."""
+
+    opset: int
+
+
+@dataclass(frozen=True)
+class ExportCode:
+    """Code run before the export, as the user would paste it into their script.
+
+    `program`: the variable holding an ExportedProgram the code built, exported instead of the
+    model; `translation_table`: the variable holding a dynamo custom_translation_table.
+    """
+
+    code: str
+    program: str = ""
+    translation_table: str = ""
+
+
+@dataclass(frozen=True)
+class CustomOpsets:
+    """TorchScript's `custom_opsets`: the version of each custom domain the symbolics emit."""
+
+    domains: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class OperatorExportType:
+    """TorchScript's `operator_export_type`, by its name in torch.onnx.OperatorExportTypes."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class DynamicShapes:
+    """Corrections to the script's dynamic_shapes: renamed keys and equalities torch suggested."""
+
+    rename: tuple[tuple[str, str], ...] = ()
+    suggested: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RewriteOnnx:
+    """Rewrite the exported (or given) file before checking and running it."""
+
+    transform: Transform
+    reference: Reference | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeKernels:
+    """Kernels ONNX Runtime needs for custom domains.
+
+    `libraries`: shared libraries to register; `python`: code registering onnxruntime-extensions
+    Python kernels (run once per process: that table is process-wide); `extensions`: register
+    onnxruntime-extensions' own library.
+    """
+
+    libraries: tuple[str, ...] = ()
+    python: str = ""
+    extensions: bool = False
+
+
+Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
+        | DynamicShapes | RewriteOnnx | RuntimeKernels)
+
+# Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes)
+
+_CLASSES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, Reference,
+                EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
+                DynamicShapes, RewriteOnnx, RuntimeKernels)
+}
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A fix the worker can apply: its family's kind and the steps, in order.
+
+    `isolated`: the fix changes the model or a process-wide registry (a symbolic, eval mode, a
+    different file), so it runs in a worker of its own instead of beside other fixes.
+    """
+
+    kind: str
+    steps: tuple[Step, ...] = ()
+    isolated: bool = False
+    # The kinds of the recipes chained into this one, in order (a single fix: just `kind`).
+    chain: tuple[str, ...] = field(default=())
+
+    def first(self, cls: type[S]) -> S | None:
+        """The recipe's first step of that type, if any."""
+        return next((s for s in self.steps if isinstance(s, cls)), None)
+
+    def all(self, cls: type[S]) -> list[S]:
+        """Every step of that type, in order."""
+        return [s for s in self.steps if isinstance(s, cls)]
+
+    def with_default(self, step: Step) -> Recipe:
+        """The recipe with `step` added unless it already has a step of that type."""
+        if self.first(type(step)) is not None:
+            return self
+        return replace(self, steps=(*self.steps, step))
+
+    def then(self, later: Recipe) -> Recipe:
+        """Both fixes at once: this one's steps, then the later one's.
+
+        A setting both choose (exporter, opset, export type, dynamic shapes) takes the later
+        recipe's value; code and rewrites of both run, this one's first.
+        """
+        replaced = {type(s) for s in later.steps if isinstance(s, _SINGLE)}
+        steps = tuple(s for s in self.steps if type(s) not in replaced) + later.steps
+        return Recipe(
+            kind=f"{self.kind}+{later.kind}",
+            steps=steps,
+            isolated=self.isolated or later.isolated,
+            chain=(*(self.chain or (self.kind,)), *(later.chain or (later.kind,))),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form; every dataclass is tagged with its class name."""
+        return _encode(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recipe:
+        """Rebuild a recipe from `to_dict`'s form.
+
+        Raises:
+            ValueError: an unknown step or a malformed field.
+        """
+        recipe = _decode(data)
+        if not isinstance(recipe, Recipe):
+            raise ValueError("not a recipe")  # noqa: TRY004 (malformed data, one error type)
+        return recipe
+
+    def key(self) -> str:
+        """A stable identity: two findings proposing the same recipe share one check."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+_CLASSES["Recipe"] = Recipe
+
+
+def _encode(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        encoded: dict[str, Any] = {"type": type(value).__name__}
+        for f in fields(value):
+            encoded[f.name] = _encode(getattr(value, f.name))
+        return encoded
+    if isinstance(value, (tuple, list)):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        name = value.get("type")
+        cls = _CLASSES.get(name) if isinstance(name, str) else None
+        if cls is None:
+            raise ValueError(f"unknown recipe step {name!r}")
+        arguments = {k: _decode(v) for k, v in value.items() if k != "type"}
+        try:
+            return cls(**arguments)
+        except TypeError as exc:
+            raise ValueError(f"malformed {name}: {exc}") from None
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    return value
