@@ -237,6 +237,120 @@ def test_int64_relu_fails_ort_cpu_and_runs_to_parity_in_openvino() -> None:
     assert by_name["ort-cuda"].counts == {"fallback": 1, "supported": 1}  # the int64 Add is listed
 
 
+# Model scripts one target rejects and another accepts. Each is exported for real (dynamo) and run
+# by ONNX Runtime and OpenVINO 2026.4 on this CPU; the comments say what each runtime does.
+CIRCULAR_PAD_ARGMAX = """
+import torch
+import torch.nn.functional as F
+
+
+class PadThenPick(torch.nn.Module):
+    def forward(self, x):
+        padded = F.pad(x, (1, 1), mode="circular")  # Pad mode="wrap": OpenVINO cannot convert it
+        return padded.argmax(dim=-1)  # ArgMax-13: the CUDA provider registers ArgMax up to 11
+
+
+model = PadThenPick()
+example_inputs = (torch.rand(1, 2, 5),)
+"""
+
+ANTIALIAS_RESIZE = """
+import torch
+import torch.nn.functional as F
+
+
+class Downsample(torch.nn.Module):
+    def forward(self, x):
+        # Resize antialias=1: ONNX Runtime filters like PyTorch, OpenVINO's CPU plugin does not
+        return F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)
+
+
+model = Downsample()
+example_inputs = (torch.rand(1, 1, 8, 8),)
+"""
+
+TOPK_ZERO = """
+import torch
+
+
+class TopRest(torch.nn.Module):
+    def forward(self, x):
+        values, _ = torch.topk(x, x.shape[1] - 4, dim=1)  # k = 0 for a width-4 input
+        return values + 1.0
+
+
+model = TopRest()
+example_inputs = (torch.rand(2, 4),)
+dynamic_shapes = {"x": {1: torch.export.Dim("width", min=4, max=64)}}
+"""
+
+
+def _diagnose_script(folder: Path, text: str, targets: tuple[str, ...]) -> tuple[object, dict]:
+    script = folder / "model.py"
+    script.write_text(text, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, targets=targets))
+    return diagnosis, {t.target: t for t in diagnosis.targets}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_op_openvino_cannot_convert_is_od702_naming_op_node_and_line(tmp_path: Path) -> None:
+    diagnosis, by_name = _diagnose_script(tmp_path, CIRCULAR_PAD_ARGMAX, ("openvino", "ort-cuda", "tensorrt"))
+    assert by_name["ort-cpu"].status == "passed" and by_name["ort-cpu"].reached == "parity"
+    openvino = by_name["openvino"]
+    assert openvino.status == "failed" and openvino.reached is None and openvino.counts == {"unsupported": 1}
+    # ArgMax fails too, only because its input is the unconverted Pad: one finding, the cause.
+    (finding,) = openvino.findings
+    assert (finding.code, finding.op) == ("OD702", "Pad") and finding.node
+    assert "wrap" in finding.message and finding.source == "model.py:8"
+    cuda = by_name["ort-cuda"]
+    assert cuda.status == "static" and cuda.reached == "table" and cuda.counts.get("fallback") == 1
+    assert [(f.code, f.op, f.severity.value) for f in cuda.findings] == [("OD706", "ArgMax", "warning")]
+    assert by_name["tensorrt"].counts.get("unsupported", 0) == 0  # TensorRT's parser lists Pad and ArgMax
+    assert not diagnosis.healthy  # OD702 is an error; the CUDA fallback alone would be a warning
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_openvino_output_that_differs_from_pytorch_is_od704(tmp_path: Path) -> None:
+    diagnosis, by_name = _diagnose_script(tmp_path, ANTIALIAS_RESIZE, ("openvino", "ort-cuda"))
+    assert by_name["ort-cpu"].reached == "parity" and by_name["ort-cpu"].status == "passed"
+    openvino = by_name["openvino"]
+    assert openvino.status == "failed" and openvino.reached == "run"
+    assert openvino.max_abs_diff is not None and openvino.max_abs_diff > 0.05  # far above f32 rounding
+    assert [f.code for f in openvino.findings] == ["OD704"]
+    assert by_name["ort-cuda"].findings == () and by_name["ort-cuda"].counts == {"supported": 1}
+    assert [f.code for f in diagnosis.findings] == ["OD704"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_openvino_failing_on_the_example_inputs_is_od703_naming_the_node(tmp_path: Path) -> None:
+    _, by_name = _diagnose_script(tmp_path, TOPK_ZERO, ("openvino",))
+    assert by_name["ort-cpu"].status == "passed" and by_name["ort-cpu"].reached == "parity"
+    openvino = by_name["openvino"]
+    assert openvino.status == "failed" and openvino.reached == "compile"
+    (finding,) = openvino.findings
+    assert (finding.code, finding.op) == ("OD703", "TopK")
+    assert finding.node and finding.source == "model.py:7" and "K (0)" in finding.message
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_script_targets_setting_is_used_and_json_carries_the_targets(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    shutil.copy(FIXTURES / "int64_relu.py", script)
+    with script.open("a") as f:
+        f.write('\ntargets = ["openvino", "ort-web"]\n')
+    result = runner.invoke(app, ["diagnose", str(script), "--no-fix", "--json"])
+    document = json.loads(result.stdout)
+    assert document["schema"] == 2
+    targets = {t["target"]: t for t in document["targets"]}
+    assert list(targets) == ["ort-cpu", "openvino", "ort-web"]
+    assert targets["openvino"]["reached"] == "parity" and targets["openvino"]["kind"] == "run"
+    assert targets["ort-web"]["kind"] == "static"
+
+
 def test_unknown_target_is_one_usage_line(tmp_path: Path) -> None:
     path = _contrib_inverse_file(tmp_path)
     result = runner.invoke(app, ["diagnose", str(path), "--target", "tensorflow"])
