@@ -144,7 +144,90 @@ def parse_webgpu(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, {}
 
 
-PARSERS = {"tensorrt": parse_tensorrt, "coreml": parse_coreml, "ort-web": parse_webgpu}
+# ONNX Runtime's OperatorKernels.md writes types as `tensor(float16)`, `seq(tensor(int64))`.
+_ORT_TYPE = re.compile(r"(seq\()?tensor\((\w+)\)\)?")
+
+
+def _ort_opsets(cell: str) -> dict[str, Any]:
+    """`13+`, `[7, 12]` or `11` -> the since/until versions of one kernel registration."""
+    cell = cell.strip()
+    m = re.fullmatch(r"\[(\d+),\s*(\d+)\]", cell)
+    if m:
+        return {"opsets": cell, "since": int(m.group(1)), "until": int(m.group(2))}
+    m = re.fullmatch(r"(\d+)(\+?)", cell)
+    if not m:
+        raise ValueError(f"unrecognised opset cell {cell!r}")
+    since = int(m.group(1))
+    return {"opsets": cell, "since": since, "until": None if m.group(2) else since}
+
+
+def _ort_constraints(cell: str) -> dict[str, list[str]]:
+    """`**T** = tensor(double), tensor(float)<br/> **T1** = ...` -> {"T": ["DOUBLE", "FLOAT"], ...}.
+
+    Tensor types become onnx.TensorProto element type names; sequences are kept as `seq(NAME)`.
+    """
+    out: dict[str, list[str]] = {}
+    for part in re.split(r"<br\s*/?>", cell):
+        m = re.match(r"\s*\*\*(\w+)\*\*\s*=\s*(.*)", part)
+        if not m:
+            continue
+        names = []
+        for seq, name in _ORT_TYPE.findall(m.group(2)):
+            names.append(f"seq({name.upper()})" if seq else name.upper())
+        out[m.group(1)] = names
+    return out
+
+
+def parse_ort_kernels(text: str, provider: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One execution provider's section of ONNX Runtime's docs/OperatorKernels.md.
+
+    Rows: `|Op|Parameters|OpSet Version|Types Supported|`, then `|||OpSet|Types|` for the op's other
+    kernel registrations; `|**Operator Domain:** *ai.onnx*||||` switches the domain. The whole
+    document or just the provider's section may be given.
+    """
+    start = text.find(f"Operators implemented by {provider}")
+    if start < 0:
+        raise ValueError(f"no section for {provider} in the document")
+    section = text[start:]
+    following = section.find("<a name=", 1)
+    if following > 0:
+        section = section[:following]
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    domain = ""
+    current: dict[str, Any] | None = None
+    for line in section.splitlines():
+        m = re.match(r"\|\*\*Operator Domain:\*\*\s*\*([\w.]+)\*", line)
+        if m:
+            domain = "" if m.group(1) == "ai.onnx" else m.group(1)
+            current = None
+            continue
+        if not line.startswith("|") or line.startswith(("| Op Name", "|---")) or not line.strip("| "):
+            continue
+        # Not strip("|"): a continuation row starts with empty cells (`|||13+|...|`).
+        cells = line.strip()[1:-1].split("|")
+        if len(cells) != 4:
+            raise ValueError(f"unexpected row in {provider}'s table: {line[:80]!r}")
+        op, _params, opsets, types = cells
+        if op:
+            key = (domain, op)
+            current = rows.setdefault(key, {"op": op, "domain": domain, "status": "supported",
+                                            "kernels": [], "restrictions": "", "rules": []})
+        if current is None:
+            raise ValueError(f"kernel row before any op in {provider}'s table: {line[:80]!r}")
+        current["kernels"].append({**_ort_opsets(opsets), "constraints": _ort_constraints(types)})
+    for row in rows.values():
+        row["types"] = sorted({t for k in row["kernels"] for ts in k["constraints"].values()
+                               for t in ts if not t.startswith("seq(")})
+    return list(rows.values()), {}
+
+
+def parse_ort_cuda(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The CUDAExecutionProvider section of ONNX Runtime's docs/OperatorKernels.md."""
+    return parse_ort_kernels(text, "CUDAExecutionProvider")
+
+
+PARSERS = {"tensorrt": parse_tensorrt, "coreml": parse_coreml, "ort-web": parse_webgpu,
+           "ort-cuda": parse_ort_cuda}
 RUNTIMES = {
     "tensorrt": "TensorRT ONNX parser (onnx-tensorrt)",
     "coreml": "ONNX Runtime CoreML execution provider (ML Program)",
@@ -156,6 +239,9 @@ ABSENT = {
     "tensorrt": "unsupported",  # the parser's table lists every ONNX op it knows; others need a plugin
     "coreml": "unsupported",  # ONNX Runtime runs it on CPU instead: the model is split
     "ort-web": "unsupported",
+    # ONNX Runtime places a node the CUDA provider has no kernel for on its CPU provider: the model
+    # still runs, with copies between the devices (docs/targets.md).
+    "ort-cuda": "fallback",
 }
 
 
@@ -176,6 +262,8 @@ def build_table(target: str, meta: dict[str, Any], text: str) -> dict[str, Any]:
             "commit": meta["commit"],
             "version": version,
             "document_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            # A stored excerpt (one provider's section of a large document) says so.
+            **({"extract": meta["extract"]} if meta.get("extract") else {}),
         },
         "absent_op": ABSENT[target],
         **{k: v for k, v in extra.items() if k != "runtime_version"},

@@ -1,8 +1,9 @@
 """Deployment targets: where the exported model has to run (docs/targets.md).
 
 `ort-cpu` is the pipeline itself (ONNX Runtime on this CPU). `openvino` is the real OpenVINO
-runtime, run inside the worker. `tensorrt`, `coreml` and `ort-web` are static verdicts from each
-runtime's published operator table, shipped in `targets/tables/`: a static verdict is not a run.
+runtime, run inside the worker. `tensorrt`, `coreml`, `ort-web` and `ort-cuda` are static verdicts
+from each runtime's published operator table, shipped in `targets/tables/`: a static verdict is not
+a run.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ TARGETS: tuple[TargetInfo, ...] = (
     TargetInfo("tensorrt", "table", "TensorRT ONNX parser operator table (static)"),
     TargetInfo("coreml", "table", "ONNX Runtime CoreML execution provider operator list (static)"),
     TargetInfo("ort-web", "table", "ONNX Runtime Web WebGPU execution provider operator list (static)"),
+    TargetInfo("ort-cuda", "table", "ONNX Runtime CUDA execution provider kernel table (static; "
+               "ops without a CUDA kernel fall back to the CPU provider)"),
 )
 _BY_NAME = {t.name: t for t in TARGETS}
 

@@ -119,18 +119,27 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
         findings.append(_finding("OD701", "openvino", f"OpenVINO {version} cannot convert {item['op']}"
                                  + (f" (node {node})" if node else ""), item["op"], node,
                                  sources.get(node or ""), summary or ((error,) if error else ())))
+    failed = record.get("failed") or []
+    for item in failed:
+        node = item.get("node") or None
+        findings.append(_finding("OD702", "openvino", f"OpenVINO {version} cannot convert {item['op']}"
+                                 + (f" (node {node})" if node else "") + (f": {item['reason']}" if item.get("reason") else ""),
+                                 item["op"], node, sources.get(node or ""), (error,) if error else ()))
     step = record.get("step")
-    if not unconverted and record.get("status") != "passed":
+    if not unconverted and not failed and record.get("status") != "passed":
         code = {"read": "OD702", "compile": "OD702", "run": "OD703", "parity": "OD704"}.get(str(step), "OD799")
         first = error.splitlines()[-1] if error else f"failed at {step}"
-        findings.append(_finding(code, "openvino", f"OpenVINO {version}: {first}", evidence=(error,) if error else ()))
+        named = record.get("error_node") or {}
+        node = named.get("node") or None
+        findings.append(_finding(code, "openvino", f"OpenVINO {version}: {first}", named.get("op"), node,
+                                 sources.get(node or ""), evidence=(error,) if error else ()))
     not_placed = record.get("not_placed") or []
-    note = f"OpenVINO {version}, CPU plugin: a real run"
+    note = f"OpenVINO {version}, CPU plugin (f32 precision): a real run"
     if not_placed:
         note += f"; {len(not_placed)} nodes not placed on CPU by query_model"
     return TargetResult(
         "openvino", "runtime", record.get("reached"), str(record.get("status")),
-        {"unsupported": len(unconverted)} if unconverted else {},
+        {"unsupported": len(unconverted) + len(failed)} if unconverted or failed else {},
         tuple(findings), note=note, seconds=float(record.get("seconds") or 0.0),
         max_abs_diff=record.get("max_abs_diff"),
     )

@@ -28,9 +28,12 @@ def matrix_rows(targets: tuple[TargetResult, ...]) -> list[MatrixRow]:
     rows = []
     for t in targets:
         unsupported = t.counts.get("unsupported", 0)
-        partly = t.counts.get("partly", 0)
+        fallback = t.counts.get("fallback", 0)
+        # The matrix has one column for nodes that run, but not as asked: restricted or on the CPU.
+        partly = t.counts.get("partly", 0) + fallback
         if t.status == "static":
-            verdict = "refuses nodes" if unsupported else ("restricted" if partly else "all ops listed")
+            verdict = ("refuses nodes" if unsupported else "CPU fallback" if fallback
+                       else "restricted" if partly else "all ops listed")
         else:
             verdict = t.status
         rows.append(MatrixRow(t.target, "static" if t.kind == "table" else "run", t.reached or "-",

@@ -99,6 +99,9 @@ class _ModelFacts:
         self.opset = next(
             (o.version for o in inferred.opset_import if o.domain in ("", "ai.onnx")), None
         )
+        self.domain_opsets: dict[str, int] = {
+            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import
+        }
         self.nodes = list(graph.node)
 
 
@@ -180,7 +183,10 @@ def node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source:
     name = node.name or "(unnamed)"
     if row is None:
         status = NodeStatus(table.absent_op)
-        return NodeVerdict(name, op, status, f"{op} is not in {table.runtime}'s operator table", source)
+        placed = ": ONNX Runtime runs it on the CPU provider" if status is NodeStatus.FALLBACK else ""
+        return NodeVerdict(name, op, status, f"{op} is not in {table.runtime}'s operator table{placed}", source)
+    if "kernels" in row:
+        return _kernel_verdict(table, row, node, facts, source)
     if row["status"] != "supported":
         return NodeVerdict(name, op, NodeStatus.UNSUPPORTED, f"{op} is marked not supported in {table.runtime}'s table", source)
     if row.get("min_opset") and facts.opset and facts.opset < row["min_opset"]:
@@ -210,6 +216,67 @@ def node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source:
     return NodeVerdict(name, op, NodeStatus.SUPPORTED, "listed" + (f"; not checked: {unchecked[0]}" if unchecked else ""), source)
 
 
+def _since_version(node: onnx.NodeProto, facts: _ModelFacts) -> tuple[int | None, Any]:
+    """The version of the op's schema that the model's opset import selects, and that schema.
+
+    ONNX Runtime picks a kernel by this version, not by the opset import itself: Relu in an
+    opset-18 model is Relu-14 and runs on a kernel registered for `14+`.
+    """
+    import onnx
+
+    domain = node.domain if node.domain not in ("", "ai.onnx") else ""
+    imported = facts.domain_opsets.get(domain)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, imported or onnx.defs.onnx_opset_version(), node.domain)
+    except Exception:  # noqa: BLE001 - contrib and custom ops have no onnx schema here
+        return imported, None
+    return schema.since_version, schema
+
+
+def _kernel_verdict(table: Table, row: dict[str, Any], node: onnx.NodeProto, facts: _ModelFacts,
+                    source: str | None) -> NodeVerdict:
+    """A node against a kernel-registration table (ONNX Runtime's docs/OperatorKernels.md).
+
+    Without a kernel for the node's op version and element types the provider does not take the
+    node; ONNX Runtime places it on the CPU provider (`table.absent_op`), which is not a refusal.
+    """
+    op = _op_name(node)
+    name = node.name or "(unnamed)"
+    fallback = NodeStatus(table.absent_op)
+    version, schema = _since_version(node, facts)
+    kernels = row["kernels"]
+    if version is None:
+        kernel = kernels[0]
+    else:
+        kernel = next((k for k in kernels if k["since"] <= version
+                       and (k["until"] is None or version <= k["until"])), None)
+    if kernel is None:
+        listed = ", ".join(k["opsets"] for k in sorted(kernels, key=lambda k: k["since"]))
+        return NodeVerdict(name, op, fallback,
+                           f"{table.runtime} has no {op} kernel for version {version} of the op "
+                           f"(kernels registered for {listed}): ONNX Runtime runs it on the CPU provider", source)
+    if schema is None:
+        return NodeVerdict(name, op, NodeStatus.SUPPORTED, f"kernel {kernel['opsets']}; types not checked (no schema)", source)
+    formals = [*zip(schema.inputs, node.input), *zip(schema.outputs, node.output)]
+    unknown = False
+    for formal, value in formals:
+        allowed = kernel["constraints"].get(formal.type_str)
+        if not value or allowed is None:
+            continue
+        dtype = facts.types.get(value)
+        if dtype is None:
+            unknown = True
+            continue
+        if dtype not in allowed:
+            return NodeVerdict(name, op, fallback,
+                               f"{op} with {dtype} {formal.name!r}: {table.runtime}'s kernel {kernel['opsets']} "
+                               f"takes {', '.join(t for t in allowed if not t.startswith('seq('))}: "
+                               "ONNX Runtime runs it on the CPU provider", source)
+    if unknown:
+        return NodeVerdict(name, op, NodeStatus.UNKNOWN, f"{op}: the node's types are not known", source)
+    return NodeVerdict(name, op, NodeStatus.SUPPORTED, f"kernel {kernel['opsets']}", source)
+
+
 def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str] | None = None) -> TargetResult:
     """Every node of `model` against `target`'s table, with OD705/OD706 findings."""
     started = time.perf_counter()
@@ -227,8 +294,9 @@ def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str
     if table.max_opset and facts.opset and facts.opset > table.max_opset:
         opset_note = f"the model uses opset {facts.opset}; the table covers opsets {table.min_opset}-{table.max_opset}"
     for v in verdicts:
-        if v.status not in (NodeStatus.UNSUPPORTED, NodeStatus.PARTLY):
+        if v.status not in (NodeStatus.UNSUPPORTED, NodeStatus.PARTLY, NodeStatus.FALLBACK):
             continue
+        # A node placed on the CPU instead still runs: a warning (OD706), never OD705's refusal.
         code = "OD705" if v.status is NodeStatus.UNSUPPORTED else "OD706"
         findings.append(Finding(
             code=code,

@@ -15,6 +15,9 @@ class NodeStatus(str, Enum):
     PARTLY = "partly"  # the op is listed, but the node violates one of its restrictions
     UNSUPPORTED = "unsupported"
     UNKNOWN = "unknown"  # the table cannot tell (types or shapes not known, wording not checkable)
+    # The target's provider has no kernel for the node; ONNX Runtime runs it on its CPU provider
+    # instead, so the model still runs, split between devices (ort-cuda, docs/targets.md).
+    FALLBACK = "fallback"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any
 
 _NO_RULE = re.compile(r"No conversion rule found for operations:\s*(.+)")
+# A known op whose conversion failed: "-- Pad-20 with a message:", then the node and the reason.
+_FAILED_OP = re.compile(r"^-- ([\w.]+)-\d+ with a message:")
+_FAILED_NODE = re.compile(r"'<Node\(([\w.]+)\): ([^>]*)>'")
+# OpenVINO picks bf16 on CPUs that have it; f32 keeps a parity verdict about the conversion, the
+# same on every machine (docs/targets.md).
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
 def unconverted_ops(message: str) -> list[str]:
@@ -23,6 +29,38 @@ def unconverted_ops(message: str) -> list[str]:
         if m:
             ops += [o.strip() for o in m.group(1).split(",") if o.strip()]
     return ops
+
+
+def failed_conversions(message: str) -> list[dict[str, str]]:
+    """Ops OpenVINO knows but could not convert, with the node and OpenVINO's reason.
+
+    OpenVINO's report holds one block per op: `-- Pad-20 with a message:`, `While validating ONNX
+    node '<Node(Pad): node_pad>': ...`, then the reason (`Unsupported padding mode: [wrap]`).
+    An op that failed only because its input comes from a failed op is left out when a cause is
+    named.
+    """
+    found: list[dict[str, str]] = []
+    block: dict[str, str] | None = None
+    for line in message.splitlines():
+        m = _FAILED_OP.match(line.strip())
+        if m:
+            block = {"op": m.group(1), "node": "", "reason": "", "knock_on": ""}
+            found.append(block)
+            continue
+        if block is None:
+            continue
+        if not line.strip() or line.strip().startswith(("Summary:", "-- ")):
+            block = None
+            continue
+        if "NotSupportedONNXNode" in line:
+            block["knock_on"] = "yes"  # its input comes from an op that failed: not a cause itself
+        node = _FAILED_NODE.search(line)
+        if node and not block["node"]:
+            block["node"] = node.group(2)
+        elif not line.startswith(("Exception from", "Check '", "While validating")):
+            block["reason"] = (block["reason"] + " " + line.strip()).strip()
+    causes = [b for b in found if not b["knock_on"]]
+    return [{k: v for k, v in b.items() if k != "knock_on"} for b in (causes or found)]
 
 
 def _nodes_of(model: Any, reported: str) -> list[dict[str, str]]:
@@ -68,6 +106,7 @@ def run_openvino(
         text = str(exc)
         ops = unconverted_ops(text)
         record["unconverted"] = [n for op in ops for n in _nodes_of(model, op)]
+        record["failed"] = [_named(model, item) for item in failed_conversions(text)]
         record["error"] = _last_lines(text)
         record["step"] = "read"
         return _done(record, started)
@@ -77,10 +116,10 @@ def run_openvino(
         names = {op.get_friendly_name() for op in ov_model.get_ops() if op.get_type_name() not in ("Parameter", "Result", "Constant")}
         record["not_placed"] = sorted(n for n in names if n not in placed)
         record["reached"] = "query"
-        compiled = core.compile_model(ov_model, "CPU")
+        compiled = core.compile_model(ov_model, "CPU", COMPILE_CONFIG)
         record["reached"] = "compile"
     except Exception as exc:
-        record.update(error=_last_lines(str(exc)), step="compile")
+        record.update(error=_last_lines(str(exc)), step="compile", error_node=_error_node(model, str(exc)))
         return _done(record, started)
     if feeds is None:
         record["status"] = "passed"
@@ -90,7 +129,7 @@ def run_openvino(
         outputs = [results[o] for o in compiled.outputs]
         record["reached"] = "run"
     except Exception as exc:
-        record.update(error=_last_lines(str(exc)), step="run")
+        record.update(error=_last_lines(str(exc)), step="run", error_node=_error_node(model, str(exc)))
         return _done(record, started)
     if reference is None:
         record["status"] = "passed"
@@ -104,6 +143,28 @@ def run_openvino(
         return _done(record, started)
     record.update(reached="parity", status="passed")
     return _done(record, started)
+
+
+_NODE_NAME = re.compile(r"node with name '([^']+)'")
+
+
+def _error_node(model: Any, message: str) -> dict[str, str] | None:
+    """The ONNX node a compile or run error of the CPU plugin names (`TopK node with name 'x'`)."""
+    names = set(_NODE_NAME.findall(message))
+    for node in model.graph.node:
+        if node.name in names:
+            domain = node.domain if node.domain not in ("", "ai.onnx") else ""
+            return {"op": f"{domain}::{node.op_type}" if domain else node.op_type, "node": node.name}
+    return None
+
+
+def _named(model: Any, item: dict[str, str]) -> dict[str, str]:
+    """A failed conversion with the op written as onnxdoctor writes ops and the ONNX node's name."""
+    nodes = _nodes_of(model, item["op"])
+    node = next((n for n in nodes if n["node"] == item["node"]), nodes[0] if len(nodes) == 1 else None)
+    if node is None:
+        return {"op": nodes[0]["op"], "node": item["node"], "reason": item["reason"]}
+    return {**node, "reason": item["reason"]}
 
 
 def _done(record: dict[str, Any], started: float) -> dict[str, Any]:
