@@ -126,7 +126,7 @@ def diagnose(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
     target_names: list[str] = typer.Option(
         [], "--target", metavar="NAME",
-        help="Deployment target: ort-cpu (default), openvino, tensorrt, coreml, ort-web, or all; repeatable.",
+        help="Deployment target: ort-cpu (default), ort-cuda, openvino, tensorrt, coreml, ort-web, or all; repeatable.",
     ),
 ) -> None:
     """Export, check, load, run and compare a model; name the first thing that breaks."""

@@ -70,7 +70,7 @@ def graph_command(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds Graphviz may take."),
     target_names: list[str] = typer.Option(
         [], "--target", metavar="NAME",
-        help="Mark the nodes a deployment target does not support (openvino, tensorrt, coreml, ort-web, all).",
+        help="Mark the nodes a deployment target does not support (ort-cuda, openvino, tensorrt, coreml, ort-web, all).",
     ),
 ) -> None:
     """Draw an ONNX graph; nodes the checker or runtime rejects are red, with their codes.
