@@ -1,10 +1,19 @@
-"""Compare ONNX Runtime's outputs with PyTorch's: count, shape, dtype, then values."""
+"""Compare ONNX Runtime's outputs with PyTorch's: count, shape, dtype, then values.
+
+Also the two comparisons a failing or rewritten run needs: a rewritten .onnx file against its
+original (computed another way), and every intermediate value of a dynamo export against
+PyTorch's, to name the first node that diverges.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+from onnxdoctor.recipe import Reference
+from onnxdoctor.worker.facts import _quiet_torch_logs
+from onnxdoctor.worker.tracebacks import _first
 
 
 def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: float, rtol: float) -> dict[str, Any]:
@@ -112,3 +121,79 @@ def _differences(expected: np.ndarray, actual: np.ndarray, atol: float, rtol: fl
     rel_diff = float(np.max(diff[significant] / np.abs(e[significant]))) if np.any(significant) else 0.0
     ok = bool(np.all(diff <= atol + rtol * np.abs(e)))
     return abs_diff, rel_diff, ok
+
+
+# onnx.reference runs node by node in numpy: fine for a check, slow for big graphs.
+_REFERENCE_EVALUATOR_MAX_NODES = 2000
+
+
+def compare_with_reference(
+    state: dict[str, Any], reference: Reference, feeds: dict[str, Any], atol: float, rtol: float
+) -> dict[str, Any]:
+    """A rewritten file's outputs against the original model's, computed another way.
+
+    A .onnx target has no PyTorch to compare with. A function expansion is compared with the op
+    itself, run by ONNX Runtime at the opset that defines it (only the opset import changes:
+    the other ops keep their meaning for a comparison on these inputs); a rewrite of a model
+    ONNX Runtime cannot run (a cast around an op without a kernel) with onnx's own reference
+    evaluator, on models small enough for it.
+    """
+    from onnxdoctor.onnxkit.transforms import with_opset_import
+
+    original = state["original_model"]
+    try:
+        if reference.opset:
+            import onnxruntime as ort
+
+            opset = reference.opset
+            name = f"the original model at opset {opset}"
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            session = ort.InferenceSession(
+                with_opset_import(original, opset).SerializeToString(), options,
+                providers=["CPUExecutionProvider"],
+            )
+            expected = list(session.run(None, feeds))
+        else:
+            from onnx.reference import ReferenceEvaluator
+
+            name = "the original model in onnx's reference evaluator"
+            if len(original.graph.node) > _REFERENCE_EVALUATOR_MAX_NODES:
+                return {"reference": f"not compared: {len(original.graph.node)} nodes is too many for "
+                                     "onnx's reference evaluator",
+                        "reference_required": reference.required}
+            expected = list(ReferenceEvaluator(original).run(None, feeds))
+    except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
+        return {"reference": f"not compared: {name} does not run ({_first(exc)})",
+                "reference_required": reference.required}
+    report = compare_outputs(expected, state["ort_outputs"], atol, rtol)
+    return {
+        "reference": name,
+        "max_abs_diff": report["max_abs_diff"],
+        "max_rel_diff": report["max_rel_diff"],
+        "reference_mismatch": report["message"] or None,
+    }
+
+
+def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+    """Compare every intermediate value with PyTorch's (dynamo exports name values after FX nodes)."""
+    from torch.onnx import verification
+
+    loaded = state["loaded"]
+    with _quiet_torch_logs():
+        infos = verification.verify_onnx_program(
+            state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
+        )
+    producers = {out: node for node in state["onnx_model"].graph.node for out in node.output}
+    for info in infos:
+        if info.max_abs_diff > atol and info.max_rel_diff > rtol:
+            node = producers.get(info.name)
+            return {
+                "value": info.name,
+                "node": node.name if node is not None else None,
+                "op": node.op_type if node is not None else None,
+                "max_abs_diff": float(info.max_abs_diff),
+                "max_rel_diff": float(info.max_rel_diff),
+                "compared": len(infos),
+            }
+    return None

@@ -35,7 +35,6 @@ from onnxdoctor.recipe import (
     LoadCode,
     OperatorExportType,
     Recipe,
-    Reference,
     RewriteOnnx,
     RuntimeKernels,
     UseExporter,
@@ -56,6 +55,8 @@ from onnxdoctor.worker.facts import (
     _torch_export_verdict,
     _with_suggested_dims,
 )
+from onnxdoctor.worker.failures import export_failure_facts, torch_op_behind
+from onnxdoctor.worker.parity import compare_with_reference, first_diverging_value
 from onnxdoctor.worker.runtime import (
     _feeds_for_session,
     _kernel_facts,
@@ -67,18 +68,12 @@ from onnxdoctor.worker.tracebacks import (
     StageFailed,
     _custom_symbolics,
     _first,
-    _locate_op,
     _node_sources,
-    _source_from_frames,
-    _symbolic_frame,
     _user_frame,
     _warning_texts,
     _where_in_script,
     error_info,
 )
-
-# torch's words when an op without a fake (meta) kernel meets torch.export's fake tensors.
-NO_FAKE_KERNEL = "no fake impl or Meta kernel"
 
 STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
@@ -374,7 +369,7 @@ class Runner:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            facts.update(self._export_failure_facts(exc, loaded, dynamo))
+            facts.update(export_failure_facts(exc, loaded, dynamo, self.target, gather=self.request.gather_facts))
             raise StageFailed(_first(exc), None, **facts) from exc
         import onnx
 
@@ -411,52 +406,6 @@ class Runner:
         if "dynamo" in settings:
             return bool(settings["dynamo"])
         return bool(inspect.signature(torch.onnx.export).parameters["dynamo"].default)
-
-    def _export_failure_facts(self, exc: BaseException, loaded: Any, dynamo: bool) -> dict[str, Any]:
-        """Op, node, source line and registry facts for an export failure (best effort)."""
-        from onnxdoctor.analysis.classify import extract_op
-
-        info = error_info(exc)
-        op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
-        facts: dict[str, Any] = {"source": _user_frame(exc, self.target)}
-        symbolic = _symbolic_frame(exc, self.target)
-        if symbolic:
-            # The failure happened inside the user's own symbolic function, called by torch.onnx.
-            facts["symbolic_frame"] = symbolic
-            facts["source"] = symbolic["source"]
-            owners = [op for op, fn in _custom_symbolics(self.target.resolve().parent).items()
-                      if fn == symbolic["function"]]
-            if owners and not op:
-                op = owners[0]
-                facts["op"] = op
-        if op:
-            facts["op"] = op
-        if op and not symbolic:
-            located = _source_from_frames(exc, self.target)
-            if located:
-                facts["source"] = located
-            else:  # costs a torch.export: only when the exporter's own frames did not tell
-                with contextlib.suppress(Exception):
-                    facts.update(_locate_op(loaded, op, self.target))
-            custom = op.split("::", 1)[0] not in ("aten", "prims")
-            # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
-            if self.request.gather_facts or custom:
-                with contextlib.suppress(Exception):
-                    from onnxdoctor.worker.registry import op_facts
-
-                    facts["op_facts"] = op_facts(op, "dynamo" if dynamo else "torchscript")
-            if custom and any(NO_FAKE_KERNEL in m for m in [info["message"], *info["chain_messages"]]):
-                with contextlib.suppress(Exception):
-                    from onnxdoctor.worker.registry import observe_calls
-
-                    facts["op_calls"] = observe_calls(loaded, op)
-                if dynamo and op.split("::", 1)[0] in ("aten", "prims"):
-                    # The exporter stops at the first op it cannot translate: list them all.
-                    with contextlib.suppress(Exception):
-                        from onnxdoctor.worker.registry import unsupported_ops
-
-                        facts["unsupported_ops"] = unsupported_ops(loaded, self.target)
-        return facts
 
     # ---- CHECK ---------------------------------------------------------------------------
 
@@ -527,7 +476,7 @@ class Runner:
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
                 facts = _kernel_facts(str(exc), model)
-                facts.update(self._torch_op_behind(facts.get("op"), state))
+                facts.update(torch_op_behind(facts.get("op"), state))
             model = state.get("onnx_model")
             if model is not None and not model.graph.node:
                 # ONNX Runtime answers an empty graph with one of its C++ signatures: say what it is.
@@ -547,27 +496,6 @@ class Runner:
             ],
         }
 
-    def _torch_op_behind(self, node_op: str | None, state: dict[str, Any]) -> dict[str, Any]:
-        """The script's torch op whose symbolic wrote a custom-domain node, with its schema.
-
-        A node `mynamespace::MYSELU` with no runtime kernel came from a symbolic the script
-        registered for a torch op; knowing that op lets the fixes export its body instead, or
-        call it from a runtime kernel. Matched by namespace and name (case aside), or the one
-        symbolic of that namespace.
-        """
-        if not node_op or "::" not in node_op or state.get("loaded") is None:
-            return {}
-        domain, op_type = node_op.split("::", 1)
-        symbolics = [op for op in state.get("load_facts", {}).get("custom_symbolics", {})
-                     if op.split("::", 1)[0] == domain]
-        named = [op for op in symbolics if op.split("::", 1)[1].lower() == op_type.lower()]
-        behind = named[0] if named else (symbolics[0] if len(symbolics) == 1 else None)
-        if behind is None:
-            return {}
-        from onnxdoctor.worker.registry import op_facts
-
-        return {"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")}
-
     # ---- ORT_RUN -------------------------------------------------------------------------
 
     def _stage_script_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -585,56 +513,8 @@ class Runner:
         facts: dict[str, Any] = {"inputs": described, "outputs": len(state["ort_outputs"])}
         reference = next((r.reference for r in state["recipe"].all(RewriteOnnx) if r.reference), None)
         if reference is not None:
-            facts.update(self._compare_with_reference(state, reference, feeds))
+            facts.update(compare_with_reference(state, reference, feeds, self.request.atol, self.request.rtol))
         return facts
-
-    def _compare_with_reference(
-        self, state: dict[str, Any], reference: Reference, feeds: dict[str, Any]
-    ) -> dict[str, Any]:
-        """A rewritten file's outputs against the original model's, computed another way.
-
-        A .onnx target has no PyTorch to compare with. A function expansion is compared with the op
-        itself, run by ONNX Runtime at the opset that defines it (only the opset import changes:
-        the other ops keep their meaning for a comparison on these inputs); a rewrite of a model
-        ONNX Runtime cannot run (a cast around an op without a kernel) with onnx's own reference
-        evaluator, on models small enough for it.
-        """
-        from onnxdoctor.onnxkit.transforms import with_opset_import
-        from onnxdoctor.worker.parity import compare_outputs
-
-        original = state["original_model"]
-        try:
-            if reference.opset:
-                import onnxruntime as ort
-
-                opset = reference.opset
-                name = f"the original model at opset {opset}"
-                options = ort.SessionOptions()
-                options.log_severity_level = 3
-                session = ort.InferenceSession(
-                    with_opset_import(original, opset).SerializeToString(), options,
-                    providers=["CPUExecutionProvider"],
-                )
-                expected = list(session.run(None, feeds))
-            else:
-                from onnx.reference import ReferenceEvaluator
-
-                name = "the original model in onnx's reference evaluator"
-                if len(original.graph.node) > _REFERENCE_EVALUATOR_MAX_NODES:
-                    return {"reference": f"not compared: {len(original.graph.node)} nodes is too many for "
-                                         "onnx's reference evaluator",
-                            "reference_required": reference.required}
-                expected = list(ReferenceEvaluator(original).run(None, feeds))
-        except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
-            return {"reference": f"not compared: {name} does not run ({_first(exc)})",
-                    "reference_required": reference.required}
-        report = compare_outputs(expected, state["ort_outputs"], self.request.atol, self.request.rtol)
-        return {
-            "reference": name,
-            "max_abs_diff": report["max_abs_diff"],
-            "max_rel_diff": report["max_rel_diff"],
-            "reference_mismatch": report["message"] or None,
-        }
 
     # ---- PARITY --------------------------------------------------------------------------
 
@@ -652,39 +532,14 @@ class Runner:
                              and state.get("load_facts", {}).get("mode_sensitive_modules"))
             if report["code"] == "OD601" and state.get("onnx_program") is not None and not explained:
                 with contextlib.suppress(Exception):
-                    facts["diverging"] = self._first_diverging_value(state)
+                    facts["diverging"] = first_diverging_value(state, self.request.atol, self.request.rtol)
             raise StageFailed(report["message"], report["code"], **facts)
         return report
 
-    def _first_diverging_value(self, state: dict[str, Any]) -> dict[str, Any] | None:
-        """Compare every intermediate value with PyTorch's (dynamo exports name values after FX nodes)."""
-        from torch.onnx import verification
-
-        loaded = state["loaded"]
-        with _quiet_torch_logs():
-            infos = verification.verify_onnx_program(
-                state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
-            )
-        producers = {out: node for node in state["onnx_model"].graph.node for out in node.output}
-        for info in infos:
-            if info.max_abs_diff > self.request.atol and info.max_rel_diff > self.request.rtol:
-                node = producers.get(info.name)
-                return {
-                    "value": info.name,
-                    "node": node.name if node is not None else None,
-                    "op": node.op_type if node is not None else None,
-                    "max_abs_diff": float(info.max_abs_diff),
-                    "max_rel_diff": float(info.max_rel_diff),
-                    "compared": len(infos),
-                }
-        return None
 
 
 # ---- helpers --------------------------------------------------------------------------------
 
-
-# onnx.reference runs node by node in numpy: fine for a check, slow for big graphs.
-_REFERENCE_EVALUATOR_MAX_NODES = 2000
 
 # Protobuf refuses messages of 2 GiB; stay well below it when writing a rewritten model inline.
 _INLINE_WEIGHTS_LIMIT = 1 << 30

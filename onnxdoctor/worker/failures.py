@@ -1,0 +1,95 @@
+"""What the worker learns about a failure beyond the exception: the op, its schema, its calls.
+
+Best effort throughout: a fact that cannot be gathered is left out, never an error of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from onnxdoctor.worker.tracebacks import (
+    _custom_symbolics,
+    _locate_op,
+    _source_from_frames,
+    _symbolic_frame,
+    _user_frame,
+    error_info,
+)
+
+# torch's words when an op without a fake (meta) kernel meets torch.export's fake tensors.
+NO_FAKE_KERNEL = "no fake impl or Meta kernel"
+
+
+def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: Path, *, gather: bool) -> dict[str, Any]:
+    """Op, node, source line and registry facts for an export failure (best effort).
+
+    `gather`: also the costly facts about aten ops (the registries, every unsupported op), which
+    the first run needs for its findings and fix runs do not.
+    """
+    from onnxdoctor.analysis.classify import extract_op
+
+    info = error_info(exc)
+    op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
+    facts: dict[str, Any] = {"source": _user_frame(exc, target)}
+    symbolic = _symbolic_frame(exc, target)
+    if symbolic:
+        # The failure happened inside the user's own symbolic function, called by torch.onnx.
+        facts["symbolic_frame"] = symbolic
+        facts["source"] = symbolic["source"]
+        owners = [op for op, fn in _custom_symbolics(target.resolve().parent).items()
+                  if fn == symbolic["function"]]
+        if owners and not op:
+            op = owners[0]
+            facts["op"] = op
+    if op:
+        facts["op"] = op
+    if op and not symbolic:
+        located = _source_from_frames(exc, target)
+        if located:
+            facts["source"] = located
+        else:  # costs a torch.export: only when the exporter's own frames did not tell
+            with contextlib.suppress(Exception):
+                facts.update(_locate_op(loaded, op, target))
+        custom = op.split("::", 1)[0] not in ("aten", "prims")
+        # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
+        if gather or custom:
+            with contextlib.suppress(Exception):
+                from onnxdoctor.worker.registry import op_facts
+
+                facts["op_facts"] = op_facts(op, "dynamo" if dynamo else "torchscript")
+        if custom and any(NO_FAKE_KERNEL in m for m in [info["message"], *info["chain_messages"]]):
+            with contextlib.suppress(Exception):
+                from onnxdoctor.worker.registry import observe_calls
+
+                facts["op_calls"] = observe_calls(loaded, op)
+        if gather and dynamo and not custom:
+            # The exporter stops at the first op it cannot translate: list them all.
+            with contextlib.suppress(Exception):
+                from onnxdoctor.worker.registry import unsupported_ops
+
+                facts["unsupported_ops"] = unsupported_ops(loaded, target)
+    return facts
+
+
+def torch_op_behind(node_op: str | None, state: dict[str, Any]) -> dict[str, Any]:
+    """The script's torch op whose symbolic wrote a custom-domain node, with its schema.
+
+    A node `mynamespace::MYSELU` with no runtime kernel came from a symbolic the script
+    registered for a torch op; knowing that op lets the fixes export its body instead, or
+    call it from a runtime kernel. Matched by namespace and name (case aside), or the one
+    symbolic of that namespace.
+    """
+    if not node_op or "::" not in node_op or state.get("loaded") is None:
+        return {}
+    domain, op_type = node_op.split("::", 1)
+    symbolics = [op for op in state.get("load_facts", {}).get("custom_symbolics", {})
+                 if op.split("::", 1)[0] == domain]
+    named = [op for op in symbolics if op.split("::", 1)[1].lower() == op_type.lower()]
+    behind = named[0] if named else (symbolics[0] if len(symbolics) == 1 else None)
+    if behind is None:
+        return {}
+    from onnxdoctor.worker.registry import op_facts
+
+    return {"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")}
