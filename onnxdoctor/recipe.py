@@ -132,10 +132,17 @@ class OperatorExportType:
 
 @dataclass(frozen=True)
 class DynamicShapes:
-    """Corrections to the script's dynamic_shapes: renamed keys and equalities torch suggested."""
+    """Corrections to the script's dynamic_shapes.
+
+    `rename`: top-level keys renamed to forward()'s argument names; `pack`: the name of a
+    `*args` parameter whose spec is a tuple of the given keys' specs, in their order; `missing`:
+    arguments the spec left out, added as static (None); `suggested`: torch's own Dim lines.
+    """
 
     rename: tuple[tuple[str, str], ...] = ()
     suggested: tuple[str, ...] = ()
+    pack: str = ""
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,16 @@ import re
 from typing import Any
 
 
-def _renamed_keys(dynamic_shapes: Any, rename: dict[str, str] | None) -> Any:
-    """`dynamic_shapes` with its top-level keys renamed (a fix for keys forward() does not have)."""
-    if not rename or not isinstance(dynamic_shapes, dict):
+def _corrected_keys(dynamic_shapes: Any, rename: dict[str, str], pack: str, missing: tuple[str, ...]) -> Any:
+    """`dynamic_shapes` with its top-level keys made forward()'s: renamed, packed into a `*args`
+    tuple (the given keys' specs in their order), and the arguments it left out added as static."""
+    if not isinstance(dynamic_shapes, dict):
         return dynamic_shapes
-    return {rename.get(key, key): value for key, value in dynamic_shapes.items()}
+    if pack:
+        dynamic_shapes = {pack: tuple(dynamic_shapes.values())}
+    corrected = {rename.get(key, key): value for key, value in dynamic_shapes.items()}
+    corrected.update({name: None for name in missing if name not in corrected})
+    return corrected
 
 
 def _with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:

@@ -41,6 +41,7 @@ from onnxdoctor.recipe import (
     UseOpset,
 )
 from onnxdoctor.worker.facts import (
+    _corrected_keys,
     _describe,
     _dim,
     _finding_record,
@@ -50,7 +51,6 @@ from onnxdoctor.worker.facts import (
     _model_facts,
     _none_leaves,
     _quiet_torch_logs,
-    _renamed_keys,
     _tensor_leaves,
     _torch_export_verdict,
     _with_suggested_dims,
@@ -351,8 +351,8 @@ class Runner:
                         model_or_program = namespace[program]
                     if table and dynamo and namespace.get(table):
                         kwargs["custom_translation_table"] = namespace[table]
-                case DynamicShapes(rename=rename, suggested=suggested) if dynamo:
-                    shapes = _renamed_keys(kwargs["dynamic_shapes"], dict(rename))
+                case DynamicShapes(rename=rename, suggested=suggested, pack=pack, missing=missing) if dynamo:
+                    shapes = _corrected_keys(kwargs["dynamic_shapes"], dict(rename), pack, missing)
                     kwargs["dynamic_shapes"] = _with_suggested_dims(shapes, list(suggested))
                 case CustomOpsets(domains=domains) if not dynamo:
                     kwargs["custom_opsets"] = dict(domains)

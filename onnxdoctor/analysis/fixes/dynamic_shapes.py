@@ -24,9 +24,19 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A key rename, torch's own Dim suggestions, or the way to keep a specialized dim dynamic."""
     if ctx.target_kind != "script":
         return []
-    rename = _key_rename(finding.detail) if isinstance(finding.detail, DynamicShapesKeys) else {}
-    if rename:
-        return [_rename_fix(rename)]
+    if isinstance(finding.detail, DynamicShapesKeys):
+        keys = finding.detail
+        rename = _key_rename(keys)
+        fixes = [_rename_fix(rename)] if rename else []
+        strays = [key for key in keys.given if key not in keys.wanted]
+        if keys.wanted == ("args",) and strays:
+            # forward(*args): torch names the parameter `args`; its spec is a tuple, one per tensor.
+            fixes.append(_pack_fix(strays))
+        missing = [name for name in keys.wanted if name not in keys.given]
+        if not strays and missing:
+            fixes.append(_missing_fix(missing))
+        if fixes:
+            return fixes
     suggested = [ln for ln in ctx.export_facts.get("dynamic_shapes_suggested", ()) if _SUGGESTION.match(ln)]
     pinned = [ln for ln in suggested if _is_number(_SUGGESTION.match(ln).group(2))]  # type: ignore[union-attr]
     if suggested and not pinned:
@@ -60,6 +70,33 @@ def _rename_fix(rename: dict[str, str]) -> Fix:
         applicability=Applicability.SAFE,
         cost="none",
         recipe=Recipe("dynamic_shapes", (DynamicShapes(rename=tuple(rename.items())),)),
+    )
+
+
+def _pack_fix(strays: list[str]) -> Fix:
+    specs = ", ".join(f"dynamic_shapes[{key!r}]" for key in strays)
+    return Fix(
+        kind="dynamic_shapes",
+        title=f"Give forward(*args) its dynamic_shapes as a tuple under 'args' ({', '.join(map(repr, strays))})",
+        snippet=(
+            "# forward() takes *args: its spec is one entry per positional tensor, in order\n"
+            f"dynamic_shapes = {{'args': ({specs},)}}\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost="none",
+        recipe=Recipe("dynamic_shapes", (DynamicShapes(pack="args"),)),
+    )
+
+
+def _missing_fix(missing: list[str]) -> Fix:
+    entries = "".join(f"dynamic_shapes[{name!r}] = None  # static: every dim fixed\n" for name in missing)
+    return Fix(
+        kind="dynamic_shapes",
+        title=f"Name every argument in dynamic_shapes: {', '.join(map(repr, missing))} as static (None)",
+        snippet="# dynamic_shapes needs a key for each of forward()'s arguments; None means static\n" + entries,
+        applicability=Applicability.SAFE,
+        cost="none: these arguments keep the shapes of the example inputs",
+        recipe=Recipe("dynamic_shapes", (DynamicShapes(missing=tuple(missing)),)),
     )
 
 

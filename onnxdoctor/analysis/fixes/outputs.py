@@ -14,7 +14,9 @@ from onnxdoctor.recipe import LoadCode, Recipe
 
 CODES = ("OD211",)
 
-WRAPPER = """import torch
+WRAPPER = """import dataclasses
+
+import torch
 
 
 class TensorOutputs(torch.nn.Module):
@@ -26,7 +28,14 @@ class TensorOutputs(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         out = self.model(*args, **kwargs)
-        values = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else [out]
+        if isinstance(out, dict):
+            values = list(out.values())
+        elif dataclasses.is_dataclass(out):
+            values = [getattr(out, field.name) for field in dataclasses.fields(out)]
+        elif isinstance(out, (tuple, list)):
+            values = list(out)
+        else:
+            values = [out]
         return tuple(v for v in values if isinstance(v, torch.Tensor))
 
 

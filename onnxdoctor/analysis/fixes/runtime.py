@@ -20,7 +20,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD402" and finding.op:
         ort_load = next((o for o in ctx.outcomes if o.stage is Stage.ORT_LOAD), None)
         types = set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values())
-        doubles = any("double" in t for t in types) or "double" in finding.message
+        doubles = any("double" in t for t in types)
         return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
     if finding.code == "OD403" and isinstance(finding.detail, IrTooNew):
         return [_ir_fix(ctx, finding.detail.max_ir)]
@@ -32,7 +32,7 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
     kernels = (ort_load.facts.get("kernels") if ort_load else None) or []
     listed = sorted({t for k in kernels for types in (k.get("types") or {}).values() for t in types})
     supported = ", ".join(t.replace("tensor(", "").rstrip(")") for t in listed[:8]) or "float"
-    target = "float" if "tensor(float)" in listed or not listed else listed[0].replace("tensor(", "").rstrip(")")
+    target = _cast_target(listed, set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values()))
     op = finding.op or "the op"
     rewrite = (
         "import onnx\n"
@@ -64,6 +64,23 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         "the kernel instead",
         recipe=Recipe("cast", (RewriteOnnx(CastAround(op, target), reference),)),
     )
+
+
+# The kernel types a cast may go to, best first within each family: the widest that keeps values.
+_INTEGER_TARGETS = ("int32", "int64")
+_FLOAT_TARGETS = ("float", "double", "float16")
+
+
+def _cast_target(listed: list[str], node_types: set[str]) -> str:
+    """The listed type to compute in: same family as the node's inputs (cast_around casts integer
+    inputs only to integer types, floating ones to floating types), float when nothing says."""
+    names = {t.replace("tensor(", "").rstrip(")") for t in listed}
+    integer_inputs = bool(node_types) and all(
+        ("int" in t or "bool" in t) and "float" not in t for t in node_types)
+    for candidate in _INTEGER_TARGETS if integer_inputs else _FLOAT_TARGETS:
+        if candidate in names:
+            return candidate
+    return "float" if not names else min(names)
 
 
 def _float32_fix(ctx: FixContext) -> Fix:
