@@ -49,3 +49,44 @@ def test_OD206_gives_the_real_number_of_modules_in_training_mode() -> None:
     expected = sum(isinstance(m, torch.nn.Dropout) for m in BertModel(config).modules())
     assert expected > 0
     assert f"{expected} mode-sensitive module(s)" in finding.message, finding.message
+
+
+BERT_TOO_LONG = '''
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from transformers import BertConfig, BertModel
+
+
+class Wrapper(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=32)
+        self.bert = BertModel(config).eval()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.bert(input_ids=ids).last_hidden_state
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Wrapper(), (torch.randint(0, 64, (1, 40)),)  # longer than max_position_embeddings
+'''
+
+
+@pytest.mark.slow
+def test_a_failure_inside_transformers_names_the_users_line_and_the_library_frame(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    script = tmp_path / "bert_too_long.py"
+    script.write_text(BERT_TOO_LONG, encoding="utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(exporter="dynamo", fix=False, timeout=300))
+    (finding,) = [f for f in diagnosis.findings if f.code == "OD108"]
+    call = 1 + next(i for i, line in enumerate(BERT_TOO_LONG.splitlines()) if "self.bert(" in line)
+    assert finding.source == f"bert_too_long.py:{call}", finding.source  # the user's call into the library
+    first = finding.evidence[0].splitlines()
+    assert first[0].startswith("RuntimeError: The expanded size"), first
+    assert first[1].startswith("  at transformers/models/bert/modeling_bert.py:"), first
+    assert ", in forward: " in first[1]

@@ -64,6 +64,10 @@ _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 # torch.export's fake tensors met an op with no fake kernel (torch.library op without register_fake).
 _NO_FAKE_KERNEL = re.compile(r"([\w.]+::[\w.]+): attempted to run this operator with Meta tensors")
+# A Python number among forward()'s outputs passes torch.export (it becomes a constant in the
+# graph's return) and then breaks the ONNX translation of that return node, with no word of outputs.
+_CONSTANT_OUTPUT = re.compile(r"Error when translating node return \((.*)\)")
+_CONSTANT_OUTPUT_TYPE = re.compile(r"'(int|float|bool|str|complex|SymInt|SymFloat|SymBool)' object has no attribute")
 _CAPTURE_TYPES = (
     "torch._dynamo.exc.UserError",
     "torch._dynamo.exc.Unsupported",
@@ -295,6 +299,13 @@ def _classify_export(
         return make("OD211", f"forward() returns a {kind.rsplit('.', 1)[-1]} ({kind}), which torch.export "
                              "cannot flatten into ONNX outputs: only tensors and lists, tuples and dicts of "
                              "them can be outputs", op=None, source=None)
+    returned = _CONSTANT_OUTPUT.search(text)
+    constant = _CONSTANT_OUTPUT_TYPE.search(text)
+    if returned and constant:
+        return make("OD211", f"forward() returns a Python {constant.group(1)} among its outputs "
+                             f"(return {returned.group(1)}), which the dynamo exporter cannot write as an ONNX "
+                             "output: only tensors and lists, tuples and dicts of them can be outputs",
+                    op=None)
     capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
     if capture:
         if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:

@@ -51,7 +51,38 @@ def _evidence(error: ErrorInfo | None, base_dir: str | None) -> tuple[str, ...]:
     for kind, message in reversed(list(zip(error.chain[1:], error.chain_messages))):
         items.append(_evidence_line(kind, normalize_message(message, base_dir=base_dir, limit=800)))
     items.append(_evidence_line(error.type, normalize_message(error.message, base_dir=base_dir, limit=1500)))
-    return tuple(item for item in items if item is not None)[:4]
+    found = [item for item in items if item is not None][:4]
+    where = library_frame(error)
+    if where and found:
+        # Second line of the first item, so that the short console view still shows it.
+        head, _, rest = found[0].partition("\n")
+        found[0] = f"{head}\n  at {where}" + (f"\n{rest}" if rest else "")
+    elif where:
+        found.append(f"at {where}")
+    return tuple(found)
+
+
+# The worker appends the innermost model-library frame to the traceback tail in Python's own
+# traceback format, under this header (onnxdoctor.worker.tracebacks.LIBRARY_FRAME_HEADER).
+_LIBRARY_FRAME = re.compile(
+    r"The model library's frame it broke in:\n  File \"([^\"]+)\", line (\d+), in ([^\n]+)\n(?:    ([^\n]*))?"
+)
+
+
+def library_frame(error: ErrorInfo) -> str | None:
+    """'transformers/models/bert/modeling_bert.py:101, in forward: <line>' when a model library
+    (not torch, not the user's files) raised, else None."""
+    match = _LIBRARY_FRAME.search(error.traceback_tail)
+    if match is None:
+        return None
+    path, line, function, code = match.groups()
+    parts = path.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            parts = parts[len(parts) - parts[::-1].index(marker):]
+            break
+    text = f"{'/'.join(parts)}:{line}, in {function.strip()}"
+    return f"{text}: {code.strip()[:200]}" if code and code.strip() else text
 
 
 def _short_type(qualified: str) -> str:

@@ -51,14 +51,53 @@ def error_info(exc: BaseException) -> dict[str, Any]:
             messages.append(str(current)[:8000])
         except Exception:  # a user exception whose __str__ raises
             messages.append(f"<{type(current).__name__}: message unavailable>")
-    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])[-5000:]
+    frame = library_frame(exc)
+    if frame is not None:
+        # The outer tail is torch's wrapper; a model library's frame (transformers, torchvision)
+        # is where the user can look, and it sits deep in a cause the tail does not reach.
+        tail += LIBRARY_FRAME_HEADER + "".join(traceback.format_list([frame]))[:900]
     return {
         "type": chain[0],
         "message": messages[0],
         "chain": chain,
         "chain_messages": messages[1:],
-        "traceback_tail": tail[-6000:],
+        "traceback_tail": tail,
     }
+
+
+LIBRARY_FRAME_HEADER = "\nThe model library's frame it broke in:\n"
+# Frames here are the machinery around a model, never the model's own code.
+_NOT_MODEL_LIBRARIES = frozenset({
+    "torch", "functorch", "onnx", "onnxscript", "onnx_ir", "onnxruntime", "onnxdoctor", "numpy",
+    "sympy", "typing_extensions", "_pytest", "pluggy", "importlib", "runpy", "contextlib", "functools",
+    "openvino",
+})
+
+
+def library_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of an installed model library (transformers, timm ...) in the chain.
+
+    Innermost exception first: torch wraps the error raised inside the library in its own, and the
+    wrapper's traceback never enters the library. Causes Python would print come before a context
+    hidden by `raise ... from None` (torch hides its capture errors that way).
+    """
+    for hidden in (False, True):
+        for current in reversed(exception_chain(exc, hidden_context=hidden)):
+            for item in reversed(traceback.extract_tb(current.__traceback__)):
+                if _model_library(item.filename):
+                    return item
+    return None
+
+
+def _model_library(filename: str) -> bool:
+    parts = Path(filename).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            index = len(parts) - 1 - parts[::-1].index(marker)
+            package = parts[index + 1] if index + 1 < len(parts) else ""
+            return bool(package) and package.split(".")[0] not in _NOT_MODEL_LIBRARIES
+    return False
 
 
 def _first(exc: BaseException) -> str:
