@@ -41,7 +41,12 @@ class TensorOutputs(torch.nn.Module):
 
 model = TensorOutputs(model).train(model.training)
 """
-USE_CACHE_OFF = "model.config.use_cache = False  # forward() then returns no cache object\n"
+USE_CACHE_OFF = """# forward() then returns no cache object. Every submodule's config: an encoder-decoder's
+# decoder (T5) keeps a config of its own.
+for module in model.modules():
+    if hasattr(getattr(module, "config", None), "use_cache"):
+        module.config.use_cache = False
+"""
 EXPORT = "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n"
 
 
@@ -67,7 +72,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         title="Wrap the model so forward() returns only its tensors",
         snippet=WRAPPER + EXPORT,
         applicability=Applicability.UNSAFE,
-        cost="outputs that are not tensors (a cache object) are dropped from the ONNX model",
+        cost="outputs that are not tensors (a cache object, a Python number) are dropped from the ONNX model",
         recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),
     ))
     return fixes
