@@ -170,8 +170,17 @@ class DynamicShapesKeys:
     given: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class SecondInputs:
+    """OD210 checked again at a second input set: where the inputs came from, and the verdict."""
+
+    source: str
+    matched: bool
+    max_abs_diff: float | None = None
+
+
 # What a classifier read from a library's message, kept as data for the fix families.
-FindingDetail = IrTooNew | DynamicShapesKeys
+FindingDetail = IrTooNew | DynamicShapesKeys | SecondInputs
 
 
 @dataclass(frozen=True)

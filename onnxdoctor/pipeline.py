@@ -339,7 +339,8 @@ class _Verifier:
         A tried fix that got further but stopped at a new finding is continued with that
         finding's fixes, breadth-first, up to MAX_CHAIN steps, within --fix-budget. Each chain
         runs in a fresh worker (its steps may change process-wide state). A working chain is
-        added to the finding as one fix; the first ends the search unless --all-fixes.
+        added to the finding as one fix; the first ends the search unless --all-fixes, which
+        also reports the chains that failed.
         """
         searched: list[Finding] = []
         for finding in findings:
@@ -380,6 +381,8 @@ class _Verifier:
                             return found
                     else:
                         deeper.append(([*steps, then], met | {(left.code, left.op)}))
+                        if self.options.all_fixes:  # every tried chain is reported, failed ones too
+                            found.append(candidate)
             frontier = deeper
         return found
 

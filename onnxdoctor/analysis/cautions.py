@@ -9,6 +9,7 @@ from onnxdoctor.analysis.findings import _finding, _from_record
 from onnxdoctor.analysis.normalize import normalize_message
 from onnxdoctor.model import (
     Finding,
+    SecondInputs,
     Severity,
     Stage,
     StageOutcome,
@@ -77,15 +78,31 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     frozen = [w for w in (export.warnings if export else ()) if "might cause the trace to be incorrect" in w]
     if not (export and export.status is Status.PASSED and frozen):
         return []
-    return [_finding(
+    parity = by_stage.get(Stage.PARITY)
+    second = (parity.facts.get("second_inputs") if parity else None) or {}
+    message = ("the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
+               "recorded only what the example input did")
+    detail, severity = None, Severity.WARNING
+    if isinstance(second, dict) and "matched" in second:
+        detail = SecondInputs(str(second.get("source")), bool(second["matched"]), second.get("max_abs_diff"))
+        if detail.matched:
+            message += (f"; at a second input set ({detail.source}) it matches PyTorch too, so the frozen "
+                        "values did not matter there: check the inputs you deploy with")
+        else:
+            message += (f"; at a second input set ({detail.source}) it gives wrong results without any "
+                        f"error: {second.get('message')}")
+            severity = Severity.ERROR
+    else:
+        message += ": other inputs can give wrong results without any error"
+    found = _finding(
         "OD210",
         Stage.EXPORT,
-        "the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
-        "recorded only what the example input did: other inputs can give wrong results "
-        "without any error",
+        message,
         source=_warning_source(frozen[0], base_dir),
         evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
-    )]
+        detail=detail,
+    )
+    return [replace(found, severity=severity)]
 
 
 def _static_dims(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:

@@ -233,6 +233,32 @@ def _preamble(message: str) -> str:
     return f"failed to {match.group(1)}" if match else "export failed"
 
 
+def _also_unsupported(op: str, listed: Any) -> str:
+    """The other ops the worker found without an ONNX function, as a clause ("" when none)."""
+    others = [u for u in listed or () if isinstance(u, dict) and u.get("op") != op]
+    if not others:
+        return ""
+    also = ", ".join(f"{u['op']}" + (f" ({u['source']})" if u.get("source") else "") for u in others[:8])
+    more = f" and {len(others) - 8} more" if len(others) > 8 else ""
+    return f"; neither do {also}{more}, further on in the model"
+
+
+def _outputs_message(text: str) -> str | None:
+    """OD211's message when forward() returns something that cannot be an ONNX output."""
+    unknown = _UNKNOWN_OUTPUT.search(text)
+    if unknown:
+        kind = unknown.group(1)
+        return (f"forward() returns a {kind.rsplit('.', 1)[-1]} ({kind}), which torch.export cannot flatten "
+                "into ONNX outputs: only tensors and lists, tuples and dicts of them can be outputs")
+    returned = _CONSTANT_OUTPUT.search(text)
+    constant = _CONSTANT_OUTPUT_TYPE.search(text)
+    if returned and constant:
+        return (f"forward() returns a Python {constant.group(1)} among its outputs (return {returned.group(1)}), "
+                "which the dynamo exporter cannot write as an ONNX output: only tensors and lists, tuples "
+                "and dicts of them can be outputs")
+    return None
+
+
 def _classify_export(
     outcome: StageOutcome,
     text: str,
@@ -285,27 +311,14 @@ def _classify_export(
         namespace = op.split("::", 1)[0]
         if namespace not in ("aten", "prims", "quantized", "_operator"):
             return make("OD203", f"custom op {op} has no ONNX export mapping (dynamo exporter)")
-        others = [u for u in facts.get("unsupported_ops") or () if isinstance(u, dict) and u.get("op") != op]
-        also = ", ".join(f"{u['op']}" + (f" ({u['source']})" if u.get("source") else "") for u in others[:8])
-        more = f" and {len(others) - 8} more" if len(others) > 8 else ""
         return make("OD202", f"{op} has no ONNX function in the dynamo exporter's registry"
-                             + (f"; neither do {also}{more}, further on in the model" if others else ""))
+                             + _also_unsupported(op, facts.get("unsupported_ops")))
     if _OPSET_RANGE.search(text):
         found = make("OD209", first_line(normalize_message(error.message, base_dir=base_dir)))
         return [replace(found[0], severity=Severity.ERROR)]  # here the export itself failed
-    unknown = _UNKNOWN_OUTPUT.search(text)
-    if unknown:
-        kind = unknown.group(1)
-        return make("OD211", f"forward() returns a {kind.rsplit('.', 1)[-1]} ({kind}), which torch.export "
-                             "cannot flatten into ONNX outputs: only tensors and lists, tuples and dicts of "
-                             "them can be outputs", op=None, source=None)
-    returned = _CONSTANT_OUTPUT.search(text)
-    constant = _CONSTANT_OUTPUT_TYPE.search(text)
-    if returned and constant:
-        return make("OD211", f"forward() returns a Python {constant.group(1)} among its outputs "
-                             f"(return {returned.group(1)}), which the dynamo exporter cannot write as an ONNX "
-                             "output: only tensors and lists, tuples and dicts of them can be outputs",
-                    op=None)
+    outputs = _outputs_message(text)
+    if outputs:
+        return make("OD211", outputs, op=None, source=None if _UNKNOWN_OUTPUT.search(text) else source)
     capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
     if capture:
         if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:

@@ -20,6 +20,7 @@ from onnxdoctor.model import (
     Finding,
     Fix,
     FixCheck,
+    SecondInputs,
     Severity,
     Stage,
     StageOutcome,
@@ -206,9 +207,14 @@ _UNCHECKED = "unchecked"  # _still_wrong's code for a rewrite whose numbers were
 def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> tuple[str | None, str | None]:
     """Why a fixed run that passed every stage still does not count as a fix: (code, text), or
     (None, None) when it does."""
-    if any(f.code == "OD210" for f in findings):
+    frozen = next((f for f in findings if f.code == "OD210"), None)
+    if frozen is not None and not (isinstance(frozen.detail, SecondInputs) and frozen.detail.matched):
+        checked = isinstance(frozen.detail, SecondInputs)
         return "OD210", ("OD210: matches PyTorch on the example input only: the tracer froze a "
-                         "data-dependent branch or value (rewrite it with torch.where or torch.cond)")
+                         "data-dependent branch or value"
+                         + (f" and at a second input set ({frozen.detail.source}) it differs"  # type: ignore[union-attr]
+                            if checked else "")
+                         + " (rewrite it with torch.where or torch.cond)")
     if numbers.get("reference_required") and str(numbers.get("reference", "")).startswith("not compared"):
         # A precision-changing rewrite is not a fix until its numbers have been seen.
         return _UNCHECKED, f"numbers not checked: {numbers['reference']}"

@@ -197,3 +197,47 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
                 "compared": len(infos),
             }
     return None
+
+
+# The TorchScript tracer's warning when it turns a tensor into a Python value (a frozen branch).
+FROZEN_TRACE = "might cause the trace to be incorrect"
+
+# Derived second inputs: floats scaled by this (sign and size change, so value-dependent branches
+# and sizes taken from values go the other way); integers and bools stay (they are often indices).
+_SECOND_SCALE = -1.7
+
+
+def second_input_check(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any]:
+    """Run the exported model and PyTorch again at a second input set and compare.
+
+    The script's own `get_inputs2()` when it defines one (the positional inputs, like the
+    example's), else the example inputs with their floats scaled (see _SECOND_SCALE).
+    """
+    import torch
+
+    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.runtime import _feeds_for_session, _run_session
+
+    loaded = state["loaded"]
+    own = loaded.namespace.get("get_inputs2")
+    if callable(own):
+        args, kwargs, source = tuple(own()), {}, "the script's get_inputs2()"
+    else:
+        def scaled(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value * _SECOND_SCALE
+            return value
+
+        args = tuple(scaled(a) for a in loaded.args)
+        kwargs = {k: scaled(v) for k, v in (loaded.kwargs or {}).items()}
+        source = f"the example inputs with floats scaled by {_SECOND_SCALE}"
+    with torch.no_grad():
+        expected = _tensor_leaves(loaded.model(*args, **kwargs))
+    session = state["session"]
+    try:
+        got = _run_session(session, _feeds_for_session(session, _tensor_leaves((args, kwargs))))
+    except Exception as exc:  # the runtime's own error types
+        return {"source": source, "matched": False, "message": f"ONNX Runtime failed: {_first(exc)}"}
+    report = compare_outputs(expected, got, atol, rtol)
+    return {"source": source, "matched": report["code"] is None, "message": report["message"] or None,
+            "max_abs_diff": report.get("max_abs_diff")}

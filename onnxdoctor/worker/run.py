@@ -56,7 +56,12 @@ from onnxdoctor.worker.facts import (
     _with_suggested_dims,
 )
 from onnxdoctor.worker.failures import export_failure_facts, torch_op_behind
-from onnxdoctor.worker.parity import compare_with_reference, first_diverging_value
+from onnxdoctor.worker.parity import (
+    FROZEN_TRACE,
+    compare_with_reference,
+    first_diverging_value,
+    second_input_check,
+)
 from onnxdoctor.worker.runtime import (
     _feeds_for_session,
     _kernel_facts,
@@ -179,6 +184,7 @@ class Runner:
                 records.append(record)
             else:
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
+                state[f"{name}_warnings"] = records[-1].warnings
         self.emit({"event": "run_done", "run": run_id})
         return records, state
 
@@ -534,6 +540,10 @@ class Runner:
                 with contextlib.suppress(Exception):
                     facts["diverging"] = first_diverging_value(state, self.request.atol, self.request.rtol)
             raise StageFailed(report["message"], report["code"], **facts)
+        if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
+            # The tracer froze a value: a match at the example input says nothing about others.
+            with contextlib.suppress(Exception):
+                report["second_inputs"] = second_input_check(state, self.request.atol, self.request.rtol)
         return report
 
 

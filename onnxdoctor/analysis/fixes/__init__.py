@@ -32,9 +32,12 @@ from onnxdoctor.analysis.fixes import (
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import (
+    CustomOpsets,
+    DynamicShapes,
     EvalMode,
     ExportCode,
     LoadCode,
+    OperatorExportType,
     RewriteOnnx,
     RuntimeKernels,
     UseExporter,
@@ -89,17 +92,23 @@ def chainable(first: Fix, then: Fix) -> bool:
 
     A family is used once per chain; two fixes that each build the exported program
     themselves do not compose (the second would start again from the model); and a fix that
-    picks the other exporter would void what the earlier steps did for theirs.
+    picks the other exporter would void the earlier steps made for one exporter (export code,
+    custom opsets, dynamic_shapes). Model changes, file rewrites and kernels work with either.
     """
     if first.recipe is None or then.recipe is None:
         return False
     chosen, switched = first.recipe.first(UseExporter), then.recipe.first(UseExporter)
-    if chosen and switched and chosen != switched:
+    tied = any(isinstance(s, _EXPORTER_BOUND) for s in first.recipe.steps)
+    if tied and chosen and switched and chosen != switched:
         return False
     if then.recipe.kind in (first.recipe.chain or (first.recipe.kind,)):
         return False
     builds = [r for r in (first.recipe, then.recipe) if any(c.program for c in r.all(ExportCode))]
     return len(builds) < 2
+
+
+# Steps written for one exporter: they mean nothing (or something else) to the other.
+_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
 
 def chain(fixes: list[Fix]) -> Fix:
