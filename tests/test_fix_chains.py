@@ -85,6 +85,10 @@ def test_a_two_step_failure_gets_a_verified_chain_and_write_fix_writes_both_step
     assert first["fixes"][0]["max_abs_diff"] < 1e-4
     written = (tmp_path / "fix" / "fix.py").read_text()
     assert "Step 1 of 2: Call model.eval()" in written and "Step 2 of 2: Run Det in float" in written
+    # fix.py runs as written, from another folder: builds the model, applies both steps, checks.
+    ran = subprocess.run([sys.executable, str(tmp_path / "fix" / "fix.py"), str(tmp_path / "again.onnx")],
+                         capture_output=True, text=True, timeout=600, cwd="/", env=ENV, check=False)
+    assert ran.returncode == 0 and "matches PyTorch" in ran.stdout, ran.stderr[-2000:]
     # The fixed model onnxdoctor verified is written beside it, and ONNX Runtime runs it.
     run = ("import numpy as np, onnxruntime as ort, sys\n"
            "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"

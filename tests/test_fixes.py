@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import onnx
 import pytest
+from fix_programs import run_fix_program
 from typer.testing import CliRunner
 
 from onnxdoctor.cli import app
@@ -38,8 +39,11 @@ def _fixes(path: str, **options: object) -> dict[str, Fix]:
     return {fix.kind: fix for fix in diagnosis.findings[0].fixes}
 
 
-def test_custom_op_fixes_are_verified_end_to_end() -> None:
+def test_custom_op_fixes_are_verified_end_to_end(tmp_path: Path) -> None:
     fixes = _fixes("export/od203_custom_op_myselu.py", all_fixes=True)
+    # Each verified route, as --write-fix hands it over: fix.py runs as written and matches.
+    for kind in ("decompose", "custom_op_dynamo", "custom_op_torchscript"):
+        run_fix_program(fixes[kind], FIXTURES / "export/od203_custom_op_myselu.py", tmp_path / kind)
     decompose = fixes["decompose"]
     assert decompose.verified is True
     assert decompose.check is not None and decompose.check.reached is Stage.PARITY
@@ -63,9 +67,10 @@ def test_best_fix_is_ranked_first_and_verification_stops_at_first_success() -> N
     assert any(fix.check is None for fix in fixes[1:])
 
 
-def test_a_custom_node_without_a_kernel_is_fixed_from_the_torch_op_behind_it() -> None:
+def test_a_custom_node_without_a_kernel_is_fixed_from_the_torch_op_behind_it(tmp_path: Path) -> None:
     # The script's TorchScript symbolic wrote mynamespace::MYSELU; ONNX Runtime has no kernel for it.
     fixes = _fixes("ort_load/od401_myselu_symbolic.py", all_fixes=True)
+    run_fix_program(fixes["runtime_kernel_python"], FIXTURES / "ort_load/od401_myselu_symbolic.py", tmp_path / "k")
     body = fixes["decompose"]
     assert "mynamespace::myselu's own body" in body.title
     assert body.verified is True and body.check is not None and body.check.max_abs_diff < 1e-5
@@ -85,8 +90,9 @@ def test_a_custom_node_with_no_torch_op_behind_it_gets_the_kernel_advice_only() 
     assert set(fixes) == {"runtime_kernel"}
 
 
-def test_lowest_supporting_opset_is_found_and_verified() -> None:
+def test_lowest_supporting_opset_is_found_and_verified(tmp_path: Path) -> None:
     fixes = _fixes("export/od201_grid_sampler_opset11.py")
+    run_fix_program(fixes["opset"], FIXTURES / "export/od201_grid_sampler_opset11.py", tmp_path / "opset")
     opset = fixes["opset"]
     assert opset.recipe and opset.recipe.first(UseOpset) == UseOpset(16)  # grid_sampler's TorchScript symbolic starts at 16
     assert opset.verified is True, opset.check
@@ -104,13 +110,14 @@ def test_other_exporter_fixes_an_op_only_one_exporter_lacks() -> None:
     assert fixes["exporter"].verified is True, fixes["exporter"].check
 
 
-def test_eval_mode_fixes_training_mode_mismatch() -> None:
+def test_eval_mode_fixes_training_mode_mismatch(tmp_path: Path) -> None:
     diagnosis = diagnose(str(FIXTURES / "export/od206_training_mode.py"), DiagnoseOptions(fix=True))[0]
     first = diagnosis.findings[0]
     assert first.code == "OD601"
     eval_fix = next(f for f in first.fixes if f.kind == "eval_mode")
     assert eval_fix.verified is True, eval_fix.check
     assert eval_fix.check is not None and eval_fix.check.status is Status.PASSED
+    run_fix_program(eval_fix, FIXTURES / "export/od206_training_mode.py", tmp_path / "eval")
 
 
 def test_attributes_round_trip_with_their_types_and_call_values() -> None:
@@ -241,13 +248,16 @@ def test_missing_kernel_type_is_fixed_by_a_verified_cast_in_a_script() -> None:
         ("ort_load/od403_ir_version_15.onnx", "OD403", "ir_version"),
     ],
 )
-def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(path: str, code: str, kind: str) -> None:
+def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(
+    path: str, code: str, kind: str, tmp_path: Path
+) -> None:
     diagnosis = diagnose(str(FIXTURES / path), DiagnoseOptions(fix=True))[0]
     finding = next(f for f in diagnosis.findings if f.code == code)
     fix = next(f for f in finding.fixes if f.kind == kind)
     assert fix.verified is True, fix.check
     assert fix.check is not None and fix.check.reached is Stage.ORT_RUN
     assert fix.check.artifact and Path(fix.check.artifact).suffix == ".onnx"
+    run_fix_program(fix, FIXTURES / path, tmp_path / kind)
 
 
 @pytest.mark.parametrize(
@@ -257,9 +267,10 @@ def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(path: str, co
         ("export/od208_dynamic_shapes_needs_bounds.py", "suggested"),
     ],
 )
-def test_dynamic_shapes_corrections_are_verified(path: str, correction: str) -> None:
+def test_dynamic_shapes_corrections_are_verified(path: str, correction: str, tmp_path: Path) -> None:
     fixes = _fixes(path)
     fix = fixes["dynamic_shapes"]
+    run_fix_program(fix, FIXTURES / path, tmp_path / "shapes")
     assert fix.recipe and getattr(_step(fix.recipe, DynamicShapes), correction)
     # Verified means: exported with the corrected Dims, torch.export accepts them, the model keeps
     # a symbolic dim, and matches PyTorch.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fix_programs import run_fix_program
 
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
@@ -13,7 +14,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 @pytest.mark.slow
-def test_a_decoder_returning_its_cache_is_OD211_fixed_by_its_own_switch() -> None:
+def test_a_decoder_returning_its_cache_is_OD211_fixed_by_its_own_switch(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
     options = DiagnoseOptions(all_fixes=True, timeout=600)
     (diagnosis,) = diagnose(str(FIXTURES / "export/od211_transformers_cache.py"), options)
@@ -25,6 +26,8 @@ def test_a_decoder_returning_its_cache_is_OD211_fixed_by_its_own_switch() -> Non
     assert checks["use_cache_off"].max_abs_diff is not None and checks["use_cache_off"].max_abs_diff < 1e-4
     assert checks["tensor_outputs"] is not None and checks["tensor_outputs"].works
     assert finding.fixes[0].kind == "use_cache_off"  # the model's own switch ranks first
+    for fix in finding.fixes[:2]:  # the switch and the wrapper, as --write-fix hands them over
+        run_fix_program(fix, FIXTURES / "export/od211_transformers_cache.py", tmp_path / fix.kind)
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from onnxdoctor.outputs import (
     staging_folder,
     write_file,
 )
-from onnxdoctor.target import parse_target
+from onnxdoctor.target import Target, parse_target
 
 
 def parse_input_shapes(items: tuple[str, ...]) -> dict[str, list[int]]:
@@ -86,7 +86,7 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     try:
         with _progress(enabled=not view.json_out and not view.quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
-        wrote, notes, failed_write = _keep_files(diagnoses, outputs, protected)
+        wrote, notes, failed_write = _keep_files(diagnoses, outputs, protected, parsed)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -146,7 +146,7 @@ def input_bytes(megabytes: float) -> int:
 
 
 def _keep_files(
-    diagnoses: tuple[Diagnosis, ...], outputs: Outputs, protected: tuple[Path, ...]
+    diagnoses: tuple[Diagnosis, ...], outputs: Outputs, protected: tuple[Path, ...], target: Target
 ) -> tuple[list[str], list[str], bool]:
     """Write --output and --write-fix: what was written, what was not (and why), and whether a
     write failed (a missing verified fix is a note, not a failed write)."""
@@ -156,7 +156,7 @@ def _keep_files(
     writers: list[tuple[Path | None, Callable[[], str]]] = [
         (outputs.output, lambda: _keep_output(diagnoses, outputs.output, force=outputs.force,
                                               protected=protected)),
-        (outputs.write_fix, lambda: _write_fix(diagnoses, outputs.write_fix, force=outputs.force,
+        (outputs.write_fix, lambda: _write_fix(diagnoses, outputs.write_fix, target, force=outputs.force,
                                                protected=protected)),
     ]
     for wanted, write in writers:
@@ -332,7 +332,7 @@ def best_verified_fix(diagnoses: tuple[Diagnosis, ...]) -> Fix | None:
 
 
 def _write_fix(
-    diagnoses: tuple[Diagnosis, ...], folder: Path, *, force: bool, protected: tuple[Path, ...]
+    diagnoses: tuple[Diagnosis, ...], folder: Path, target: Target, *, force: bool, protected: tuple[Path, ...]
 ) -> str:
     fix = best_verified_fix(diagnoses)
     if fix is None:
@@ -347,7 +347,9 @@ def _write_fix(
     if any(os.path.abspath(folder / model_name) == os.path.abspath(p) for p in protected):
         model_name = "model.fixed.onnx"
     has_model = bool(artifact and Path(artifact).exists())
-    files = {"fix.py": _fix_module(fix),
+    from onnxdoctor.analysis.fixes.program import fix_program
+
+    files = {"fix.py": fix_program(fix, str(target.path.resolve()), target.factory, target.kind),
              "README.md": _fix_readme(fix, diagnoses[0].target, model_name if has_model else None)}
     with staging_folder(folder, name="write-fix") as staging:
         for name, text in files.items():
@@ -359,11 +361,6 @@ def _write_fix(
     return f"wrote the fix ({fix.title}) to {folder}: {', '.join(written)}"
 
 
-def _fix_module(fix: Fix) -> str:
-    header = f'"""{fix.title}.\n\nVerified by onnxdoctor: {fix.check.detail if fix.check else ""}\n"""\n\n'
-    return header + fix.snippet
-
-
 def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
     check = fix.check
     figures = ""
@@ -372,7 +369,7 @@ def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
     kernel = "register_custom_ops_library" in fix.snippet or "onnx_op" in fix.snippet
     shown = model_name or "model.onnx"
     load = (
-        "```python\nimport onnxruntime\nimport fix  # registers the Python kernel\n"
+        "```python\nimport onnxruntime\n# first define the @onnx_op kernel from fix.py's docstring in this process\n"
         "from onnxruntime_extensions import get_library_path\n\n"
         "options = onnxruntime.SessionOptions()\noptions.register_custom_ops_library(get_library_path())\n"
         f"session = onnxruntime.InferenceSession({shown!r}, options)\n```\n"
@@ -381,11 +378,16 @@ def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
     )
     if target.endswith(".onnx"):
         verified = f"the fixed model {check.detail if check else 'was verified'}{figures}"
-        files = "- `fix.py`: the code that applies the same change to the file (your file is not edited).\n"
+        files = ("- `fix.py`: a program that applies the same change to a copy of the file and runs it in "
+                 "ONNX Runtime (`python fix.py [OUT.onnx]`; your file is not edited); its docstring holds the "
+                 "code to carry into your own tooling.\n")
         model_line = f"- `{model_name}`: the fixed model onnxdoctor checked and ran.\n"
     else:
         verified = f"the fixed model reached parity with PyTorch{figures}"
-        files = "- `fix.py`: the code to add before `torch.onnx.export` (your script is not edited).\n"
+        files = ("- `fix.py`: a program that builds the model through your script, applies the fix step by "
+                 "step, exports, and checks the result against PyTorch in ONNX Runtime (`python fix.py "
+                 "[OUT.onnx]`; your script is not edited); its docstring holds the change to carry into "
+                 "your own code.\n")
         model_line = f"- `{model_name}`: the model onnxdoctor exported with the fix applied.\n"
     if model_name:
         files += model_line

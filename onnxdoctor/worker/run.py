@@ -92,26 +92,12 @@ class Runner:
         self.target = Path(request.target)
         self.workdir = Path(request.workdir)
         self._kernels_registered: set[str] = set()
-        self._snippets = 0
 
     def _run_snippet(self, code: str, name: str, loaded: Any) -> dict[str, Any]:
-        """Run a fix's code as the user would paste it into their script: with its globals.
+        """Run a fix's code as the user would paste it into their script (and as fix.py does)."""
+        from onnxdoctor.worker.fixkit import run_code
 
-        The code runs from a real file because onnxscript reads function source with inspect.
-        """
-        import runpy
-
-        import torch
-
-        self._snippets += 1
-        path = self.workdir / f"{name}_{os.getpid()}_{self._snippets}.py"
-        path.write_text(code, "utf-8")
-        scope: dict[str, Any] = dict(loaded.namespace) if loaded is not None else {}
-        scope.pop("__file__", None)
-        scope.update(torch=torch)
-        if loaded is not None:
-            scope.update(model=loaded.model, example_inputs=loaded.args)
-        return runpy.run_path(str(path), init_globals=scope)
+        return run_code(code, loaded, name, self.workdir)
 
     def emit(self, event: dict[str, Any]) -> None:
         append_event(self.request.events_path, event)

@@ -1,0 +1,143 @@
+"""`--write-fix`'s fix.py: a program that applies a verified fix's recipe, step by step.
+
+The program runs as written in a fresh process: it builds the model through the user's script
+(the model-script protocol), runs each step of the recipe the way the worker ran it when it
+verified the fix (code with the script's globals, export settings, file rewrites, runtime
+kernels), writes the model, and checks it in ONNX Runtime against PyTorch. The fix's snippet,
+for reading, is a comment under its docstring.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.model import Fix
+from onnxdoctor.recipe import (
+    CustomOpsets,
+    DynamicShapes,
+    EvalMode,
+    ExportCode,
+    LoadCode,
+    OperatorExportType,
+    Recipe,
+    RewriteOnnx,
+    RuntimeKernels,
+    UseExporter,
+    UseOpset,
+)
+
+
+def fix_program(fix: Fix, target: str, factory: str | None, kind: str) -> str:
+    """The fix.py text for a fix with a recipe, for a script (`kind` "script") or an ONNX file."""
+    recipe = fix.recipe or Recipe(fix.kind)
+    header = _header(fix, target)
+    if kind == "onnx":
+        return header + _file_program(recipe, target)
+    return header + _script_program(recipe, target, factory)
+
+
+def _header(fix: Fix, target: str) -> str:
+    verified = fix.check.detail if fix.check else "not verified"
+    # The snippet goes in comments: it may hold triple quotes of its own (a docstring).
+    snippet = "\n".join(f"#     {line}" if line else "#" for line in fix.snippet.rstrip().splitlines())
+    quotes = '"' * 3
+    return (
+        f"{quotes}Fix for {target}: {fix.title.replace(quotes, '')}.\n\n"
+        f"onnxdoctor verified it: {verified.replace(quotes, '')}.\n\n"
+        "Run it from anywhere; it writes the fixed model (default: model.onnx beside this file) and\n"
+        "checks it in ONNX Runtime:\n\n"
+        "    python fix.py [OUTPUT.onnx]\n\n"
+        "The change itself, to carry into your own code, is in the comment below.\n"
+        f"{quotes}\n\n"
+        f"{snippet}\n\n"
+        "from __future__ import annotations\n\n"
+        "import sys\n"
+        "from pathlib import Path\n\n"
+        "OUTPUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name('model.onnx')\n\n"
+    )
+
+
+def _literal(code: str) -> str:
+    """Code as a Python string literal that reads like code (triple-quoted when it can be)."""
+    if "'''" not in code and "\\" not in code:
+        return "'''\\\n" + code + "'''"
+    return repr(code)
+
+
+def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
+    lines = [
+        "import torch\n",
+        "from onnxdoctor.recipe import *  # noqa: F403 (the recipe's step types)",
+        "from onnxdoctor.worker import fixkit\n",
+        f"loaded = fixkit.load({target!r}, {factory!r})",
+    ]
+    for step in recipe.steps:
+        match step:
+            case EvalMode():
+                lines.append("loaded.model.eval()")
+            case LoadCode(code=code):
+                lines.append(f"loaded.model = fixkit.run_code({_literal(code)}, loaded, 'load').get('model', loaded.model)")
+    lines.append("reference = fixkit.reference_outputs(loaded)")
+    exporter = recipe.first(UseExporter)
+    opset = recipe.first(UseOpset)
+    dynamo = (f"{exporter.exporter == 'dynamo'}" if exporter
+              else "bool(loaded.settings.get('dynamo', True))")
+    exported = "loaded.model"
+    options = [
+        "kwargs=loaded.kwargs or None",
+        f"dynamo={dynamo}",
+        f"opset_version={opset.opset}" if opset else "opset_version=loaded.settings.get('opset_version')",
+        "input_names=loaded.settings.get('input_names')",
+        "output_names=loaded.settings.get('output_names')",
+    ]
+    for step in recipe.steps:
+        match step:
+            case ExportCode(code=code, program=program, translation_table=table):
+                lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export')")
+                if program:
+                    exported = f"names[{program!r}]"
+                if table:
+                    options.append(f"custom_translation_table=names[{table!r}]")
+            case CustomOpsets(domains=domains):
+                options.append(f"custom_opsets={dict(domains)!r}")
+            case OperatorExportType(name=name):
+                options.append(f"operator_export_type=torch.onnx.OperatorExportTypes.{name}")
+    shapes = recipe.first(DynamicShapes)
+    if dynamo != "False":
+        options.append(f"dynamic_shapes=fixkit.dynamic_shapes(loaded.settings, {shapes!r})"
+                       if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
+    joined = ",\n    ".join(options)
+    lines.append(f"torch.onnx.export(\n    {exported}, loaded.args, str(OUTPUT),\n    {joined},\n)")
+    rewrites = recipe.all(RewriteOnnx)
+    if rewrites:
+        lines.append(f"fixkit.rewrite_file(OUTPUT, {rewrites!r})")
+    lines += _kernels(recipe)
+    lines.append(f"fixkit.check(OUTPUT, reference, loaded, libraries=LIBRARIES, extensions={_extensions(recipe)})")
+    return "\n".join(lines) + "\n"
+
+
+def _file_program(recipe: Recipe, target: str) -> str:
+    lines = [
+        "import shutil\n",
+        "from onnxdoctor.recipe import *  # noqa: F403 (the recipe's step types)",
+        "from onnxdoctor.worker import fixkit\n",
+        f"shutil.copyfile({target!r}, OUTPUT)",
+    ]
+    rewrites = recipe.all(RewriteOnnx)
+    if rewrites:
+        lines.append(f"fixkit.rewrite_file(OUTPUT, {rewrites!r})")
+    lines += _kernels(recipe)
+    lines.append(f"fixkit.check(OUTPUT, None, None, libraries=LIBRARIES, extensions={_extensions(recipe)})")
+    return "\n".join(lines) + "\n"
+
+
+def _kernels(recipe: Recipe) -> list[str]:
+    libraries: list[str] = []
+    lines = []
+    for kernels in recipe.all(RuntimeKernels):
+        libraries += kernels.libraries
+        if kernels.python:
+            lines.append(f"fixkit.run_code({_literal(kernels.python)}, None, 'kernel')")
+    return [f"LIBRARIES = {tuple(libraries)!r}", *lines]
+
+
+def _extensions(recipe: Recipe) -> bool:
+    return any(k.extensions for k in recipe.all(RuntimeKernels))
