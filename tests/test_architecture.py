@@ -101,8 +101,8 @@ def test_graph_and_onnx_helpers_never_reach_into_the_worker(path: Path) -> None:
     assert _hits(_imports(path), ("onnxdoctor.worker",)) == []
 
 
-# envinfo's runtime probe runs in a child process of `onnxdoctor env` (`_probe_main`), never in the CLI.
-CHILD_PROCESS_PROBES = {"envinfo.py"}
+# The runtime probe runs in a child process of `onnxdoctor env` (`_probe_main`), never in the CLI.
+CHILD_PROCESS_PROBES = {"envinfo.py", "envprobe.py"}
 
 
 def test_only_the_worker_imports_torch_or_onnxruntime() -> None:

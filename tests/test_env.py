@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from onnxdoctor import envinfo
+from onnxdoctor import envinfo, envprobe
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -291,13 +291,13 @@ def test_the_runtime_refusal_prefix_is_stripped() -> None:
         "const onnxruntime::logging::Logger&) Unsupported model IR version: 15, max supported IR version: 14"
     )
     assert (
-        envinfo._ort_refusal(raw)
+        envprobe._ort_refusal(raw)
         == "Unsupported model IR version: 15, max supported IR version: 14"
     )
 
 
 def test_a_probe_that_cannot_finish_is_a_warning_not_a_hang() -> None:
-    facts = envinfo.probe_runtime(timeout=0.01)
+    facts = envprobe.probe_runtime(timeout=0.01)
     assert "error" in facts["onnxruntime"]
     env = _facts(28, 14)
     env["onnxruntime"] = facts["onnxruntime"]
