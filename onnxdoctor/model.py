@@ -117,6 +117,9 @@ class FixCheck:
     problem: str | None = None
     # False when a precision-changing rewrite passed every stage but had no reference numbers.
     numbers_checked: bool = True
+    # The fixed model against each requested deployment target: (target, verdict) pairs, e.g.
+    # ("ort-cpu", "parity"), ("tensorrt", "refuses 2 nodes") (docs/targets.md).
+    targets: tuple[tuple[str, str], ...] = ()
 
     @property
     def failure(self) -> str:

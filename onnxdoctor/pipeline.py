@@ -108,7 +108,8 @@ def _diagnose(
         targets: tuple[Any, ...] = ()
         if run_id == "main":
             targets = _targets(options, outcomes, result.events, target)
-            findings = [*findings, *(f for t in targets for f in t.findings)]
+            findings = [*(_fixes_on_targets(f, targets) for f in findings),
+                        *(f for t in targets for f in t.findings)]
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -138,6 +139,42 @@ def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: lis
         bad = tuple(Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems)
         results = (*results, TargetResult("script", "table", None, "skipped", findings=bad, note=problems[0]))
     return results
+
+
+def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...]) -> Finding:
+    """Each working fix's model judged by every requested target: the fix x target matrix.
+
+    ONNX Runtime CPU's verdict is the fix check itself; a static table judges the fixed model's
+    file; a runtime target (OpenVINO) is not run once per fix, and says so.
+    """
+    if not targets or not any(f.check and f.check.works and f.check.artifact for f in finding.fixes):
+        return finding
+    from onnxdoctor.onnxkit.files import OnnxFileError, read_onnx
+    from onnxdoctor.targets.matrix import matrix_rows
+    from onnxdoctor.targets.tables import check_model
+
+    fixes = []
+    for fix in finding.fixes:
+        check = fix.check
+        if check is None or not check.works or not check.artifact:
+            fixes.append(fix)
+            continue
+        verdicts: list[tuple[str, str]] = [("ort-cpu", check.reached.value if check.reached else "passed")]
+        try:
+            model = read_onnx(Path(check.artifact), load_external_data=False)
+        except OnnxFileError:
+            model = None
+        for result in targets:
+            if result.target in ("ort-cpu", "script"):
+                continue
+            if result.kind != "table" or model is None:
+                verdicts.append((result.target, "not run for each fix"))
+                continue
+            row = matrix_rows((check_model(result.target, model),))[0]
+            verdicts.append((result.target, f"refuses {row.unsupported} node(s)" if row.unsupported
+                             else f"{row.verdict} ({row.partly} node(s))" if row.partly else row.verdict))
+        fixes.append(replace(fix, check=replace(check, targets=tuple(verdicts))))
+    return replace(finding, fixes=tuple(fixes))
 
 
 def _precheck_script(target: Target) -> Diagnosis | None:

@@ -378,3 +378,20 @@ def test_graph_target_marks_the_nodes_a_table_refuses(tmp_path: Path) -> None:
     assert "OD705" in text and "[ort-web]" in text and "not a run" in result.output
     bad = runner.invoke(app, ["graph", str(path), "--dot", "-o", str(tmp_path / "h.dot"), "--target", "nope"])
     assert bad.exit_code == 2 and "unknown target 'nope'" in bad.output
+
+
+@pytest.mark.slow
+def test_a_verified_fix_is_judged_by_every_requested_target(tmp_path: Path) -> None:
+    # The cast fix works on ONNX Runtime CPU; the fixed model's Det is still missing from
+    # TensorRT's table and has no CUDA kernel: the fix x target matrix says so per target.
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "ort_load" / "od402_det_float64.py"
+    options = DiagnoseOptions(targets=("tensorrt", "ort-cuda"))
+    (diagnosis,) = diagnose(str(fixture), options)
+    cast = next(f for f in diagnosis.findings[0].fixes if f.kind == "cast")
+    assert cast.verified is True and cast.check is not None
+    verdicts = dict(cast.check.targets)
+    assert verdicts["ort-cpu"] == "parity"
+    assert verdicts["tensorrt"].startswith("refuses 1 node")
+    assert verdicts["ort-cuda"].startswith("CPU fallback")
+    # Untried or failed fixes carry no target verdicts: only a working fix has a model to judge.
+    assert all(not f.check.targets for f in diagnosis.findings[0].fixes if f.check and not f.check.works)

@@ -36,6 +36,8 @@ def fix_dict(fix: Fix) -> dict[str, Any]:
         "max_rel_diff": check.max_rel_diff if check else None,
         "seconds": check.seconds if check else None,
         "detail": check.detail if check else None,
+        # The fixed model per requested deployment target (empty unless --target asked for more).
+        "targets": dict(check.targets) if check else {},
     }
 
 

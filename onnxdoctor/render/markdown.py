@@ -59,6 +59,8 @@ def _finding(finding: Finding) -> list[str]:
         else:
             status = f"tried: {check.failure} ({check.detail})"
         lines += [f"{number}. **{fix.title}** — {status}", ""]
+        if check is not None and check.targets:
+            lines += ["   Targets: " + ", ".join(f"{t}: {v}" for t, v in check.targets), ""]
         if fix.cost:
             lines += [f"   Cost: {fix.cost}", ""]
         if fix.snippet:
