@@ -223,6 +223,7 @@ def _request(
         verify_fixes=verify_fixes,
         gather_facts=gather_facts,
         skip_check=options.skip_check,
+        localize_budget=options.localize_budget,
         expected_fingerprint=expected_fingerprint,
         targets=_worker_targets(options.targets),
     )

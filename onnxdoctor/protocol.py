@@ -51,6 +51,8 @@ class WorkerRequest:
     # The first load's model fingerprint: a fix worker that re-imports the script must build the
     # same model, or its verdict is about someone else's model (OD114).
     expected_fingerprint: str | None = None
+    # Seconds the search for a mismatch's first diverging value may take; 0 skips it.
+    localize_budget: float = 30.0
     # Deployment targets the worker runs itself after the main run (docs/targets.md): "openvino".
     targets: tuple[str, ...] = ()
 

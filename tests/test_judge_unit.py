@@ -257,3 +257,28 @@ def _rewrite(fix: Fix) -> object:
     """The ONNX rewrite a fix's recipe applies (None without one)."""
     step = fix.recipe.first(RewriteOnnx) if fix.recipe else None
     return step.transform if step else None
+
+
+def test_a_mismatch_whose_search_ran_out_of_time_says_so() -> None:
+    passed = [StageOutcome(s, Status.PASSED) for s in (Stage.LOAD, Stage.EXPORT, Stage.CHECK, Stage.ORT_LOAD,
+                                                        Stage.ORT_RUN)]
+    parity = _failed(Stage.PARITY, "output 0 differs: max abs error 0.5", code="OD601",
+                     diverging_skipped="over the --localize-budget of 30 s")
+    [finding] = [f for f in classify([*passed, parity]) if f.code == "OD601"]
+    assert "not searched for: over the --localize-budget of 30 s" in finding.message
+    assert finding.node is None  # nothing was located: no node is blamed
+
+
+def test_the_time_limit_stops_a_step_and_leaves_a_quick_one_alone() -> None:
+    from onnxdoctor.worker.parity import OutOfTime, time_limit
+
+    started = time.monotonic()
+    with pytest.raises(OutOfTime), time_limit(0.2):
+        while True:  # a library call that would run on
+            time.sleep(0.01)
+    assert time.monotonic() - started < 2.0
+    with time_limit(5.0):
+        value = sum(range(1000))
+    assert value == 499500
+    with pytest.raises(OutOfTime), time_limit(0):  # --localize-budget 0 skips the search
+        pass

@@ -362,6 +362,8 @@ def _parity_finding(
             f"; the first value that differs is {diverging['value']!r} (node {node}, {op}): "
             f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
         )
+    if facts.get("diverging_skipped"):
+        message += f"; the first diverging value was not searched for: {facts['diverging_skipped']}"
     load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
     modes = (load.facts.get("mode_sensitive_modules") if load and load.facts.get("training") else None) or []
     if modes and code == "OD601":

@@ -117,6 +117,10 @@ def diagnose(
         120.0, "--fix-budget", metavar="SECONDS",
         help="Seconds in which fix checks and fix chains (up to 3 steps) may start; within --timeout.",
     ),
+    localize_budget: float = typer.Option(
+        30.0, "--localize-budget", metavar="SECONDS",
+        help="Seconds to search for a mismatch's first diverging value (0: skip the search).",
+    ),
     write_fix: Path | None = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 2) and nothing else."),
     report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
@@ -145,6 +149,7 @@ def diagnose(
         fix=fix,
         all_fixes=all_fixes,
         fix_budget=fix_budget,
+        localize_budget=localize_budget,
         targets=tuple(target_names),
     )
     code = run_diagnose(

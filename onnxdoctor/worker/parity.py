@@ -7,6 +7,9 @@ PyTorch's, to name the first node that diverges.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -249,3 +252,29 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float) -> dict[
         worst = max(worst or 0.0, report.get("max_abs_diff") or 0.0)
     described = sets[0][0] if len(sets) == 1 else "three input sets derived from the example's"
     return {"source": described, "matched": True, "message": None, "max_abs_diff": worst}
+
+
+class OutOfTime(Exception):
+    """A bounded step ran past its time limit."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise OutOfTime in the worker's main thread once `seconds` have passed (0: at once).
+
+    The intermediate comparison is one library call with no budget of its own; a timer signal
+    is the only way to stop it without losing the run.
+    """
+    if seconds <= 0:
+        raise OutOfTime
+
+    def expire(_signum: int, _frame: Any) -> None:
+        raise OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

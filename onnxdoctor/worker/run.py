@@ -58,9 +58,11 @@ from onnxdoctor.worker.facts import (
 from onnxdoctor.worker.failures import export_failure_facts, torch_op_behind
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
+    OutOfTime,
     compare_with_reference,
     first_diverging_value,
     second_input_check,
+    time_limit,
 )
 from onnxdoctor.worker.runtime import (
     _feeds_for_session,
@@ -523,8 +525,14 @@ class Runner:
             explained = bool(state.get("load_facts", {}).get("training")
                              and state.get("load_facts", {}).get("mode_sensitive_modules"))
             if report["code"] == "OD601" and state.get("onnx_program") is not None and not explained:
-                with contextlib.suppress(Exception):
-                    facts["diverging"] = first_diverging_value(state, self.request.atol, self.request.rtol)
+                budget = self.request.localize_budget
+                try:
+                    with time_limit(budget):
+                        facts["diverging"] = first_diverging_value(state, self.request.atol, self.request.rtol)
+                except OutOfTime:
+                    facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
+                except Exception:  # best effort: the mismatch itself is reported either way
+                    pass
             raise StageFailed(report["message"], report["code"], **facts)
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
