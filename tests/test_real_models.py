@@ -93,3 +93,44 @@ def test_a_failure_inside_transformers_names_the_users_line_and_the_library_fram
     assert first[0].startswith("RuntimeError: The expanded size"), first
     assert first[1].startswith("  at transformers/models/bert/modeling_bert.py:"), first
     assert ", in forward: " in first[1]
+
+
+STANDIN = '''import torch
+
+
+# What torchvision's Python does first: register a fake kernel for its compiled nms op. Without
+# the compiled ops (a build for another torch, or a CUDA build beside a CPU torch), torch refuses.
+@torch.library.register_fake("torchvision::nms")
+def _nms_fake(dets, scores, iou_threshold):
+    return torch.empty(0, dtype=torch.long)
+'''
+
+SCRIPT = '''import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
+import torchvision  # noqa: E402,F401
+
+
+def get_model():
+    return torch.nn.Linear(2, 2), (torch.randn(1, 2),)
+'''
+
+
+@pytest.mark.slow
+def test_a_companion_built_for_another_torch_is_an_environment_finding_not_the_script(tmp_path: Path) -> None:
+    # A torchvision whose compiled ops are absent (0.28.0: PyPI's CUDA build, for torch 2.13's minor
+    # but not its CPU build): torch itself raises "operator torchvision::nms does not exist".
+    (tmp_path / "torchvision").mkdir()
+    (tmp_path / "torchvision" / "__init__.py").write_text(STANDIN)
+    (tmp_path / "torchvision-0.28.0.dist-info").mkdir()
+    (tmp_path / "torchvision-0.28.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.28.0\n")
+    (tmp_path / "model.py").write_text(SCRIPT)
+    (diagnosis,) = diagnose(str(tmp_path / "model.py"), DiagnoseOptions(fix=False, timeout=120))
+    [finding] = [f for f in diagnosis.findings if f.stage.value == "load"]
+    assert finding.code == "OD099", finding
+    assert "torchvision 0.28.0" in finding.message and "CPU build" in finding.message
+    assert "download.pytorch.org/whl/cpu" in finding.message
+    assert any("operator torchvision::nms does not exist" in e for e in finding.evidence)

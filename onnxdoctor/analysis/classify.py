@@ -170,6 +170,9 @@ def _classify_failure(
         message = first_line(normalize_message(error.message if error else "", base_dir=base_dir)) or get_code(code).summary
         if code == "OD104" and error and error.chain_messages:
             evidence = _evidence(error, base_dir)
+        if code == "OD104" and facts.get("extension_mismatches"):
+            # Not the script's fault: a compiled companion built for another torch failed to load.
+            code, message = "OD099", "; ".join(str(m) for m in facts["extension_mismatches"])
         if code == "OD405" and facts.get("library"):
             # The user's own library path, as given: never shortened to <tmp>/ like a library's.
             message = f"custom-op library {facts['library']} {message}"

@@ -6,6 +6,7 @@ Best effort throughout: a fact that cannot be gathered is left out, never an err
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,22 @@ def torch_op_behind(node_op: str | None, state: dict[str, Any]) -> dict[str, Any
     from onnxdoctor.worker.registry import op_facts
 
     return {"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")}
+
+
+# What torch says when a companion library's compiled ops did not load (built for another torch,
+# or a CUDA build beside a CPU torch): its Python part then fails on its first op registration.
+_OPS_DID_NOT_LOAD = re.compile(r"operator (\w+)::\w+ does not exist|Couldn't load custom C\+\+ ops")
+
+
+def extension_build_facts(info: dict[str, Any]) -> dict[str, Any]:
+    """For a script that failed importing a compiled companion (torchvision, torchaudio): which
+    package, its build against torch's, and how to install a matching one ({} otherwise)."""
+    text = "\n".join([info.get("message", ""), *info.get("chain_messages", [])])
+    if not _OPS_DID_NOT_LOAD.search(text):
+        return {}
+    import torch
+
+    from onnxdoctor.envinfo import extension_mismatches, extension_versions
+
+    mismatches = extension_mismatches(torch.__version__, extension_versions())
+    return {"extension_mismatches": [m["message"] for m in mismatches]} if mismatches else {}

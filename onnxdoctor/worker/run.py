@@ -55,7 +55,7 @@ from onnxdoctor.worker.facts import (
     _torch_export_verdict,
     _with_suggested_dims,
 )
-from onnxdoctor.worker.failures import export_failure_facts, torch_op_behind
+from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
     OutOfTime,
@@ -214,6 +214,7 @@ class Runner:
                 "OD104",
                 source=_user_frame(exc, self.target),
                 raised=info["type"],
+                **extension_build_facts(info),
             ) from exc
         model = loaded.model
         # The model the script built, before any fix changes it: what must match across imports.
