@@ -67,6 +67,20 @@ def test_best_fix_is_ranked_first_and_verification_stops_at_first_success() -> N
     assert any(fix.check is None for fix in fixes[1:])
 
 
+def test_custom_op_mappings_are_typed_from_the_op_s_own_results(tmp_path: Path) -> None:
+    # The op returns int64 indices from a float input: typed float, the custom node would lie.
+    fixture = "export/od203_custom_op_int64_indices.py"
+    fixes = _fixes(fixture, all_fixes=True)
+    dynamo, torchscript = fixes["custom_op_dynamo"], fixes["custom_op_torchscript"]
+    assert "def row_argmax_to_onnx(x: FLOAT) -> INT64:" in dynamo.snippet
+    assert "outputs=[PyCustomOpDef.dt_int64]" in dynamo.snippet
+    assert ".setType(x.type().with_dtype(torch.int64))" in torchscript.snippet
+    for fix in (dynamo, torchscript):
+        assert fix.verified is True, fix.check
+        assert fix.check is not None and fix.check.max_abs_diff == 0
+    run_fix_program(dynamo, FIXTURES / fixture, tmp_path / "dynamo")
+
+
 def test_a_custom_node_without_a_kernel_is_fixed_from_the_torch_op_behind_it(tmp_path: Path) -> None:
     # The script's TorchScript symbolic wrote mynamespace::MYSELU; ONNX Runtime has no kernel for it.
     fixes = _fixes("ort_load/od401_myselu_symbolic.py", all_fixes=True)

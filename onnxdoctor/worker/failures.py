@@ -19,9 +19,6 @@ from onnxdoctor.worker.tracebacks import (
     error_info,
 )
 
-# torch's words when an op without a fake (meta) kernel meets torch.export's fake tensors.
-NO_FAKE_KERNEL = "no fake impl or Meta kernel"
-
 
 def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: Path, *, gather: bool) -> dict[str, Any]:
     """Op, node, source line and registry facts for an export failure (best effort).
@@ -60,7 +57,9 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 from onnxdoctor.worker.registry import op_facts
 
                 facts["op_facts"] = op_facts(op, "dynamo" if dynamo else "torchscript")
-        if custom and any(NO_FAKE_KERNEL in m for m in [info["message"], *info["chain_messages"]]):
+        if custom:
+            # What the op takes and returns, from its real calls: the generated fake kernel and the
+            # generated mappings' types (an op returning int64 indices is not typed float) use it.
             with contextlib.suppress(Exception):
                 from onnxdoctor.worker.registry import observe_calls
 
@@ -91,9 +90,12 @@ def torch_op_behind(node_op: str | None, state: dict[str, Any]) -> dict[str, Any
     behind = named[0] if named else (symbolics[0] if len(symbolics) == 1 else None)
     if behind is None:
         return {}
-    from onnxdoctor.worker.registry import op_facts
+    from onnxdoctor.worker.registry import observe_calls, op_facts
 
-    return {"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")}
+    facts = {"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")}
+    with contextlib.suppress(Exception):
+        facts["torch_op_calls"] = observe_calls(state["loaded"], behind)
+    return facts
 
 
 # What torch says when a companion library's compiled ops did not load (built for another torch,

@@ -107,6 +107,17 @@ class FixContext:
         ]
 
     @property
+    def observed_dtypes(self) -> tuple[list[str], list[str]]:
+        """The dtypes (torch names: float32, int64) of the op's tensor arguments and of its results,
+        from its first call the worker observed; two empty lists when it saw none."""
+        calls = [c for c in self.export_facts.get("op_calls") or () if isinstance(c, dict)]
+        if not calls:
+            return [], []
+        args = [a["dtype"] for a in calls[0].get("args") or () if isinstance(a, dict) and "dtype" in a]
+        results = [r["dtype"] for r in calls[0].get("results") or () if isinstance(r, dict) and "dtype" in r]
+        return args, results
+
+    @property
     def n_outputs(self) -> int:
         """How many tensors the op returns (at least one)."""
         schema = self.op_facts.get("schema") or {}

@@ -104,11 +104,12 @@ def scaffold_command(ctx: FixContext, arguments: list[OpArgument]) -> str:
     return command + " --expr '<your op's math>'"
 
 
-def _python_signature(arguments: list[OpArgument]) -> str:
+def _python_signature(arguments: list[OpArgument], tensor_types: list[str]) -> str:
     parts = []
+    types = iter(tensor_types)
     for argument in arguments:
         if argument.is_tensor:
-            parts.append(f"{argument.name}: FLOAT")
+            parts.append(f"{argument.name}: {next(types, 'FLOAT')}")
         elif argument.has_default:
             parts.append(f"{argument.name}: {argument.python_annotation} = {argument.default!r}")
         else:
@@ -121,17 +122,19 @@ def dynamo_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
     tensors = [a.name for a in arguments if a.is_tensor]
     attributes = [a.name for a in arguments if not a.is_tensor]
     call = ", ".join(tensors + [f"{a}={a}" for a in attributes])
-    outputs = ", ".join(["FLOAT"] * ctx.n_outputs)
-    returns = outputs if ctx.n_outputs == 1 else f"tuple[{outputs}]"
+    arg_types, result_types = ctx.observed_dtypes
+    inputs = [_ONNXSCRIPT_TYPES.get(t, "FLOAT") for t in _padded(arg_types, len(tensors))]
+    results = [_ONNXSCRIPT_TYPES.get(t, "FLOAT") for t in _padded(result_types, ctx.n_outputs)]
+    returns = results[0] if ctx.n_outputs == 1 else f"tuple[{', '.join(results)}]"
     function = f"{ctx.op_name}_to_onnx"
     return (
         "import onnxscript\n"
         "import torch\n"
-        "from onnxscript import FLOAT\n"
+        f"from onnxscript import {', '.join(sorted({*inputs, *results}))}\n"
         + ("from typing import Sequence\n" if any("Sequence" in a.python_annotation for a in arguments) else "")
         + f"\n{ctx.namespace} = onnxscript.values.Opset({ctx.namespace!r}, 1)\n\n\n"
         f"@onnxscript.script({ctx.namespace})\n"
-        f"def {function}({_python_signature(arguments)}) -> {returns}:\n"
+        f"def {function}({_python_signature(arguments, inputs)}) -> {returns}:\n"
         f"    # Full annotations, return type included: without them the export fails with\n"
         f"    # \"The number of values and replacements must match\".\n"
         + _dynamo_body(ctx, call) +
@@ -155,7 +158,13 @@ def torchscript_snippet(ctx: FixContext, arguments: list[OpArgument]) -> str:
     attributes = [f"{a.name}_{a.onnx_suffix}={a.name}" for a in arguments if not a.is_tensor]
     call = ", ".join([repr(f"{ctx.namespace}::{ctx.onnx_op_type}"), *tensors, *attributes])
     outputs = f", outputs={ctx.n_outputs}" if ctx.n_outputs > 1 else ""
-    set_type = f".setType({tensors[0]}.type())" if tensors and ctx.n_outputs == 1 else ""
+    arg_types, result_types = ctx.observed_dtypes
+    set_type = ""
+    if tensors and ctx.n_outputs == 1:
+        # The node's type is the first input's unless the op returns another dtype (int64 indices).
+        changed = result_types and arg_types and result_types[0] != arg_types[0]
+        set_type = (f".setType({tensors[0]}.type().with_dtype(torch.{result_types[0]}))" if changed
+                    else f".setType({tensors[0]}.type())")
     return (
         "import torch\n"
         "from torch.onnx import register_custom_op_symbolic, symbolic_helper\n\n\n"
@@ -187,8 +196,10 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument], node_op_type: s
         for a in arguments
         if a.is_tensor or a.extensions_type
     )
-    inputs = ", ".join(["PyCustomOpDef.dt_float"] * len(tensors))
-    outputs = ", ".join(["PyCustomOpDef.dt_float"] * ctx.n_outputs)
+    arg_types, result_types = ctx.observed_dtypes
+    inputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in _padded(arg_types, len(tensors)))
+    outputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}"
+                        for t in _padded(result_types, ctx.n_outputs))
     result = "result.numpy()" if ctx.n_outputs == 1 else "tuple(r.numpy() for r in result)"
     return (
         "import numpy as np\n"
@@ -214,7 +225,8 @@ def _from_the_torch_op(finding: Finding, ctx: FixContext) -> list[Fix]:
     ort_load = next((o for o in ctx.outcomes if o.stage is Stage.ORT_LOAD and o.facts.get("torch_op")), None)
     if ctx.target_kind != "script" or ort_load is None:
         return []
-    behind = replace(ctx, op=ort_load.facts["torch_op"], op_facts=ort_load.facts.get("torch_op_facts") or {})
+    behind = replace(ctx, op=ort_load.facts["torch_op"], op_facts=ort_load.facts.get("torch_op_facts") or {},
+                     export_facts={**ctx.export_facts, "op_calls": ort_load.facts.get("torch_op_calls") or []})
     node_op_type = (ctx.op or "").split("::", 1)[-1]
     fixes = [
         replace(fix, title=f"Export {behind.op}'s own body instead of the {ctx.op} node "
@@ -234,6 +246,20 @@ def _from_the_torch_op(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("runtime_kernel_python", (RuntimeKernels(python=kernel, extensions=True),)),
         ))
     return fixes
+
+
+# torch dtype names -> onnxscript tensor types and onnxruntime-extensions kernel types.
+_ONNXSCRIPT_TYPES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "bfloat16": "BFLOAT16",
+                     "int64": "INT64", "int32": "INT32", "int16": "INT16", "int8": "INT8", "uint8": "UINT8",
+                     "bool": "BOOL"}
+_EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "dt_float16",
+                     "bfloat16": "dt_bfloat16", "int64": "dt_int64", "int32": "dt_int32", "int16": "dt_int16",
+                     "int8": "dt_int8", "uint8": "dt_uint8", "bool": "dt_bool"}
+
+
+def _padded(types: list[str], count: int) -> list[str]:
+    """`count` dtypes: the observed ones, float32 for any the worker did not see."""
+    return [*types[:count], *["float32"] * max(0, count - len(types))]
 
 
 def _runtime_only(ctx: FixContext) -> list[Fix]:
