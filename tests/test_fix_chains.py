@@ -56,9 +56,12 @@ def test_a_later_fix_s_exporter_wins_in_the_chain() -> None:
     assert fix.recipe is not None and fix.recipe.all(UseExporter) == [UseExporter("torchscript")]
 
 
-def test_a_family_is_used_once_and_two_program_builders_do_not_chain() -> None:
+def test_a_step_is_taken_once_and_two_program_builders_do_not_chain() -> None:
     assert chainable(CAST, EVAL)
-    assert not chainable(chain([CAST, EVAL]), EVAL)  # no family twice on one path
+    assert not chainable(chain([CAST, EVAL]), EVAL)  # nothing new: the chain already has model.eval()
+    other_cast = Fix("cast", "Run Erf in float", recipe=Recipe("cast", (RewriteOnnx(CastAround("Erf", "float")),
+                                                                      UseExporter("dynamo"))))
+    assert chainable(CAST, other_cast)  # the same family for a second op is a new step
     assert not chainable(_program_fix("rewrite"), _program_fix("decompose"))  # the second re-exports the model
     assert chainable(_program_fix("rewrite"), EVAL)
     assert not chainable(CAST, Fix("x", "shown only"))  # a fix without a recipe is never tried

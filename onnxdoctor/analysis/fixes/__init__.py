@@ -90,7 +90,8 @@ def _unique(fixes: list[Fix]) -> list[Fix]:
 def chainable(first: Fix, then: Fix) -> bool:
     """Whether `then` can be applied on top of `first` as one fix.
 
-    A family is used once per chain; two fixes that each build the exported program
+    A fix adds something the chain does not already do (a cast of a second op, not the same
+    cast again); two fixes that each build the exported program
     themselves do not compose (the second would start again from the model); and a fix that
     picks the other exporter would void the earlier steps made for one exporter (export code,
     custom opsets, dynamic_shapes). Model changes, file rewrites and kernels work with either.
@@ -101,7 +102,7 @@ def chainable(first: Fix, then: Fix) -> bool:
     tied = any(isinstance(s, _EXPORTER_BOUND) for s in first.recipe.steps)
     if tied and chosen and switched and chosen != switched:
         return False
-    if then.recipe.kind in (first.recipe.chain or (first.recipe.kind,)):
+    if all(step in first.recipe.steps for step in then.recipe.steps):
         return False
     builds = [r for r in (first.recipe, then.recipe) if any(c.program for c in r.all(ExportCode))]
     return len(builds) < 2
