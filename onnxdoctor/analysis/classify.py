@@ -359,10 +359,13 @@ def _parity_finding(
     ]
     op = node = None
     diverging = facts.get("diverging")
+    source = diverging.get("source") if diverging else None
     if diverging:
         op, node = diverging.get("op"), diverging.get("node")
+        module = (f", the output of module {diverging['module']!r} ({diverging.get('module_class')})"
+                  if diverging.get("module") else "")
         message += (
-            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}): "
+            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}{module}): "
             f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
         )
     if facts.get("diverging_skipped"):
@@ -374,11 +377,12 @@ def _parity_finding(
         message += (f"; the model is in training mode and {len(modes)} module(s) depend on it ({shown}): "
                     "dropout and batch statistics explain this difference (OD206); compare in eval mode")
     symbolics = (load.facts.get("custom_symbolics") if load else None) or {}
-    if not diverging and symbolics and export and export.facts.get("exporter") == "torchscript":
-        op = next(iter(symbolics)) if len(symbolics) == 1 else None
+    if symbolics and export and export.facts.get("exporter") == "torchscript":
+        if not diverging:
+            op = next(iter(symbolics)) if len(symbolics) == 1 else None
         message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
     return _finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
-                    node=node, evidence=tuple(rows) + evidence[:1])
+                    node=node, source=source, evidence=tuple(rows) + evidence[:1])
 
 
 def _blame_user_symbolic(found: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:

@@ -278,3 +278,99 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, target: Any) -> dict[str, Any] | None:
+    """TorchScript exports: the first submodule whose output the ONNX model computes differently.
+
+    The TorchScript exporter names nodes after the module path that emitted them
+    ("/layers.0/act/Erf" is inside `layers.0.act`), so each submodule's output is the value of the
+    last node in its scope. Those values become extra graph outputs; forward hooks record
+    PyTorch's; submodules are compared in the order they finished (inner ones first).
+    """
+    from pathlib import Path
+
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.runtime import _feeds_for_session
+
+    model = onnx.load(str(state["onnx_path"]))
+    producers = {out: node for node in model.graph.node for out in node.output}
+    last: dict[str, str] = {}
+    for node in model.graph.node:
+        segments = node.name.strip("/").split("/")[:-1] if node.name.startswith("/") else []
+        for qualname in _scope_names(segments):
+            if node.output:
+                last[qualname] = node.output[0]
+    loaded = state["loaded"]
+    seen: list[tuple[str, Any, Any]] = []
+    hooks = []
+    for name, module in loaded.model.named_modules():
+        if name and name in last:
+            def record(module: Any, _inputs: Any, output: Any, name: str = name) -> None:
+                leaves = _tensor_leaves(output)
+                if leaves and all(n != name for n, _m, _t in seen):
+                    seen.append((name, module, leaves[0].detach().clone()))
+
+            hooks.append(module.register_forward_hook(record))
+    try:
+        with torch.no_grad():
+            loaded.model(*loaded.args, **(loaded.kwargs or {}))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not seen:
+        return None
+    wanted = list(dict.fromkeys(last[name] for name, _m, _t in seen))
+    known = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs)))
+    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    for name, module, expected in seen:
+        got = values.get(last[name])
+        if got is None or tuple(got.shape) != tuple(expected.shape):
+            continue
+        report = compare_outputs([expected], [got], atol, rtol)
+        if report["code"] is None:
+            continue
+        node = producers.get(last[name])
+        source = None
+        code = getattr(getattr(type(module), "forward", None), "__code__", None)
+        if code is not None:  # the module's forward(), when the user's folder defines it
+            with contextlib.suppress(OSError, ValueError):
+                file = Path(code.co_filename)
+                if file.resolve().is_relative_to(Path(target).resolve().parent):
+                    source = f"{file.name}:{code.co_firstlineno}"
+        return {
+            "module": name, "module_class": type(module).__name__, "source": source,
+            "value": last[name], "node": node.name if node is not None else None,
+            "op": node.op_type if node is not None else None,
+            "max_abs_diff": report["max_abs_diff"], "max_rel_diff": report["max_rel_diff"],
+            "compared": len(seen),
+        }
+    return None
+
+
+def _scope_names(segments: list[str]) -> list[str]:
+    """The module qualnames of a TorchScript node's scope, outermost first.
+
+    A segment is the module's path from the nearest module that was called, so a Sequential's
+    child repeats its parent ("/layers/layers.2/act" is `layers.2.act`) while a ModuleList's
+    item, never called itself, does not ("/layers.0/lin" is `layers.0.lin`).
+    """
+    names: list[str] = []
+    current, previous = "", ""
+    for segment in segments:
+        if previous and segment.startswith(previous + "."):
+            current = current[: len(current) - len(previous)] + segment
+        else:
+            current = f"{current}.{segment}" if current else segment
+        names.append(current)
+        previous = segment
+    return names

@@ -60,6 +60,7 @@ from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
     OutOfTime,
     compare_with_reference,
+    first_diverging_module,
     first_diverging_value,
     second_input_check,
     time_limit,
@@ -525,11 +526,16 @@ class Runner:
             # search for a diverging node would only find the first such module, at a high cost.
             explained = bool(state.get("load_facts", {}).get("training")
                              and state.get("load_facts", {}).get("mode_sensitive_modules"))
-            if report["code"] == "OD601" and state.get("onnx_program") is not None and not explained:
+            searchable = state.get("onnx_program") is not None or (
+                state.get("exporter") == "torchscript" and state.get("onnx_path") is not None)
+            if report["code"] == "OD601" and searchable and not explained:
                 budget = self.request.localize_budget
                 try:
                     with time_limit(budget):
-                        facts["diverging"] = first_diverging_value(state, self.request.atol, self.request.rtol)
+                        facts["diverging"] = (
+                            first_diverging_value(state, self.request.atol, self.request.rtol)
+                            if state.get("onnx_program") is not None
+                            else first_diverging_module(state, self.request.atol, self.request.rtol, self.target))
                 except OutOfTime:
                     facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
                 except Exception:  # best effort: the mismatch itself is reported either way
