@@ -384,3 +384,16 @@ def _step(recipe: Recipe, cls: type[S]) -> S:
     step = recipe.first(cls)
     assert step is not None, f"{recipe.kind} has no {cls.__name__} step"
     return step
+
+
+def test_a_file_with_aten_fallback_nodes_is_told_to_export_again_with_the_rewrites() -> None:
+    import ast
+
+    diagnosis = diagnose(str(FIXTURES / "ort_load/od401_aten_fallback_nodes.onnx"), DiagnoseOptions(fix=True))[0]
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD401" and "aten::cumprod, aten::linalg_inv" in finding.message
+    [fix] = finding.fixes  # no "register a kernel" advice: ATen nodes need the export redone
+    assert fix.kind == "aten_fallback_off" and fix.check is None
+    tree = ast.parse(fix.snippet)
+    assert {"cumprod", "linalg_inv"} <= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert "torch.ops.aten.cumprod.default: cumprod" in fix.snippet

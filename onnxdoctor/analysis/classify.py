@@ -448,9 +448,13 @@ def _classify_ort_load(
     if match:
         domain, op_type = match.group(1), match.group(2)
         op = f"{domain}::{op_type}" if domain else op_type
-        found.append(_finding("OD401", Stage.ORT_LOAD,
-                              f"ONNX Runtime has no kernel for {op}: register a custom-op library or kernel",
-                              op=op, node=facts.get("node"), evidence=evidence))
+        message = f"ONNX Runtime has no kernel for {op}: register a custom-op library or kernel"
+        aten = [str(a) for a in facts.get("aten_operators") or ()]
+        if aten:
+            # Written by operator_export_type=ONNX_ATEN_FALLBACK: no kernel library is the answer.
+            message = (f"the model holds ATen fallback nodes ({', '.join(f'aten::{a}' for a in aten)}), written "
+                       "by an export with ONNX_ATEN_FALLBACK: ONNX Runtime has no kernel for them")
+        found.append(_finding("OD401", Stage.ORT_LOAD, message, op=op, node=facts.get("node"), evidence=evidence))
     match = NO_IMPLEMENTATION.search(text) if not found else None
     if match:
         op_type, version, node = match.group(1), int(match.group(2)), match.group(3)

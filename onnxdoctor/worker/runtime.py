@@ -120,9 +120,13 @@ def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
     unregistered = NOT_REGISTERED_RT.search(message)
     if unregistered and model is not None:
         domain, op_type = unregistered.group(1), unregistered.group(2)
+        # ATen fallback nodes name the aten op they stand for in their `operator` attribute.
+        aten = sorted({a.s.decode("utf-8", "replace") for n in model.graph.node
+                       if n.domain == "org.pytorch.aten" for a in n.attribute if a.name == "operator"})
         for node in model.graph.node:
             if node.op_type == op_type and node.domain == domain:
-                return {"node": node.name or None, "op": f"{domain}::{op_type}" if domain else op_type}
+                facts = {"node": node.name or None, "op": f"{domain}::{op_type}" if domain else op_type}
+                return {**facts, "aten_operators": aten} if domain == "org.pytorch.aten" else facts
     if not match:
         return {}
     op_type, version, node = match.group(1), int(match.group(2)), match.group(3)

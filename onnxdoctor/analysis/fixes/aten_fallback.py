@@ -1,16 +1,23 @@
-"""ATen fallback: only a fix where the target runtime executes ATen nodes (not ONNX Runtime CPU)."""
+"""ATen fallback: only a fix where the target runtime executes ATen nodes (not ONNX Runtime CPU).
+
+A model that already holds ATen fallback nodes (OD401 on org.pytorch.aten::ATen) is answered the
+other way round: export again without the fallback, with the op-rewrite library's rewrite for
+each aten op the nodes stand for.
+"""
 
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import OperatorExportType, Recipe, UseExporter
 
-CODES = ("OD202", "OD203")
+CODES = ("OD202", "OD203", "OD401")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """ONNX_ATEN_FALLBACK for ops the TorchScript exporter cannot map (tried, rarely a fix)."""
+    if finding.code == "OD401":
+        return _without_fallback(ctx)
     if ctx.target_kind != "script":
         return []
     return [
@@ -38,3 +45,31 @@ def notes(finding: Finding, ctx: FixContext) -> list[str]:
             "CPU cannot run; it is not a fix for ONNX Runtime."
         )
     ]
+
+
+def _without_fallback(ctx: FixContext) -> list[Fix]:
+    ort_load = next((o for o in ctx.outcomes if o.stage is Stage.ORT_LOAD), None)
+    operators = [str(a) for a in ((ort_load.facts.get("aten_operators") if ort_load else None) or ())]
+    if not operators:
+        return []
+    from onnxdoctor.analysis.fixes.rewrite import program_code
+    from onnxdoctor.rewrites import find_rewrites
+
+    rewrites = tuple(dict.fromkeys(r for name in operators for r in find_rewrites(f"aten::{name}")))
+    covered = sorted({name for name in operators if find_rewrites(f"aten::{name}")})
+    snippet = (
+        "# Export from the PyTorch model again, without operator_export_type=ONNX_ATEN_FALLBACK.\n"
+        + (f"# The library rewrites {', '.join(covered)} in ops ONNX has:\n" + program_code(rewrites)
+           + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
+           if rewrites else "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n")
+    )
+    missing = sorted(set(operators) - set(covered))
+    return [Fix(
+        kind="aten_fallback_off",
+        title=f"Export again without ATen fallback ({', '.join(f'aten::{o}' for o in operators)})",
+        snippet=snippet,
+        applicability=Applicability.DISPLAY_ONLY,
+        cost=("needs the PyTorch model; onnxdoctor diagnose model.py checks the export"
+              + (f"; no rewrite in the library for {', '.join(missing)}: run diagnose on the script to see "
+                 "whether an exporter maps it" if missing else "")),
+    )]

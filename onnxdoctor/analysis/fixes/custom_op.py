@@ -28,6 +28,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if not ctx.op or "::" not in ctx.op or ctx.op.startswith("aten::"):
         return []
     if finding.code == "OD401":
+        if ctx.op.startswith("org.pytorch.aten::"):
+            return []  # ATen fallback nodes: export again without it (the aten_fallback family)
         return [*_from_the_torch_op(finding, ctx), *_runtime_only(ctx)]
     arguments = ctx.schema_arguments
     if not arguments or not all(a.supported for a in arguments) or not any(a.is_tensor for a in arguments):
