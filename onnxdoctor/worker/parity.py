@@ -220,6 +220,7 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float) -> dict[
 
     loaded = state["loaded"]
     own = loaded.namespace.get("get_inputs2")
+    sets: list[tuple[str, tuple[Any, ...], dict[str, Any]]]
     if callable(own):
         sets = [("the script's get_inputs2()", tuple(own()), {})]
     else:

@@ -99,7 +99,7 @@ def unsupported_ops(loaded: Any, target: Any) -> list[dict[str, Any]]:
 
     registry = _registration.ONNXRegistry.from_torchlib()
     program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
-    table = _decomp.create_onnx_friendly_decomposition_table(_decomp.get_onnx_implemented_overloads(registry))
+    table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
     program = program.run_decompositions(table)
     found: dict[str, dict[str, Any]] = {}
     for node in program.graph.nodes:

@@ -151,7 +151,7 @@ class Runner:
         state: dict[str, Any] = {"recipe": recipe}
         names = STAGES_SCRIPT if self.request.kind == "script" else STAGES_ONNX
         records: list[StageRecord] = []
-        if reuse is not None and self.request.kind == "onnx" and recipe.first(RewriteOnnx):
+        if reuse is not None and self.request.kind == "onnx" and recipe.first(RewriteOnnx) is not None:
             reuse = None  # a file's rewrite happens in LOAD: read the file again (cheap)
         left_out: set[str] = set()
         if self.request.load_only and reuse is None:
