@@ -164,7 +164,7 @@ def _node_sources(model: Any, target: Path, limit: int = 5000) -> dict[str, str]
 def _user_line_from_trace(trace: str, target: Path) -> str | None:
 
     best = None
-    for match in re.finditer(r'File "([^"]+)", line (\d+)', trace):
+    for match in re.finditer(r'File "([^"<][^"]*)", line (\d+)', trace):
         path = Path(match.group(1))
         if path.resolve() == target.resolve() or path.parent.resolve() == target.parent.resolve():
             best = f"{path.name}:{match.group(2)}"
@@ -230,6 +230,8 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
     for current in exception_chain(exc, hidden_context=True):
         best = None
         for item in traceback.extract_tb(current.__traceback__):
+            if item.filename.startswith("<"):
+                continue  # "<string>", "<frozen ...>": generated code, not a file in the user's folder
             try:
                 path = Path(item.filename).resolve()
             except (OSError, ValueError):
