@@ -282,3 +282,18 @@ def test_the_time_limit_stops_a_step_and_leaves_a_quick_one_alone() -> None:
     assert value == 499500
     with pytest.raises(OutOfTime), time_limit(0):  # --localize-budget 0 skips the search
         pass
+
+
+def test_a_branch_inside_library_code_is_not_offered_as_an_edit_of_the_user_s_forward() -> None:
+    tail = ("Traceback (most recent call last):\n  ...\nThe model library's frame it broke in:\n"
+            '  File "/venv/lib/python3.11/site-packages/torchvision/ops/boxes.py", line 103, in '
+            "_batched_nms_coordinate_trick\n    if boxes.numel() == 0:\n")
+    error = ErrorInfo(type="torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode",
+                      message="Could not guard on data-dependent expression Eq(4*u1, 0)", traceback_tail=tail)
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED),
+                StageOutcome(Stage.EXPORT, Status.FAILED, 1.0, error=error, facts={"exporter": "dynamo"})]
+    [finding] = [f for f in classify(outcomes) if f.code == "OD204"]
+    [fix] = [f for f in propose_fixes(finding, {"target": SCRIPT, "outcomes": outcomes}) if f.kind == "control_flow"]
+    assert "library code you cannot edit (torchvision/ops/boxes.py:103)" in fix.title
+    assert "import torchvision.ops.boxes as library" in fix.snippet
+    assert "library._batched_nms_coordinate_trick = _batched_nms_coordinate_trick_exportable" in fix.snippet

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 
 CODES = ("OD204", "OD210")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """torch.cond or torch.where in place of a Python branch on a tensor value."""
+    library = _library_branch(finding, ctx)
+    if library is not None:
+        return [library]
     where = f" at {finding.source}" if finding.source else ""
     return [
         Fix(
@@ -26,3 +30,31 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             cost="an edit to forward(); onnxdoctor cannot rewrite your code, so this is not verified",
         )
     ]
+
+
+def _library_branch(finding: Finding, ctx: FixContext) -> Fix | None:
+    """The branch is in a model library's code (no line of the user's is involved): say so."""
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+    where = library_frame(export.error) if export is not None and export.error is not None else None
+    if where is None or finding.source:
+        return None
+    path, _, rest = where.partition(":")
+    module = path.removesuffix(".py").replace("/", ".")
+    function = rest.partition(", in ")[2].partition(":")[0].strip() or "the_function"
+    return Fix(
+        kind="control_flow",
+        title=f"The data-dependent branch is in library code you cannot edit ({path}:{rest.partition(',')[0]}): "
+              "patch that function from your script, or use the library's own export path",
+        snippet=(
+            f"# {where}\n"
+            "# Before exporting, replace the library's function with one that expresses the branch\n"
+            "# with torch.cond / torch.where (same signature; copy its body and change the branch):\n"
+            f"import {module} as library\n\n\n"
+            f"def {function}_exportable(*args, **kwargs):\n"
+            "    ...  # the library's body, with `if <tensor condition>:` rewritten as torch.cond\n\n\n"
+            f"library.{function} = {function}_exportable\n"
+            "# Some libraries ship an ONNX export path or wrapper for such models: prefer it when there is one.\n"
+        ),
+        applicability=Applicability.DISPLAY_ONLY,
+        cost="a patch of library code you maintain yourself; onnxdoctor cannot write it, so it is not verified",
+    )

@@ -27,7 +27,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         "import torch\n\n"
         "program = torch.export.export(model, example_inputs)\n"
         f"# Replace {ctx.op} by what its own Python body traces to (standard ops only);\n"
-        "# `_init_fn` is the function you decorated with @torch.library.custom_op.\n"
+        "# `_init_fn` is the function you decorated with @torch.library.custom_op: a private\n"
+        "# attribute, the only way torch gives to that Python body (pass the function itself if you\n"
+        "# keep a reference to it before decorating).\n"
         f"program = program.run_decompositions({{{overload}: {body}}})\n"
     )
     return [
