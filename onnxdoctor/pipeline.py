@@ -108,7 +108,7 @@ def _diagnose(
         targets: tuple[Any, ...] = ()
         if run_id == "main":
             targets = _targets(options, outcomes, result.events, target)
-            findings = [*(_fixes_on_targets(f, targets) for f in findings),
+            findings = [*(_fixes_on_targets(f, targets, verifier.runs) for f in findings),
                         *(f for t in targets for f in t.findings)]
         diagnoses.append(
             Diagnosis(
@@ -141,11 +141,12 @@ def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: lis
     return results
 
 
-def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...]) -> Finding:
+def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
+                      runs: dict[str, tuple[WorkerResult, str]]) -> Finding:
     """Each working fix's model judged by every requested target: the fix x target matrix.
 
     ONNX Runtime CPU's verdict is the fix check itself; a static table judges the fixed model's
-    file; a runtime target (OpenVINO) is not run once per fix, and says so.
+    file; OpenVINO's is the run the fix's worker made of the fixed model.
     """
     if not targets or not any(f.check and f.check.works and f.check.artifact for f in finding.fixes):
         return finding
@@ -167,14 +168,32 @@ def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...]) -> Finding:
         for result in targets:
             if result.target in ("ort-cpu", "script"):
                 continue
+            if result.target == "openvino":
+                verdicts.append(("openvino", _openvino_verdict(runs.get(fix.recipe.key()) if fix.recipe else None)))
+                continue
             if result.kind != "table" or model is None:
-                verdicts.append((result.target, "not run for each fix"))
+                verdicts.append((result.target, "not checked"))
                 continue
             row = matrix_rows((check_model(result.target, model),))[0]
             verdicts.append((result.target, f"refuses {row.unsupported} node(s)" if row.unsupported
                              else f"{row.verdict} ({row.partly} node(s))" if row.partly else row.verdict))
         fixes.append(replace(fix, check=replace(check, targets=tuple(verdicts))))
     return replace(finding, fixes=tuple(fixes))
+
+
+def _openvino_verdict(run: tuple[WorkerResult, str] | None) -> str:
+    """What OpenVINO did with a fixed model, from the fix run's target event."""
+    if run is None:
+        return "not run"
+    result, run_id = run
+    record = next((e for e in result.events if e.get("event") == "target" and e.get("target") == "openvino"
+                   and e.get("run", "main") == run_id), None)
+    if record is None:
+        return "not run"
+    if record.get("status") == "passed":
+        return str(record.get("reached") or "passed")
+    step = record.get("step") or record.get("reached") or "?"
+    return f"failed at {step}"
 
 
 def _precheck_script(target: Target) -> Diagnosis | None:

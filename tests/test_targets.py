@@ -383,15 +383,26 @@ def test_graph_target_marks_the_nodes_a_table_refuses(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_verified_fix_is_judged_by_every_requested_target(tmp_path: Path) -> None:
     # The cast fix works on ONNX Runtime CPU; the fixed model's Det is still missing from
-    # TensorRT's table and has no CUDA kernel: the fix x target matrix says so per target.
+    # TensorRT's table, has no CUDA kernel and no OpenVINO conversion: the matrix says so per target.
     fixture = Path(__file__).resolve().parent.parent / "fixtures" / "ort_load" / "od402_det_float64.py"
-    options = DiagnoseOptions(targets=("tensorrt", "ort-cuda"))
+    options = DiagnoseOptions(targets=("tensorrt", "ort-cuda", "openvino"))
     (diagnosis,) = diagnose(str(fixture), options)
     cast = next(f for f in diagnosis.findings[0].fixes if f.kind == "cast")
     assert cast.verified is True and cast.check is not None
     verdicts = dict(cast.check.targets)
     assert verdicts["ort-cpu"] == "parity"
+    # OpenVINO ran the fixed model for real in the fix's own run: it has no Det conversion.
+    assert verdicts["openvino"] == "failed at read"
     assert verdicts["tensorrt"].startswith("refuses 1 node")
     assert verdicts["ort-cuda"].startswith("CPU fallback")
     # Untried or failed fixes carry no target verdicts: only a working fix has a model to judge.
     assert all(not f.check.targets for f in diagnosis.findings[0].fixes if f.check and not f.check.works)
+
+
+@pytest.mark.slow
+def test_a_fix_verified_in_its_own_worker_is_run_in_openvino_there() -> None:
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "export" / "od206_training_mode.py"
+    (diagnosis,) = diagnose(str(fixture), DiagnoseOptions(targets=("openvino",)))
+    fix = next(f for f in diagnosis.findings[0].fixes if f.kind == "eval_mode")
+    assert fix.verified is True and fix.check is not None
+    assert dict(fix.check.targets) == {"ort-cpu": "parity", "openvino": "parity"}

@@ -98,7 +98,8 @@ def _finding(code: str, target: str, message: str, op: str | None = None, node: 
 
 
 def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: dict[str, str]) -> TargetResult:
-    record = next((e for e in events if e.get("event") == "target" and e.get("target") == "openvino"), None)
+    record = next((e for e in events if e.get("event") == "target" and e.get("target") == "openvino"
+                   and e.get("run", "main") == "main"), None)
     if importlib.util.find_spec("openvino") is None or (record and record.get("status") == "skipped"
                                                          and "not importable" in str(record.get("error"))):
         line = f"OpenVINO is not installed here: {OPENVINO_INSTALL}"

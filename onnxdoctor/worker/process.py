@@ -86,6 +86,23 @@ def _targets(request: WorkerRequest, state: dict[str, Any]) -> tuple[str, ...]:
     return ("openvino",) if names & {"openvino", "all"} else ()
 
 
+def _openvino(request: WorkerRequest, runner: Runner, state: dict[str, Any], run_id: str) -> None:
+    """OpenVINO's verdict on the model this run wrote (docs/targets.md), tagged with the run."""
+    from onnxdoctor.worker.openvino_target import check_state
+
+    record = check_state(request.kind, runner.target, state, request.atol, request.rtol)
+    if record is not None:
+        append_event(request.events_path, {**record, "run": run_id})
+
+
+def _fix_run(request: WorkerRequest, runner: Runner, run_id: str, fix: Recipe, reuse: dict[str, Any], *,
+             openvino: bool) -> None:
+    """One in-process fix run; a fixed model that reached parity is also run in OpenVINO when asked."""
+    records, state = runner.run_once(run_id, fix, reuse=reuse)
+    if openvino and records and all(r.status == PASSED for r in records):
+        _openvino(request, runner, state, run_id)
+
+
 def main(argv: list[str]) -> int:
     """Worker entry point: `python -m onnxdoctor.worker REQUEST.json`."""
     import faulthandler
@@ -95,22 +112,19 @@ def main(argv: list[str]) -> int:
     _die_with_parent(request.workdir)
     runner = Runner(request)
     records, state = runner.run_once("main", request.apply_fix)
-    if "openvino" in _targets(request, state) and records and records[0].status == PASSED:
-        from onnxdoctor.worker.openvino_target import check_state
-
-        ov_record = check_state(request.kind, runner.target, state, request.atol, request.rtol)
-        if ov_record is not None:
-            append_event(request.events_path, ov_record)
+    openvino = "openvino" in _targets(request, state)
+    if openvino and records and records[0].status == PASSED:
+        _openvino(request, runner, state, "main")
     if records and records[0].status == PASSED:
         for index, fix in enumerate(request.verify_fixes):
-            runner.run_once(f"fix{index}", fix, reuse=state)
+            _fix_run(request, runner, f"fix{index}", fix, state, openvino=openvino)
             if request.stop_on_success and _works(request, f"fix{index}"):
                 break
         if request.plan_fixes and records[-1].status != PASSED:
             plan = _plan(request)
             append_event(request.events_path, {"event": "fix_plan", "recipes": [r.to_dict() for r in plan]})
             for index, fix in enumerate(plan):
-                runner.run_once(f"plan{index}", fix, reuse=state)
+                _fix_run(request, runner, f"plan{index}", fix, state, openvino=openvino)
                 if request.stop_on_success and _works(request, f"plan{index}"):
                     break
     append_event(request.events_path, {"event": "done"})
