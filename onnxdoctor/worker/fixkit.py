@@ -94,21 +94,20 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
     Raises:
         SystemExit: the outputs differ beyond the tolerances (the message says how).
     """
-    import onnxruntime as ort
-
     from onnxdoctor.worker.facts import _tensor_leaves
     from onnxdoctor.worker.parity import compare_outputs
-    from onnxdoctor.worker.runtime import _feeds_for_session, _random_feeds, _run_session
+    from onnxdoctor.worker.runtime import (
+        _feeds_for_session,
+        _random_feeds,
+        _run_session,
+        cpu_session,
+    )
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    for library in libraries:
-        options.register_custom_ops_library(str(library))
     if extensions:
         from onnxruntime_extensions import get_library_path
 
-        options.register_custom_ops_library(get_library_path())
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        libraries = (*libraries, get_library_path())
+    session = cpu_session(str(path), libraries)
     if loaded is None:
         feeds, _described = _random_feeds(session, {}, 256 * 1024 * 1024)
         _run_session(session, feeds)

@@ -146,16 +146,11 @@ def compare_with_reference(
     original = state["original_model"]
     try:
         if reference.opset:
-            import onnxruntime as ort
+            from onnxdoctor.worker.runtime import cpu_session
 
             opset = reference.opset
             name = f"the original model at opset {opset}"
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            session = ort.InferenceSession(
-                with_opset_import(original, opset).SerializeToString(), options,
-                providers=["CPUExecutionProvider"],
-            )
+            session = cpu_session(with_opset_import(original, opset).SerializeToString())
             expected = list(session.run(None, feeds))
         else:
             from onnx.reference import ReferenceEvaluator
@@ -292,11 +287,10 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     from pathlib import Path
 
     import onnx
-    import onnxruntime as ort
     import torch
 
     from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.runtime import _feeds_for_session
+    from onnxdoctor.worker.runtime import _feeds_for_session, cpu_session
 
     model = onnx.load(str(state["onnx_path"]))
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -328,9 +322,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     wanted = list(dict.fromkeys(last[name] for name, _m, _t in seen))
     known = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = cpu_session(model.SerializeToString())
     feeds = _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs)))
     values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
     for name, module, expected in seen:

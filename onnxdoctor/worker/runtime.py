@@ -9,6 +9,18 @@ from typing import Any
 from onnxdoctor.worker.tracebacks import StageFailed, _first
 
 
+def cpu_session(source: str | bytes, libraries: tuple[str, ...] = ()) -> Any:
+    """A quiet ONNX Runtime CPU session (errors only) of a file path or serialized model, with
+    custom-op libraries registered."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    for library in libraries:
+        options.register_custom_ops_library(str(library))
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
 def _run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
     try:
         return list(session.run(None, feeds))

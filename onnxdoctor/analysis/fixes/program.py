@@ -106,12 +106,7 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
                        if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
     joined = ",\n    ".join(options)
     lines.append(f"torch.onnx.export(\n    {exported}, loaded.args, str(OUTPUT),\n    {joined},\n)")
-    rewrites = recipe.all(RewriteOnnx)
-    if rewrites:
-        lines.append(f"fixkit.rewrite_file(OUTPUT, {rewrites!r})")
-    lines += _kernels(recipe)
-    lines.append(f"fixkit.check(OUTPUT, reference, loaded, libraries=LIBRARIES, extensions={_extensions(recipe)})")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_after_export(recipe, "reference, loaded")]) + "\n"
 
 
 def _file_program(recipe: Recipe, target: str) -> str:
@@ -121,23 +116,20 @@ def _file_program(recipe: Recipe, target: str) -> str:
         "from onnxdoctor.worker import fixkit\n",
         f"shutil.copyfile({target!r}, OUTPUT)",
     ]
+    return "\n".join([*lines, *_after_export(recipe, "None, None")]) + "\n"
+
+
+def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
+    """The file rewrites, the runtime kernels, and the check in ONNX Runtime, as program lines."""
+    lines = []
     rewrites = recipe.all(RewriteOnnx)
     if rewrites:
         lines.append(f"fixkit.rewrite_file(OUTPUT, {rewrites!r})")
-    lines += _kernels(recipe)
-    lines.append(f"fixkit.check(OUTPUT, None, None, libraries=LIBRARIES, extensions={_extensions(recipe)})")
-    return "\n".join(lines) + "\n"
-
-
-def _kernels(recipe: Recipe) -> list[str]:
     libraries: list[str] = []
-    lines = []
     for kernels in recipe.all(RuntimeKernels):
         libraries += kernels.libraries
         if kernels.python:
             lines.append(f"fixkit.run_code({_literal(kernels.python)}, None, 'kernel')")
-    return [f"LIBRARIES = {tuple(libraries)!r}", *lines]
-
-
-def _extensions(recipe: Recipe) -> bool:
-    return any(k.extensions for k in recipe.all(RuntimeKernels))
+    extensions = any(k.extensions for k in recipe.all(RuntimeKernels))
+    lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions})")
+    return lines
