@@ -47,18 +47,24 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     return runpy.run_path(str(path), init_globals=scope)
 
 
-def reference_outputs(loaded: LoadedModel) -> list[Any]:
-    """PyTorch's outputs at the example inputs, as tensors (the numbers the export must match)."""
+def reference_call(loaded: LoadedModel) -> Any:
+    """forward() at the example inputs, as the reference for parity: seeded, without gradients, and
+    on a copy of a model in training mode (batch norm would update its running statistics)."""
     import copy
 
     import torch
 
-    from onnxdoctor.worker.facts import _tensor_leaves
-
     model = copy.deepcopy(loaded.model) if getattr(loaded.model, "training", False) else loaded.model
     torch.manual_seed(0)
     with torch.no_grad():
-        return _tensor_leaves(model(*loaded.args, **loaded.kwargs))
+        return model(*loaded.args, **loaded.kwargs)
+
+
+def reference_outputs(loaded: LoadedModel) -> list[Any]:
+    """PyTorch's outputs at the example inputs, as tensors (the numbers the export must match)."""
+    from onnxdoctor.worker.facts import _tensor_leaves
+
+    return _tensor_leaves(reference_call(loaded))
 
 
 def dynamic_shapes(settings: dict[str, Any], correction: DynamicShapes | None) -> Any:

@@ -8,7 +8,6 @@ the last stage reached.
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import os
 import time
@@ -56,6 +55,7 @@ from onnxdoctor.worker.facts import (
     _with_suggested_dims,
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
+from onnxdoctor.worker.fixkit import reference_call
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
     OutOfTime,
@@ -253,11 +253,8 @@ class Runner:
                 "OD114",
                 **facts,
             )
-        reference_model = copy.deepcopy(model) if facts["training"] else model
-        torch.manual_seed(0)
         try:
-            with torch.no_grad():
-                outputs = reference_model(*loaded.args, **loaded.kwargs)
+            outputs = reference_call(loaded)
         except BaseException as exc:
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {_first(exc)}",
