@@ -134,3 +134,18 @@ def test_a_companion_built_for_another_torch_is_an_environment_finding_not_the_s
     assert "torchvision 0.28.0" in finding.message and "CPU build" in finding.message
     assert "download.pytorch.org/whl/cpu" in finding.message
     assert any("operator torchvision::nms does not exist" in e for e in finding.evidence)
+
+
+@pytest.mark.slow
+def test_a_failure_replayed_by_torch_names_the_innermost_cause_its_op_and_the_library_line() -> None:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    options = DiagnoseOptions(exporter="dynamo", timeout=600)
+    (diagnosis,) = diagnose(str(FIXTURES / "real/swin_view_in_decomposition.py"), options)
+    (finding,) = [f for f in diagnosis.findings if f.stage.value == "export"]
+    assert finding.message.startswith("Cannot view a tensor with shape"), finding.message  # not torch's preamble
+    assert "[aten::view at transformers/models/swin/modeling_swin.py:" in finding.message, finding.message
+    assert finding.op == "aten::view"
+    frame = finding.evidence[0].splitlines()[1]
+    assert frame.startswith("  at transformers/models/swin/modeling_swin.py:") and ".reshape(" in frame, frame
+    checks = {fix.kind: fix.check for fix in finding.fixes}
+    assert checks["exporter"] is not None and checks["exporter"].works, checks

@@ -83,7 +83,7 @@ _CAPTURE_TEXT = (
     "Could not extract specialized integer from data-dependent",
 )
 from onnxdoctor.analysis.cautions import _warnings
-from onnxdoctor.analysis.findings import _evidence, _finding, _from_record, _source_from_text
+from onnxdoctor.analysis.findings import _evidence, _finding, _from_record, _source_from_text, library_frame
 
 
 def aten_name(name: str) -> str:
@@ -124,6 +124,17 @@ def extract_op(text: str) -> str | None:
     if match:
         return match.group(1)
     return None
+
+
+# torch names the FX node it was running when an error came from inside an op (a decomposition,
+# a fake kernel): "While executing %view_27 : ... target=torch.ops.aten.view.default".
+_EXECUTING_NODE = re.compile(r"While executing %\S+ : .*?target=torch\.ops\.(\w+)\.(\w+)")
+
+
+def executing_op(text: str) -> str | None:
+    """The op of the FX node torch was executing when it failed ("aten::view"), if it says."""
+    match = _EXECUTING_NODE.search(text)
+    return f"{match.group(1)}::{match.group(2)}" if match else None
 
 
 def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> list[Finding]:
@@ -196,13 +207,15 @@ def _classify_failure(
         if found:
             return found
     code = catch_all(outcome.stage)
-    op, node = facts.get("op") or (extract_op(text) if text else None), facts.get("node")
+    op, node = facts.get("op") or (extract_op(text) or executing_op(text) if text else None), facts.get("node")
     if outcome.stage is Stage.ORT_RUN:
         code = "OD501"
         running = _RUNNING_NODE.search(text)
         if running:
             op, node = running.group(1), running.group(2)
     message = _headline(error, base_dir)
+    if outcome.stage is Stage.EXPORT and error is not None:
+        message = _with_place(message, op, library_frame(error))
     return [
         _finding(
             code,
@@ -229,6 +242,16 @@ def _headline(error: ErrorInfo | None, base_dir: str | None) -> str:
         if line and not _TORCH_PREAMBLE.match(line):
             return line if text is error.message else f"{line} (torch.onnx: {_preamble(error.message)})"
     return first_line(normalize_message(error.message, base_dir=base_dir))
+
+
+def _with_place(headline: str, op: str | None, frame: str | None) -> str:
+    """The headline with the op and the library line it broke at, ahead of torch's preamble."""
+    where = frame.split(", in ", 1)[0] if frame else None
+    place = " at ".join(part for part in (op, where) if part)
+    if not place:
+        return headline
+    cause, marker, preamble = headline.partition(" (torch.onnx: ")
+    return f"{cause} [{place}]" + (f"{marker}{preamble}" if marker else "")
 
 
 def _preamble(message: str) -> str:

@@ -52,7 +52,7 @@ def error_info(exc: BaseException) -> dict[str, Any]:
         except Exception:  # a user exception whose __str__ raises
             messages.append(f"<{type(current).__name__}: message unavailable>")
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])[-5000:]
-    frame = library_frame(exc)
+    frame = library_frame(exc) or _replayed_library_frame(messages)
     if frame is not None:
         # The outer tail is torch's wrapper; a model library's frame (transformers, torchvision)
         # is where the user can look, and it sits deep in a cause the tail does not reach.
@@ -87,6 +87,22 @@ def library_frame(exc: BaseException) -> traceback.FrameSummary | None:
             for item in reversed(traceback.extract_tb(current.__traceback__)):
                 if _model_library(item.filename):
                     return item
+    return None
+
+
+# When torch replays a captured graph (the dynamo exporter's decompositions), the Python stack is
+# gone; torch prints the failing FX node's recorded stack in the message instead.
+_REPLAYED_STACK = re.compile(r"Original traceback:\n(.*?)(?:\nUse tlparse|\n\n|\Z)", re.S)
+_REPLAYED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n[ \t]*([^\n]*)')
+
+
+def _replayed_library_frame(messages: list[str]) -> traceback.FrameSummary | None:
+    """The innermost model-library frame of the stack torch recorded for a failing FX node."""
+    for message in reversed(messages):
+        for stack in _REPLAYED_STACK.findall(message):
+            for path, line, function, code in reversed(_REPLAYED_FRAME.findall(stack)):
+                if _model_library(path):
+                    return traceback.FrameSummary(path, int(line), function.strip(), line=code.strip() or None)
     return None
 
 
