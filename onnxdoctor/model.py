@@ -182,8 +182,25 @@ class SecondInputs:
     max_abs_diff: float | None = None
 
 
+@dataclass(frozen=True)
+class TargetGap:
+    """What a deployment target's operator table asks of a node that the model does not give.
+
+    `need`: "op" (the op is absent or marked unsupported), "types" (`have` is not among `allowed`),
+    "constant" (an input the table needs constant is computed), "opset" (the table lists the op
+    from `opset` on). `model_opset`: the model's default-domain opset.
+    """
+
+    target: str
+    need: str
+    allowed: tuple[str, ...] = ()
+    have: tuple[str, ...] = ()
+    opset: int | None = None
+    model_opset: int | None = None
+
+
 # What a classifier read from a library's message, kept as data for the fix families.
-FindingDetail = IrTooNew | DynamicShapesKeys | SecondInputs
+FindingDetail = IrTooNew | DynamicShapesKeys | SecondInputs | TargetGap
 
 
 @dataclass(frozen=True)

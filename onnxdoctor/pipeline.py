@@ -15,6 +15,7 @@ from typing import Any
 
 from onnxdoctor.analysis.fixes import chain, chainable
 from onnxdoctor.analysis.judge import (
+    attach_fixes,
     fix_check,
     outcomes_for_run,
     prepare_findings,
@@ -33,6 +34,7 @@ from onnxdoctor.model import (
     Stage,
     StageOutcome,
     Status,
+    TargetGap,
 )
 from onnxdoctor.protocol import WorkerRequest, WorkerResult
 from onnxdoctor.recipe import Recipe, UseExporter
@@ -108,8 +110,12 @@ def _diagnose(
         targets: tuple[Any, ...] = ()
         if run_id == "main":
             targets = _targets(options, outcomes, result.events, target)
-            findings = [*(_fixes_on_targets(f, targets, verifier.runs) for f in findings),
-                        *(f for t in targets for f in t.findings)]
+            gaps = [f for t in targets for f in t.findings]
+            if options.fix and gaps:
+                # Target-driven fixes: rewrites into what a target's table asks for, verified like
+                # the others and then judged by every target (docs/targets.md).
+                gaps = verifier.verify(attach_fixes(gaps, outcomes, target, options, exporter), None)
+            findings = [_fixes_on_targets(f, targets, verifier.runs) for f in [*findings, *gaps]]
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -146,7 +152,8 @@ def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
     """Each working fix's model judged by every requested target: the fix x target matrix.
 
     ONNX Runtime CPU's verdict is the fix check itself; a static table judges the fixed model's
-    file; OpenVINO's is the run the fix's worker made of the fixed model.
+    file; OpenVINO's is the run the fix's worker made of the fixed model. A fix for a target's own
+    finding works only when that target no longer has the finding's problem with the fixed model.
     """
     if not targets or not any(f.check and f.check.works and f.check.artifact for f in finding.fixes):
         return finding
@@ -154,6 +161,7 @@ def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
     from onnxdoctor.targets.matrix import matrix_rows
     from onnxdoctor.targets.tables import check_model
 
+    own = finding.detail.target if isinstance(finding.detail, TargetGap) else None
     fixes = []
     for fix in finding.fixes:
         check = fix.check
@@ -161,6 +169,7 @@ def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
             fixes.append(fix)
             continue
         verdicts: list[tuple[str, str]] = [("ort-cpu", check.reached.value if check.reached else "passed")]
+        still = False
         try:
             model = read_onnx(Path(check.artifact), load_external_data=False)
         except OnnxFileError:
@@ -169,16 +178,36 @@ def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
             if result.target in ("ort-cpu", "script"):
                 continue
             if result.target == "openvino":
-                verdicts.append(("openvino", _openvino_verdict(runs.get(fix.recipe.key()) if fix.recipe else None)))
+                verdict = _openvino_verdict(runs.get(fix.recipe.key()) if fix.recipe else None)
+                verdicts.append(("openvino", verdict))
+                still = still or (own == "openvino" and verdict not in ("parity", "passed"))
                 continue
             if result.kind != "table" or model is None:
                 verdicts.append((result.target, "not checked"))
+                still = still or own == result.target
                 continue
-            row = matrix_rows((check_model(result.target, model),))[0]
+            judged = check_model(result.target, model)
+            row = matrix_rows((judged,))[0]
             verdicts.append((result.target, f"refuses {row.unsupported} node(s)" if row.unsupported
                              else f"{row.verdict} ({row.partly} node(s))" if row.partly else row.verdict))
-        fixes.append(replace(fix, check=replace(check, targets=tuple(verdicts))))
+            if own == result.target:
+                problems = _target_problems(judged.findings)
+                brought = problems - _target_problems(result.findings)
+                if (finding.code, finding.op) in problems or brought:
+                    still = True
+                    new_ops = ", ".join(sorted(str(op) for _code, op in brought))
+                    check = replace(check, detail=f"the fixed model has {new_ops}, which {own} does not take"
+                                    if brought else f"{own} still reports {finding.op} in the fixed model")
+        check = replace(check, targets=tuple(verdicts))
+        if still:
+            check = replace(check, status=Status.FAILED, problem=finding.code,
+                            detail=check.detail or f"{own} still does not take the fixed model")
+        fixes.append(replace(fix, check=check))
     return replace(finding, fixes=tuple(fixes))
+
+
+def _target_problems(findings: tuple[Finding, ...]) -> set[tuple[str, str | None]]:
+    return {(f.code, f.op) for f in findings}
 
 
 def _openvino_verdict(run: tuple[WorkerResult, str] | None) -> str:

@@ -59,7 +59,12 @@ class ToFloat32:
     """Compute in float32; the graph's float64 inputs and outputs stay float64."""
 
 
-Transform = SetOpset | ConvertOpset | ExpandFunction | CastAround | SetIrVersion | ToFloat32
+@dataclass(frozen=True)
+class FoldConstants:
+    """Compute what the graph computes from constants alone, and store it as initializers."""
+
+
+Transform = SetOpset | ConvertOpset | ExpandFunction | CastAround | SetIrVersion | ToFloat32 | FoldConstants
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,7 @@ _SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes)
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, Reference,
+    for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
                 DynamicShapes, RewriteOnnx, RuntimeKernels)
 }

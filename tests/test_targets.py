@@ -406,3 +406,79 @@ def test_a_fix_verified_in_its_own_worker_is_run_in_openvino_there() -> None:
     fix = next(f for f in diagnosis.findings[0].fixes if f.kind == "eval_mode")
     assert fix.verified is True and fix.check is not None
     assert dict(fix.check.targets) == {"ort-cpu": "parity", "openvino": "parity"}
+
+
+# ---------------------------------------------------------------- target-driven fixes
+
+
+def _target_finding(diagnosis: object, code: str, target: str, op: str) -> object:
+    return next(f for f in diagnosis.findings  # type: ignore[attr-defined]
+                if f.code == code and f.message.startswith(f"[{target}]") and f.op == op)
+
+
+@pytest.mark.slow
+def test_an_op_a_target_lacks_is_written_as_its_function_body_and_judged_per_target() -> None:
+    # HardSwish: CoreML's list lacks it, CUDA has no kernel; its body (HardSigmoid, Mul) is in
+    # both. WebGPU lacks HardSigmoid too: there the same rewrite is tried and says why it fails.
+    targets = ("coreml", "ort-cuda", "ort-web", *(("openvino",) if HAS_OPENVINO else ()))
+    (diagnosis,) = diagnose(str(FIXTURES / "hardswish_mobile_block.py"), DiagnoseOptions(targets=targets))
+    coreml = _target_finding(diagnosis, "OD705", "coreml", "HardSwish")
+    (fix,) = [f for f in coreml.fixes if f.kind == "expand"]
+    assert fix.verified is True and fix.check.max_abs_diff is not None and fix.check.max_abs_diff < 1e-5
+    verdicts = dict(fix.check.targets)
+    assert verdicts["coreml"] == "all ops listed" and verdicts["ort-cuda"] == "all ops listed"
+    assert verdicts["ort-web"].startswith("refuses 1 node")
+    if HAS_OPENVINO:
+        assert verdicts["openvino"] == "parity"  # OpenVINO ran the rewritten model for real
+    cuda = _target_finding(diagnosis, "OD706", "ort-cuda", "HardSwish")
+    assert next(f for f in cuda.fixes if f.kind == "expand").verified is True
+    web = _target_finding(diagnosis, "OD705", "ort-web", "HardSwish")
+    tried = next(f for f in web.fixes if f.kind == "expand")
+    assert tried.verified is False and "HardSigmoid" in tried.check.detail
+
+
+@pytest.mark.slow
+def test_values_a_target_needs_constant_are_folded_into_initializers(tmp_path: Path) -> None:
+    # Slice's end computed from Shape on a static input: CoreML needs it constant (and lacks the
+    # Gather that computes it). Folding answers both; the original file, run by ONNX Runtime,
+    # is the reference.
+    (diagnosis,) = diagnose(str(FIXTURES / "slice_bounds_from_shape.onnx"), DiagnoseOptions(targets=("coreml",)),
+                            workdir=tmp_path)
+    slice_finding = _target_finding(diagnosis, "OD706", "coreml", "Slice")
+    (fix,) = [f for f in slice_finding.fixes if f.kind == "fold_constants"]
+    assert fix.verified is True and fix.check.max_abs_diff == 0.0
+    assert dict(fix.check.targets)["coreml"] == "all ops listed"
+    folded = onnx.load(fix.check.artifact)
+    assert [n.op_type for n in folded.graph.node] == ["Slice", "Relu"]
+    gather = _target_finding(diagnosis, "OD705", "coreml", "Gather")
+    assert [f.kind for f in gather.fixes] == ["fold_constants"] and gather.fixes[0].verified is True
+    # Constant nodes are initializers once loaded: no table calls them unsupported.
+    assert not any(f.op == "Constant" for f in diagnosis.findings)
+
+
+@pytest.mark.slow
+def test_int64_a_target_has_no_kernel_for_is_computed_in_int32_there(tmp_path: Path) -> None:
+    (diagnosis,) = diagnose(str(FIXTURES / "int64_reduce_prod.py"), DiagnoseOptions(targets=("ort-cuda",)),
+                            workdir=tmp_path)
+    finding = _target_finding(diagnosis, "OD706", "ort-cuda", "ReduceProd")
+    (fix,) = [f for f in finding.fixes if f.kind == "cast"]
+    assert "int32" in fix.title and fix.verified is True and fix.check.max_abs_diff == 0.0
+    assert dict(fix.check.targets)["ort-cuda"] == "all ops listed"
+    fixed = onnx.load(fix.check.artifact)
+    prod = next(n for n in fixed.graph.node if n.op_type == "ReduceProd")
+    casts = {n.output[0]: n for n in fixed.graph.node if n.op_type == "Cast"}
+    assert prod.input[0] in casts and prod.input[1] not in casts  # the int64 axes stay int64
+
+
+def test_int64_relu_gets_no_target_cast_where_the_table_lists_only_floats() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="relu0")],
+                   [helper.make_tensor_value_info("x", TensorProto.INT64, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT64, [2])], opset=14)
+    from onnxdoctor.analysis.fixes import target_gaps
+    from onnxdoctor.analysis.fixes._context import FixContext
+
+    (finding,) = check_model("ort-cuda", model).findings
+    assert finding.detail is not None and finding.detail.need == "types"
+    ctx = FixContext(target_kind="onnx", target_name="m.onnx", exporter=None, requested_opset=None, op="Relu")
+    # cast_around keeps a value's family: int64 is never computed in float behind the user's back.
+    assert target_gaps.propose(finding, ctx) == []

@@ -83,7 +83,13 @@ _CAPTURE_TEXT = (
     "Could not extract specialized integer from data-dependent",
 )
 from onnxdoctor.analysis.cautions import _warnings
-from onnxdoctor.analysis.findings import _evidence, _finding, _from_record, _source_from_text, library_frame
+from onnxdoctor.analysis.findings import (
+    _evidence,
+    _finding,
+    _from_record,
+    _source_from_text,
+    library_frame,
+)
 
 
 def aten_name(name: str) -> str:

@@ -122,9 +122,20 @@ def prepare_findings(
     exporter: str | None,
 ) -> list[Finding]:
     """Classify a run and attach its fixes; the worker calls this too, to plan fix checks."""
+    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
+    return attach_fixes(findings, outcomes, target, options, exporter)
+
+
+def attach_fixes(
+    findings: list[Finding],
+    outcomes: list[StageOutcome],
+    target: Target,
+    options: DiagnoseOptions,
+    exporter: str | None,
+) -> list[Finding]:
+    """The findings with their proposed fixes (deployment targets' findings come in here too)."""
     from onnxdoctor.analysis.fixes import with_fixes
 
-    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
     context = {"target": target, "outcomes": outcomes, "exporter": exporter, "options": options}
     findings = [with_fixes(f, context) for f in findings]
     if exporter is None:
@@ -140,7 +151,8 @@ def prepare_findings(
 
 def to_try(finding: Finding, options: DiagnoseOptions) -> list[tuple[int, Fix]]:
     """The fixes of an error finding that will be tried, best first."""
-    if finding.severity is not Severity.ERROR:
+    # A target's warning (a node ONNX Runtime's CUDA provider leaves to the CPU) is worth a fix too.
+    if finding.severity is not Severity.ERROR and finding.stage is not Stage.TARGET:
         return []
     candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and fix.check is None]
     return candidates if options.all_fixes else candidates[: options.max_fix_checks]

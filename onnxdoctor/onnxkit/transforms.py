@@ -18,6 +18,7 @@ from onnxdoctor.recipe import (
     CastAround,
     ConvertOpset,
     ExpandFunction,
+    FoldConstants,
     SetIrVersion,
     SetOpset,
     ToFloat32,
@@ -378,6 +379,7 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
         raise TransformError(f"{to!r} is not a tensor element type") from None
     types = _value_types(model)
     casts = 0
+    takes_input, gives_output = _takes_type(model, op_type, target)
 
     def wrap(node: onnx.NodeProto, prefix: str) -> list[onnx.NodeProto]:
         nonlocal casts
@@ -386,13 +388,15 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
         before, after = [], []
         for i, name in enumerate(node.input):
             elem = types[name].tensor_type.elem_type if name in types else 0
-            if name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING):
+            if (name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING)
+                    and takes_input(i)):
                 cast = f"{prefix}/cast_in{i}"
                 before.append(onnx.helper.make_node("Cast", [name], [cast], name=cast, to=target))
                 rewritten.input[i] = cast
         for i, name in enumerate(node.output):
             elem = types[name].tensor_type.elem_type if name in types else 0
-            if name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING):
+            if (name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING)
+                    and gives_output(i)):
                 inner = f"{prefix}/cast_out{i}"
                 rewritten.output[i] = inner
                 after.append(onnx.helper.make_node("Cast", [inner], [name], name=inner, to=elem))
@@ -406,6 +410,31 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
 
 
 _NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16"}
+
+
+def _takes_type(model: onnx.ModelProto, op_type: str, elem: int) -> tuple[Callable[[int], bool], Callable[[int], bool]]:
+    """Which of the op's inputs and outputs (by position) may have type `elem` in its schema.
+
+    An index input (ReduceProd's int64 `axes`) keeps its type when the data is cast to int32.
+    Ops without a schema here (custom domains) allow every position.
+    """
+    try:
+        schema = onnx.defs.get_schema(op_type, _default_opset(model))
+    except Exception:  # noqa: BLE001 - no schema: nothing to go by
+        return (lambda _i: True), (lambda _i: True)
+    wanted = f"tensor({onnx.helper.tensor_dtype_to_string(elem).removeprefix('TensorProto.').lower()})"
+    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+
+    def allows(formals: list[Any]) -> Callable[[int], bool]:
+        def check(index: int) -> bool:
+            if not formals:
+                return True
+            formal = formals[min(index, len(formals) - 1)]  # the last formal may be variadic
+            allowed = constraints.get(formal.type_str) or {formal.type_str}
+            return wanted in allowed
+        return check
+
+    return allows(list(schema.inputs)), allows(list(schema.outputs))
 
 
 def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -524,6 +553,28 @@ def set_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
     return fixed
 
 
+def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with every value computable from constants (and static shapes) stored as an
+    initializer: runtimes that need an input constant (TensorRT's axes, CoreML's Slice bounds)
+    accept an initializer, not a chain of nodes that computes one.
+
+    Raises:
+        TransformError: nothing in the model could be folded.
+    """
+    import onnx_ir as ir
+    from onnx_ir.passes import common
+    from onnxscript.optimizer import fold_constants as fold
+
+    folded = ir.from_proto(model)
+    before = len(list(folded.graph))
+    fold(folded)
+    common.RemoveUnusedNodesPass()(folded)
+    common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(folded)
+    if len(list(folded.graph)) == before:
+        raise TransformError("no node computes a value from constants alone")
+    return ir.to_proto(folded)
+
+
 def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelProto:
     """Apply one of a fix recipe's ONNX rewrites (onnxdoctor.recipe) to the model."""
     match transform:
@@ -539,4 +590,6 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return set_opset(model, opset)
         case ConvertOpset(opset=opset):
             return convert_opset(model, opset)
+        case FoldConstants():
+            return fold_constants(model)
     raise TransformError(f"unknown transform {type(transform).__name__}")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.codes import get_code
-from onnxdoctor.model import Finding, Stage, StageOutcome, Status
+from onnxdoctor.model import Finding, Stage, StageOutcome, Status, TargetGap
 from onnxdoctor.targets import (
     DEFAULT_TARGET,
     OPENVINO_INSTALL,
@@ -92,9 +92,10 @@ def _ort_cpu(outcomes: Sequence[StageOutcome]) -> TargetResult:
 
 
 def _finding(code: str, target: str, message: str, op: str | None = None, node: str | None = None,
-             source: str | None = None, evidence: tuple[str, ...] = ()) -> Finding:
+             source: str | None = None, evidence: tuple[str, ...] = (), detail: TargetGap | None = None) -> Finding:
     return Finding(code=code, stage=Stage.TARGET, severity=get_code(code).severity,
-                   message=f"[{target}] {message}", op=op, node=node or None, source=source, evidence=evidence)
+                   message=f"[{target}] {message}", op=op, node=node or None, source=source, evidence=evidence,
+                   detail=detail)
 
 
 def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: dict[str, str]) -> TargetResult:
@@ -119,7 +120,8 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
         node = item.get("node") or None
         findings.append(_finding("OD701", "openvino", f"OpenVINO {version} cannot convert {item['op']}"
                                  + (f" (node {node})" if node else ""), item["op"], node,
-                                 sources.get(node or ""), summary or ((error,) if error else ())))
+                                 sources.get(node or ""), summary or ((error,) if error else ()),
+                                 TargetGap("openvino", "op")))
     failed = record.get("failed") or []
     for item in failed:
         node = item.get("node") or None

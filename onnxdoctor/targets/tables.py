@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from onnxdoctor.codes import get_code
-from onnxdoctor.model import Finding, Stage
+from onnxdoctor.model import Finding, Stage, TargetGap
 from onnxdoctor.targets.verdict import NodeStatus, NodeVerdict, TargetResult
 
 if TYPE_CHECKING:
@@ -96,6 +96,22 @@ class _ModelFacts:
         for node in graph.node:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constants.update(node.output)
+        self.static: set[str] = {
+            vi.name for vi in [*graph.input, *graph.value_info]
+            if vi.type.tensor_type.HasField("shape")
+            and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+        }
+        # Values computed from constants and static shapes alone: constant folding removes the
+        # nodes that compute them (ONNX Runtime folds them as it loads; the converters do not all).
+        self.foldable: set[str] = set()
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx") or node.op_type in _NOT_FOLDABLE:
+                continue
+            static_shape = node.op_type == "Shape" and bool(node.input) and node.input[0] in self.static
+            computed = bool(node.input) and all(
+                not n or n in self.constants or n in self.foldable for n in node.input)
+            if static_shape or computed:
+                self.foldable.update(node.output)
         self.opset = next(
             (o.version for o in inferred.opset_import if o.domain in ("", "ai.onnx")), None
         )
@@ -103,6 +119,11 @@ class _ModelFacts:
             ("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import
         }
         self.nodes = list(graph.node)
+
+
+# Ops whose value is not a function of their inputs alone.
+_NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                           "Bernoulli", "Dropout"})
 
 
 def _schema(node: onnx.NodeProto, opset: int | None) -> Any:
@@ -177,21 +198,36 @@ def _check_rule(rule: dict[str, Any], node: onnx.NodeProto, facts: _ModelFacts, 
 
 def node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source: str | None = None) -> NodeVerdict:
     """One node's verdict against one table."""
+    verdict = _node_verdict(table, node, facts, source)
+    if verdict.status in (NodeStatus.UNSUPPORTED, NodeStatus.PARTLY, NodeStatus.FALLBACK) and (
+            node.output and all(o in facts.foldable for o in node.output if o)):
+        # The node computes a constant: folding removes it, whatever the table says of its op.
+        return replace(verdict, need="constant")
+    return verdict
+
+
+def _node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source: str | None) -> NodeVerdict:
     op = _op_name(node)
     domain = node.domain if node.domain not in ("", "ai.onnx") else ""
     row = table.rows.get((domain, node.op_type))
     name = node.name or "(unnamed)"
+    if row is None and not domain and node.op_type == "Constant":
+        # ONNX Runtime (and the parsers) turn Constant nodes into initializers as they load a model.
+        return NodeVerdict(name, op, NodeStatus.SUPPORTED, "a constant: stored as an initializer at load", source)
     if row is None:
         status = NodeStatus(table.absent_op)
         placed = ": ONNX Runtime runs it on the CPU provider" if status is NodeStatus.FALLBACK else ""
-        return NodeVerdict(name, op, status, f"{op} is not in {table.runtime}'s operator table{placed}", source)
+        return NodeVerdict(name, op, status, f"{op} is not in {table.runtime}'s operator table{placed}", source,
+                           need="op")
     if "kernels" in row:
         return _kernel_verdict(table, row, node, facts, source)
     if row["status"] != "supported":
-        return NodeVerdict(name, op, NodeStatus.UNSUPPORTED, f"{op} is marked not supported in {table.runtime}'s table", source)
+        return NodeVerdict(name, op, NodeStatus.UNSUPPORTED, f"{op} is marked not supported in {table.runtime}'s table",
+                           source, need="op")
     if row.get("min_opset") and facts.opset and facts.opset < row["min_opset"]:
         return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
-                           f"{op} is listed from opset {row['min_opset']}; the model uses opset {facts.opset}", source)
+                           f"{op} is listed from opset {row['min_opset']}; the model uses opset {facts.opset}", source,
+                           need="opset", opset=row["min_opset"])
     schema = _schema(node, facts.opset)
     if row.get("types"):
         types = {facts.types.get(n) for n in _data_values(node, schema) if n}
@@ -200,14 +236,16 @@ def node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source:
         bad = sorted(t for t in types if t not in row["types"])
         if bad:
             return NodeVerdict(name, op, NodeStatus.PARTLY,
-                               f"{op} with {', '.join(bad)}: the table lists {', '.join(row['types'])}", source)
+                               f"{op} with {', '.join(bad)}: the table lists {', '.join(row['types'])}", source,
+                               need="types", allowed=tuple(row["types"]), have=tuple(bad))
         if unknown_types and node.input:
             return NodeVerdict(name, op, NodeStatus.UNKNOWN, f"{op}: the node's types are not known", source)
     unchecked = []
     for rule in row.get("rules", ()):
         state, why = _check_rule(rule, node, facts, schema)
         if state == "violated":
-            return NodeVerdict(name, op, NodeStatus.PARTLY, f"{op}: {why}", source)
+            need = "constant" if rule["kind"] == "constant_input" else None
+            return NodeVerdict(name, op, NodeStatus.PARTLY, f"{op}: {why}", source, need=need)
         if state == "unchecked":
             unchecked.append(rule["text"])
     note = row.get("restrictions", "")
@@ -254,7 +292,8 @@ def _kernel_verdict(table: Table, row: dict[str, Any], node: onnx.NodeProto, fac
         listed = ", ".join(k["opsets"] for k in sorted(kernels, key=lambda k: k["since"]))
         return NodeVerdict(name, op, fallback,
                            f"{table.runtime} has no {op} kernel for version {version} of the op "
-                           f"(kernels registered for {listed}): ONNX Runtime runs it on the CPU provider", source)
+                           f"(kernels registered for {listed}): ONNX Runtime runs it on the CPU provider", source,
+                           need="op")
     if schema is None:
         return NodeVerdict(name, op, NodeStatus.SUPPORTED, f"kernel {kernel['opsets']}; types not checked (no schema)", source)
     formals = [*zip(schema.inputs, node.input), *zip(schema.outputs, node.output)]
@@ -271,7 +310,8 @@ def _kernel_verdict(table: Table, row: dict[str, Any], node: onnx.NodeProto, fac
             return NodeVerdict(name, op, fallback,
                                f"{op} with {dtype} {formal.name!r}: {table.runtime}'s kernel {kernel['opsets']} "
                                f"takes {', '.join(t for t in allowed if not t.startswith('seq('))}: "
-                               "ONNX Runtime runs it on the CPU provider", source)
+                               "ONNX Runtime runs it on the CPU provider", source, need="types",
+                               allowed=tuple(t for t in allowed if not t.startswith("seq(")), have=(dtype,))
     if unknown:
         return NodeVerdict(name, op, NodeStatus.UNKNOWN, f"{op}: the node's types are not known", source)
     return NodeVerdict(name, op, NodeStatus.SUPPORTED, f"kernel {kernel['opsets']}", source)
@@ -307,6 +347,7 @@ def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str
             node=v.node,
             source=v.source,
             evidence=(f"{STATIC_NOTE}: {where}", *((opset_note,) if opset_note else ())),
+            detail=TargetGap(target, v.need, v.allowed, v.have, v.opset, facts.opset) if v.need else None,
         ))
     failed = counts["unsupported"] > 0
     return TargetResult(

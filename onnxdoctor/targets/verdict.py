@@ -29,6 +29,12 @@ class NodeVerdict:
     status: NodeStatus
     reason: str = ""
     source: str | None = None
+    # What the node lacks, as data for the target-driven fixes ("op", "types", "constant",
+    # "opset"; None when nothing mechanical answers it), with the table's allowed types or opset.
+    need: str | None = None
+    allowed: tuple[str, ...] = ()
+    have: tuple[str, ...] = ()
+    opset: int | None = None
 
 
 @dataclass(frozen=True)

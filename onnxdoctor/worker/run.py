@@ -154,7 +154,9 @@ class Runner:
         if reuse is not None and self.request.kind == "onnx" and recipe.first(RewriteOnnx) is not None:
             reuse = None  # a file's rewrite happens in LOAD: read the file again (cheap)
         left_out: set[str] = set()
-        if self.request.load_only and reuse is None:
+        # load_only is for the run that loads what the fix runs then reuse (or, for a file's
+        # rewrite, read again): never for a fix run itself.
+        if self.request.load_only and fix is None:
             left_out |= set(names[1:])
         if self.request.skip_check:
             left_out.add("check")

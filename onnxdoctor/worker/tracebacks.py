@@ -92,7 +92,7 @@ def library_frame(exc: BaseException) -> traceback.FrameSummary | None:
 
 # When torch replays a captured graph (the dynamo exporter's decompositions), the Python stack is
 # gone; torch prints the failing FX node's recorded stack in the message instead.
-_REPLAYED_STACK = re.compile(r"Original traceback:\n(.*?)(?:\nUse tlparse|\n\n|\Z)", re.S)
+_REPLAYED_STACK = re.compile(r"Original traceback:\n(.*?)(?:\nUse tlparse|\n\n|\Z)", re.DOTALL)
 _REPLAYED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n[ \t]*([^\n]*)')
 
 
