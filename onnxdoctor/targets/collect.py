@@ -144,7 +144,7 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
         "openvino", "runtime", record.get("reached"), str(record.get("status")),
         {"unsupported": len(unconverted) + len(failed)} if unconverted or failed else {},
         tuple(findings), note=note, seconds=float(record.get("seconds") or 0.0),
-        max_abs_diff=record.get("max_abs_diff"),
+        max_abs_diff=record.get("max_abs_diff"), added_seconds=record.get("added_seconds"),
     )
 
 

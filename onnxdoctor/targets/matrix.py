@@ -50,6 +50,7 @@ def target_dict(result: TargetResult) -> dict[str, Any]:
         "status": result.status,
         "counts": dict(result.counts),
         "seconds": round(result.seconds, 4),
+        "added_seconds": result.added_seconds,
         "max_abs_diff": result.max_abs_diff,
         "note": result.note,
         "findings": [f.code for f in result.findings],

@@ -62,3 +62,5 @@ class TargetResult:
     note: str = ""
     seconds: float = 0.0
     max_abs_diff: float | None = None
+    # What the check added to the run's wall time (OpenVINO runs beside ONNX Runtime's stages).
+    added_seconds: float | None = None

@@ -7,7 +7,10 @@ nodes that use it. Imported only inside the worker (docs/targets.md).
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,27 @@ def _nodes_of(model: Any, reported: str) -> list[dict[str, str]]:
     return found or [{"op": reported, "node": ""}]
 
 
+_IMPORTING: threading.Thread | None = None
+
+
+def import_in_background() -> None:
+    """Start importing OpenVINO (about 0.15 s) while the worker exports and runs ONNX Runtime.
+
+    Called once torch is imported (the export stage), so the two imports share nothing still
+    loading; run_openvino waits for it. An import that fails here fails again there, with its error.
+    """
+    global _IMPORTING
+    if _IMPORTING is not None or importlib.util.find_spec("openvino") is None:
+        return
+
+    def load() -> None:
+        with contextlib.suppress(Exception):
+            import openvino  # noqa: F401
+
+    _IMPORTING = threading.Thread(target=load, name="onnxdoctor-openvino-import", daemon=True)
+    _IMPORTING.start()
+
+
 def run_openvino(
     onnx_path: str,
     model: Any,
@@ -93,6 +117,8 @@ def run_openvino(
     started = time.perf_counter()
     record: dict[str, Any] = {"event": "target", "target": "openvino", "reached": None,
                               "status": "failed", "unconverted": [], "error": ""}
+    if _IMPORTING is not None:
+        _IMPORTING.join()
     try:
         import openvino as ov
     except Exception as exc:  # not installed, or broken: the target is skipped with a hint

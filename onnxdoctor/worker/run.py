@@ -95,6 +95,8 @@ class Runner:
         self.target = Path(request.target)
         self.workdir = Path(request.workdir)
         self._kernels_registered: set[str] = set()
+        # Called with each stage's name before it runs (the worker starts OpenVINO's import there).
+        self.before_stage: Callable[[str, dict[str, Any]], None] | None = None
 
     def _run_snippet(self, code: str, name: str, loaded: Any) -> dict[str, Any]:
         """Run a fix's code as the user would paste it into their script (and as fix.py does)."""
@@ -174,6 +176,8 @@ class Runner:
                 self.emit(record.to_event())
                 records.append(record)
             else:
+                if self.before_stage is not None:
+                    self.before_stage(name, state)
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
                 state[f"{name}_warnings"] = records[-1].warnings
         self.emit({"event": "run_done", "run": run_id})
