@@ -430,13 +430,16 @@ def _runtime_gaps(env: dict[str, Any]) -> list[dict[str, str]]:
 # ---------------------------------------------------------------- public API and command
 
 
-def target_availability() -> list[dict[str, Any]]:
-    """Each deployment target (docs/targets.md): can it be checked here, and with what."""
+def target_availability(providers: list[str] | None = None) -> list[dict[str, Any]]:
+    """Each deployment target (docs/targets.md): can it be checked here, and with what.
+
+    `providers`: ONNX Runtime's execution providers as the probe found them (GPU targets).
+    """
     from onnxdoctor.targets import TARGETS, available
 
     rows = []
     for info in TARGETS:
-        ok, detail = available(info.name)
+        ok, detail = available(info.name, providers)
         rows.append({"target": info.name, "available": ok, "kind": info.kind, "detail": detail})
     return rows
 
@@ -475,7 +478,7 @@ def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
         "onnxruntime": facts["onnxruntime"],
         "tools": _finish_tools(tools_started),
         "probe_seconds": facts.get("seconds"),
-        "targets": target_availability(),
+        "targets": target_availability(facts["onnxruntime"].get("providers")),
     }
     env["warnings"] = mismatch_warnings(env)
     return env

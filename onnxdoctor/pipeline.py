@@ -158,6 +158,7 @@ def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
     if not targets or not any(f.check and f.check.works and f.check.artifact for f in finding.fixes):
         return finding
     from onnxdoctor.onnxkit.files import OnnxFileError, read_onnx
+    from onnxdoctor.targets import get_target
     from onnxdoctor.targets.matrix import matrix_rows
     from onnxdoctor.targets.tables import check_model
 
@@ -182,7 +183,8 @@ def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
                 verdicts.append(("openvino", verdict))
                 still = still or (own == "openvino" and verdict not in ("parity", "passed"))
                 continue
-            if result.kind != "table" or model is None:
+            # A GPU provider's real run is the main model's; fixed models get its table's verdict.
+            if get_target(result.target).kind != "table" or model is None:
                 verdicts.append((result.target, "not checked"))
                 still = still or own == result.target
                 continue
@@ -278,10 +280,11 @@ def _request(
 
 
 def _worker_targets(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The targets the worker runs itself (only OpenVINO: the tables need no worker)."""
-    from onnxdoctor.targets import resolve_targets
+    """The targets the worker runs itself: OpenVINO and the GPU execution providers (the tables
+    need no worker)."""
+    from onnxdoctor.targets import GPU_PROVIDERS, resolve_targets
 
-    return tuple(t for t in resolve_targets(names) if t == "openvino") if names else ()
+    return tuple(t for t in resolve_targets(names) if t == "openvino" or t in GPU_PROVIDERS) if names else ()
 
 
 def _left(deadline: float) -> float:

@@ -34,9 +34,14 @@ class ConvertOpset:
 
 @dataclass(frozen=True)
 class ExpandFunction:
-    """Replace every node of a function op by the standard ops of its schema's body."""
+    """Replace every node of a function op by the standard ops of its schema's body.
+
+    `for_target`: then expand, the same way, every function op of the result that this target's
+    table lacks (HardSwish becomes HardSigmoid and Mul; for WebGPU, HardSigmoid then goes too).
+    """
 
     op: str
+    for_target: str = ""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ the expanded model must pass the checker at the model's own opset and compute wh
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -225,3 +226,39 @@ def test_to_float32_keeps_outputs_that_other_nodes_read_and_initializers_that_ar
     np.testing.assert_allclose(h, expected_h, rtol=1e-6)
     np.testing.assert_allclose(y, [erf(v) for v in expected_h * [1.0, 2.0, 3.0]], rtol=1e-6)
     assert h.dtype == y.dtype == np.float64
+
+
+def test_expand_for_target_expands_until_the_target_lacks_no_function_op() -> None:
+    from onnxdoctor.onnxkit.transforms import expand_for_target, expand_function
+
+    node = onnx.helper.make_node("HardSwish", ["x"], ["y"], name="hs")
+    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    once = {n.op_type for n in expand_function(model, "HardSwish").graph.node}
+    assert "HardSigmoid" in once
+    # CoreML's table has HardSigmoid: one expansion. WebGPU's stored list lacks it: expanded too.
+    assert {n.op_type for n in expand_for_target(model, "HardSwish", "coreml").graph.node} == once
+    web = expand_for_target(model, "HardSwish", "ort-web")
+    assert "HardSigmoid" not in {n.op_type for n in web.graph.node}
+    onnx.checker.check_model(web, full_check=True)
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.linspace(-4, 4, 4).astype(np.float32)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = ReferenceEvaluator(web).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_fold_constants_stores_a_shape_computed_slice_bound_as_an_initializer() -> None:
+    from onnxdoctor.onnxkit.transforms import TransformError, fold_constants
+
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "targets" / "slice_bounds_from_shape.onnx"
+    model = onnx.load(path)
+    folded = fold_constants(model)
+    assert [n.op_type for n in folded.graph.node] == ["Slice", "Relu"]
+    assert {"half"} <= {t.name for t in folded.graph.initializer}
+    with pytest.raises(TransformError):
+        fold_constants(folded)  # nothing left to fold

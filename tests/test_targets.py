@@ -419,7 +419,8 @@ def _target_finding(diagnosis: object, code: str, target: str, op: str) -> objec
 @pytest.mark.slow
 def test_an_op_a_target_lacks_is_written_as_its_function_body_and_judged_per_target() -> None:
     # HardSwish: CoreML's list lacks it, CUDA has no kernel; its body (HardSigmoid, Mul) is in
-    # both. WebGPU lacks HardSigmoid too: there the same rewrite is tried and says why it fails.
+    # both. The stored WebGPU list lacks HardSigmoid too, and the Max and Min of HardSigmoid's own
+    # body: there the rewrite expands both functions, is tried and says why it still fails.
     targets = ("coreml", "ort-cuda", "ort-web", *(("openvino",) if HAS_OPENVINO else ()))
     (diagnosis,) = diagnose(str(FIXTURES / "hardswish_mobile_block.py"), DiagnoseOptions(targets=targets))
     coreml = _target_finding(diagnosis, "OD705", "coreml", "HardSwish")
@@ -427,14 +428,14 @@ def test_an_op_a_target_lacks_is_written_as_its_function_body_and_judged_per_tar
     assert fix.verified is True and fix.check.max_abs_diff is not None and fix.check.max_abs_diff < 1e-5
     verdicts = dict(fix.check.targets)
     assert verdicts["coreml"] == "all ops listed" and verdicts["ort-cuda"] == "all ops listed"
-    assert verdicts["ort-web"].startswith("refuses 1 node")
+    assert verdicts["ort-web"].startswith("refuses 1 node")  # coreml's rewrite stops at what coreml lacks
     if HAS_OPENVINO:
         assert verdicts["openvino"] == "parity"  # OpenVINO ran the rewritten model for real
     cuda = _target_finding(diagnosis, "OD706", "ort-cuda", "HardSwish")
     assert next(f for f in cuda.fixes if f.kind == "expand").verified is True
     web = _target_finding(diagnosis, "OD705", "ort-web", "HardSwish")
     tried = next(f for f in web.fixes if f.kind == "expand")
-    assert tried.verified is False and "HardSigmoid" in tried.check.detail
+    assert tried.verified is False and tried.check.detail == "the fixed model has Max, Min, which ort-web does not take"
 
 
 @pytest.mark.slow
@@ -482,3 +483,71 @@ def test_int64_relu_gets_no_target_cast_where_the_table_lists_only_floats() -> N
     ctx = FixContext(target_kind="onnx", target_name="m.onnx", exporter=None, requested_opset=None, op="Relu")
     # cast_around keeps a value's family: int64 is never computed in float behind the user's back.
     assert target_gaps.propose(finding, ctx) == []
+
+
+# ---------------------------------------------------------------- GPU execution providers
+
+HAS_CUDA_EP = "CUDAExecutionProvider" in __import__("onnxruntime").get_available_providers()
+
+
+def _exported_cnn(tmp_path: Path) -> tuple[str, list[object], list[object]]:
+    import numpy as np
+    import torch
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 2))
+    conv.eval()
+    x = torch.randn(1, 3, 8, 8)
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(conv, (x,), str(path), dynamo=True)
+    with torch.no_grad():
+        expected = [conv(x).numpy()]
+    return str(path), [x.numpy()], [np.asarray(e) for e in expected]
+
+
+@pytest.mark.slow
+def test_nodes_a_provider_leaves_are_named_from_the_sessions_own_profile(tmp_path: Path) -> None:
+    # The same path a GPU run takes, with ONNX Runtime's Azure provider in front: it takes no
+    # ordinary node, so ONNX Runtime places every node on the CPU, and the record must name each.
+    from onnxdoctor.worker.ep_target import run_on_providers
+
+    path, feeds, expected = _exported_cnn(tmp_path)
+    record = run_on_providers("ort-cuda", path, feeds, expected, 1e-4, 1e-3, tmp_path,
+                              providers=("AzureExecutionProvider",))
+    assert record["status"] == "passed" and record["reached"] == "parity", record
+    names = {n.name: n.op_type for n in onnx.load(path).graph.node}
+    assert {i["node"]: i["op"] for i in record["on_cpu"]} == names
+    # With the CPU provider first nothing falls back: there is nothing to report.
+    alone = run_on_providers("ort-cuda", path, feeds, expected, 1e-4, 1e-3, tmp_path, providers=("CPUExecutionProvider",))
+    assert alone["on_cpu"] == [] and alone["providers"] == ["CPUExecutionProvider"]
+
+
+def test_a_real_run_with_cpu_fallbacks_is_a_runtime_verdict_naming_each_node() -> None:
+    from onnxdoctor.targets.collect import collect
+
+    events = [{"event": "target", "target": "ort-cuda", "run": "main", "status": "passed", "reached": "parity",
+               "version": "1.32.0", "providers": ["CPUExecutionProvider", "CUDAExecutionProvider"],
+               "on_cpu": [{"node": "node_det", "op": "Det"}], "max_abs_diff": 0.0, "seconds": 0.2}]
+    (result,) = collect(("ort-cpu", "ort-cuda"), (), events, None)[1:]
+    assert result.kind == "runtime" and result.reached == "parity" and result.counts == {"fallback": 1}
+    (finding,) = result.findings
+    assert finding.code == "OD706" and finding.node == "node_det" and "real run" in finding.message
+
+
+@pytest.mark.skipif(HAS_CUDA_EP, reason="this onnxruntime has the CUDA provider: the GPU test runs instead")
+def test_without_a_gpu_provider_the_gpu_targets_say_so_in_one_line(tmp_path: Path) -> None:
+    (diagnosis,) = diagnose(str(ROOT / "fixtures" / "healthy" / "mlp.py"),
+                            DiagnoseOptions(fix=False, targets=("ort-cuda", "ort-tensorrt")))
+    results = {t.target: t for t in diagnosis.targets}
+    assert results["ort-cuda"].kind == "table" and "not run: onnxruntime" in results["ort-cuda"].note
+    assert results["ort-tensorrt"].status == "skipped"
+    (missing,) = [f for f in diagnosis.findings if f.code == "OD707"]
+    assert "TensorrtExecutionProvider" in missing.message and "\n" not in missing.message
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CUDA_EP, reason="needs onnxruntime with the CUDA provider and a GPU")
+def test_ort_cuda_runs_for_real_on_a_gpu() -> None:
+    (diagnosis,) = diagnose(str(ROOT / "fixtures" / "healthy" / "cnn.py"), DiagnoseOptions(fix=False, targets=("ort-cuda",)))
+    (result,) = [t for t in diagnosis.targets if t.target == "ort-cuda"]
+    assert result.kind == "runtime" and result.reached == "parity", result
+    assert "CUDAExecutionProvider" in result.note

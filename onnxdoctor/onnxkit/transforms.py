@@ -553,6 +553,30 @@ def set_ir_version(model: onnx.ModelProto, ir_version: int) -> onnx.ModelProto:
     return fixed
 
 
+def expand_for_target(model: onnx.ModelProto, op_type: str, target: str, *, rounds: int = 4) -> onnx.ModelProto:
+    """`expand_function(model, op_type)`, then the same for each function op of the result that
+    `target`'s operator table (onnxdoctor.targets.tables) lacks, until none is left.
+
+    Raises:
+        TransformError: `op_type` cannot be expanded, or `target` has no table.
+    """
+    from onnxdoctor.targets.tables import load_table
+
+    try:
+        listed = {op for (domain, op) in load_table(target).rows if not domain}
+    except (OSError, ValueError) as exc:
+        raise TransformError(f"no operator table for {target!r}: {exc}") from None
+    model = expand_function(model, op_type)
+    for _ in range(rounds):
+        missing = sorted({n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")
+                          and n.op_type not in listed and n.op_type != "Constant" and has_function_body(n.op_type)})
+        if not missing:
+            break
+        for op in missing:
+            model = expand_function(model, op)
+    return model
+
+
 def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with every value computable from constants (and static shapes) stored as an
     initializer: runtimes that need an input constant (TensorRT's axes, CoreML's Slice bounds)
@@ -578,8 +602,8 @@ def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
 def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelProto:
     """Apply one of a fix recipe's ONNX rewrites (onnxdoctor.recipe) to the model."""
     match transform:
-        case ExpandFunction(op=op):
-            return expand_function(model, op)
+        case ExpandFunction(op=op, for_target=target):
+            return expand_for_target(model, op, target) if target else expand_function(model, op)
         case CastAround(op=op, to=to):
             return cast_around(model, op, to)
         case SetIrVersion(ir_version=version):

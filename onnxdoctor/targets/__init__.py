@@ -47,8 +47,12 @@ TARGETS: tuple[TargetInfo, ...] = (
     TargetInfo("coreml", "table", "ONNX Runtime CoreML execution provider operator list (static)"),
     TargetInfo("ort-web", "table", "ONNX Runtime Web WebGPU execution provider operator list (static)"),
     TargetInfo("ort-cuda", "table", "ONNX Runtime CUDA execution provider kernel table (static; "
-               "ops without a CUDA kernel fall back to the CPU provider)"),
+               "ops without a CUDA kernel fall back to the CPU provider); a real run where a GPU is"),
+    TargetInfo("ort-tensorrt", "runtime", "ONNX Runtime TensorRT execution provider on a GPU (a real run; "
+               "needs onnxruntime-gpu built with TensorRT and a GPU)", "onnxruntime"),
 )
+# Targets ONNX Runtime runs for real with a GPU execution provider (onnxdoctor.worker.ep_target).
+GPU_PROVIDERS: dict[str, str] = {"ort-cuda": "CUDAExecutionProvider", "ort-tensorrt": "TensorrtExecutionProvider"}
 _BY_NAME = {t.name: t for t in TARGETS}
 
 
@@ -87,11 +91,21 @@ def resolve_targets(names: list[str] | tuple[str, ...] | None) -> tuple[str, ...
     return tuple(dict.fromkeys(wanted))
 
 
-def available(name: str) -> tuple[bool, str]:
-    """Whether a target can be checked here, and one line saying what it uses (no heavy import)."""
+def available(name: str, providers: list[str] | None = None) -> tuple[bool, str]:
+    """Whether a target can be checked here, and one line saying what it uses (no heavy import).
+
+    `providers`: ONNX Runtime's available execution providers, from `onnxdoctor env`'s probe
+    (None: not known; this process never imports onnxruntime).
+    """
     info = get_target(name)
     if info.kind == "pipeline":
         return True, "ONNX Runtime (the pipeline's own run)"
+    if name in GPU_PROVIDERS:
+        ok, line = _gpu_run(name, providers)
+        if info.kind == "runtime":
+            return ok, line
+        static_ok, static = _static(name)
+        return static_ok, f"{static}; {line}"
     if info.kind == "runtime":
         if importlib.util.find_spec(info.module) is None:
             return False, f"{info.module} is not installed: {OPENVINO_INSTALL}"
@@ -101,6 +115,19 @@ def available(name: str) -> tuple[bool, str]:
             return True, f"{info.module} {version(info.module)} (real run on CPU)"
         except PackageNotFoundError:
             return True, f"{info.module} (real run on CPU)"
+    return _static(name)
+
+
+def _gpu_run(name: str, providers: list[str] | None) -> tuple[bool, str]:
+    wanted = GPU_PROVIDERS[name]
+    if providers is None:
+        return False, f"real run: needs {wanted} (not probed)"
+    if wanted in providers:
+        return True, f"real run with {wanted} when a GPU is visible"
+    return False, f"no real run: this onnxruntime has no {wanted} (install onnxruntime-gpu; needs a GPU)"
+
+
+def _static(name: str) -> tuple[bool, str]:
     from onnxdoctor.targets.tables import load_table
 
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from onnxdoctor.codes import get_code
 from onnxdoctor.model import Finding, Stage, StageOutcome, Status, TargetGap
 from onnxdoctor.targets import (
     DEFAULT_TARGET,
+    GPU_PROVIDERS,
     OPENVINO_INSTALL,
     UnknownTargetError,
     get_target,
@@ -62,13 +64,55 @@ def collect(
         kind = get_target(name).kind
         if kind == "pipeline":
             results.append(_ort_cpu(outcomes))
-        elif kind == "runtime":
+        elif name == "openvino":
             results.append(_openvino(events, onnx_path, sources))
         else:
-            if model is None and onnx_path:
-                model = _read(onnx_path)
-            results.append(_table(name, model, sources))
+            static = None
+            if kind == "table":
+                if model is None and onnx_path:
+                    model = _read(onnx_path)
+                static = _table(name, model, sources)
+            results.append(_gpu_run(name, events, sources, static) if name in GPU_PROVIDERS else static)
     return tuple(results)
+
+
+def _gpu_run(name: str, events: Sequence[dict[str, Any]], sources: dict[str, str],
+             static: TargetResult | None) -> TargetResult:
+    """A GPU execution provider's real run (onnxdoctor.worker.ep_target), or the static verdict
+    with the line that says why there was no run."""
+    record = _record(events, name)
+    if record is None or record.get("status") == "skipped":
+        why = str(record.get("error") or "") if record else "no ONNX model to run (an earlier stage failed)"
+        if static is not None:
+            return replace(static, note=f"{static.note}; {why}" if record else static.note)
+        findings = (_finding("OD707", name, why),) if record else ()
+        return TargetResult(name, "runtime", None, "skipped", note=why, findings=findings)
+    version = record.get("version", "")
+    findings: list[Finding] = []
+    for item in record.get("on_cpu") or []:
+        node = item.get("node") or None
+        findings.append(_finding("OD706", name, f"{item['op']} (node {node}) ran on the CPU provider in a real "
+                                 f"run: {GPU_PROVIDERS[name]} did not take it", item["op"], node,
+                                 sources.get(node or "")))
+    if record.get("status") != "passed":
+        step = str(record.get("step") or "run")
+        code = {"load": "OD702", "run": "OD703", "parity": "OD704"}.get(step, "OD799")
+        error = str(record.get("error") or f"failed at {step}")
+        findings.append(_finding(code, name, f"ONNX Runtime {version} with {GPU_PROVIDERS[name]}: "
+                                 f"{error.splitlines()[-1] if error else step}", evidence=(error,)))
+    on_cpu = len(record.get("on_cpu") or [])
+    return TargetResult(
+        name, "runtime", record.get("reached"), str(record.get("status")),
+        {"fallback": on_cpu} if on_cpu else {}, tuple(findings),
+        verdicts=static.verdicts if static else (),
+        note=f"ONNX Runtime {version}, providers {', '.join(record.get('providers') or [])}: a real run",
+        seconds=float(record.get("seconds") or 0.0), max_abs_diff=record.get("max_abs_diff"),
+    )
+
+
+def _record(events: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    return next((e for e in events if e.get("event") == "target" and e.get("target") == name
+                 and e.get("run", "main") == "main"), None)
 
 
 def _read(path: str) -> Any:

@@ -206,6 +206,17 @@ def _last_lines(text: str, limit: int = 600) -> str:
 
 def check_state(kind: str, target: Path, state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
     """The OpenVINO record for the worker's main run, or None when no ONNX model was produced."""
+    found = model_and_inputs(kind, target, state, "openvino")
+    if found is None or isinstance(found, dict):
+        return found
+    path, model, feeds, reference = found
+    return run_openvino(path, model, feeds, reference, atol, rtol)
+
+
+def model_and_inputs(kind: str, target: Path, state: dict[str, Any], name: str) -> (
+        tuple[str, Any, list[Any] | None, list[Any] | None] | dict[str, Any] | None):
+    """What a second runtime checks: the model's path and proto, the example inputs in the model's
+    input order, PyTorch's outputs; a skipped target record; or None without an ONNX model."""
     from onnxdoctor.worker.facts import _tensor_leaves
     from onnxdoctor.worker.runtime import _to_numpy
 
@@ -217,7 +228,7 @@ def check_state(kind: str, target: Path, state: dict[str, Any], atol: float, rto
     elif any(t.data_location == 1 for t in model.graph.initializer):
         # ONNX Runtime and OpenVINO would read external data themselves; only onnx's vetted loader
         # may (README: reliability), so a file with external data is not handed over.
-        return {"event": "target", "target": "openvino", "reached": None, "status": "skipped",
+        return {"event": "target", "target": name, "reached": None, "status": "skipped",
                 "unconverted": [], "error": "the model keeps its weights in external data files; "
                 "this check runs only on self-contained models"}
     else:
@@ -230,4 +241,4 @@ def check_state(kind: str, target: Path, state: dict[str, Any], atol: float, rto
         wanted = len([i for i in model.graph.input if i.name not in initializers])
         feeds = [_to_numpy(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))][:wanted]
         reference = state.get("torch_outputs")
-    return run_openvino(path, model, feeds, reference, atol, rtol)
+    return path, model, feeds, reference

@@ -84,7 +84,28 @@ def _targets(request: WorkerRequest, state: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(wanted, str):
         wanted = [wanted]
     names = {str(t).strip().lower() for t in wanted or ()} if isinstance(wanted, (list, tuple)) else set()
-    return ("openvino",) if names & {"openvino", "all"} else ()
+    run_here = ("openvino", "ort-cuda", "ort-tensorrt")
+    return run_here if "all" in names else tuple(t for t in run_here if t in names)
+
+
+def _gpu_targets(request: WorkerRequest, runner: Runner, state: dict[str, Any]) -> None:
+    """The GPU execution providers' real runs of the main run's model, or why they were skipped."""
+    from onnxdoctor.worker.ep_target import PROVIDERS, run_on_providers, unavailable
+    from onnxdoctor.worker.openvino_target import model_and_inputs
+
+    for name in (t for t in _targets(request, state) if t in PROVIDERS):
+        found = model_and_inputs(request.kind, runner.target, state, name)
+        if found is None:
+            continue
+        if isinstance(found, dict):
+            record = found
+        else:
+            why = unavailable(name)
+            path, _model, feeds, reference = found
+            record = ({"event": "target", "target": name, "reached": None, "status": "skipped", "error": why}
+                      if why else run_on_providers(name, path, feeds, reference, request.atol, request.rtol,
+                                                   runner.workdir))
+        append_event(request.events_path, {**record, "run": "main"})
 
 
 def _openvino(request: WorkerRequest, runner: Runner, state: dict[str, Any], run_id: str) -> None:
@@ -142,6 +163,8 @@ def main(argv: list[str]) -> int:
     runner.before_stage = before_stage
     records, state = runner.run_once("main", request.apply_fix)
     beside["done"] = True
+    if records and records[0].status == PASSED:
+        _gpu_targets(request, runner, state)
     openvino = "openvino" in _targets(request, state)
     if openvino and records and records[0].status == PASSED:
         if "thread" in beside:
