@@ -293,6 +293,8 @@ _TOOLS: dict[str, tuple[list[str], re.Pattern[str]]] = {
     "graphviz-pure": (["graphviz-pure", "-V"], re.compile(r"graphviz-pure version\s+(\S+)")),
     # `nvcc --version` ends with "Cuda compilation tools, release 13.0, V13.0.88".
     "nvcc": (["nvcc", "--version"], re.compile(r"release\s+[\d.]+,\s*V(\S+)|release\s+([\d.]+)")),
+    # A visible NVIDIA GPU, for the GPU targets: the first device's name ("NVIDIA H200").
+    "nvidia-smi": (["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], re.compile(r"^\s*(\S[^\n]*)")),
 }
 
 

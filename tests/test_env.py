@@ -325,3 +325,15 @@ def test_env_lists_installed_model_libraries() -> None:
             assert name not in found
         else:
             assert found[name] == installed
+
+
+def test_gpu_targets_say_whether_they_can_run_here(env_json: dict[str, Any]) -> None:
+    import shutil
+
+    import onnxruntime as ort
+
+    rows = {row["target"]: row for row in env_json["targets"]}
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    assert ("real run with CUDAExecutionProvider" in rows["ort-cuda"]["detail"]) is cuda
+    assert rows["ort-tensorrt"]["available"] is ("TensorrtExecutionProvider" in ort.get_available_providers())
+    assert env_json["tools"]["nvidia-smi"]["found"] is (shutil.which("nvidia-smi") is not None)

@@ -115,12 +115,14 @@ def _runtimes(env: dict[str, Any], table: Any) -> None:
 def _tools(env: dict[str, Any], table: Any) -> None:
     from rich.markup import escape
 
-    for index, (name, label) in enumerate((("dot", "Graphviz dot"), ("graphviz-pure", "graphviz-pure"), ("nvcc", "CUDA nvcc"))):
+    labels = (("dot", "Graphviz dot"), ("graphviz-pure", "graphviz-pure"), ("nvcc", "CUDA nvcc"),
+              ("nvidia-smi", "GPU (nvidia-smi)"))
+    for index, (name, label) in enumerate(labels):
         tool = env["tools"].get(name, {"found": False})
         value = (
             f"{_fmt(tool['version'], 'version unknown')}  [dim]{escape(tool['path'])}[/]"
             if tool["found"]
-            else "not found"
+            else ("none visible (nvidia-smi not found)" if name == "nvidia-smi" else "not found")
         )
         table.add_row("tools" if index == 0 else "", label, value)
 
