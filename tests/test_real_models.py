@@ -149,3 +149,21 @@ def test_a_failure_replayed_by_torch_names_the_innermost_cause_its_op_and_the_li
     assert frame.startswith("  at transformers/models/swin/modeling_swin.py:") and ".reshape(" in frame, frame
     checks = {fix.kind: fix.check for fix in finding.fixes}
     assert checks["exporter"] is not None and checks["exporter"].works, checks
+
+
+@pytest.mark.slow
+def test_a_data_dependent_branch_inside_a_library_is_named_there_with_what_can_work() -> None:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    (diagnosis,) = diagnose(str(FIXTURES / "real/longformer_global_attention_branch.py"), DiagnoseOptions(timeout=600))
+    (finding,) = [f for f in diagnosis.findings if f.stage.value == "export"]
+    assert finding.code == "OD204", finding
+    frame = finding.evidence[0].splitlines()[1]
+    assert frame.startswith("  at transformers/models/longformer/modeling_longformer.py:"), frame
+    assert "if is_global_attn:" in frame
+    fixes = {fix.kind: fix for fix in finding.fixes}
+    advice = fixes["control_flow"]
+    assert "library code you cannot edit" in advice.title and "modeling_longformer.py" in advice.title
+    assert "import transformers.models.longformer.modeling_longformer as library" in advice.snippet
+    exporter = fixes["exporter"]
+    assert exporter.verified is True and exporter.check is not None
+    assert "matches at" in exporter.check.detail  # checked beyond the example input, and says so

@@ -128,6 +128,9 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
     parts: list[object] = [_indented(line, 3)]
     if check is not None and not check.works and check.detail:
         parts.append(_indented(Text(printable(check.detail), style="dim"), 6))
+    elif check is not None and check.works and "; " in check.detail:
+        # What a verified fix was checked at beyond the example (other input sets): its proof.
+        parts.append(_indented(Text(printable(check.detail.split("; ", 1)[1]), style="dim"), 6))
     if check is not None and check.targets:
         parts.append(_indented(Text("targets: " + printable(" · ".join(f"{t} {v}" for t, v in check.targets)),
                                     style="dim"), 6))
