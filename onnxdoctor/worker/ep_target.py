@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.worker.openvino_target import _done
+
 PROVIDERS: dict[str, tuple[str, ...]] = {
     "ort-cuda": ("CUDAExecutionProvider",),
     "ort-tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider"),
@@ -117,8 +119,3 @@ def run_on_providers(
         record["reached"] = "parity"
     record["status"] = "passed"
     return _done(record, started)
-
-
-def _done(record: dict[str, Any], started: float) -> dict[str, Any]:
-    record["seconds"] = round(time.perf_counter() - started, 4)
-    return record
