@@ -110,11 +110,11 @@ def _diagnose(
         targets: tuple[Any, ...] = ()
         if run_id == "main":
             targets = _targets(options, outcomes, result.events, target)
-            gaps = [f for t in targets for f in t.findings]
+            # Target-driven fixes: rewrites into what a target's table asks for, verified like
+            # the others and then judged by every target (docs/targets.md).
+            gaps = attach_fixes([f for t in targets for f in t.findings], outcomes, target, options, exporter)
             if options.fix and gaps:
-                # Target-driven fixes: rewrites into what a target's table asks for, verified like
-                # the others and then judged by every target (docs/targets.md).
-                gaps = verifier.verify(attach_fixes(gaps, outcomes, target, options, exporter), None)
+                gaps = verifier.verify(gaps, None)
             findings = [_fixes_on_targets(f, targets, verifier.runs) for f in [*findings, *gaps]]
         diagnoses.append(
             Diagnosis(

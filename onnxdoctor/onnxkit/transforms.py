@@ -8,6 +8,7 @@ op appears, but only when no other op of the model changes meaning between the t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -104,6 +105,7 @@ def first_opset(op_type: str, domain: str = "") -> int | None:
     return min(versions) if versions else None
 
 
+@functools.lru_cache(maxsize=512)
 def has_function_body(op_type: str) -> bool:
     """Whether onnx defines `op_type` as a function of other ops in any of its versions."""
     return any(

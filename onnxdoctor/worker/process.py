@@ -125,6 +125,43 @@ def _openvino_record(request: WorkerRequest, runner: Runner, state: dict[str, An
                 "unconverted": [], "error": f"{type(exc).__name__}: {exc}", "step": "read"}
 
 
+class _OpenVinoBeside:
+    """The main run's OpenVINO check, run in a thread beside ONNX Runtime's stages (docs/targets.md,
+    Cost): OpenVINO's import starts with the export, its check once the ONNX model exists."""
+
+    def __init__(self, request: WorkerRequest, runner: Runner) -> None:
+        self.request, self.runner = request, runner
+        self.thread: threading.Thread | None = None
+        self.record: dict[str, Any] | None = None
+        self.done = False  # after the main run: fix runs check OpenVINO in turn
+
+    def before_stage(self, name: str, state: dict[str, Any]) -> None:
+        """Runner hook: start the import at the export, the check at the first stage after it."""
+        if self.done or name == "load" or "openvino" not in _targets(self.request, state):
+            return
+        from onnxdoctor.worker.openvino_target import import_in_background
+
+        import_in_background()  # torch is imported by now: the two imports share nothing loading
+        if name in ("check", "ort_load", "ort_run") and self.thread is None and state.get("onnx_model") is not None:
+            self.thread = threading.Thread(target=self._check, args=(state,), name="onnxdoctor-openvino", daemon=True)
+            self.thread.start()
+
+    def _check(self, state: dict[str, Any]) -> None:
+        self.record = _openvino_record(self.request, self.runner, state)
+
+    def finish(self) -> bool:
+        """Wait for the check and write its record; False when it never started."""
+        if self.thread is None:
+            return False
+        waited = time.perf_counter()
+        self.thread.join()
+        if self.record is not None:
+            # What the target added to the run's wall time: the wait for it after ONNX Runtime.
+            added = round(time.perf_counter() - waited, 4)
+            append_event(self.request.events_path, {**self.record, "run": "main", "added_seconds": added})
+        return True
+
+
 def _fix_run(request: WorkerRequest, runner: Runner, run_id: str, fix: Recipe, reuse: dict[str, Any], *,
              openvino: bool) -> None:
     """One in-process fix run; a fixed model that reached parity is also run in OpenVINO when asked."""
@@ -141,42 +178,16 @@ def main(argv: list[str]) -> int:
     request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
     _die_with_parent(request.workdir)
     runner = Runner(request)
-    # The main run's OpenVINO check runs beside ONNX Runtime's stages (docs/targets.md, Cost).
-    beside: dict[str, Any] = {}
-
-    def before_stage(name: str, state: dict[str, Any]) -> None:
-        if "done" in beside or "openvino" not in _targets(request, state):
-            return
-        from onnxdoctor.worker.openvino_target import import_in_background
-
-        if name == "export":  # torch is imported by now: the two imports share nothing loading
-            import_in_background()
-        elif name in ("check", "ort_load", "ort_run") and "thread" not in beside and state.get("onnx_model") is not None:
-            import_in_background()
-
-            def check() -> None:
-                beside["record"] = _openvino_record(request, runner, state)
-
-            beside["thread"] = threading.Thread(target=check, name="onnxdoctor-openvino", daemon=True)
-            beside["thread"].start()
-
-    runner.before_stage = before_stage
+    beside = _OpenVinoBeside(request, runner)
+    runner.before_stage = beside.before_stage
     records, state = runner.run_once("main", request.apply_fix)
-    beside["done"] = True
+    beside.done = True
     if records and records[0].status == PASSED:
         _gpu_targets(request, runner, state)
     openvino = "openvino" in _targets(request, state)
-    if openvino and records and records[0].status == PASSED:
-        if "thread" in beside:
-            waited = time.perf_counter()
-            beside["thread"].join()
-            record = beside.get("record")
-            if record is not None:
-                # What the target added to the run's wall time: the wait for it after ONNX Runtime.
-                added = round(time.perf_counter() - waited, 4)
-                append_event(request.events_path, {**record, "run": "main", "added_seconds": added})
-        else:
-            _openvino(request, runner, state, "main")
+    # The check that ran beside the stages, or (it never started: no model yet) one now.
+    if openvino and records and records[0].status == PASSED and not beside.finish():
+        _openvino(request, runner, state, "main")
     if records and records[0].status == PASSED:
         for index, fix in enumerate(request.verify_fixes):
             _fix_run(request, runner, f"fix{index}", fix, state, openvino=openvino)
