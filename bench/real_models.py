@@ -227,6 +227,14 @@ MODELS: list[Model] = [
        "out_features=['stage4']), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, "
        "decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=5, num_labels=3)",
        "DetrForObjectDetection", "(torch.randn(1, 3, 64, 64),)"),
+    # A mask turns on Longformer's data-dependent `is_global_attn` branch, inside the library.
+    hf("longformer", "LongformerConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, "
+       "intermediate_size=64, attention_window=4, max_position_embeddings=40)", "LongformerModel",
+       "(torch.randint(0, 64, (1, 8)),)", "{'attention_mask': torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]])}"),
+    # Returns its own cache type (ReformerDynamicCache) unless use_cache is off.
+    hf("reformer", "ReformerConfig(vocab_size=64, hidden_size=32, num_attention_heads=2, attn_layers=['local'], "
+       "axial_pos_shape=[2, 4], axial_pos_embds_dim=[16, 16], feed_forward_size=64, max_position_embeddings=8, "
+       "is_decoder=False)", "ReformerModel", "(torch.randint(0, 64, (1, 8)),)"),
     vision("tv_resnet18", "torchvision", "torchvision.models.resnet18(weights=None)"),
     vision("tv_mobilenet_v3_small", "torchvision", "torchvision.models.mobilenet_v3_small(weights=None)"),
     vision("tv_efficientnet_b0", "torchvision", "torchvision.models.efficientnet_b0(weights=None)"),
