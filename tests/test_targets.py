@@ -451,6 +451,9 @@ def test_values_a_target_needs_constant_are_folded_into_initializers(tmp_path: P
     assert dict(fix.check.targets)["coreml"] == "all ops listed"
     folded = onnx.load(fix.check.artifact)
     assert [n.op_type for n in folded.graph.node] == ["Slice", "Relu"]
+    from fix_programs import run_fix_program
+
+    run_fix_program(fix, FIXTURES / "slice_bounds_from_shape.onnx", tmp_path / "fix")
     gather = _target_finding(diagnosis, "OD705", "coreml", "Gather")
     assert [f.kind for f in gather.fixes] == ["fold_constants"] and gather.fixes[0].verified is True
     # Constant nodes are initializers once loaded: no table calls them unsupported.
@@ -469,6 +472,10 @@ def test_int64_a_target_has_no_kernel_for_is_computed_in_int32_there(tmp_path: P
     prod = next(n for n in fixed.graph.node if n.op_type == "ReduceProd")
     casts = {n.output[0]: n for n in fixed.graph.node if n.op_type == "Cast"}
     assert prod.input[0] in casts and prod.input[1] not in casts  # the int64 axes stay int64
+    # --write-fix hands the same rewrite over as a fix.py that runs as written.
+    from fix_programs import run_fix_program
+
+    run_fix_program(fix, FIXTURES / "int64_reduce_prod.py", tmp_path / "fix")
 
 
 def test_int64_relu_gets_no_target_cast_where_the_table_lists_only_floats() -> None:
