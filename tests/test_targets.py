@@ -558,3 +558,15 @@ def test_ort_cuda_runs_for_real_on_a_gpu() -> None:
     (result,) = [t for t in diagnosis.targets if t.target == "ort-cuda"]
     assert result.kind == "runtime" and result.reached == "parity", result
     assert "CUDAExecutionProvider" in result.note
+
+
+@pytest.mark.slow
+def test_a_model_above_the_tables_opsets_is_exported_at_the_last_one_it_covers() -> None:
+    (diagnosis,) = diagnose(str(FIXTURES / "opset21_mlp.py"), DiagnoseOptions(targets=("tensorrt", "coreml")))
+    (finding,) = [f for f in diagnosis.findings if f.message.startswith("[tensorrt]")]
+    assert finding.code == "OD706" and "opset 21" in finding.message and "9-20" in finding.message
+    (fix,) = finding.fixes
+    assert fix.kind == "opset" and "opset 20" in fix.title and fix.verified is True
+    assert dict(fix.check.targets)["tensorrt"] == "all ops listed"
+    # CoreML's list names no opsets: nothing to say there.
+    assert not any(f.message.startswith("[coreml]") for f in diagnosis.findings)

@@ -349,6 +349,14 @@ def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str
             evidence=(f"{STATIC_NOTE}: {where}", *((opset_note,) if opset_note else ())),
             detail=TargetGap(target, v.need, v.allowed, v.have, v.opset, facts.opset) if v.need else None,
         ))
+    if opset_note:
+        # The parser documents no op beyond its opsets: a model above them is outside its promise.
+        findings.insert(0, Finding(
+            code="OD706", stage=Stage.TARGET, severity=get_code("OD706").severity,
+            message=f"[{target}] {opset_note}, so ops changed after opset {table.max_opset} may be refused",
+            evidence=(f"{STATIC_NOTE}: {where}",),
+            detail=TargetGap(target, "opset", opset=table.max_opset, model_opset=facts.opset),
+        ))
     failed = counts["unsupported"] > 0
     return TargetResult(
         target=target,

@@ -41,7 +41,11 @@ _CAST_NAMES = {"INT32": "int32", "INT64": "int64", "INT16": "int16", "INT8": "in
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The rewrite that answers the node's gap on its target, when one is mechanical."""
     gap = finding.detail
-    if not isinstance(gap, TargetGap) or not finding.op or "::" in finding.op:
+    if not isinstance(gap, TargetGap):
+        return []
+    if gap.need == "opset" and gap.opset:
+        return [_opset_fix(ctx, gap, finding.op)]
+    if not finding.op or "::" in finding.op:
         return []  # custom and contrib domains have no standard rewrite
     op = finding.op
     if gap.need == "op":
@@ -73,21 +77,25 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                          "Fold what the graph computes from constants and static shapes into initializers "
                          f"(the {op} node on {gap.target})", "fold_constants(model)",
                          "none when the folded values depend only on constants and static shapes")]
-    if gap.need == "opset" and gap.opset:
-        if ctx.target_kind == "script":
-            return [Fix(
-                kind="opset",
-                title=f"Export at opset {gap.opset} ({gap.target} lists {op} from opset {gap.opset} on)",
-                snippet=f"torch.onnx.export(model, example_inputs, 'model.onnx', opset_version={gap.opset})\n",
-                applicability=Applicability.SAFE,
-                cost=f"every runtime the model ships to must load opset {gap.opset}",
-                recipe=Recipe("opset", (UseOpset(gap.opset),)),
-            )]
-        return [_rewrite(ctx, gap, ConvertOpset(gap.opset), "opset",
-                         f"Convert the model to opset {gap.opset} ({gap.target} lists {op} from opset "
-                         f"{gap.opset} on)", f"convert_opset(model, {gap.opset})",
-                         "onnx's version converter: checked against the original by running both")]
     return []
+
+
+def _opset_fix(ctx: FixContext, gap: TargetGap, op: str | None) -> Fix:
+    assert gap.opset is not None
+    why = (f"{gap.target} lists {op} from opset {gap.opset} on" if op
+           else f"{gap.target}'s table goes up to opset {gap.opset}")
+    if ctx.target_kind == "script":
+        return Fix(
+            kind="opset",
+            title=f"Export at opset {gap.opset} ({why})",
+            snippet=f"torch.onnx.export(model, example_inputs, 'model.onnx', opset_version={gap.opset})\n",
+            applicability=Applicability.SAFE,
+            cost=f"every runtime the model ships to must load opset {gap.opset}",
+            recipe=Recipe("opset", (UseOpset(gap.opset),)),
+        )
+    return _rewrite(ctx, gap, ConvertOpset(gap.opset), "opset", f"Convert the model to opset {gap.opset} ({why})",
+                    f"convert_opset(model, {gap.opset})",
+                    "onnx's version converter: checked against the original by running both")
 
 
 def _cast_type(allowed: tuple[str, ...], have: tuple[str, ...]) -> str | None:
