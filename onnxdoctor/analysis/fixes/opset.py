@@ -20,12 +20,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         if not candidates:
             return []
         lowest = min(candidates)
-        return [_opset_fix(lowest, "torchscript", f"{ctx.op} exports from opset {lowest} on "
+        return [opset_fix(lowest, "torchscript", f"{ctx.op} exports from opset {lowest} on "
                                                    "(the TorchScript exporter's registry)")]
     if finding.code == "OD209":
-        return [_opset_fix(18, ctx.exporter or "dynamo", "opset 18 is the dynamo exporter's native opset")]
+        return [opset_fix(18, ctx.exporter or "dynamo", "opset 18 is the dynamo exporter's native opset")]
     if finding.code == "OD404":
-        return [_opset_fix(18, ctx.exporter or "dynamo", "a lower opset that this ONNX Runtime loads")]
+        return [opset_fix(18, ctx.exporter or "dynamo", "a lower opset that this ONNX Runtime loads")]
     return []
 
 
@@ -36,7 +36,8 @@ def notes(finding: Finding, ctx: FixContext) -> list[str]:
     return ["Downgrading torch does not add opset support; exporting at a higher opset does."]
 
 
-def _opset_fix(opset: int, exporter: str, why: str) -> Fix:
+def opset_fix(opset: int, exporter: str, why: str) -> Fix:
+    """Export at `opset` with `exporter`; `why` says what makes that opset the answer."""
     dynamo = exporter == "dynamo"
     return Fix(
         kind="opset",

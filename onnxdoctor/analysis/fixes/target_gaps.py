@@ -25,7 +25,6 @@ from onnxdoctor.recipe import (
     Reference,
     RewriteOnnx,
     Transform,
-    UseOpset,
 )
 
 CODES = ("OD701", "OD705", "OD706")
@@ -85,14 +84,9 @@ def _opset_fix(ctx: FixContext, gap: TargetGap, op: str | None) -> Fix:
     why = (f"{gap.target} lists {op} from opset {gap.opset} on" if op
            else f"{gap.target}'s table goes up to opset {gap.opset}")
     if ctx.target_kind == "script":
-        return Fix(
-            kind="opset",
-            title=f"Export at opset {gap.opset} ({why})",
-            snippet=f"torch.onnx.export(model, example_inputs, 'model.onnx', opset_version={gap.opset})\n",
-            applicability=Applicability.SAFE,
-            cost=f"every runtime the model ships to must load opset {gap.opset}",
-            recipe=Recipe("opset", (UseOpset(gap.opset),)),
-        )
+        from onnxdoctor.analysis.fixes.opset import opset_fix
+
+        return opset_fix(gap.opset, ctx.exporter or "dynamo", why)
     return _rewrite(ctx, gap, ConvertOpset(gap.opset), "opset", f"Convert the model to opset {gap.opset} ({why})",
                     f"convert_opset(model, {gap.opset})",
                     "onnx's version converter: checked against the original by running both")
