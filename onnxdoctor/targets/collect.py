@@ -111,6 +111,7 @@ def _gpu_run(name: str, events: Sequence[dict[str, Any]], sources: dict[str, str
 
 
 def _record(events: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The worker's event for `name` in the main run, if it wrote one."""
     return next((e for e in events if e.get("event") == "target" and e.get("target") == name
                  and e.get("run", "main") == "main"), None)
 
@@ -143,8 +144,7 @@ def _finding(code: str, target: str, message: str, op: str | None = None, node: 
 
 
 def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: dict[str, str]) -> TargetResult:
-    record = next((e for e in events if e.get("event") == "target" and e.get("target") == "openvino"
-                   and e.get("run", "main") == "main"), None)
+    record = _record(events, "openvino")
     if importlib.util.find_spec("openvino") is None or (record and record.get("status") == "skipped"
                                                          and "not importable" in str(record.get("error"))):
         line = f"OpenVINO is not installed here: {OPENVINO_INSTALL}"
