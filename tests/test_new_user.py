@@ -19,7 +19,8 @@ def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT,
          timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "onnxdoctor", *args],
-        capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=timeout, cwd=cwd,
+        check=False, capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=timeout,
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )
 
@@ -40,3 +41,49 @@ def test_a_healthy_model_is_healthy_in_an_ascii_locale() -> None:
     assert "OD299" not in result.stdout and "UnicodeEncodeError" not in result.stdout
     assert "healthy" in result.stdout
     result.stdout.encode("ascii")  # the parent printed only what the terminal can show
+
+
+# ---- --json: one JSON object on stdout, whatever happens ----------------------------------------
+
+
+def _one_json_object(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    document = json.loads(result.stdout)  # raises on an empty stdout or on two documents
+    assert isinstance(document, dict)
+    assert "Traceback" not in result.stdout + result.stderr
+    return document
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["diagnose", "nope.py"], "usage", "no such file"),
+        (["diagnose", "fixtures/healthy/mlp.py", "--timeout", "-1"], "usage", "--timeout"),
+        (["diagnose", "fixtures/healthy/mlp.py", "--opset", "x"], "usage", "--opset"),
+        (["diagnose", "fixtures/healthy/mlp.py", "--no-such-flag"], "usage", "--no-such-flag"),
+        (["diagnose"], "usage", "TARGET"),
+        (["diagnose", "fixtures/healthy/mlp.py", "--report", "README.md"], "refused-write", "--force"),
+        (["codes", "--no-such-flag"], "usage", "--no-such-flag"),
+        (["env", "--no-such-flag"], "usage", "--no-such-flag"),
+    ],
+)
+def test_json_usage_errors_and_refusals_are_one_json_object(args: list[str], code: str, words: str) -> None:
+    result = _cli(*args, "--json", timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    document = _one_json_object(result)
+    error = document["error"]
+    assert isinstance(error, dict) and error["code"] == code and words in str(error["message"])
+    assert words in result.stderr  # the line for a person is still on stderr
+
+
+def test_json_names_an_output_refused_after_the_run(tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    script = tmp_path / "late.py"
+    # The report appears while the run goes on: writing it at the end is refused without --force.
+    script.write_text(f"open({str(report)!r}, 'w').write('mine')\n")
+    result = _cli("diagnose", str(script), "--report", str(report), "--json", "--no-fix", timeout=120)
+    assert result.returncode == 2, result.stderr
+    document = _one_json_object(result)
+    assert document["findings"], document  # the diagnosis is there (the script builds no model)
+    error = document["error"]
+    assert isinstance(error, dict) and error["code"] == "output-not-written" and "--force" in str(error["message"])
+    assert report.read_text() == "mine"
