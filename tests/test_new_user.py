@@ -87,3 +87,52 @@ def test_json_names_an_output_refused_after_the_run(tmp_path: Path) -> None:
     error = document["error"]
     assert isinstance(error, dict) and error["code"] == "output-not-written" and "--force" in str(error["message"])
     assert report.read_text() == "mine"
+
+
+# ---- scaffold: the printed instructions work as printed -----------------------------------------
+
+
+def _third_party_imports(folder: Path) -> set[str]:
+    import ast
+
+    local = {path.stem for path in folder.glob("*.py")}
+    names: set[str] = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return {name for name in names - local - {"__future__"} if name not in sys.stdlib_module_names}
+
+
+def test_the_scaffolded_package_needs_only_what_the_quick_start_installs() -> None:
+    import importlib.metadata
+    import re
+
+    # pyproject's `dependencies = [...]` (tomllib is 3.11+; the project supports 3.10).
+    block = re.search(r"^dependencies = \[(.*?)^\]", (ROOT / "pyproject.toml").read_text("utf-8"),
+                      re.MULTILINE | re.DOTALL)
+    assert block is not None
+    installed = {re.split(r"[<>=!~ ;\[]", dep, maxsplit=1)[0].lower().replace("_", "-")
+                 for dep in re.findall(r'^\s*"([^"]+)"', block.group(1), re.MULTILINE)}
+    distributions = importlib.metadata.packages_distributions()
+    needed = {dist.lower().replace("_", "-") for module in _third_party_imports(ROOT / "kernels/myselu")
+              for dist in distributions.get(module, [module])}
+    assert "pytest" in needed  # the parity test's runner
+    assert needed <= installed, f"the package imports {sorted(needed - installed)}, not in the install"
+
+
+@pytest.mark.slow
+def test_scaffold_prints_a_test_command_that_runs(tmp_path: Path) -> None:
+    result = _cli("scaffold", "MYSELU", "--out", str(tmp_path), timeout=60)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("test:"))
+    command = line.removeprefix("test:").split("&&")[-1].split()
+    assert command == ["python", "test_myselu.py"], line
+    # The printed command itself, narrowed to two cheap tests (arguments pass through to pytest).
+    run = subprocess.run([sys.executable, *command[1:], "-k", "non_contiguous or python_kernel_matches"],
+                         check=False, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path / "myselu")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout
