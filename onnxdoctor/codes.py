@@ -126,9 +126,17 @@ def get_code(code: str) -> Code:
 
 
 def find_code(text: str) -> Code | None:
-    """The code named by `text`: a code such as OD203 (any case) or its slug."""
+    """The code named by `text`: a code such as OD203 (any case, or just 203) or its slug."""
     wanted = text.strip()
+    if len(wanted) == 3 and wanted.isascii() and wanted.isdigit():
+        wanted = "OD" + wanted
     return _BY_CODE.get(wanted.upper()) or next((c for c in CODES if c.slug == wanted.lower()), None)
+
+
+def group(entry: Code) -> str:
+    """What a code's hundreds digit names (README, Codes): its stage, but `environment` for OD0xx,
+    whose findings report against the tool stage."""
+    return "environment" if entry.code.startswith("OD0") else entry.stage.value
 
 
 def catch_all(stage: Stage) -> str:

@@ -136,3 +136,30 @@ def test_scaffold_prints_a_test_command_that_runs(tmp_path: Path) -> None:
                          cwd=tmp_path / "myselu")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout
+
+
+# ---- explain, codes, --help ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["203", "od203", "OD203", "unregistered-custom-op"])
+def test_explain_takes_a_code_by_its_number_too(name: str) -> None:
+    result = _cli("explain", name, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("# OD203 unregistered-custom-op")
+
+
+def test_codes_names_the_0xx_group_environment_as_the_readme_does() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert "0 environment" in readme
+    rows = [line.split() for line in _cli("codes", timeout=60).stdout.splitlines()]
+    groups = {row[0]: row[2] for row in rows if row}
+    assert groups["OD001"] == groups["OD099"] == "environment"
+    assert groups["OD999"] == "tool" and groups["OD203"] == "export"
+    listed = json.loads(_cli("codes", "--json", timeout=60).stdout)["codes"]
+    assert {row["code"]: row["group"] for row in listed}["OD003"] == "environment"
+
+
+def test_top_level_help_lists_diagnose_first() -> None:
+    lines = _cli("--help", timeout=60).stdout.splitlines()
+    commands = [line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.strip()]
+    assert commands[0] == "diagnose", commands

@@ -83,10 +83,6 @@ def _wants_json(argv: list[str]) -> bool:
     return "--json" in options
 
 
-app.command("graph")(_guarded(graph_command))
-app.command("scaffold")(_guarded(scaffold_command))
-
-
 def _quiet_broken_pipe() -> int:
     """The reader went away (`| head`): stop quietly, with the code a SIGPIPE death gives."""
     try:
@@ -191,6 +187,11 @@ def diagnose(
         View(json_out=json_out, quiet=quiet, verbose=verbose),
     )
     raise typer.Exit(code)
+
+
+# Registered after `diagnose`, so that `--help` lists the main command first (the README's order).
+app.command("graph")(_guarded(graph_command))
+app.command("scaffold")(_guarded(scaffold_command))
 
 
 @app.command()
