@@ -163,3 +163,19 @@ def test_top_level_help_lists_diagnose_first() -> None:
     lines = _cli("--help", timeout=60).stdout.splitlines()
     commands = [line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.strip()]
     assert commands[0] == "diagnose", commands
+
+
+# ---- fixes that read like the user's own code ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_tensor_outputs_wrapper_names_the_onnx_outputs_after_the_fields(tmp_path: Path) -> None:
+    import onnx
+
+    script = FIXTURES / "corpus/dataclass_output_pytorch_106160.py"  # DetectionOutput(scores, boxes)
+    result = _cli("diagnose", str(script), "--write-fix", str(tmp_path / "fix"), timeout=300)
+    assert result.returncode == 1 and "OD211" in result.stdout, result.stdout + result.stderr
+    assert "output_names=output_names" in result.stdout  # the snippet the user pastes says so too
+    model = onnx.load(str(tmp_path / "fix/model.onnx"))
+    assert [output.name for output in model.graph.output] == ["scores", "boxes"]
+    assert "apply_load_code" in (tmp_path / "fix/fix.py").read_text("utf-8")  # fix.py does the same

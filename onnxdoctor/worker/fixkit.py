@@ -47,6 +47,19 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     return runpy.run_path(str(path), init_globals=scope)
 
 
+def apply_load_code(code: str, loaded: LoadedModel, name: str, folder: Path | None = None) -> None:
+    """Apply a LOAD fix's code (a wrapper, a switch) as if pasted into the script: the `model` it
+    leaves is the one exported, and a setting it defines (`output_names`) is the script's setting
+    from then on."""
+    from onnxdoctor.worker.loader import SETTING_NAMES
+
+    namespace = run_code(code, loaded, name, folder)
+    loaded.model = namespace.get("model", loaded.model)
+    for setting in SETTING_NAMES:
+        if setting in namespace and namespace[setting] is not loaded.namespace.get(setting):
+            loaded.settings[setting] = namespace[setting]
+
+
 def reference_call(loaded: LoadedModel) -> Any:
     """forward() at the example inputs, as the reference for parity: seeded, without gradients, and
     on a copy of a model in training mode (batch norm would update its running statistics)."""

@@ -55,7 +55,7 @@ from onnxdoctor.worker.facts import (
     _with_suggested_dims,
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
-from onnxdoctor.worker.fixkit import reference_call
+from onnxdoctor.worker.fixkit import apply_load_code, reference_call
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
     OutOfTime,
@@ -234,8 +234,8 @@ class Runner:
                 case LoadCode(code=code):
                     # A fix that changes the model itself (its switches, a wrapper) runs before the
                     # reference outputs, and the model it leaves in `model` is the one exported.
-                    namespace = self._run_snippet(code, f"load_{recipe.kind}", loaded)
-                    model = loaded.model = namespace.get("model", model)
+                    apply_load_code(code, loaded, f"load_{recipe.kind}", self.workdir)
+                    model = loaded.model
         state["loaded"] = loaded
         facts: dict[str, Any] = {
             "factory": loaded.factory,

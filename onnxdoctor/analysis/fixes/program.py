@@ -74,7 +74,7 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
             case EvalMode():
                 lines.append("loaded.model.eval()")
             case LoadCode(code=code):
-                lines.append(f"loaded.model = fixkit.run_code({_literal(code)}, loaded, 'load').get('model', loaded.model)")
+                lines.append(f"fixkit.apply_load_code({_literal(code)}, loaded, 'load')")
     lines.append("reference = fixkit.reference_outputs(loaded)")
     exporter = recipe.first(UseExporter)
     opset = recipe.first(UseOpset)
