@@ -179,3 +179,42 @@ def test_the_tensor_outputs_wrapper_names_the_onnx_outputs_after_the_fields(tmp_
     model = onnx.load(str(tmp_path / "fix/model.onnx"))
     assert [output.name for output in model.graph.output] == ["scores", "boxes"]
     assert "apply_load_code" in (tmp_path / "fix/fix.py").read_text("utf-8")  # fix.py does the same
+
+
+TRAINING_SCRIPTS = {
+    "module": "model = Net()\nexample_inputs = (torch.randn(2, 4),)\n",
+    "pair": "def make_net():\n    return Net(), (torch.randn(2, 4),)\n",
+    "triple": "def get_model():\n    return Net(), (torch.randn(2, 4),), {}\n",
+    "get_inputs": "def get_model():\n    return Net()\n\n\ndef get_inputs():\n    return (torch.randn(2, 4),)\n",
+}
+
+
+@pytest.mark.parametrize("form", list(TRAINING_SCRIPTS))
+def test_the_training_mode_snippet_builds_the_model_the_scripts_own_way(tmp_path: Path, form: str) -> None:
+    import ast
+
+    from onnxdoctor.analysis.fixes import eval_mode
+    from onnxdoctor.analysis.fixes._context import FixContext
+    from onnxdoctor.model import Finding, Severity, Stage, StageOutcome, Status
+    from onnxdoctor.worker.loader import load_script
+
+    script = tmp_path / "net.py"
+    script.write_text("import torch\n\n\nclass Net(torch.nn.Sequential):\n    def __init__(self):\n"
+                      "        super().__init__(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))\n\n\n"
+                      + TRAINING_SCRIPTS[form])
+    loaded = load_script(script, "make_net" if form == "pair" else None)  # the worker's own loader
+    assert loaded.form == form
+    facts = {"factory": loaded.factory, "factory_form": loaded.form, "training": True,
+             "mode_sensitive_modules": ["1"]}
+    finding = Finding("OD601", Stage.PARITY, Severity.ERROR, "outputs differ")
+    context = FixContext.build(finding, {"outcomes": [StageOutcome(Stage.LOAD, Status.PASSED, facts=facts)]})
+    (fix,) = eval_mode.propose(finding, context)
+    # Every name the snippet reads before assigning it is one the script defines (or torch).
+    assigned: set[str] = set()
+    for statement in ast.parse(fix.snippet).body:
+        read = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        missing = read - assigned - set(loaded.namespace) - {"torch"}
+        assert not missing, f"the snippet calls {missing}, which {script.name} does not define:\n{fix.snippet}"
+        assigned |= {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if form != "module":
+        assert f"{loaded.factory}()" in fix.snippet

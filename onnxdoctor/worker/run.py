@@ -239,6 +239,7 @@ class Runner:
         state["loaded"] = loaded
         facts: dict[str, Any] = {
             "factory": loaded.factory,
+            "factory_form": loaded.form,
             "model_class": type(model).__qualname__,
             "training": bool(getattr(model, "training", False)),
             # transformers models have this switch; a cache object in the outputs needs it off.
