@@ -218,3 +218,26 @@ def test_the_training_mode_snippet_builds_the_model_the_scripts_own_way(tmp_path
         assigned |= {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     if form != "module":
         assert f"{loaded.factory}()" in fix.snippet
+
+
+# ---- env at 80 columns --------------------------------------------------------------------------
+
+
+def test_env_wraps_long_paths_at_80_columns_instead_of_cutting_them() -> None:
+    import io
+
+    from rich.console import Console
+
+    from onnxdoctor.envinfo import collect_env
+    from onnxdoctor.render.env import render_env
+
+    facts = collect_env()
+    out = io.StringIO()
+    render_env(facts, Console(file=out, width=80, color_system=None))
+    text = out.getvalue()
+    assert "…" not in text
+    squashed = "".join(text.split())
+    paths = [tool["path"] for tool in facts["tools"].values() if tool.get("found") and tool.get("path")]
+    assert paths, facts["tools"]
+    for path in paths:
+        assert "".join(path.split()) in squashed, f"{path} is not shown whole:\n{text}"
