@@ -241,3 +241,29 @@ def test_env_wraps_long_paths_at_80_columns_instead_of_cutting_them() -> None:
     assert paths, facts["tools"]
     for path in paths:
         assert "".join(path.split()) in squashed, f"{path} is not shown whole:\n{text}"
+
+
+# ---- the README shows what a run prints ---------------------------------------------------------
+
+
+def _normalised_session(text: str) -> list[str]:
+    """Times and the last digits of measured differences vary from run to run; the rest may not."""
+    import re
+
+    lines = []
+    for line in text.rstrip("\n").splitlines():
+        line = re.sub(r"\s+\d+\.\d+s(?=\s+(passed|failed|crashed|timed_out))", " T", line)
+        line = re.sub(r"max abs diff [0-9.e+-]+, [0-9.]+s", "max abs diff D, T", line)
+        lines.append(line.rstrip())
+    return lines
+
+
+@pytest.mark.slow
+def test_the_readme_s_real_session_is_what_the_command_prints() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    block = readme.split("## A real session", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    command, _, shown = block.partition("\n")
+    assert command == "$ onnxdoctor diagnose fixtures/export/od203_custom_op_myselu.py"
+    result = _cli(*command.split()[2:], timeout=600)
+    assert result.returncode == 1, result.stderr
+    assert _normalised_session(result.stdout) == _normalised_session(shown)
