@@ -82,13 +82,13 @@ _CAPTURE_TEXT = (
     "Dynamic control flow is not supported",
     "Could not extract specialized integer from data-dependent",
 )
-from onnxdoctor.analysis.cautions import _warnings
+from onnxdoctor.analysis.cautions import caution_findings
 from onnxdoctor.analysis.findings import (
-    _evidence,
-    _finding,
-    _from_record,
-    _source_from_text,
+    error_evidence,
+    finding_from_record,
     library_frame,
+    make_finding,
+    source_from_text,
 )
 
 
@@ -155,7 +155,7 @@ def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> 
             break  # the worker died: the supervisor's tool finding (OD901/OD902/OD903) says how
         findings.extend(_classify_failure(outcome, by_stage, base_dir))
         break
-    findings.extend(_warnings(stages, base_dir))
+    findings.extend(caution_findings(stages, base_dir))
     return _with_node_sources(_dedupe(findings), by_stage)
 
 
@@ -175,10 +175,10 @@ def _classify_failure(
     facts = outcome.facts
     error = outcome.error
     text = error.all_text() if error else ""
-    evidence = _evidence(error, base_dir)
+    evidence = error_evidence(error, base_dir)
     hint = facts.get("code")
     if outcome.stage is Stage.CHECK and facts.get("findings"):
-        found = [_from_record(r, base_dir) for r in facts["findings"]]
+        found = [finding_from_record(r, base_dir) for r in facts["findings"]]
         return _blame_user_symbolic(found, by_stage) + found
     if hint and outcome.stage is Stage.PARITY:
         return [_parity_finding(str(hint), outcome, by_stage, evidence, base_dir)]
@@ -186,7 +186,7 @@ def _classify_failure(
         code = str(hint)
         message = first_line(normalize_message(error.message if error else "", base_dir=base_dir)) or get_code(code).summary
         if code == "OD104" and error and error.chain_messages:
-            evidence = _evidence(error, base_dir)
+            evidence = error_evidence(error, base_dir)
         if code == "OD104" and facts.get("extension_mismatches"):
             # Not the script's fault: a compiled companion built for another torch failed to load.
             code, message = "OD099", "; ".join(str(m) for m in facts["extension_mismatches"])
@@ -194,7 +194,7 @@ def _classify_failure(
             # The user's own library path, as given: never shortened to <tmp>/ like a library's.
             message = f"custom-op library {facts['library']} {message}"
         return [
-            _finding(
+            make_finding(
                 code,
                 outcome.stage,
                 message,
@@ -223,7 +223,7 @@ def _classify_failure(
     if outcome.stage is Stage.EXPORT and error is not None:
         message = _with_place(message, op, library_frame(error))
     return [
-        _finding(
+        make_finding(
             code,
             outcome.stage,
             message,
@@ -302,13 +302,13 @@ def _classify_export(
     error = outcome.error
     assert error is not None
     op = facts.get("op") or extract_op(text)
-    source = facts.get("source") or _source_from_text(text, base_dir)
+    source = facts.get("source") or source_from_text(text, base_dir)
     opset = facts.get("requested_opset")
     chain = " ".join(error.chain)
 
     def make(code: str, message: str, **extra: Any) -> list[Finding]:
         return [
-            _finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=None,
+            make_finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=None,
                      source=extra.get("source", source), opset=extra.get("opset", opset), evidence=evidence,
                      detail=extra.get("detail"))
         ]
@@ -410,7 +410,7 @@ def _parity_finding(
         if not diverging:
             op = next(iter(symbolics)) if len(symbolics) == 1 else None
         message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
-    return _finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
+    return make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
                     node=node, source=source, evidence=tuple(rows) + evidence[:1])
 
 
@@ -426,7 +426,7 @@ def _blame_user_symbolic(found: list[Finding], by_stage: dict[Stage, StageOutcom
     op = next(iter(symbolics)) if len(symbolics) == 1 else None
     names = ", ".join(symbolics)
     return [
-        _finding(
+        make_finding(
             "OD205",
             Stage.EXPORT,
             f"the node {first.node or first.op} breaks its schema ({first.code}); it was emitted by a "
@@ -483,7 +483,7 @@ def _classify_ort_load(
             # Written by operator_export_type=ONNX_ATEN_FALLBACK: no kernel library is the answer.
             message = (f"the model holds ATen fallback nodes ({', '.join(f'aten::{a}' for a in aten)}), written "
                        "by an export with ONNX_ATEN_FALLBACK: ONNX Runtime has no kernel for them")
-        found.append(_finding("OD401", Stage.ORT_LOAD, message, op=op, node=facts.get("node"), evidence=evidence))
+        found.append(make_finding("OD401", Stage.ORT_LOAD, message, op=op, node=facts.get("node"), evidence=evidence))
     match = NO_IMPLEMENTATION.search(text) if not found else None
     if match:
         op_type, version, node = match.group(1), int(match.group(2)), match.group(3)
@@ -494,23 +494,23 @@ def _classify_ort_load(
         if listed:
             message += f"; its kernel table lists {listed}"
         ev = evidence + tuple(f"kernel: {k}" for k in _kernel_lines(facts.get("kernels") or []))
-        found.append(_finding("OD402", Stage.ORT_LOAD, message, op=op_type, node=node or None,
+        found.append(make_finding("OD402", Stage.ORT_LOAD, message, op=op_type, node=node or None,
                               opset=version, evidence=ev))
     match = _IR_VERSION.search(text) if not found else None
     if match:
-        found.append(_finding("OD403", Stage.ORT_LOAD,
+        found.append(make_finding("OD403", Stage.ORT_LOAD,
                               f"the model's IR version {match.group(1)} is newer than this ONNX Runtime "
                               f"supports (max {match.group(2)})", evidence=evidence,
                               detail=IrTooNew(int(match.group(1)), int(match.group(2)))))
     match = _OPSET_RT.search(text) if not found else None
     if match:
         opset = next((int(g) for g in match.groups() if g), None)
-        found.append(_finding("OD404", Stage.ORT_LOAD,
+        found.append(make_finding("OD404", Stage.ORT_LOAD,
                               f"opset {opset} is newer than this ONNX Runtime supports", opset=opset,
                               evidence=evidence))
     if not found:
         error = outcome.error
-        found.append(_finding(catch_all(Stage.ORT_LOAD), Stage.ORT_LOAD,
+        found.append(make_finding(catch_all(Stage.ORT_LOAD), Stage.ORT_LOAD,
                               first_line(normalize_message(error.message if error else "failed", base_dir=base_dir)),
                               op=facts.get("op"), node=facts.get("node"), evidence=evidence))
     check = by_stage.get(Stage.CHECK)
@@ -519,7 +519,7 @@ def _classify_ort_load(
     )
     if check is not None and check.status is Status.PASSED and not checker_too_old:
         first = found[0]
-        found.append(_finding("OD406", Stage.ORT_LOAD,
+        found.append(make_finding("OD406", Stage.ORT_LOAD,
                               f"onnx.checker passed this model, but ONNX Runtime refuses it ({first.code})",
                               op=first.op, node=first.node, opset=first.opset))
     return found

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from onnxdoctor.recipe import Reference
-from onnxdoctor.worker.facts import _quiet_torch_logs
-from onnxdoctor.worker.tracebacks import _first
+from onnxdoctor.worker.facts import quiet_torch_logs
+from onnxdoctor.worker.tracebacks import exception_text
 
 
 def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: float, rtol: float) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def compare_with_reference(
                         "reference_required": reference.required}
             expected = list(ReferenceEvaluator(original).run(None, feeds))
     except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
-        return {"reference": f"not compared: {name} does not run ({_first(exc)})",
+        return {"reference": f"not compared: {name} does not run ({exception_text(exc)})",
                 "reference_required": reference.required}
     report = compare_outputs(expected, state["ort_outputs"], atol, rtol)
     return {
@@ -178,7 +178,7 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
     from torch.onnx import verification
 
     loaded = state["loaded"]
-    with _quiet_torch_logs():
+    with quiet_torch_logs():
         infos = verification.verify_onnx_program(
             state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
         )
@@ -210,8 +210,8 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float) -> dict[
     """
     import torch
 
-    from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.runtime import _feeds_for_session, _run_session
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import feeds_for_session, run_session
 
     loaded = state["loaded"]
     own = loaded.namespace.get("get_inputs2")
@@ -236,11 +236,11 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float) -> dict[
     worst: float | None = None
     for source, args, kwargs in sets:
         with torch.no_grad():
-            expected = _tensor_leaves(loaded.model(*args, **kwargs))
+            expected = tensor_leaves(loaded.model(*args, **kwargs))
         try:
-            got = _run_session(session, _feeds_for_session(session, _tensor_leaves((args, kwargs))))
+            got = run_session(session, feeds_for_session(session, tensor_leaves((args, kwargs))))
         except Exception as exc:  # the runtime's own error types
-            return {"source": source, "matched": False, "message": f"ONNX Runtime failed: {_first(exc)}"}
+            return {"source": source, "matched": False, "message": f"ONNX Runtime failed: {exception_text(exc)}"}
         report = compare_outputs(expected, got, atol, rtol)
         if report["code"] is not None:
             return {"source": source, "matched": False, "message": report["message"],
@@ -289,8 +289,8 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     import onnx
     import torch
 
-    from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.runtime import _feeds_for_session, cpu_session
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     model = onnx.load(str(state["onnx_path"]))
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -306,7 +306,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     for name, module in loaded.model.named_modules():
         if name and name in last:
             def record(module: Any, _inputs: Any, output: Any, name: str = name) -> None:
-                leaves = _tensor_leaves(output)
+                leaves = tensor_leaves(output)
                 if leaves and all(n != name for n, _m, _t in seen):
                     seen.append((name, module, leaves[0].detach().clone()))
 
@@ -323,7 +323,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     known = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
     session = cpu_session(model.SerializeToString())
-    feeds = _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs)))
+    feeds = feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs)))
     values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
     for name, module, expected in seen:
         got = values.get(last[name])
