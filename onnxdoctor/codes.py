@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
-from onnxdoctor.model import Severity, Stage
+from onnxdoctor.model import PIPELINE_STAGES, Severity, Stage
 
 
 @dataclass(frozen=True)
@@ -22,16 +22,8 @@ class Code:
 
 
 E, W = Severity.ERROR, Severity.WARNING
-L, X, C, R, U, P, G, T = (
-    Stage.LOAD,
-    Stage.EXPORT,
-    Stage.CHECK,
-    Stage.ORT_LOAD,
-    Stage.ORT_RUN,
-    Stage.PARITY,
-    Stage.TARGET,
-    Stage.TOOL,
-)
+L, X, C, R, U, P = PIPELINE_STAGES  # load, export, check, ort_load, ort_run, parity
+G, T = Stage.TARGET, Stage.TOOL
 
 CODES: tuple[Code, ...] = (
     # 0xx: environment (reported against the tool stage)

@@ -267,3 +267,56 @@ def test_the_readme_s_real_session_is_what_the_command_prints() -> None:
     result = _cli(*command.split()[2:], timeout=600)
     assert result.returncode == 1, result.stderr
     assert _normalised_session(result.stdout) == _normalised_session(shown)
+
+
+# ---- one copy: what a recipe's steps mean lives in recipe.py ------------------------------------
+
+
+def test_a_recipe_says_where_it_acts_and_whether_it_is_tied_to_an_exporter() -> None:
+    from onnxdoctor.recipe import (
+        EvalMode,
+        ExportCode,
+        LoadCode,
+        Recipe,
+        RewriteOnnx,
+        RuntimeKernels,
+        SetOpset,
+        UseExporter,
+        UseOpset,
+    )
+
+    assert Recipe("eval", (EvalMode(),)).acts_on == 0
+    assert Recipe("wrap", (LoadCode("model = model"), UseOpset(18))).acts_on == 0
+    assert Recipe("opset", (UseOpset(18),)).acts_on == 1 and Recipe("none").acts_on == 1
+    assert Recipe("rewrite", (UseOpset(18), RewriteOnnx(SetOpset(18)))).acts_on == 2
+    assert Recipe("kernels", (RuntimeKernels(extensions=True),)).acts_on == 3
+    assert Recipe("code", (ExportCode("x = 1"),)).exporter_bound
+    assert not Recipe("exporter", (UseExporter("torchscript"), UseOpset(17))).exporter_bound
+
+
+def test_fix_py_writes_every_kind_of_step(tmp_path: Path) -> None:
+    from onnxdoctor.analysis.fixes.program import fix_program
+    from onnxdoctor.model import Applicability, Fix
+    from onnxdoctor.recipe import (
+        CustomOpsets,
+        EvalMode,
+        ExportCode,
+        LoadCode,
+        Recipe,
+        RewriteOnnx,
+        RuntimeKernels,
+        SetOpset,
+        UseExporter,
+        UseOpset,
+    )
+
+    recipe = Recipe("all", (EvalMode(), LoadCode("model = model"), UseExporter("torchscript"), UseOpset(17),
+                            ExportCode("table = {}", translation_table="table"), CustomOpsets((("my", 1),)),
+                            RewriteOnnx(SetOpset(17)), RuntimeKernels(extensions=True)))
+    fix = Fix(kind="all", title="every step", snippet="pass\n", applicability=Applicability.SAFE, recipe=recipe)
+    text = fix_program(fix, str(tmp_path / "model.py"), None, "script")
+    compile(text, "fix.py", "exec")
+    for expected in ("loaded.model.eval()", "fixkit.apply_load_code(", "dynamo=False", "opset_version=17",
+                     "custom_translation_table=names['table']", "custom_opsets={'my': 1}",
+                     "fixkit.rewrite_file(OUTPUT, [RewriteOnnx(", "extensions=True"):
+        assert expected in text, expected

@@ -11,7 +11,7 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from onnxdoctor.analysis.normalize import first_line, normalize_message
 from onnxdoctor.codes import catch_all, get_code
@@ -169,6 +169,16 @@ def _with_node_sources(findings: list[Finding], by_stage: dict[Stage, StageOutco
     ]
 
 
+class _Failure(NamedTuple):
+    """A failed stage as the stage's own classifier reads it."""
+
+    outcome: StageOutcome
+    text: str  # the error's whole text, causes included
+    evidence: tuple[str, ...]
+    base_dir: str | None
+    by_stage: dict[Stage, StageOutcome]
+
+
 def _classify_failure(
     outcome: StageOutcome, by_stage: dict[Stage, StageOutcome], base_dir: str | None
 ) -> list[Finding]:
@@ -209,7 +219,7 @@ def _classify_failure(
         Stage.ORT_LOAD: _classify_ort_load,
     }.get(outcome.stage)
     if classifier is not None:
-        found = classifier(outcome, text, evidence, base_dir, by_stage)
+        found = classifier(_Failure(outcome, text, evidence, base_dir, by_stage))
         if found:
             return found
     code = catch_all(outcome.stage)
@@ -291,13 +301,8 @@ def _outputs_message(text: str) -> str | None:
     return None
 
 
-def _classify_export(
-    outcome: StageOutcome,
-    text: str,
-    evidence: tuple[str, ...],
-    base_dir: str | None,
-    by_stage: dict[Stage, StageOutcome],
-) -> list[Finding]:
+def _classify_export(failure: _Failure) -> list[Finding]:
+    outcome, text, evidence, base_dir, _ = failure
     facts = outcome.facts
     error = outcome.error
     assert error is not None
@@ -464,13 +469,8 @@ def _capture_message(text: str, base_dir: str | None, default: str) -> str:
     return default
 
 
-def _classify_ort_load(
-    outcome: StageOutcome,
-    text: str,
-    evidence: tuple[str, ...],
-    base_dir: str | None,
-    by_stage: dict[Stage, StageOutcome],
-) -> list[Finding]:
+def _classify_ort_load(failure: _Failure) -> list[Finding]:
+    outcome, text, evidence, base_dir, by_stage = failure
     facts = outcome.facts
     found: list[Finding] = []
     match = NOT_REGISTERED_RT.search(text)
