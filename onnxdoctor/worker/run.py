@@ -362,8 +362,12 @@ class Runner:
             "requested_opset": opset,
         }
         state["exporter"] = facts["exporter"]
+        from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
+
+        recorder = None
         try:
-            with _quiet_torch_logs():
+            with _quiet_torch_logs(), (contextlib.nullcontext() if dynamo
+                                       else recording_torchscript(self.target)) as recorder:
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
@@ -381,6 +385,12 @@ class Runner:
         facts.update(_model_facts(model))
         facts["onnx_path"] = str(path)
         sources = _node_sources(model, self.target)
+        with contextlib.suppress(Exception):
+            # Which code wrote each node (docs/ARCHITECTURE.md, "Node provenance").
+            table = dynamo_table(model, self.target) if dynamo else recorder.table(model) if recorder else []
+            facts["provenance"] = [row.to_dict() for row in table]
+            state["provenance"] = table
+            sources.update({row.node: row.source for row in table if row.source and row.node not in sources})
         if sources:
             facts["node_sources"] = sources
         if dynamo and kwargs.get("dynamic_shapes") is not None:
@@ -444,7 +454,9 @@ class Runner:
             libraries += list(kernels.libraries)
             if kernels.python and kernels.python not in self._kernels_registered:
                 # onnxruntime-extensions keeps Python kernels in a process-wide table: register once.
-                self._run_snippet(kernels.python, f"kernel_{recipe.kind}", None)
+                # With the script's globals: a kernel calls the code that wrote the node (a Function
+                # defined there, its custom op), as it does pasted into the script.
+                self._run_snippet(kernels.python, f"kernel_{recipe.kind}", state.get("loaded"))
                 self._kernels_registered.add(kernels.python)
             if kernels.extensions:
                 from onnxruntime_extensions import get_library_path
@@ -475,7 +487,7 @@ class Runner:
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
                 facts = _kernel_facts(str(exc), model)
-                facts.update(torch_op_behind(facts.get("op"), state))
+                facts.update(torch_op_behind(facts.get("op"), state, facts.get("node")))
             model = state.get("onnx_model")
             if model is not None and not model.graph.node:
                 # ONNX Runtime answers an empty graph with one of its C++ signatures: say what it is.
