@@ -129,7 +129,9 @@ def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
     for kernels in recipe.all(RuntimeKernels):
         libraries += kernels.libraries
         if kernels.python:
-            lines.append(f"fixkit.run_code({_literal(kernels.python)}, None, 'kernel')")
+            # With the script's globals where there is a script: the kernel calls its code.
+            scope = "loaded" if compared_with.endswith("loaded") else "None"
+            lines.append(f"fixkit.run_code({_literal(kernels.python)}, {scope}, 'kernel')")
     extensions = any(k.extensions for k in recipe.all(RuntimeKernels))
     lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions})")
     return lines
