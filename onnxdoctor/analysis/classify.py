@@ -517,7 +517,12 @@ def _classify_ort_load(
     checker_too_old = check is not None and any(
         "higher than the checker's" in r.get("message", "") for r in check.facts.get("findings", [])
     )
-    if check is not None and check.status is Status.PASSED and not checker_too_old:
+    checker_passed = check is not None and check.status is Status.PASSED and not checker_too_old
+    if checker_passed and found[0].code == "OD401":
+        # OD406 would add nothing: a custom domain is legal ONNX, only the kernel is missing.
+        found[0] = replace(found[0], message=found[0].message + " (onnx.checker passes it: the model is "
+                           "valid ONNX, only the runtime lacks the kernel)")
+    elif checker_passed:
         first = found[0]
         found.append(_finding("OD406", Stage.ORT_LOAD,
                               f"onnx.checker passed this model, but ONNX Runtime refuses it ({first.code})",

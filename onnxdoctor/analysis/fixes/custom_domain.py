@@ -171,7 +171,7 @@ def _python_kernel(ctx: FixContext, row: NodeProvenance) -> Fix | None:
     for argument in row.arguments:
         if 0 <= argument.input < n_inputs:
             names[argument.input] = argument.name
-    attributes: dict[str, str] = {}
+    attributes: dict[str, tuple[str, str]] = {}
     call: list[str] = []
     for argument in row.arguments:
         expression = _argument_expression(argument, attributes)
@@ -181,8 +181,9 @@ def _python_kernel(ctx: FixContext, row: NodeProvenance) -> Fix | None:
     domain, op_type = ctx.op.split("::", 1) if ctx.op else ("custom", "Op")
     inputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in row.input_types)
     outputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in row.output_types or ("",))
-    attrs = ", ".join(f"{k!r}: PyCustomOpDef.{v}" for k, v in attributes.items())
-    reads = "".join(f"    {k} = {_PYTHON_OF[v]}(attrs[{k!r}])\n" for k, v in attributes.items())
+    attrs = ", ".join(f"{k!r}: PyCustomOpDef.{v}" for k, (v, _name) in attributes.items())
+    # Each attribute is read into the parameter it came from (`eps` from the node's `epsilon`).
+    reads = "".join(f"    {name} = {_PYTHON_OF[v]}(attrs[{k!r}])\n" for k, (v, name) in attributes.items())
     result = "result.numpy()" if len(row.output_types) <= 1 else "tuple(r.numpy() for r in result)"
     kernel = (
         "import numpy as np\n"
@@ -193,7 +194,8 @@ def _python_kernel(ctx: FixContext, row: NodeProvenance) -> Fix | None:
         f"@onnx_op(op_type={ctx.op!r}, inputs=[{inputs}], outputs=[{outputs}]"
         + (f", attrs={{{attrs}}}" if attrs else "") + ")\n"
         f"def {domain}_{op_type}_kernel({', '.join(names)}{', **attrs' if attrs else ''}):\n"
-        + ("    # Float attributes arrive as float32: compare with a tolerance.\n" if "dt_float" in attributes.values()
+        + ("    # Float attributes arrive as float32: compare with a tolerance.\n"
+           if any(v == "dt_float" for v, _name in attributes.values())
            else "")
         + reads
         + "    with torch.no_grad():\n"
@@ -220,7 +222,7 @@ _ATTRIBUTE_TYPES = {float: "dt_float", int: "dt_int64", bool: "dt_int64", str: "
 _PYTHON_OF = {"dt_float": "float", "dt_int64": "int", "dt_string": "str"}
 
 
-def _argument_expression(argument: NodeArgument, attributes: dict[str, str]) -> str | None:
+def _argument_expression(argument: NodeArgument, attributes: dict[str, tuple[str, str]]) -> str | None:
     """How the kernel passes one parameter: a node input, a node attribute, or the export's constant."""
     if argument.input >= 0:
         return f"torch.from_numpy(np.asarray({argument.name}))"
@@ -228,9 +230,8 @@ def _argument_expression(argument: NodeArgument, attributes: dict[str, str]) -> 
         kind = _ATTRIBUTE_TYPES.get(type(argument.value))
         if kind is None:
             return None  # a list attribute: onnxruntime-extensions kernels take scalars and strings
-        attributes[argument.attribute] = kind
-        value = argument.attribute
-        return f"bool({value})" if isinstance(argument.value, bool) else value
+        attributes[argument.attribute] = (kind, argument.name)
+        return f"bool({argument.name})" if isinstance(argument.value, bool) else argument.name
     # Not carried by the node: the value the export saw, the same at every call of this node.
     return repr(argument.value)
 
