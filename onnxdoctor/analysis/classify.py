@@ -366,9 +366,35 @@ def _classify_export(
         else:
             message = "torch.export could not capture the model"
         return make("OD204", message + (f": {detail}" if detail else ""))
-    if facts.get("symbolic_frame") or _bad_symbolic(text, error):
-        return make("OD205", first_line(normalize_message(error.message, base_dir=base_dir)))
+    bad = facts.get("symbolic_attribute")
+    if isinstance(bad, dict) or facts.get("symbolic_frame") or _bad_symbolic(text, error):
+        headline = _attribute_headline(bad, op) if isinstance(bad, dict) else None
+        return make("OD205", headline or first_line(normalize_message(error.message, base_dir=base_dir)))
     return []
+
+
+_SUFFIX_OF = {"float": "f", "int": "i", "str": "s", "bool": "i"}
+
+
+def _attribute_headline(bad: dict[str, Any], op: str | None) -> str | None:
+    """OD205's headline when g.op got an attribute its suffix cannot take: the argument by name,
+    and the change that fixes it (torch's own message is a pybind signature dump)."""
+    keyword, function = str(bad.get("keyword", "")), str(bad.get("function", "")).split(" ")[-1]
+    if not keyword or not function:
+        return None
+    whose = f"your symbolic {function}()" + (f" for {op}" if op else "")
+    parameter = bad.get("parameter")
+    if bad.get("parse_args") and parameter:
+        descriptors = ", ".join(f'"{d}"' for d in bad["parse_args"])
+        return (f"{whose} passes `{parameter}` to g.op as {keyword}, but the TorchScript exporter hands "
+                f"`{parameter}` to a symbolic as a graph value, not {bad.get('wants')}: decorate the symbolic with "
+                f"@parse_args({descriptors}) (torch.onnx.symbolic_helper) so it receives {bad.get('wants')}")
+    value = bad.get("value")
+    given = str(bad.get("given", "")).removeprefix("a ")
+    right = _SUFFIX_OF.get(given)
+    fix = f"; write {bad.get('attribute')}_{right}={value!r}" if right and right != bad.get("suffix") else ""
+    return (f"{whose} writes {keyword}={value!r}: the _{bad.get('suffix')} suffix wants {bad.get('wants')}, "
+            f"and {value!r} is {bad.get('given')}{fix}")
 
 
 def _parity_finding(

@@ -63,6 +63,8 @@ class TorchScriptRecorder:
     target: Path
     emissions: list[_Emission] = field(default_factory=list)
     final: list[dict[str, Any]] = field(default_factory=list)
+    # The g.op call that raised, when an attribute's value does not fit its suffix (OD205).
+    failure: dict[str, Any] | None = None
 
     def table(self, model: Any) -> list[NodeProvenance]:
         """One row per node of the written model, its emitter matched by kind and order."""
@@ -103,7 +105,12 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         return
 
     def op(self: Any, opname: str, *raw_args: Any, outputs: int = 1, **kwargs: Any) -> Any:
-        result = original_op(self, opname, *raw_args, outputs=outputs, **kwargs)
+        try:
+            result = original_op(self, opname, *raw_args, outputs=outputs, **kwargs)
+        except Exception:
+            with contextlib.suppress(Exception):
+                recorder.failure = recorder.failure or _bad_attribute(opname, kwargs, sys._getframe(1))
+            raise
         with contextlib.suppress(Exception):
             recorder.emissions.append(_emission(self, opname, raw_args, kwargs, sys._getframe(1)))
         return result
@@ -185,6 +192,45 @@ def _emission(context: Any, opname: str, raw_args: tuple[Any, ...], kwargs: dict
         return _Emission(kind, TORCH_SYMBOLIC, torch_op, function, input_types=types)
     return _Emission(kind, REGISTERED_SYMBOLIC, torch_op, function, arguments=_arguments(called, raw_args, kwargs),
                      input_types=types)
+
+
+_WANTS = {"f": ("a float", (float, int)), "i": ("an int", (int,)), "s": ("a string", (str,))}
+
+
+def _bad_attribute(opname: str, kwargs: dict[str, Any], frame: Any) -> dict[str, Any] | None:
+    """The attribute keyword whose value its suffix cannot take, with the symbolic parameter it
+    came from and the `parse_args` descriptors that would hand the symbolic Python values."""
+    import torch
+
+    code = frame.f_code
+    names = code.co_varnames[1: code.co_argcount]
+    for key, value in kwargs.items():
+        match = _ATTRIBUTE_KEY.match(key)
+        if not match or match.group(2) not in _WANTS:
+            continue
+        suffix = match.group(2)
+        want, types = _WANTS[suffix]
+        items = value if isinstance(value, (list, tuple)) and suffix != "s" else [value]
+        graph_value = any(isinstance(v, torch._C.Value) for v in items)
+        wrong = graph_value or not all(isinstance(v, types) and not isinstance(v, bool) or
+                                       (suffix == "i" and isinstance(v, bool)) for v in items)
+        if not wrong:
+            continue
+        parameter = next((n for n in names if frame.f_locals.get(n) is value), "")
+        descriptors = []
+        for name in names:
+            local = frame.f_locals.get(name)
+            descriptors.append(suffix if name == parameter else "v" if isinstance(local, torch._C.Value)
+                               else _DESCRIPTOR.get(type(local), "none"))
+        given = "a graph value (torch._C.Value)" if graph_value else f"a {type(value).__name__}"
+        return {"keyword": key, "attribute": match.group(1), "suffix": suffix, "wants": want, "given": given,
+                "value": None if graph_value else _plain(value), "parameter": parameter, "node_op": opname,
+                "function": f"{Path(code.co_filename).name}:{code.co_firstlineno} {code.co_name}",
+                "parse_args": descriptors if graph_value else []}
+    return None
+
+
+_DESCRIPTOR = {float: "f", int: "i", bool: "b", str: "s"}
 
 
 def _arguments(frame: Any, raw_args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[NodeArgument, ...]:

@@ -373,6 +373,8 @@ class Runner:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.target, gather=self.request.gather_facts))
+            if recorder is not None and recorder.failure:
+                facts["symbolic_attribute"] = recorder.failure
             raise StageFailed(_first(exc), None, **facts) from exc
         import onnx
 
