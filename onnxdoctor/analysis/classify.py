@@ -25,6 +25,7 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
+from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC, provenance_table
 
 _DYNAMIC_SHAPES_KEYS = re.compile(
     r"top-level keys must be the arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])"
@@ -431,10 +432,19 @@ def _parity_finding(
         shown = ", ".join(modes[:3]) + (", ..." if len(modes) > 3 else "")
         message += (f"; the model is in training mode and {len(modes)} module(s) depend on it ({shown}): "
                     "dropout and batch statistics explain this difference (OD206); compare in eval mode")
+    table = provenance_table(export.facts) if export else {}
+    row = table.get(node) if node else None
+    if row is not None:
+        source = source or row.source or None
+        if row.emitter in (REGISTERED_SYMBOLIC, FUNCTION_SYMBOLIC):
+            message += f"; node {node} was written by your symbolic {row.function} for {row.torch_op}"
     symbolics = (load.facts.get("custom_symbolics") if load else None) or {}
     if symbolics and export and export.facts.get("exporter") == "torchscript":
         if not diverging:
             op = next(iter(symbolics)) if len(symbolics) == 1 else None
+            # The user's line that calls the op whose symbolic wrote nodes (the export recorded it).
+            written = [r for r in table.values() if r.emitter == REGISTERED_SYMBOLIC and r.torch_op == op and r.source]
+            source = source or (written[0].source if written else None)
         message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
     return _finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
                     node=node, source=source, evidence=tuple(rows) + evidence[:1])
