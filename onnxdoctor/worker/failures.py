@@ -42,6 +42,9 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         if owners and not op:
             op = owners[0]
             facts["op"] = op
+    if not op:
+        # Any failure inside a TorchScript symbolic: the torch op torch was converting names it.
+        op = _converting(exc)
     if op:
         facts["op"] = op
     if op and not symbolic:
@@ -72,6 +75,23 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
 
                 facts["unsupported_ops"] = unsupported_ops(loaded, target)
     return facts
+
+
+def _converting(exc: BaseException) -> str | None:
+    """The torch op (`aten::unfold`) whose TorchScript symbolic was running when `exc` was raised."""
+    from onnxdoctor.worker.tracebacks import exception_chain
+
+    for current in exception_chain(exc, hidden_context=True):
+        tb = current.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_name == "_run_symbolic_function":
+                node = tb.tb_frame.f_locals.get("node")
+                with contextlib.suppress(Exception):
+                    kind = str(node.kind())
+                    if "::" in kind and not kind.startswith(("prim::", "onnx::")):
+                        return kind.rstrip("_")
+            tb = tb.tb_next
+    return None
 
 
 def torch_op_behind(node_op: str | None, state: dict[str, Any], node: str | None = None) -> dict[str, Any]:
