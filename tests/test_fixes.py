@@ -113,6 +113,16 @@ def test_a_custom_node_is_fixed_from_the_code_that_wrote_it(fixture: str, routes
     assert fixes["runtime_kernel"].check is None  # the native-library advice is shown, not tried
 
 
+@pytest.mark.slow
+def test_a_function_whose_forward_needs_a_rewrite_is_fixed_by_a_chain() -> None:
+    # A Python kernel works at once, but needs torch at run time: the kernel-free route is
+    # continued (forward, then the op-rewrite library's linalg_inv) and ranked first.
+    diagnosis = diagnose(str(FIXTURES / "ort_load/od401_function_forward_inverts.py"), DiagnoseOptions(fix=True))[0]
+    best = diagnosis.findings[0].fixes[0]
+    assert best.kind == "chain" and best.verified is True, best
+    assert best.recipe is not None and best.recipe.chain[0] == "function_forward"
+
+
 def test_lowest_supporting_opset_is_found_and_verified(tmp_path: Path) -> None:
     fixes = _fixes("export/od201_grid_sampler_opset11.py")
     run_fix_program(fixes["opset"], FIXTURES / "export/od201_grid_sampler_opset11.py", tmp_path / "opset")

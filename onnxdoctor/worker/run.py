@@ -29,6 +29,7 @@ from onnxdoctor.protocol import (
 from onnxdoctor.recipe import (
     CustomOpsets,
     DynamicShapes,
+    EagerExport,
     EvalMode,
     ExportCode,
     LoadCode,
@@ -362,12 +363,15 @@ class Runner:
             "requested_opset": opset,
         }
         state["exporter"] = facts["exporter"]
+        from onnxdoctor.worker.fixkit import eager_export
         from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
 
         recorder = None
+        eager = recipe.first(EagerExport)
         try:
-            with _quiet_torch_logs(), (contextlib.nullcontext() if dynamo
-                                       else recording_torchscript(self.target)) as recorder:
+            with _quiet_torch_logs(), (
+                eager_export(loaded, eager.functions, eager.not_in_export) if eager else contextlib.nullcontext()
+            ), (contextlib.nullcontext() if dynamo else recording_torchscript(self.target)) as recorder:
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):

@@ -27,7 +27,7 @@ from onnxdoctor.protocol import (
     NodeArgument,
     NodeProvenance,
 )
-from onnxdoctor.recipe import ExportCode, Recipe, RuntimeKernels, UseExporter
+from onnxdoctor.recipe import EagerExport, Recipe, RuntimeKernels, UseExporter
 
 CODES = ("OD401",)
 
@@ -78,18 +78,17 @@ def _class_reference(row: NodeProvenance) -> tuple[str, str]:
 def _function_forward(ctx: FixContext, row: NodeProvenance) -> Fix:
     imports, name = _class_reference(row)
     where = f" ({row.function.split(' ')[0]})" if row.function else ""
-    code = (
+    snippet = (
         "import torch\n"
         f"{imports}\n"
-        f"# Set {name}'s symbolic{where} aside for this export: the TorchScript exporter then traces\n"
+        f"# Set {name}'s symbolic{where} aside for the export: the TorchScript exporter then traces\n"
         f"# {name}.forward instead of writing the {ctx.op} node that no runtime has a kernel for.\n"
-        f"_{name.replace('.', '_')}_symbolic = {name}.__dict__['symbolic']\n"
+        f"saved_symbolic = {name}.__dict__['symbolic']\n"
         f"del {name}.symbolic\n"
-    )
-    snippet = code + (
-        "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n"
-        f"# Put it back if this process exports the {ctx.op} node elsewhere:\n"
-        f"# {name}.symbolic = _{name.replace('.', '_')}_symbolic\n"
+        "try:\n"
+        "    torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n"
+        "finally:\n"
+        f"    {name}.symbolic = saved_symbolic  # other exports keep writing {ctx.op}\n"
     )
     return Fix(
         kind="function_forward",
@@ -97,7 +96,7 @@ def _function_forward(ctx: FixContext, row: NodeProvenance) -> Fix:
         snippet=snippet,
         applicability=Applicability.SAFE,
         cost=f"none at run time: the graph holds {name}.forward's ops instead of one {ctx.op} node",
-        recipe=Recipe("function_forward", (UseExporter("torchscript"), ExportCode(code)), isolated=True),
+        recipe=Recipe("function_forward", (UseExporter("torchscript"), EagerExport(functions=(row.function_class,)))),
     )
 
 
@@ -116,22 +115,27 @@ def _function_dynamo(ctx: FixContext, row: NodeProvenance) -> Fix:
 
 def _eager_branch(ctx: FixContext, row: NodeProvenance) -> Fix:
     where = f" at {row.source}" if row.source else ""
-    code = (
+    snippet = (
         "import torch\n\n"
         f"# forward() writes {ctx.op}{where} while torch.onnx.is_in_onnx_export() is true; with it\n"
         "# false during the export the exporter traces the eager branch, and no kernel is needed.\n"
-        "# (A module that did `from torch.onnx import is_in_onnx_export` keeps its own name: set it there.)\n"
+        "# (A module that did `from torch.onnx import is_in_onnx_export` holds its own name: set that too.)\n"
+        "in_export = torch.onnx.is_in_onnx_export\n"
         "torch.onnx.is_in_onnx_export = lambda: False\n"
+        "try:\n"
+        "    torch.onnx.export(model, example_inputs, 'model.onnx')\n"
+        "finally:\n"
+        "    torch.onnx.is_in_onnx_export = in_export\n"
     )
     return Fix(
         kind="eager_branch",
         title=f"Export forward()'s eager branch instead of the {ctx.op} node "
               "(torch.onnx.is_in_onnx_export() false during the export)",
-        snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+        snippet=snippet,
         applicability=Applicability.UNSAFE,
-        cost="none at run time; every check of torch.onnx.is_in_onnx_export() in this process reads false "
-             "during the export, torch's and libraries' included",
-        recipe=Recipe("eager_branch", (ExportCode(code),), isolated=True),
+        cost="none at run time; during the export every check of torch.onnx.is_in_onnx_export() reads false, "
+             "libraries' included",
+        recipe=Recipe("eager_branch", (EagerExport(not_in_export=True),)),
     )
 
 
