@@ -172,7 +172,7 @@ def _elementwise(row: Any, state: dict[str, Any]) -> bool:
 
         definition = custom_ops.OPDEFS.get(row.torch_op)
         if definition is None:
-            return False
+            raise LookupError("no Python body to trace (a compiled op)")
         function = definition._init_fn
     arguments: list[Any] = []
     for argument in row.arguments:
