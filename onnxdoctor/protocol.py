@@ -166,10 +166,13 @@ class NodeProvenance:
     arguments: tuple[NodeArgument, ...] = ()
     input_types: tuple[str, ...] = ()
     output_types: tuple[str, ...] = ()
+    # Which call of its emitter wrote the node (0, 1, ... in export order; -1: not known): the nodes
+    # one symbolic call wrote together compute that call's result.
+    call: int = -1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (empty fields left out)."""
-        data = {k: v for k, v in asdict(self).items() if v not in ("", (), [], None)}
+        data = {k: v for k, v in asdict(self).items() if v not in ("", (), [], None) and not (k == "call" and v < 0)}
         if self.arguments:
             data["arguments"] = [{k: v for k, v in asdict(a).items() if v not in ("", None, -1)}
                                  for a in self.arguments]
@@ -186,7 +189,8 @@ class NodeProvenance:
         )
         text = {k: str(data.get(k) or "") for k in ("op", "emitter", "torch_op", "function", "function_class",
                                                       "source", "module")}
-        return cls(node=data["node"], arguments=arguments,
+        call = data.get("call")
+        return cls(node=data["node"], arguments=arguments, call=call if isinstance(call, int) else -1,
                    input_types=tuple(str(t) for t in data.get("input_types") or ()),
                    output_types=tuple(str(t) for t in data.get("output_types") or ()), **text)
 

@@ -422,9 +422,16 @@ def _parity_finding(
         op, node = diverging.get("op"), diverging.get("node")
         module = (f", the output of module {diverging['module']!r} ({diverging.get('module_class')})"
                   if diverging.get("module") else "")
+        mapped = f" for {diverging['torch_op']}" if diverging.get("torch_op") else ""
+        written = f", written by your symbolic {diverging['symbolic']}{mapped}" if diverging.get("symbolic") else ""
+        figures = (f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
+                   if isinstance(diverging.get("max_abs_diff"), (int, float))
+                   and isinstance(diverging.get("max_rel_diff"), (int, float))
+                   else {"OD603": "its shape differs", "OD604": "its dtype differs"}.get(
+                       str(diverging.get("code")), "it differs"))
         message += (
-            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}{module}): "
-            f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
+            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}{module}{written}): "
+            f"{figures}"
         )
     if facts.get("diverging_skipped"):
         message += f"; the first diverging value was not searched for: {facts['diverging_skipped']}"
@@ -438,7 +445,7 @@ def _parity_finding(
     row = table.get(node) if node else None
     if row is not None:
         source = source or row.source or None
-        if row.emitter in (REGISTERED_SYMBOLIC, FUNCTION_SYMBOLIC):
+        if row.emitter in (REGISTERED_SYMBOLIC, FUNCTION_SYMBOLIC) and not diverging.get("symbolic"):
             message += f"; node {node} was written by your symbolic {row.function} for {row.torch_op}"
     symbolics = (load.facts.get("custom_symbolics") if load else None) or {}
     if symbolics and export and export.facts.get("exporter") == "torchscript":
@@ -447,7 +454,8 @@ def _parity_finding(
             # The user's line that calls the op whose symbolic wrote nodes (the export recorded it).
             written = [r for r in table.values() if r.emitter == REGISTERED_SYMBOLIC and r.torch_op == op and r.source]
             source = source or (written[0].source if written else None)
-        message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
+        if not (diverging and diverging.get("symbolic")):
+            message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
     return _finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
                     node=node, source=source, evidence=tuple(rows) + evidence[:1])
 

@@ -54,6 +54,8 @@ class _Emission:
     function_class: str = ""
     arguments: tuple[NodeArgument, ...] = ()
     input_types: tuple[str, ...] = ()
+    call: int = -1
+    trampoline: Any = None  # the frame of torch's call into the symbolic (dropped once numbered)
 
 
 @dataclass
@@ -65,6 +67,22 @@ class TorchScriptRecorder:
     final: list[dict[str, Any]] = field(default_factory=list)
     # The g.op call that raised, when an attribute's value does not fit its suffix (OD205).
     failure: dict[str, Any] | None = None
+    # The symbolic call being recorded (torch's trampoline frame) and how many each emitter had.
+    _frame: Any = None
+    _calls: dict[str, int] = field(default_factory=dict)
+
+    def add(self, emission: _Emission) -> None:
+        """Record one g.op call, numbered by the symbolic call it belongs to."""
+        frame, emission.trampoline = emission.trampoline, None
+        if frame is None or not emission.emitter:
+            self.emissions.append(emission)
+            return
+        key = emission.function_class or emission.torch_op
+        if frame is not self._frame:
+            self._frame = frame
+            self._calls[key] = self._calls.get(key, -1) + 1
+        emission.call = self._calls[key]
+        self.emissions.append(emission)
 
     def table(self, model: Any) -> list[NodeProvenance]:
         """One row per node of the written model, its emitter matched by kind and order."""
@@ -85,7 +103,7 @@ class TorchScriptRecorder:
             if emission is not None:
                 record = replace(record, emitter=emission.emitter, torch_op=emission.torch_op,
                                  function=emission.function, function_class=emission.function_class,
-                                 arguments=emission.arguments)
+                                 arguments=emission.arguments, call=emission.call)
             rows.append(record)
         return _bounded(rows)
 
@@ -112,7 +130,7 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
                 recorder.failure = recorder.failure or _bad_attribute(opname, kwargs, sys._getframe(1))
             raise
         with contextlib.suppress(Exception):
-            recorder.emissions.append(_emission(self, opname, raw_args, kwargs, sys._getframe(1)))
+            recorder.add(_emission(self, opname, raw_args, kwargs, sys._getframe(1)))
         return result
 
     def naming(graph: Any) -> Any:
@@ -126,6 +144,7 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     try:
         yield recorder
     finally:
+        recorder._frame = None
         jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
         torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming
 
@@ -185,13 +204,13 @@ def _emission(context: Any, opname: str, raw_args: tuple[Any, ...], kwargs: dict
     if trampoline.f_code.co_name == "_run_symbolic_method":
         symbolic = trampoline.f_locals.get("symbolic_fn")
         return _Emission(kind, FUNCTION_SYMBOLIC, "prim::PythonOp", function, _function_class(symbolic),
-                         _arguments(called, raw_args, kwargs), types)
+                         _arguments(called, raw_args, kwargs), types, trampoline=trampoline)
     node = trampoline.f_locals.get("node")
     torch_op = str(node.kind()) if node is not None else ""
     if not mine:
-        return _Emission(kind, TORCH_SYMBOLIC, torch_op, function, input_types=types)
+        return _Emission(kind, TORCH_SYMBOLIC, torch_op, function, input_types=types, trampoline=trampoline)
     return _Emission(kind, REGISTERED_SYMBOLIC, torch_op, function, arguments=_arguments(called, raw_args, kwargs),
-                     input_types=types)
+                     input_types=types, trampoline=trampoline)
 
 
 _WANTS = {"f": ("a float", (float, int)), "i": ("an int", (int,)), "s": ("a string", (str,))}
@@ -311,7 +330,10 @@ def _module_path(scope: str) -> str:
     names = [name for _cls, name in parts if name]
     if not names:
         return ""
-    return f"{'.'.join(names)} ({parts[-1][0].rsplit('.', 1)[-1]})"
+    from onnxdoctor.worker.parity import _scope_names
+
+    # A Sequential's child repeats its parent's name in the scope ("layers/layers.1"): qualnames.
+    return f"{_scope_names(names)[-1]} ({parts[-1][0].rsplit('.', 1)[-1]})"
 
 
 def _align(final: list[dict[str, Any]], emissions: list[_Emission]) -> dict[int, _Emission]:

@@ -62,6 +62,7 @@ from onnxdoctor.worker.parity import (
     OutOfTime,
     compare_with_reference,
     first_diverging_module,
+    first_diverging_symbolic,
     first_diverging_value,
     second_input_check,
     time_limit,
@@ -549,14 +550,19 @@ class Runner:
                              and state.get("load_facts", {}).get("mode_sensitive_modules"))
             searchable = state.get("onnx_program") is not None or (
                 state.get("exporter") == "torchscript" and state.get("onnx_path") is not None)
-            if report["code"] == "OD601" and searchable and not explained:
+            torchscript = state.get("onnx_program") is None
+            if searchable and not explained and (report["code"] == "OD601" or torchscript):
                 budget = self.request.localize_budget
+                atol, rtol = self.request.atol, self.request.rtol
                 try:
                     with time_limit(budget):
-                        facts["diverging"] = (
-                            first_diverging_value(state, self.request.atol, self.request.rtol)
-                            if state.get("onnx_program") is not None
-                            else first_diverging_module(state, self.request.atol, self.request.rtol, self.target))
+                        # TorchScript: the user's symbolics first (their calls compared one by one),
+                        # then the modules; dynamo: every intermediate value.
+                        found = first_diverging_symbolic(state, atol, rtol) if torchscript else None
+                        if found is None and report["code"] == "OD601":
+                            found = (first_diverging_module(state, atol, rtol, self.target) if torchscript
+                                     else first_diverging_value(state, atol, rtol))
+                        facts["diverging"] = found
                 except OutOfTime:
                     facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
                 except Exception:  # best effort: the mismatch itself is reported either way
