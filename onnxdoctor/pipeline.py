@@ -37,7 +37,7 @@ from onnxdoctor.model import (
     TargetGap,
 )
 from onnxdoctor.protocol import WorkerRequest, WorkerResult
-from onnxdoctor.recipe import Recipe, UseExporter
+from onnxdoctor.recipe import Recipe, RuntimeKernels, UseExporter
 from onnxdoctor.supervise import run_worker
 from onnxdoctor.target import Target, parse_target
 
@@ -433,8 +433,7 @@ class _Verifier:
         """
         searched: list[Finding] = []
         for finding in findings:
-            if (finding.severity is Severity.ERROR and not any(f.verified for f in finding.fixes)
-                    and not self._out_of_time()):
+            if finding.severity is Severity.ERROR and _wants_chain(finding) and not self._out_of_time():
                 found = self._chains_for(finding)
                 finding = replace(finding, fixes=(*finding.fixes, *found))
             searched.append(finding)
@@ -487,6 +486,19 @@ class _Verifier:
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
         findings = prepare_findings(outcomes, tool, self.target, self.options, exporter)
         return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None)
+
+
+def _wants_chain(finding: Finding) -> bool:
+    """Whether a finding's fixes are worth continuing as chains: none worked, or only a Python
+    kernel did (it needs torch at run time) while a route with no kernel got partway (a
+    Function's forward that holds an op only the rewrite library exports)."""
+    verified = [f for f in finding.fixes if f.verified]
+    if not verified:
+        return True
+    kernels_only = all(f.recipe and all(isinstance(s, (RuntimeKernels, UseExporter)) for s in f.recipe.steps)
+                       for f in verified)
+    return kernels_only and any(f.check and not f.check.works and f.applicability is Applicability.SAFE
+                                for f in finding.fixes)
 
 
 def _rank_fixes(finding: Finding) -> Finding:

@@ -367,3 +367,107 @@ def _scope_names(segments: list[str]) -> list[str]:
         names.append(current)
         previous = segment
     return names
+
+
+def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+    """TorchScript exports: the first call of a user's symbolic whose nodes compute a value that
+    differs from what the op (or autograd.Function) computes in PyTorch.
+
+    The provenance table numbers each symbolic call; the nodes one call wrote together produce
+    its result (their outputs no other node of the call reads). PyTorch's result of the same call
+    is recorded in eager (a dispatch mode for a custom op, the Function's forward for a Function):
+    calls happen in the order the tracer recorded them.
+    """
+    import onnx
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
+    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.fixkit import _function_class
+    from onnxdoctor.worker.runtime import _feeds_for_session, cpu_session
+
+    rows = [r for r in state.get("provenance") or ()
+            if r.call >= 0 and (r.emitter == FUNCTION_SYMBOLIC and r.function_class
+                                or r.emitter == REGISTERED_SYMBOLIC and "::" in r.torch_op)]
+    if not rows:
+        return None
+    loaded = state["loaded"]
+    model = onnx.load(str(state["onnx_path"]))
+    nodes = {n.name: n for n in model.graph.node}
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for row in rows:
+        key = row.function_class if row.emitter == FUNCTION_SYMBOLIC else row.torch_op
+        groups.setdefault((key, row.call), []).append(row)
+    eager: dict[str, list[list[Any]]] = {key: [] for key, _call in groups}
+    ops = {key for key in eager if "::" in key}
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            result = func(*args, **(kwargs or {}))
+            name = func._schema.name if hasattr(func, "_schema") else ""
+            if name in ops:
+                eager[name].append([t.detach().clone() for t in _tensor_leaves(result)])
+            return result
+
+    undo = []
+    try:
+        for key in eager:
+            if "::" in key:
+                continue
+            cls = _function_class(key, loaded)
+            owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
+            original = owner.__dict__["forward"]
+
+            def forward(ctx: Any, *args: Any, _original: Any = original, _key: str = key, **kwargs: Any) -> Any:
+                result = _original.__func__(ctx, *args, **kwargs)
+                eager[_key].append([t.detach().clone() for t in _tensor_leaves(result)])
+                return result
+
+            owner.forward = staticmethod(forward)
+            undo.append((owner, original))
+        with torch.no_grad(), (Record() if ops else contextlib.nullcontext()):
+            loaded.model(*loaded.args, **(loaded.kwargs or {}))
+    finally:
+        for owner, original in undo:
+            owner.forward = original
+    produced: dict[tuple[str, int], list[str]] = {}
+    for (key, call), members in groups.items():
+        protos = [nodes[r.node] for r in members if r.node in nodes]
+        read = {i for n in protos for i in n.input}
+        produced[(key, call)] = [o for n in protos for o in n.output if o and o not in read]
+    wanted = list(dict.fromkeys(v for values in produced.values() for v in values))
+    known = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
+    session = cpu_session(model.SerializeToString())
+    feeds = _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs)))
+    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    producers = {out: n for n in model.graph.node for out in n.output}
+    compared = 0
+    for (key, call), outputs in produced.items():
+        calls = eager.get(key) or []
+        if call >= len(calls):
+            continue
+        for name, expected in zip(outputs, calls[call], strict=False):
+            got = values.get(name)
+            if got is None:
+                continue
+            compared += 1
+            report = compare_outputs([expected], [got], atol, rtol)
+            if report["code"] is None:
+                continue
+            node = producers.get(name)
+            row = next(r for r in groups[(key, call)] if node is not None and r.node == node.name)
+            return {
+                "value": name, "node": node.name if node is not None else None,
+                "op": row.op, "torch_op": row.torch_op if row.emitter == REGISTERED_SYMBOLIC else "",
+                "onnx_op": row.op, "source": row.source or None,
+                "module": row.module.split(" (")[0], "module_class": row.module.partition(" (")[2].rstrip(")"),
+                "symbolic": row.function if row.emitter == REGISTERED_SYMBOLIC
+                else f"{row.function_class.rpartition(':')[2]}.symbolic ({row.function.split(' ')[0]})",
+                # Figures only where the values compare (not a shape or a dtype that differs).
+                "max_abs_diff": report["max_abs_diff"] if report["code"] == "OD601" else None,
+                "max_rel_diff": report["max_rel_diff"] if report["code"] == "OD601" else None,
+                "compared": compared, "code": report["code"],
+            }
+    return None

@@ -29,6 +29,7 @@ from onnxdoctor.protocol import (
 from onnxdoctor.recipe import (
     CustomOpsets,
     DynamicShapes,
+    EagerExport,
     EvalMode,
     ExportCode,
     LoadCode,
@@ -61,6 +62,7 @@ from onnxdoctor.worker.parity import (
     OutOfTime,
     compare_with_reference,
     first_diverging_module,
+    first_diverging_symbolic,
     first_diverging_value,
     second_input_check,
     time_limit,
@@ -362,13 +364,22 @@ class Runner:
             "requested_opset": opset,
         }
         state["exporter"] = facts["exporter"]
+        from onnxdoctor.worker.fixkit import eager_export
+        from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
+
+        recorder = None
+        eager = recipe.first(EagerExport)
         try:
-            with _quiet_torch_logs():
+            with _quiet_torch_logs(), (
+                eager_export(loaded, eager.functions, eager.not_in_export) if eager else contextlib.nullcontext()
+            ), (contextlib.nullcontext() if dynamo else recording_torchscript(self.target)) as recorder:
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.target, gather=self.request.gather_facts))
+            if recorder is not None and recorder.failure:
+                facts["symbolic_attribute"] = recorder.failure
             raise StageFailed(_first(exc), None, **facts) from exc
         import onnx
 
@@ -381,6 +392,12 @@ class Runner:
         facts.update(_model_facts(model))
         facts["onnx_path"] = str(path)
         sources = _node_sources(model, self.target)
+        with contextlib.suppress(Exception):
+            # Which code wrote each node (docs/ARCHITECTURE.md, "Node provenance").
+            table = dynamo_table(model, self.target) if dynamo else recorder.table(model) if recorder else []
+            facts["provenance"] = [row.to_dict() for row in table]
+            state["provenance"] = table
+            sources.update({row.node: row.source for row in table if row.source and row.node not in sources})
         if sources:
             facts["node_sources"] = sources
         if dynamo and kwargs.get("dynamic_shapes") is not None:
@@ -444,7 +461,9 @@ class Runner:
             libraries += list(kernels.libraries)
             if kernels.python and kernels.python not in self._kernels_registered:
                 # onnxruntime-extensions keeps Python kernels in a process-wide table: register once.
-                self._run_snippet(kernels.python, f"kernel_{recipe.kind}", None)
+                # With the script's globals: a kernel calls the code that wrote the node (a Function
+                # defined there, its custom op), as it does pasted into the script.
+                self._run_snippet(kernels.python, f"kernel_{recipe.kind}", state.get("loaded"))
                 self._kernels_registered.add(kernels.python)
             if kernels.extensions:
                 from onnxruntime_extensions import get_library_path
@@ -475,7 +494,7 @@ class Runner:
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
                 facts = _kernel_facts(str(exc), model)
-                facts.update(torch_op_behind(facts.get("op"), state))
+                facts.update(torch_op_behind(facts.get("op"), state, facts.get("node")))
             model = state.get("onnx_model")
             if model is not None and not model.graph.node:
                 # ONNX Runtime answers an empty graph with one of its C++ signatures: say what it is.
@@ -531,14 +550,19 @@ class Runner:
                              and state.get("load_facts", {}).get("mode_sensitive_modules"))
             searchable = state.get("onnx_program") is not None or (
                 state.get("exporter") == "torchscript" and state.get("onnx_path") is not None)
-            if report["code"] == "OD601" and searchable and not explained:
+            torchscript = state.get("onnx_program") is None
+            if searchable and not explained and (report["code"] == "OD601" or torchscript):
                 budget = self.request.localize_budget
+                atol, rtol = self.request.atol, self.request.rtol
                 try:
                     with time_limit(budget):
-                        facts["diverging"] = (
-                            first_diverging_value(state, self.request.atol, self.request.rtol)
-                            if state.get("onnx_program") is not None
-                            else first_diverging_module(state, self.request.atol, self.request.rtol, self.target))
+                        # TorchScript: the user's symbolics first (their calls compared one by one),
+                        # then the modules; dynamo: every intermediate value.
+                        found = first_diverging_symbolic(state, atol, rtol) if torchscript else None
+                        if found is None and report["code"] == "OD601":
+                            found = (first_diverging_module(state, atol, rtol, self.target) if torchscript
+                                     else first_diverging_value(state, atol, rtol))
+                        facts["diverging"] = found
                 except OutOfTime:
                     facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
                 except Exception:  # best effort: the mismatch itself is reported either way

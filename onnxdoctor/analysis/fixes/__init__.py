@@ -17,6 +17,7 @@ from onnxdoctor.analysis.fixes import (
     aten_fallback,
     contrib_ops,
     control_flow,
+    custom_domain,
     custom_op,
     decompose,
     dynamic_shapes,
@@ -45,7 +46,7 @@ from onnxdoctor.recipe import (
 )
 
 FAMILIES = (
-    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
+    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file, contrib_ops,
     exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 

@@ -13,6 +13,7 @@ from onnxdoctor.model import Fix
 from onnxdoctor.recipe import (
     CustomOpsets,
     DynamicShapes,
+    EagerExport,
     EvalMode,
     ExportCode,
     LoadCode,
@@ -105,7 +106,14 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
         options.append(f"dynamic_shapes=fixkit.dynamic_shapes(loaded.settings, {shapes!r})"
                        if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
     joined = ",\n    ".join(options)
-    lines.append(f"torch.onnx.export(\n    {exported}, loaded.args, str(OUTPUT),\n    {joined},\n)")
+    eager = recipe.first(EagerExport)
+    if eager:
+        # The Functions' symbolics set aside and is_in_onnx_export() false, for the export only.
+        lines.append(f"with fixkit.eager_export(loaded, {eager.functions!r}, {eager.not_in_export!r}):")
+        lines.append(f"    torch.onnx.export(\n        {exported}, loaded.args, str(OUTPUT),\n        "
+                     + joined.replace("\n    ", "\n        ") + ",\n    )")
+    else:
+        lines.append(f"torch.onnx.export(\n    {exported}, loaded.args, str(OUTPUT),\n    {joined},\n)")
     return "\n".join([*lines, *_after_export(recipe, "reference, loaded")]) + "\n"
 
 
@@ -129,7 +137,9 @@ def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
     for kernels in recipe.all(RuntimeKernels):
         libraries += kernels.libraries
         if kernels.python:
-            lines.append(f"fixkit.run_code({_literal(kernels.python)}, None, 'kernel')")
+            # With the script's globals where there is a script: the kernel calls its code.
+            scope = "loaded" if compared_with.endswith("loaded") else "None"
+            lines.append(f"fixkit.run_code({_literal(kernels.python)}, {scope}, 'kernel')")
     extensions = any(k.extensions for k in recipe.all(RuntimeKernels))
     lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions})")
     return lines
