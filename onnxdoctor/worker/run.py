@@ -362,6 +362,8 @@ class Runner:
             "requested_opset": opset,
         }
         state["exporter"] = facts["exporter"]
+        # What a frozen trace's check at other inputs exports again, traced at those inputs.
+        state["export_call"] = (model_or_program, kwargs)
         try:
             with _quiet_torch_logs():
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
@@ -547,8 +549,26 @@ class Runner:
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):
-                report["second_inputs"] = second_input_check(state, self.request.atol, self.request.rtol)
+                report["second_inputs"] = second_input_check(
+                    state, self.request.atol, self.request.rtol, self._retrace(state), self.target)
         return report
+
+    def _retrace(self, state: dict[str, Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Path] | None:
+        """The export of this run again, traced at other inputs (None where it cannot be redone)."""
+        if state["recipe"].first(RewriteOnnx) or "export_call" not in state:
+            return None  # a rewritten file: a new trace would need the rewrite again
+        model, kwargs = state["export_call"]
+
+        def retrace(args: tuple[Any, ...], inputs: dict[str, Any]) -> Path:
+            import torch
+
+            path = self.workdir / f"retrace-{os.getpid()}-{time.monotonic_ns()}.onnx"
+            with _quiet_torch_logs(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, args, str(path), **{**kwargs, "kwargs": inputs or None})
+            return path
+
+        return retrace
 
 
 
