@@ -72,6 +72,7 @@ from onnxdoctor.worker.runtime import (
     _run_session,
     _runtime_source,
 )
+from onnxdoctor.worker.scripted import script_module_facts
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     _custom_symbolics,
@@ -248,6 +249,7 @@ class Runner:
             "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
         }
         facts["custom_symbolics"] = _custom_symbolics(self.target.resolve().parent)
+        facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
