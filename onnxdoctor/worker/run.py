@@ -376,7 +376,9 @@ class Runner:
             raise StageFailed(_first(exc), None, **facts) from exc
         import onnx
 
-        model = onnx.load(str(path), load_external_data=False)
+        # A rewrite may need the weights (float64 ones become float32): the exporter writes big
+        # ones beside the file, and the rewritten copy is saved elsewhere.
+        model = onnx.load(str(path), load_external_data=bool(recipe.first(RewriteOnnx)))
         if recipe.first(RewriteOnnx):
             # A rewrite of the exported file (a cast, a newer IR stamp): compared with PyTorch as usual.
             model, path = self._rewrite(model, recipe.all(RewriteOnnx), state)
