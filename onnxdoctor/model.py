@@ -175,11 +175,16 @@ class DynamicShapesKeys:
 
 @dataclass(frozen=True)
 class SecondInputs:
-    """OD210 checked again at a second input set: where the inputs came from, and the verdict."""
+    """OD210 checked again at other input sets: which ones (or the one that differs), and the verdict."""
 
     source: str
     matched: bool
     max_abs_diff: float | None = None
+    # Where a difference first arises (a submodule and its op), when it could be traced.
+    where: str | None = None
+    # Traced again at the differing inputs: True if that export matches there (the recorded
+    # branch is the cause), False if it differs too (the frozen value is not), None if not tried.
+    frozen_cause: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -363,6 +363,9 @@ def _classify_export(
                                      f"arguments are {keys.group(1)}", detail=_shape_keys(keys))
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         detail = _capture_message(text, base_dir, "")
+        if "Exporting a ScriptModule is not supported" in text:
+            return make("OD204", "torch.export takes eager modules only, and the model is a ScriptModule "
+                                 "(torch.jit.script or torch.jit.load)")
         if "data-dependent" in text:
             message = ("torch.export cannot capture Python control flow or conversions on tensor values "
                        "(if/while on a tensor, .item(), int(tensor))")

@@ -224,13 +224,24 @@ def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> tuple[str 
     """Why a fixed run that passed every stage still does not count as a fix: (code, text), or
     (None, None) when it does."""
     frozen = next((f for f in findings if f.code == "OD210"), None)
+    if frozen is not None and isinstance(frozen.detail, SecondInputs) and frozen.detail.frozen_cause is False:
+        # Wrong at other inputs, but not because of the frozen branch: say so, and still no verdict
+        # of "verified" while any input set differs.
+        where = f", first at {frozen.detail.where}" if frozen.detail.where else ""
+        return "OD210", (f"OD210: differs from PyTorch at other inputs ({frozen.detail.source}{where}); "
+                         "traced again at those inputs it differs too, so not because the tracer froze "
+                         "a branch")
     if frozen is not None and not (isinstance(frozen.detail, SecondInputs) and frozen.detail.matched):
-        checked = isinstance(frozen.detail, SecondInputs)
-        return "OD210", ("OD210: matches PyTorch on the example input only: the tracer froze a "
-                         "data-dependent branch or value"
-                         + (f" and at a second input set ({frozen.detail.source}) it differs"  # type: ignore[union-attr]
-                            if checked else "")
-                         + " (rewrite it with torch.where or torch.cond)")
+        second = frozen.detail if isinstance(frozen.detail, SecondInputs) else None
+        if second is None:
+            said = ", so it matches PyTorch on the example input only"
+        else:
+            said = (f": at other inputs ({second.source}) it differs"
+                    + (f", first at {second.where}" if second.where else "")
+                    + (", and traced at those inputs it matches: the recorded branch is the cause"
+                       if second.frozen_cause else ""))
+        return "OD210", (f"OD210: the tracer froze a data-dependent branch or value{said} "
+                         "(rewrite it with torch.where or torch.cond)")
     if numbers.get("reference_required") and str(numbers.get("reference", "")).startswith("not compared"):
         # A precision-changing rewrite is not a fix until its numbers have been seen.
         return _UNCHECKED, f"numbers not checked: {numbers['reference']}"

@@ -74,6 +74,7 @@ from onnxdoctor.worker.runtime import (
     _run_session,
     _runtime_source,
 )
+from onnxdoctor.worker.scripted import script_module_facts
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     _custom_symbolics,
@@ -250,6 +251,7 @@ class Runner:
             "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
         }
         facts["custom_symbolics"] = _custom_symbolics(self.target.resolve().parent)
+        facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
@@ -364,6 +366,8 @@ class Runner:
             "requested_opset": opset,
         }
         state["exporter"] = facts["exporter"]
+        # What a frozen trace's check at other inputs exports again, traced at those inputs.
+        state["export_call"] = (model_or_program, kwargs)
         from onnxdoctor.worker.fixkit import eager_export
         from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
 
@@ -383,7 +387,9 @@ class Runner:
             raise StageFailed(_first(exc), None, **facts) from exc
         import onnx
 
-        model = onnx.load(str(path), load_external_data=False)
+        # A rewrite may need the weights (float64 ones become float32): the exporter writes big
+        # ones beside the file, and the rewritten copy is saved elsewhere.
+        model = onnx.load(str(path), load_external_data=bool(recipe.first(RewriteOnnx)))
         if recipe.first(RewriteOnnx):
             # A rewrite of the exported file (a cast, a newer IR stamp): compared with PyTorch as usual.
             model, path = self._rewrite(model, recipe.all(RewriteOnnx), state)
@@ -571,8 +577,26 @@ class Runner:
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):
-                report["second_inputs"] = second_input_check(state, self.request.atol, self.request.rtol)
+                report["second_inputs"] = second_input_check(
+                    state, self.request.atol, self.request.rtol, self._retrace(state), self.target)
         return report
+
+    def _retrace(self, state: dict[str, Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Path] | None:
+        """The export of this run again, traced at other inputs (None where it cannot be redone)."""
+        if state["recipe"].first(RewriteOnnx) or "export_call" not in state:
+            return None  # a rewritten file: a new trace would need the rewrite again
+        model, kwargs = state["export_call"]
+
+        def retrace(args: tuple[Any, ...], inputs: dict[str, Any]) -> Path:
+            import torch
+
+            path = self.workdir / f"retrace-{os.getpid()}-{time.monotonic_ns()}.onnx"
+            with _quiet_torch_logs(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, args, str(path), **{**kwargs, "kwargs": inputs or None})
+            return path
+
+        return retrace
 
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -157,9 +158,59 @@ def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
             }
         )
     node_types: dict[str, str] = {}
+    facts: dict[str, Any] = {"op": op_type, "node": node, "op_version": version, "kernels": kernels}
     if model is not None:
         node_types = _node_input_types(model, node)
-    return {"op": op_type, "node": node, "op_version": version, "kernels": kernels, "node_types": node_types}
+        # ONNX Runtime names only the first node it cannot place: a cast of that op alone then
+        # stops at the next one (Erf after Atan in a float64 model). List them all.
+        with contextlib.suppress(Exception):
+            facts["ops_without_kernel"] = _ops_without_kernel(model, C.get_all_opkernel_def())
+    facts["node_types"] = node_types
+    return facts
+
+
+def _ops_without_kernel(model: Any, kernel_defs: Any) -> list[dict[str, str]]:
+    """Default-domain op types of the main graph whose first input's type no CPU kernel of the op
+    lists: [{"op", "type"}], in graph order, one entry per op type."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        inferred = model
+    types: dict[str, str] = {}
+    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        if value.type.HasField("tensor_type"):
+            types[value.name] = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()
+    for init in inferred.graph.initializer:
+        types[init.name] = onnx.TensorProto.DataType.Name(init.data_type).lower()
+    listed: dict[str, set[str]] = {}
+    for kernel in kernel_defs:
+        if kernel.provider == "CPUExecutionProvider" and kernel.domain in ("", "ai.onnx"):
+            accepted = listed.setdefault(kernel.op_name, set())
+            for allowed in kernel.type_constraints.values():
+                accepted.update(allowed)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    found: list[dict[str, str]] = []
+    for node in inferred.graph.node:
+        elem = types.get(node.input[0]) if node.input else None
+        if node.domain not in ("", "ai.onnx") or not elem or any(f["op"] == node.op_type for f in found):
+            continue
+        # An op without a kernel of its own runs as its function body (HardSwish as HardSigmoid, Mul).
+        ops = [node.op_type] if node.op_type in listed else _function_ops(node.op_type, opset)
+        if any(op in listed and f"tensor({elem})" not in listed[op] for op in ops):
+            found.append({"op": node.op_type, "type": elem})
+    return found
+
+
+def _function_ops(op_type: str, opset: int) -> list[str]:
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except Exception:  # no such op at that opset (onnx's SchemaError)
+        return []
+    return [n.op_type for n in schema.function_body.node] if schema.has_function else []
 
 
 def _node_input_types(model: Any, node_name: str) -> dict[str, str]:

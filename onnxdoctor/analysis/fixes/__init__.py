@@ -29,6 +29,7 @@ from onnxdoctor.analysis.fixes import (
     outputs,
     rewrite,
     runtime,
+    scripted,
     target_gaps,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -47,7 +48,7 @@ from onnxdoctor.recipe import (
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file, contrib_ops,
-    exporter, runtime, aten_fallback, outputs, target_gaps,
+    scripted, exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
