@@ -65,6 +65,21 @@ def load_table(target: str) -> Table:
     )
 
 
+def source_line(source: dict[str, Any]) -> str:
+    """Where a table's document comes from, with its revision and date, for verdicts and `env`.
+
+    `onnx/onnx-tensorrt docs/operators.md at 96e781103cfc (10.0), 2024-06-17`
+    """
+    commit = str(source.get("commit") or "")[:12]
+    version = str(source.get("version") or "")
+    if commit:
+        revision = f"at {commit}" + (f" ({version})" if version and commit not in version else "")
+    else:
+        revision = str(source.get("package") or version)
+    date = source.get("date") or "date not known"
+    return f"{source.get('repository')} {source.get('path')}, {revision}, {date}"
+
+
 def _op_name(node: onnx.NodeProto) -> str:
     domain = node.domain if node.domain not in ("", "ai.onnx") else ""
     return f"{domain}::{node.op_type}" if domain else node.op_type
@@ -224,7 +239,11 @@ def _node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source
     if row["status"] != "supported":
         return NodeVerdict(name, op, NodeStatus.UNSUPPORTED, f"{op} is marked not supported in {table.runtime}'s table",
                            source, need="op")
-    if row.get("min_opset") and facts.opset and facts.opset < row["min_opset"]:
+    if row.get("ranges"):
+        outside = _outside_ranges(table, row, node, facts, source)
+        if outside is not None:
+            return outside
+    elif row.get("min_opset") and facts.opset and facts.opset < row["min_opset"]:
         return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
                            f"{op} is listed from opset {row['min_opset']}; the model uses opset {facts.opset}", source,
                            need="opset", opset=row["min_opset"])
@@ -252,6 +271,33 @@ def _node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source
     if note and not row.get("rules"):
         return NodeVerdict(name, op, NodeStatus.SUPPORTED, f"listed; restriction not checked: {note}", source)
     return NodeVerdict(name, op, NodeStatus.SUPPORTED, "listed" + (f"; not checked: {unchecked[0]}" if unchecked else ""), source)
+
+
+def _outside_ranges(table: Table, row: dict[str, Any], node: onnx.NodeProto, facts: _ModelFacts,
+                    source: str | None) -> NodeVerdict | None:
+    """A node whose op version has no registration in the row's ranges (`16-19`, `6-12,13+`).
+
+    The provider registers kernels per version of the op's schema, as ONNX Runtime matches them:
+    the version the model's opset selects must fall in one range. Below every range the op is
+    listed from a later opset (exporting there is the fix); above a closed range, a newer version
+    of the op is not implemented.
+    """
+    version, _schema = _since_version(node, facts)
+    if version is None:
+        return None
+    ranges = row["ranges"]
+    if any(low <= version and (high is None or version <= high) for low, high in ranges):
+        return None
+    op = _op_name(node)
+    name = node.name or "(unnamed)"
+    first = min(low for low, _high in ranges)
+    if version < first:
+        return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
+                           f"{op} is listed from opset {first}; the model's opset {facts.opset} selects "
+                           f"version {version} of it", source, need="opset", opset=first)
+    return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
+                       f"{op} is listed for opsets {row.get('opsets')} in {table.runtime}'s table; the model's "
+                       f"opset selects version {version} of it", source)
 
 
 def _since_version(node: onnx.NodeProto, facts: _ModelFacts) -> tuple[int | None, Any]:
@@ -328,8 +374,7 @@ def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str
     for v in verdicts:
         counts[v.status.value] += 1
     findings: list[Finding] = []
-    version = table.source.get("version", "")
-    where = f"{table.source.get('repository')} {table.source.get('path')}, version {version}"
+    where = source_line(table.source)
     opset_note = ""
     if table.max_opset and facts.opset and facts.opset > table.max_opset:
         opset_note = f"the model uses opset {facts.opset}; the table covers opsets {table.min_opset}-{table.max_opset}"
