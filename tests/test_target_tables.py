@@ -171,3 +171,75 @@ def test_a_5000_node_chain_is_judged_quickly() -> None:
     result = check_model("coreml", model)
     assert time.perf_counter() - started < 10
     assert len(result.findings) == 1 and result.counts["unsupported"] == 5000
+
+
+# ---------------------------------------------------------------- fixes judged per target (no worker)
+
+
+def _judged(tmp_path: Path, fixed: onnx.ModelProto, findings_count: int) -> tuple[list, object]:
+    from onnxdoctor.model import Fix, FixCheck, Stage, Status
+    from onnxdoctor.protocol import WorkerResult
+    from onnxdoctor.recipe import ExpandFunction, Recipe, RewriteOnnx
+    from onnxdoctor.targets.judge import FixJudge
+
+    path = tmp_path / "fixed.onnx"
+    onnx.save(fixed, path)
+    recipe = Recipe("expand", (RewriteOnnx(ExpandFunction("HardSwish", "coreml"), None),))
+    fix = Fix("expand", "Write HardSwish as its body", recipe=recipe,
+              check=FixCheck(Stage.PARITY, Status.PASSED, artifact=str(path)))
+    original = _chain("HardSwish", 3)
+    before = check_model("coreml", original)
+    web = check_model("ort-web", original)
+    findings = [f for f in before.findings if f.code == "OD705"] * findings_count
+    findings = [__import__("dataclasses").replace(f, fixes=(fix,)) for f in findings]
+    events = [{"event": "target", "target": "openvino", "run": "main", "status": "failed", "step": "read"}]
+    runs = {recipe.key(): (WorkerResult(events, 0, 0.0, False, 0.0), "main")}
+    openvino = __import__("onnxdoctor.targets", fromlist=["TargetResult"]).TargetResult(
+        "openvino", "runtime", "parity", "passed")
+    judge = FixJudge((before, web, openvino), runs)
+    return judge.judge(findings), judge
+
+
+def test_each_fixed_model_is_judged_once_per_target_however_many_findings_share_it(tmp_path: Path) -> None:
+    from onnxdoctor.onnxkit.transforms import expand_for_target
+
+    fixed = expand_for_target(_chain("HardSwish", 3), "HardSwish", "coreml")
+    judged, judge = _judged(tmp_path, fixed, 40)
+    assert judge.checks == 2  # coreml and ort-web, once each, for 40 findings
+    verdicts = dict(judged[0].fixes[0].check.targets)
+    assert verdicts == {"ort-cpu": "parity", "coreml": "all ops listed", "ort-web": "all ops listed",
+                        "openvino": "failed at read"}
+    assert all(f.fixes[0].verified for f in judged)
+
+
+def test_a_fix_that_leaves_its_own_target_refusing_the_op_is_tried_and_failing(tmp_path: Path) -> None:
+    judged, _judge = _judged(tmp_path, _chain("HardSwish", 3), 1)  # "fixed" model unchanged
+    check = judged[0].fixes[0].check
+    assert check.works is False and check.problem == "OD705"
+    assert check.detail == "coreml still reports HardSwish in the fixed model"
+
+
+def test_a_5000_node_chain_is_written_as_function_bodies_quickly() -> None:
+    from onnxdoctor.onnxkit.transforms import expand_for_target
+
+    started = time.perf_counter()
+    fixed = expand_for_target(_chain("HardSwish", 5000), "HardSwish", "coreml")
+    assert time.perf_counter() - started < 15  # was 43 s: every node scanned every name
+    assert len(fixed.graph.node) == 10000
+
+
+def test_openvino_refusals_are_one_finding_per_op_and_the_json_entry_names_the_nodes() -> None:
+    # The worker's `target` event as onnxdoctor/worker writes it for OpenVINO.
+    from onnxdoctor.targets.collect import collect
+    from onnxdoctor.targets.matrix import target_dict
+
+    record = {"event": "target", "target": "openvino", "run": "main", "status": "failed", "version": "2025.3.0",
+              "reached": None, "step": "read", "error": "OpConversionFailure: No conversion rule found for "
+              "operations: com.microsoft.Inverse",
+              "unconverted": [{"op": "com.microsoft::Inverse", "node": f"inv{i}"} for i in range(3)]}
+    (openvino,) = collect(["ort-cpu", "openvino"], [], [record], None)[1:]
+    (finding,) = openvino.findings
+    assert finding.code == "OD701" and finding.node == "inv0" and "3 nodes: inv0, inv1, inv2" in finding.message
+    nodes = target_dict(openvino)["nodes"]
+    assert [n["node"] for n in nodes] == ["inv0", "inv1", "inv2"]
+    assert {n["op"] for n in nodes} == {"com.microsoft::Inverse"}

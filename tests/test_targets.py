@@ -222,6 +222,11 @@ def test_contrib_op_runs_on_ort_cpu_and_openvino_names_the_op_and_node(tmp_path:
     assert finding.message.startswith("[openvino]")
     assert by_name["tensorrt"].counts == {"unsupported": 1, "supported": 1}
     assert not diagnosis.healthy  # a target the user asked for refuses the model
+    # A run target's JSON entry names its nodes, as a table's does.
+    from onnxdoctor.targets.matrix import target_dict
+
+    nodes = target_dict(openvino)["nodes"]
+    assert [(n["node"], n["op"], n["status"]) for n in nodes] == [("inv0", "com.microsoft::Inverse", "unsupported")]
 
 
 @pytest.mark.slow

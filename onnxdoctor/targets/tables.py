@@ -80,6 +80,26 @@ def source_line(source: dict[str, Any]) -> str:
     return f"{source.get('repository')} {source.get('path')}, {revision}, {date}"
 
 
+# How many node names a grouped finding's message and evidence show.
+SHOWN_IN_MESSAGE = 3
+SHOWN_IN_EVIDENCE = 100
+
+
+def nodes_summary(names: list[str]) -> str:
+    """`28 nodes: erf_0, erf_1, erf_2 and 25 more` for a finding that stands for several nodes."""
+    shown = ", ".join(names[:SHOWN_IN_MESSAGE])
+    more = len(names) - SHOWN_IN_MESSAGE
+    return f"{len(names)} nodes: {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def nodes_list(names: list[str], sources: list[str | None] | None = None) -> str:
+    """Every node a grouped finding stands for (the first SHOWN_IN_EVIDENCE), with its source line."""
+    sources = sources or [None] * len(names)
+    items = [f"{n} ({s})" if s else n for n, s in zip(names[:SHOWN_IN_EVIDENCE], sources)]
+    more = len(names) - SHOWN_IN_EVIDENCE
+    return f"nodes ({len(names)}): " + ", ".join(items) + (f" and {more} more" if more > 0 else "")
+
+
 def _op_name(node: onnx.NodeProto) -> str:
     domain = node.domain if node.domain not in ("", "ai.onnx") else ""
     return f"{domain}::{node.op_type}" if domain else node.op_type
@@ -378,21 +398,33 @@ def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str
     opset_note = ""
     if table.max_opset and facts.opset and facts.opset > table.max_opset:
         opset_note = f"the model uses opset {facts.opset}; the table covers opsets {table.min_opset}-{table.max_opset}"
+    # One finding per (code, op): a model with 28 refused Erf nodes has one problem, not 28.
+    groups: dict[tuple[str, str], list[NodeVerdict]] = {}
     for v in verdicts:
         if v.status not in (NodeStatus.UNSUPPORTED, NodeStatus.PARTLY, NodeStatus.FALLBACK):
             continue
         # A node placed on the CPU instead still runs: a warning (OD706), never OD705's refusal.
         code = "OD705" if v.status is NodeStatus.UNSUPPORTED else "OD706"
+        groups.setdefault((code, v.op), []).append(v)
+    for (code, _op), members in groups.items():
+        first = members[0]
+        needed = next((m for m in members if m.need), None)
+        have = tuple(dict.fromkeys(t for m in members for t in m.have))
+        detail = (TargetGap(target, needed.need, needed.allowed, have, needed.opset, facts.opset)
+                  if needed and needed.need else None)
         findings.append(Finding(
             code=code,
             stage=Stage.TARGET,
             severity=get_code(code).severity,
-            message=f"[{target}] {v.reason}",
-            op=v.op,
-            node=v.node,
-            source=v.source,
-            evidence=(f"{STATIC_NOTE}: {where}", *((opset_note,) if opset_note else ())),
-            detail=TargetGap(target, v.need, v.allowed, v.have, v.opset, facts.opset) if v.need else None,
+            message=f"[{target}] {first.reason}" + (f" ({nodes_summary([m.node for m in members])})"
+                                                    if len(members) > 1 else ""),
+            op=first.op,
+            node=first.node,
+            source=first.source,
+            evidence=(f"{STATIC_NOTE}: {where}", *((opset_note,) if opset_note else ()),
+                      *((nodes_list([m.node for m in members], [m.source for m in members]),)
+                        if len(members) > 1 else ())),
+            detail=detail,
         ))
     if opset_note:
         # The parser documents no op beyond its opsets: a model above them is outside its promise.
