@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Mapping
 
-from onnxdoctor.graph.collect import _Cluster
-from onnxdoctor.graph.drawing import (
-    _EDGE_DEFAULTS,
-    _NODE_DEFAULTS,
+from onnxdoctor.graph.collect import Cluster
+from onnxdoctor.graph.elements import (
+    EDGE_DEFAULTS,
+    NODE_DEFAULTS,
     DrawOptions,
-    _Edge,
-    _Element,
-    _graph_defaults,
+    Edge,
+    Element,
     dot_quote,
+    graph_defaults,
 )
 
 _X_GAP = 0.35  # inches between boxes in a layer
@@ -22,7 +22,7 @@ _X_GAP = 0.35  # inches between boxes in a layer
 _Y_GAP = 0.45  # inches between layers
 
 
-def _layers(elements: list[_Element], edges: list[_Edge]) -> dict[str, int]:
+def _layers(elements: list[Element], edges: list[Edge]) -> dict[str, int]:
     """Longest-path layering in model order; edges that point backwards (cycles) are ignored."""
     index = {e.id: k for k, e in enumerate(elements)}
     preds: dict[str, list[str]] = defaultdict(list)
@@ -61,7 +61,7 @@ def _layers(elements: list[_Element], edges: list[_Edge]) -> dict[str, int]:
 
 
 def _cluster_spans(
-    elements: list[_Element], layer: Mapping[str, int], clusters: Mapping[str, _Cluster]
+    elements: list[Element], layer: Mapping[str, int], clusters: Mapping[str, Cluster]
 ) -> list[tuple[int, int]]:
     """The first and last layer of each top-level cluster (a body must not straddle two columns)."""
     spans: dict[str, list[int]] = {}
@@ -93,10 +93,10 @@ def _fold(n_layers: int, per_column: int, spans: list[tuple[int, int]]) -> list[
     return columns
 
 
-def _layered_text(
-    elements: list[_Element],
-    edges: list[_Edge],
-    clusters: Mapping[str, _Cluster],
+def layered_text(
+    elements: list[Element],
+    edges: list[Edge],
+    clusters: Mapping[str, Cluster],
     options: DrawOptions,
     title: str,
 ) -> tuple[str, tuple[float, float]]:
@@ -105,14 +105,14 @@ def _layered_text(
     by_layer = _ordered_rows(elements, edges, layer)
     placed = _Placement(elements, clusters, layer, by_layer, lr=options.rankdir == "LR")
     lines = ["digraph onnx {"]
-    graph_attrs = _graph_defaults(options, title)
+    graph_attrs = graph_defaults(options, title)
     graph_attrs.pop("rankdir")
     graph_attrs.update(splines="false", outputorder="edgesfirst", overlap="true")
     lines.append("graph [" + " ".join(f"{k}={v}" for k, v in graph_attrs.items()) + "];")
     lines.append(
-        "node [" + " ".join(f"{k}={v}" for k, v in _NODE_DEFAULTS.items()) + " fixedsize=true];"
+        "node [" + " ".join(f"{k}={v}" for k, v in NODE_DEFAULTS.items()) + " fixedsize=true];"
     )
-    lines.append("edge [" + " ".join(f"{k}={v}" for k, v in _EDGE_DEFAULTS.items()) + "];")
+    lines.append("edge [" + " ".join(f"{k}={v}" for k, v in EDGE_DEFAULTS.items()) + "];")
     lines += _cluster_lines(elements, clusters, placed)
     for element in elements:
         x, y = placed.xy(element.id)
@@ -127,10 +127,10 @@ def _layered_text(
 
 
 def _ordered_rows(
-    elements: list[_Element], edges: list[_Edge], layer: dict[str, int]
-) -> dict[int, list[_Element]]:
+    elements: list[Element], edges: list[Edge], layer: dict[str, int]
+) -> dict[int, list[Element]]:
     """Each layer's elements in order: barycentre of the predecessors' slots, cluster, model order."""
-    by_layer: dict[int, list[_Element]] = defaultdict(list)
+    by_layer: dict[int, list[Element]] = defaultdict(list)
     for element in elements:
         by_layer[layer[element.id]].append(element)
     n_layers = max(by_layer) + 1 if by_layer else 1
@@ -141,7 +141,7 @@ def _ordered_rows(
     for level in range(n_layers):
         row = by_layer.get(level, [])
 
-        def key(e: _Element) -> tuple[float, str, int]:
+        def key(e: Element) -> tuple[float, str, int]:
             known = [slot[p] for p in preds[e.id] if p in slot]
             return (sum(known) / len(known) if known else float(e.order), e.cluster or "", e.order)
 
@@ -160,10 +160,10 @@ class _Placement:
 
     def __init__(
         self,
-        elements: list[_Element],
-        clusters: Mapping[str, _Cluster],
+        elements: list[Element],
+        clusters: Mapping[str, Cluster],
         layer: dict[str, int],
-        by_layer: dict[int, list[_Element]],
+        by_layer: dict[int, list[Element]],
         *,
         lr: bool,
     ) -> None:
@@ -182,10 +182,10 @@ class _Placement:
         self.along_total = 0.0
         self._place(self._bands())
 
-    def across_size(self, e: _Element) -> float:
+    def across_size(self, e: Element) -> float:
         return e.height if self.lr else e.width
 
-    def along_size(self, e: _Element) -> float:
+    def along_size(self, e: Element) -> float:
         return e.width if self.lr else e.height
 
     def _extent(self, per_band: int) -> tuple[list[list[int]], float, float]:
@@ -240,10 +240,10 @@ _POINTS = 72.0
 
 
 def _cluster_lines(
-    elements: list[_Element], clusters: Mapping[str, _Cluster], placed: _Placement
+    elements: list[Element], clusters: Mapping[str, Cluster], placed: _Placement
 ) -> list[str]:
     """Each cluster as a box around its members (nested clusters count for their parents)."""
-    members: dict[str, list[_Element]] = defaultdict(list)
+    members: dict[str, list[Element]] = defaultdict(list)
     for element in elements:
         owner = element.cluster
         while owner:

@@ -487,7 +487,7 @@ def _cap(values: list[str], limit: int = 6) -> list[str]:
 
 
 def _one_line(text: str, limit: int = 220) -> str:
-    from onnxdoctor.graph.drawing import _visible
+    from onnxdoctor.graph.elements import visible
 
-    flat = _visible(" ".join(text.split()))
+    flat = visible(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
