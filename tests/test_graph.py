@@ -142,6 +142,22 @@ def test_focus_draws_the_neighbourhood(tmp_path: Path) -> None:
     assert len([n for n in svg_nodes(tmp_path / "m.svg") if n[0] == "Relu"]) == 2
 
 
+def test_focus_steps_through_drawn_values_not_shared_weights(tmp_path: Path) -> None:
+    # Every layer adds the same weight: through it, each of the 30 ops is two steps from any other.
+    names = ["x", *[f"t{i}" for i in range(1, 30)], "y"]
+    nodes = [helper.make_node("Add", [names[i], "w"], [names[i + 1]], name=f"node{i}") for i in range(30)]
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2, 3], [0.5] * 6)
+    path = save(model(nodes, initializers=[weight]), tmp_path / "m.onnx")
+    result = _graph(path, "--focus", "node15", "--radius", "2")
+    assert result.exit_code == 0, result.output
+    ops = sorted(n[1] for n in svg_nodes(tmp_path / "m.svg") if n and n[0] == "Add")
+    assert ops == ["node13", "node14", "node15", "node16", "node17"]
+    assert "focus: 5 of 30 nodes" in result.stdout
+    # Drawn, the weight is a value like any other: every op is within two steps through it.
+    drawn = _graph(path, "--focus", "node15", "--radius", "2", "--initializers", "--force")
+    assert drawn.exit_code == 0 and "focus: 30 of 30 nodes" in drawn.stdout
+
+
 def test_focus_on_an_unknown_name_suggests_close_ones(tmp_path: Path) -> None:
     path = save(chain(5), tmp_path / "m.onnx")
     result = _graph(path, "--focus", "node_3")

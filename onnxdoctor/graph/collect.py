@@ -265,8 +265,14 @@ def _lookup(chain: Sequence[Mapping[str, str]], name: str) -> str | None:
     return None
 
 
-def neighbourhood(model: Collected, focus: str, radius: int) -> set[str] | None:
-    """Items within `radius` ops of the named node or tensor; None when the name is unknown."""
+def neighbourhood(model: Collected, focus: str, radius: int,
+                  hidden: frozenset[str] = frozenset()) -> set[str] | None:
+    """Items within `radius` ops of the named node or tensor; None when the name is unknown.
+
+    Steps go through drawn values only: an item of a `hidden` kind (weights, when they are not
+    drawn) is never a way through, or a weight shared by every layer would put every layer one
+    step from the focus and draw boxes with no edge between them.
+    """
     starts = [
         i.id
         for i in model.items.values()
@@ -291,6 +297,8 @@ def neighbourhood(model: Collected, focus: str, radius: int) -> set[str] | None:
     while queue:
         current = queue.popleft()
         if distance[current] >= radius:
+            continue
+        if distance[current] > 0 and model.items[current].kind in hidden:
             continue
         for nxt in adjacent[current]:
             if nxt not in distance:

@@ -173,7 +173,8 @@ def _focus(collected: Collected, options: DrawOptions, total_ops: int, notes: li
     """The items within --radius of --focus (None: no focus, everything)."""
     keep: set[str] | None = None
     if options.focus is not None:
-        keep = neighbourhood(collected, options.focus, options.radius)
+        hidden = frozenset() if options.initializers else frozenset({"init"})
+        keep = neighbourhood(collected, options.focus, options.radius, hidden)
         if keep is None:
             import difflib
 
