@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from onnxdoctor.graph.collect import Mark
     from onnxdoctor.graph.drawing import Drawing
+    from onnxdoctor.model import DiagnoseOptions, Diagnosis
     from onnxdoctor.onnxkit.walk import NodePath
 
 FORMATS = ("svg", "png", "dot")
@@ -68,8 +69,16 @@ class _Placed:
     paths: tuple[NodePath, ...]
 
 
-def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
+# Runs the pipeline on the model (`onnxdoctor.pipeline.diagnose`), handed in by the command layer:
+# drawing never depends on the pipeline; --runtime and the run targets ask it for their findings.
+Diagnose = Callable[[str, "DiagnoseOptions"], "tuple[Diagnosis, ...]"]
+
+
+def run_graph(request: GraphRequest, echo: Callable[[str], None], diagnose: Diagnose | None = None) -> int:
     """Draw the model as asked; `echo` the written path and a one-screen summary.
+
+    `diagnose` runs the worker for --runtime and for targets that need a real run (OpenVINO);
+    without it, asking for those is a usage error.
 
     Returns:
         0 drawn with no error findings, 1 drawn with findings or Graphviz missing.
@@ -100,7 +109,7 @@ def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
     if model.ir_version <= 0:
         say("warning: the model has no IR version; drawn anyway, but the checker and ONNX Runtime "
             "refuse it (set model.ir_version)")
-    placed, notes = _place_findings(request, model, saved)
+    placed, notes = _place_findings(request, model, saved, diagnose)
     options = DrawOptions(
         tensors=request.tensors,
         initializers=request.initializers,
@@ -125,7 +134,7 @@ def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
 
 
 def _place_findings(
-    request: GraphRequest, model: Any, saved: list[Finding]
+    request: GraphRequest, model: Any, saved: list[Finding], diagnose: Diagnose | None
 ) -> tuple[list[_Placed], list[str]]:
     """Every finding to draw (external data, checker, runtime, a saved diagnosis) on its nodes."""
     from onnxdoctor.onnxkit.checks import check_model_located
@@ -144,18 +153,24 @@ def _place_findings(
             placed.append(_Placed(located.finding, paths))
     notes: list[str] = []
     if request.runtime:
-        runtime_findings, runtime_notes = _runtime_findings(request)
+        runtime_findings, runtime_notes = _runtime_findings(request, _needs(diagnose, "--runtime"))
         notes += runtime_notes
         placed += [_Placed(f, _paths_for(f, nodes)) for f in runtime_findings]
     placed += [_Placed(f, _paths_for(f, nodes)) for f in saved]
     if request.targets:
-        target_findings, target_notes = _target_findings(request, model)
+        target_findings, target_notes = _target_findings(request, model, diagnose)
         notes += target_notes
         placed += [_Placed(f, _paths_for(f, nodes)) for f in target_findings]
     return _dedupe(placed), notes
 
 
-def _target_findings(request: GraphRequest, model: Any) -> tuple[list[Finding], list[str]]:
+def _needs(diagnose: Diagnose | None, what: str) -> Diagnose:
+    if diagnose is None:
+        raise UsageError(f"{what} needs a worker run, which this caller does not offer")
+    return diagnose
+
+
+def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | None) -> tuple[list[Finding], list[str]]:
     """OD7xx findings of the asked deployment targets: tables in-process, OpenVINO in the worker."""
     from onnxdoctor.targets import UnknownTargetError, get_target, resolve_targets
     from onnxdoctor.targets.tables import check_model
@@ -174,11 +189,10 @@ def _target_findings(request: GraphRequest, model: Any) -> tuple[list[Finding], 
             notes.append(f"target {name}: {result.note}")
         elif kind == "runtime":
             from onnxdoctor.model import DiagnoseOptions
-            from onnxdoctor.pipeline import diagnose
 
             options = DiagnoseOptions(fix=False, skip_check=True, targets=(name,),
                                       timeout=max(request.timeout, 60.0))
-            for diagnosis in diagnose(str(request.model), options):
+            for diagnosis in _needs(diagnose, f"--target {name}")(str(request.model), options):
                 findings += [f for f in diagnosis.findings if f.stage is Stage.TARGET]
                 notes += [f"target {t.target}: {t.note}" for t in diagnosis.targets if t.target == name]
     return findings, notes
@@ -336,10 +350,9 @@ def _load_saved_findings(path: Path) -> list[Finding]:
     return findings
 
 
-def _runtime_findings(request: GraphRequest) -> tuple[list[Finding], list[str]]:
+def _runtime_findings(request: GraphRequest, diagnose: Diagnose) -> tuple[list[Finding], list[str]]:
     """Load the model in ONNX Runtime through the worker (the pipeline's ORT_LOAD stage)."""
     from onnxdoctor.model import DiagnoseOptions, Status
-    from onnxdoctor.pipeline import diagnose
 
     options = DiagnoseOptions(
         custom_op_libraries=tuple(str(p) for p in request.custom_op_libraries),
