@@ -34,6 +34,7 @@ from onnxdoctor.graph.elements import (
     EDGE_DEFAULTS,
     LABEL_CHARS,
     NODE_DEFAULTS,
+    PNG_DOT_OPS,
     DrawOptions,
     Edge,
     Element,
@@ -84,6 +85,7 @@ class Drawing:
     drawn_ops: int
     notes: list[str] = field(default_factory=list)
     size_inches: tuple[float, float] | None = None  # known for the layered layout
+    columns: int = 1  # bands the layered layout folded the graph into
 
     @property
     def engine(self) -> tuple[str, ...]:
@@ -158,15 +160,15 @@ def build_drawing(
     layout = options.layout
     if layout == "auto":
         small = len(elements) <= DOT_LAYOUT_LIMIT and len(edges) <= 3 * DOT_LAYOUT_LIMIT
-        layout = "dot" if small else "layered"
+        layout = "dot" if small and not (options.png and drawn_ops > PNG_DOT_OPS) else "layered"
     if layout == "dot":
         text = _pydot_text(
             elements, edges, collected.clusters, options, title, quick=len(elements) > 300
         )
         return Drawing(text, "dot", total_ops, drawn_ops, notes)
 
-    text, size = layered_text(elements, edges, collected.clusters, options, title)
-    return Drawing(text, "layered", total_ops, drawn_ops, notes, size)
+    text, size, columns = layered_text(elements, edges, collected.clusters, options, title)
+    return Drawing(text, "layered", total_ops, drawn_ops, notes, size, columns)
 
 
 def _focus(collected: Collected, options: DrawOptions, total_ops: int, notes: list[str]) -> set[str] | None:

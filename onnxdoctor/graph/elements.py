@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 # Ops drawn by default; beyond it the rest is cut with a note (see DrawOptions.max_nodes).
 DEFAULT_MAX_NODES = 5000
+# Above this many ops, `auto` lays a PNG out in columns (the layered layout): `dot` stacks a long
+# model into one strip that a PNG's fixed pixels shrink past reading (350 ops: 92 x 10003 px).
+PNG_DOT_OPS = 150
 # Labels longer than this are cut in the picture; the tooltip (SVG) keeps the full text.
 LABEL_CHARS = 48
 
@@ -26,6 +29,7 @@ class DrawOptions:
         radius: how many ops away from the focus to draw.
         max_nodes: draw at most this many ops (0: no limit); the rest is cut with a note.
         layout: "auto", "dot" (Graphviz layout) or "layered" (ours, for big graphs).
+        png: the picture is a PNG; `auto` folds one of more than PNG_DOT_OPS ops into columns.
     """
 
     tensors: bool = False
@@ -35,6 +39,8 @@ class DrawOptions:
     radius: int = 2
     max_nodes: int = DEFAULT_MAX_NODES
     layout: str = "auto"
+    # The picture is a PNG: fixed pixels, so a long graph is folded into columns (see PNG_DOT_OPS).
+    png: bool = False
 
 
 def visible(text: str) -> str:

@@ -99,8 +99,9 @@ def layered_text(
     clusters: Mapping[str, Cluster],
     options: DrawOptions,
     title: str,
-) -> tuple[str, tuple[float, float]]:
-    """DOT text with positions for `neato -n2`, written directly (pydot objects cost seconds)."""
+) -> tuple[str, tuple[float, float], int]:
+    """DOT text with positions for `neato -n2` (written directly: pydot objects cost seconds), the
+    picture's size in inches, and how many columns (bands) the layers were folded into."""
     layer = _layers(elements, edges)
     by_layer = _ordered_rows(elements, edges, layer)
     placed = _Placement(elements, clusters, layer, by_layer, lr=options.rankdir == "LR")
@@ -120,10 +121,15 @@ def layered_text(
         attrs = " ".join(f"{k}={v}" for k, v in element.attrs.items())
         lines.append(f'{element.id} [{attrs} width={w:.2f} height={h:.2f} pos="{x:.1f},{y:.1f}"];')
     for edge in edges:
-        attrs = " ".join(f"{k}={v}" for k, v in edge.attrs.items())
+        edge_attrs = dict(edge.attrs)
+        if placed.band.get(edge.src) != placed.band.get(edge.dst):
+            # From one column to another the straight line crosses other boxes: drawn faint, it
+            # says where the flow goes on without hiding the labels it passes over.
+            edge_attrs.update(color='"#c4c4c4"', penwidth="0.6", arrowsize="0.4")
+        attrs = " ".join(f"{k}={v}" for k, v in edge_attrs.items())
         lines.append(f"{edge.src} -> {edge.dst}" + (f" [{attrs}];" if attrs else ";"))
     lines.append("}")
-    return "\n".join(lines) + "\n", placed.size
+    return "\n".join(lines) + "\n", placed.size, placed.bands
 
 
 def _ordered_rows(
@@ -178,9 +184,12 @@ class _Placement:
         self.depth = {lv: max(self.along_size(e) for e in row) for lv, row in by_layer.items()}
         self.spans = _cluster_spans(elements, layer, clusters)
         self.pos: dict[str, tuple[float, float]] = {}  # (across, along) centre, inches
+        self.band: dict[str, int] = {}  # the column each element is drawn in
         self.across_total = 0.0
         self.along_total = 0.0
-        self._place(self._bands())
+        folded = self._bands()
+        self.bands = len(folded)
+        self._place(folded)
 
     def across_size(self, e: Element) -> float:
         return e.height if self.lr else e.width
@@ -208,7 +217,7 @@ class _Placement:
         return self._extent(low)[0]
 
     def _place(self, bands: list[list[int]]) -> None:
-        for band in bands:
+        for number, band in enumerate(bands):
             band_span = max((self.span.get(lv, 0.0) for lv in band), default=0.0)
             along = 0.0
             for lv in band:
@@ -216,6 +225,7 @@ class _Placement:
                 row_depth = self.depth.get(lv, 0.4)
                 for element in self.by_layer.get(lv, []):
                     self.pos[element.id] = (start + self.across_size(element) / 2, along + row_depth / 2)
+                    self.band[element.id] = number
                     start += self.across_size(element) + self.gap_across
                 along += row_depth + self.gap_along
             self.along_total = max(self.along_total, along)

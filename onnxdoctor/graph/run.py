@@ -118,6 +118,7 @@ def run_graph(request: GraphRequest, echo: Callable[[str], None], diagnose: Diag
         radius=request.radius,
         max_nodes=request.max_nodes,
         layout=request.layout,
+        png=fmt == "png",
     )
     try:
         drawing = build_drawing(model, _marks(placed), options, title=request.model.name)
@@ -433,18 +434,16 @@ def _print_summary(
     if written is not None:
         if tool_findings and written.suffix == ".dot" and fmt != "dot":
             layout = "Graphviz source only, see OD002 below"
-        elif drawing.layout == "dot":
-            layout = "Graphviz dot"
+        elif fmt == "dot":
+            layout = "Graphviz source, dot layout" if drawing.layout == "dot" else "Graphviz source, layered layout"
         else:
-            layout = "layered layout, neato -n2"
+            layout = _drawn_by(drawing)
         say(
             f"wrote {written} ({drawing.drawn_ops} of {drawing.total_ops} nodes, {layout}, "
             f"{seconds:.1f} s)"
         )
-    if fmt == "png" and drawing.drawn_ops > PNG_READABLE_OPS:
-        # A 634-node Swin-T gave a 264x10003 PNG: the boxes are there, the words are not.
-        say(f"  note: {drawing.drawn_ops} nodes make a PNG too small to read; draw it with --svg "
-            "(zooms without loss) or a region with --focus NODE --radius K")
+    if fmt == "png" and written is not None and written.suffix != ".dot":
+        _png_readability(say, drawing)
     for note in notes:
         say(f"  {note}")
     all_nodes = [n for _, n in walk_nodes(model.graph)]
@@ -493,6 +492,35 @@ def _print_summary(
             f"  … and {len(findings) - SUMMARY_FINDINGS} more; "
             f"`onnxdoctor diagnose {request.model.name}` lists them all"
         )
+
+
+def _drawn_by(drawing: Drawing) -> str:
+    """Which program drew the picture, as it really ran: system Graphviz or graphviz-pure."""
+    from onnxdoctor.graph.graphviz import PURE, graphviz_command
+
+    program = drawing.engine[0]
+    command = graphviz_command(program) or [program]
+    pure = Path(command[0]).name == PURE
+    if drawing.layout == "dot":
+        return "graphviz-pure, dot layout" if pure else "Graphviz dot"
+    columns = f"layered layout in {drawing.columns} columns" if drawing.columns > 1 else "layered layout"
+    return f"{columns}, graphviz-pure -Kneato -n2" if pure else f"{columns}, Graphviz neato -n2"
+
+
+def _png_readability(say: Any, drawing: Drawing) -> None:
+    """One line when a PNG's words are too small to read, with what to draw instead."""
+    from onnxdoctor.graph.graphviz import READABLE_TEXT_PIXELS, png_text_pixels
+
+    if drawing.size_inches is None:
+        if drawing.drawn_ops > PNG_READABLE_OPS:  # a forced `--layout dot` of a big graph
+            say(f"  note: {drawing.drawn_ops} nodes in one dot layout make a PNG too small to read; "
+                "leave --layout auto (columns), draw --svg, or a region with --focus NODE --radius K")
+        return
+    pixels = png_text_pixels(drawing.size_inches)
+    if pixels < READABLE_TEXT_PIXELS:
+        # A 634-node Swin-T gave a 264x10003 PNG: the boxes are there, the words are not.
+        say(f"  note: {drawing.drawn_ops} nodes leave {pixels:.0f}-pixel text in a PNG even in columns; "
+            "draw it with --svg (zooms without loss) or a region with --focus NODE --radius K")
 
 
 def _cap(values: list[str], limit: int = 6) -> list[str]:
