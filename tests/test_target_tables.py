@@ -243,3 +243,19 @@ def test_openvino_refusals_are_one_finding_per_op_and_the_json_entry_names_the_n
     nodes = target_dict(openvino)["nodes"]
     assert [n["node"] for n in nodes] == ["inv0", "inv1", "inv2"]
     assert {n["op"] for n in nodes} == {"com.microsoft::Inverse"}
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("openvino") is None, reason="openvino is not installed")
+def test_openvino_check_compiles_once_without_the_query_it_does_not_need(tmp_path: Path) -> None:
+    # query_model cost as much as compiling and placed every op of every model tried: it is asked
+    # only when compiling fails (docs/targets.md, Cost).
+    from onnxdoctor.worker.openvino_target import COMPILE_CONFIG, run_openvino
+
+    model = bert_like()
+    path = tmp_path / "bert.onnx"
+    onnx.save(model, path)
+    feeds = [np.array([[1, 2, 3, 4]], dtype=np.int64), np.array([[1, 1, 1, 0]], dtype=np.int64)]
+    record = run_openvino(str(path), model, feeds, None, 1e-4, 1e-4)
+    assert record["status"] == "passed" and record["reached"] == "run", record
+    assert "not_placed" not in record
+    assert COMPILE_CONFIG == {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}

@@ -42,7 +42,7 @@ class TargetInfo:
 
 TARGETS: tuple[TargetInfo, ...] = (
     TargetInfo("ort-cpu", "pipeline", "ONNX Runtime, CPU execution provider (the pipeline's own run)"),
-    TargetInfo("openvino", "runtime", "OpenVINO runtime, CPU plugin: read, query, compile, run, compare", "openvino"),
+    TargetInfo("openvino", "runtime", "OpenVINO runtime, CPU plugin: read, compile, run, compare", "openvino"),
     TargetInfo("tensorrt", "table", "TensorRT ONNX parser operator table (static)"),
     TargetInfo("coreml", "table", "ONNX Runtime CoreML execution provider operator list (static)"),
     TargetInfo("ort-web", "table", "ONNX Runtime Web WebGPU execution provider operator list (static)"),
