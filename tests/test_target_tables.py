@@ -259,3 +259,19 @@ def test_openvino_check_compiles_once_without_the_query_it_does_not_need(tmp_pat
     assert record["status"] == "passed" and record["reached"] == "run", record
     assert "not_placed" not in record
     assert COMPILE_CONFIG == {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+
+
+def test_graph_marks_every_node_a_grouped_target_finding_stands_for(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from onnxdoctor.cli import app
+
+    path = tmp_path / "chain.onnx"
+    onnx.save(_chain("Abs", 6), path)
+    out = tmp_path / "chain.dot"
+    result = CliRunner().invoke(app, ["graph", str(path), "--dot", "-o", str(out), "--target", "coreml"])
+    assert result.exit_code == 1, result.output
+    text = out.read_text("utf-8")
+    marked = [line for line in text.splitlines() if "OD705" in line and "label=" in line]
+    assert len(marked) == 6, marked  # one finding, six red boxes
+    assert result.output.count("OD705 error") == 1

@@ -8,7 +8,7 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -161,7 +161,9 @@ def _place_findings(
     if request.targets:
         target_findings, target_notes = _target_findings(request, model, diagnose)
         notes += target_notes
-        placed += [_Placed(f, _paths_for(f, nodes)) for f in target_findings]
+        # A target's finding stands for every node of its op that the target refuses: mark each.
+        placed += [_Placed(f, tuple(p for name in names for p in _paths_for(replace(f, node=name), nodes))
+                           or _paths_for(f, nodes)) for f, names in target_findings]
     return _dedupe(placed), notes
 
 
@@ -171,12 +173,14 @@ def _needs(diagnose: Diagnose | None, what: str) -> Diagnose:
     return diagnose
 
 
-def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | None) -> tuple[list[Finding], list[str]]:
-    """OD7xx findings of the asked deployment targets: tables in-process, OpenVINO in the worker."""
+def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | None
+                     ) -> tuple[list[tuple[Finding, list[str]]], list[str]]:
+    """OD7xx findings of the asked deployment targets (tables in-process, OpenVINO in the worker),
+    each with the names of the nodes it stands for (one finding per op and target)."""
     from onnxdoctor.targets import UnknownTargetError, get_target, resolve_targets
     from onnxdoctor.targets.tables import check_model
 
-    findings: list[Finding] = []
+    findings: list[tuple[Finding, list[str]]] = []
     notes: list[str] = []
     try:
         names = resolve_targets(request.targets)
@@ -186,7 +190,7 @@ def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | Non
         kind = get_target(name).kind
         if kind == "table":
             result = check_model(name, model)
-            findings += list(result.findings)
+            findings += _with_nodes(result)
             notes.append(f"target {name}: {result.note}")
         elif kind == "runtime":
             from onnxdoctor.model import DiagnoseOptions
@@ -194,9 +198,17 @@ def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | Non
             options = DiagnoseOptions(fix=False, skip_check=True, targets=(name,),
                                       timeout=max(request.timeout, 60.0))
             for diagnosis in _needs(diagnose, f"--target {name}")(str(request.model), options):
-                findings += [f for f in diagnosis.findings if f.stage is Stage.TARGET]
-                notes += [f"target {t.target}: {t.note}" for t in diagnosis.targets if t.target == name]
+                for result in diagnosis.targets:
+                    if result.target == name:
+                        findings += _with_nodes(result)
+                        notes.append(f"target {result.target}: {result.note}")
     return findings, notes
+
+
+def _with_nodes(result: Any) -> list[tuple[Finding, list[str]]]:
+    """A target's findings, each with the nodes of its op that the target did not plainly take."""
+    return [(f, [v.node for v in result.verdicts if v.op == f.op and v.status.value != "supported"])
+            for f in result.findings]
 
 
 def _marks(placed: list[_Placed]) -> dict[NodePath, list[Mark]]:
