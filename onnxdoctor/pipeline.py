@@ -34,7 +34,6 @@ from onnxdoctor.model import (
     Stage,
     StageOutcome,
     Status,
-    TargetGap,
 )
 from onnxdoctor.protocol import WorkerRequest, WorkerResult
 from onnxdoctor.recipe import Recipe, RuntimeKernels, UseExporter
@@ -115,7 +114,7 @@ def _diagnose(
             gaps = attach_fixes([f for t in targets for f in t.findings], outcomes, target, options, exporter)
             if options.fix and gaps:
                 gaps = verifier.verify(gaps, None)
-            findings = [_fixes_on_targets(f, targets, verifier.runs) for f in [*findings, *gaps]]
+            findings = _judge_on_targets([*findings, *gaps], targets, verifier.runs)
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -147,84 +146,14 @@ def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: lis
     return results
 
 
-def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
-                      runs: dict[str, tuple[WorkerResult, str]]) -> Finding:
-    """Each working fix's model judged by every requested target: the fix x target matrix.
+def _judge_on_targets(findings: list[Finding], targets: tuple[Any, ...],
+                      runs: dict[str, tuple[WorkerResult, str]]) -> list[Finding]:
+    """Each working fix's model judged by every requested target, each model once per target."""
+    if not targets:
+        return findings
+    from onnxdoctor.targets.judge import FixJudge
 
-    ONNX Runtime CPU's verdict is the fix check itself; a static table judges the fixed model's
-    file; OpenVINO's is the run the fix's worker made of the fixed model. A fix for a target's own
-    finding works only when that target no longer has the finding's problem with the fixed model.
-    """
-    if not targets or not any(f.check and f.check.works and f.check.artifact for f in finding.fixes):
-        return finding
-    from onnxdoctor.onnxkit.files import OnnxFileError, read_onnx
-    from onnxdoctor.targets import get_target
-    from onnxdoctor.targets.matrix import matrix_rows
-    from onnxdoctor.targets.tables import check_model
-
-    own = finding.detail.target if isinstance(finding.detail, TargetGap) else None
-    fixes = []
-    for fix in finding.fixes:
-        check = fix.check
-        if check is None or not check.works or not check.artifact:
-            fixes.append(fix)
-            continue
-        verdicts: list[tuple[str, str]] = [("ort-cpu", check.reached.value if check.reached else "passed")]
-        still = False
-        try:
-            model = read_onnx(Path(check.artifact), load_external_data=False)
-        except OnnxFileError:
-            model = None
-        for result in targets:
-            if result.target in ("ort-cpu", "script"):
-                continue
-            if result.target == "openvino":
-                verdict = _openvino_verdict(runs.get(fix.recipe.key()) if fix.recipe else None)
-                verdicts.append(("openvino", verdict))
-                still = still or (own == "openvino" and verdict not in ("parity", "passed"))
-                continue
-            # A GPU provider's real run is the main model's; fixed models get its table's verdict.
-            if get_target(result.target).kind != "table" or model is None:
-                verdicts.append((result.target, "not checked"))
-                still = still or own == result.target
-                continue
-            judged = check_model(result.target, model)
-            row = matrix_rows((judged,))[0]
-            verdicts.append((result.target, f"refuses {row.unsupported} node(s)" if row.unsupported
-                             else f"{row.verdict} ({row.partly} node(s))" if row.partly else row.verdict))
-            if own == result.target:
-                problems = _target_problems(judged.findings)
-                brought = problems - _target_problems(result.findings)
-                if (finding.code, finding.op) in problems or brought:
-                    still = True
-                    new_ops = ", ".join(sorted(str(op) for _code, op in brought))
-                    check = replace(check, detail=f"the fixed model has {new_ops}, which {own} does not take"
-                                    if brought else f"{own} still reports {finding.op} in the fixed model")
-        check = replace(check, targets=tuple(verdicts))
-        if still:
-            check = replace(check, status=Status.FAILED, problem=finding.code,
-                            detail=check.detail or f"{own} still does not take the fixed model")
-        fixes.append(replace(fix, check=check))
-    return replace(finding, fixes=tuple(fixes))
-
-
-def _target_problems(findings: tuple[Finding, ...]) -> set[tuple[str, str | None]]:
-    return {(f.code, f.op) for f in findings}
-
-
-def _openvino_verdict(run: tuple[WorkerResult, str] | None) -> str:
-    """What OpenVINO did with a fixed model, from the fix run's target event."""
-    if run is None:
-        return "not run"
-    result, run_id = run
-    record = next((e for e in result.events if e.get("event") == "target" and e.get("target") == "openvino"
-                   and e.get("run", "main") == run_id), None)
-    if record is None:
-        return "not run"
-    if record.get("status") == "passed":
-        return str(record.get("reached") or "passed")
-    step = record.get("step") or record.get("reached") or "?"
-    return f"failed at {step}"
+    return FixJudge(targets, runs).judge(findings)
 
 
 def _precheck_script(target: Target) -> Diagnosis | None:

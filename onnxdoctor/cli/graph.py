@@ -1,14 +1,19 @@
 """`onnxdoctor graph`: draw an ONNX graph with its problems on it.
 
 Only typer is imported at module level: onnx and pydot load inside the command, onnxruntime and
-torch never in this process (`--runtime` asks the worker subprocess through the pipeline).
+torch never in this process (`--runtime` asks the worker subprocess through the pipeline, which this
+command layer hands to graph/).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from onnxdoctor.model import DiagnoseOptions, Diagnosis
 
 # Repeated from onnxdoctor.graph.drawing (a test keeps them equal) so that --help imports nothing more.
 DEFAULT_MAX_NODES = 5000
@@ -100,5 +105,14 @@ def graph_command(
             targets=tuple(target_names),
         ),
         typer.echo,
+        # The command layer runs the pipeline for --runtime and the run targets; graph/ only draws.
+        diagnose=_diagnose,
     )
     raise typer.Exit(code)
+
+
+def _diagnose(target: str, options: DiagnoseOptions) -> tuple[Diagnosis, ...]:
+    """The pipeline's run, imported only when --runtime or a run target asks for one."""
+    from onnxdoctor.pipeline import diagnose
+
+    return diagnose(target, options)
