@@ -142,7 +142,10 @@ def _worker_env(request: WorkerRequest) -> dict[str, str]:
     """The worker's environment: ours, plus what lets it find the package, its parent and its
     private temporary folder."""
     env = dict(os.environ)
-    env.setdefault("PYTHONIOENCODING", "utf-8")
+    # The parent decodes the worker's output as UTF-8; whatever the locale or the user's own
+    # PYTHONIOENCODING (even set empty, which means the locale's ASCII), the worker writes UTF-8 and
+    # escapes what cannot be encoded instead of raising in the middle of torch's export.
+    env["PYTHONIOENCODING"] = "utf-8:backslashreplace"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # The worker watches this pid and ends itself (and its group) when the parent is gone.
     env[PARENT_PID_ENV] = str(os.getpid())

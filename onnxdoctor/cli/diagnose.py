@@ -86,11 +86,12 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     try:
         with _progress(enabled=not view.json_out and not view.quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
-        wrote, notes, failed_write = _keep_files(diagnoses, outputs, protected, parsed)
+        wrote, notes, failures = _keep_files(diagnoses, outputs, protected, parsed)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    _print_result(diagnoses, view, wrote=wrote)
+    if not view.json_out:
+        _print_result(diagnoses, view, wrote=wrote)
     if outputs.report is not None:
         from onnxdoctor.render.markdown import to_markdown
 
@@ -99,10 +100,14 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
                        protected=protected)
         except (RefusedWrite, OutputError) as exc:
             notes.append(str(exc))
-            failed_write = True
+            failures.append(str(exc))
+    if view.json_out:
+        # One JSON object, which also says what could not be written (README, output contract).
+        error = {"code": "output-not-written", "message": "; ".join(failures)} if failures else None
+        _print_result(diagnoses, view, wrote=wrote, error=error)
     for note in notes:
         print(f"onnxdoctor: {note}", file=sys.stderr)
-    if failed_write:
+    if failures:
         return 2
     has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
     return 1 if has_errors else 0
@@ -149,12 +154,12 @@ def input_bytes(megabytes: float) -> int:
 
 def _keep_files(
     diagnoses: tuple[Diagnosis, ...], outputs: Outputs, protected: tuple[Path, ...], target: Target
-) -> tuple[list[str], list[str], bool]:
-    """Write --output and --write-fix: what was written, what was not (and why), and whether a
-    write failed (a missing verified fix is a note, not a failed write)."""
+) -> tuple[list[str], list[str], list[str]]:
+    """Write --output and --write-fix: what was written, what was not (and why), and the writes
+    that failed (a missing verified fix is a note, not a failed write)."""
     wrote: list[str] = []
     notes: list[str] = []
-    failed = False
+    failed: list[str] = []
     writers: list[tuple[Path | None, Callable[[], str]]] = [
         (outputs.output, lambda: _keep_output(diagnoses, outputs.output, force=outputs.force,
                                               protected=protected)),
@@ -168,7 +173,7 @@ def _keep_files(
             wrote.append(write())
         except (RefusedWrite, OutputError) as exc:
             notes.append(str(exc))
-            failed = True
+            failed.append(str(exc))
         except UsageError as exc:
             notes.append(str(exc))
     return wrote, notes, failed
@@ -240,11 +245,12 @@ def _check_input_names(onnx_model: Any, shapes: dict[str, list[int]]) -> None:
                          f"not have; its inputs are: {have}")
 
 
-def _print_result(diagnoses: tuple[Diagnosis, ...], view: View, *, wrote: list[str]) -> None:
+def _print_result(diagnoses: tuple[Diagnosis, ...], view: View, *, wrote: list[str],
+                  error: dict[str, str] | None = None) -> None:
     if view.json_out:
         from onnxdoctor.render.jsonout import to_json
 
-        sys.stdout.write(to_json(diagnoses) + "\n")
+        sys.stdout.write(to_json(diagnoses, error) + "\n")
         return
     from rich.console import Console
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxdoctor.errors import CodedError
+from onnxdoctor.onnxkit.walk import node_bodies, safe_text  # safe_text: re-exported (__all__)
 
 if TYPE_CHECKING:
     import onnx
@@ -51,20 +52,6 @@ class OnnxFileError(CodedError):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
-
-
-def safe_text(value: str | bytes) -> str:
-    """Return a name as text, even when the file held bytes that are not valid UTF-8.
-
-    Args:
-        value: a protobuf string field; upb returns `bytes` for invalid UTF-8.
-
-    Returns:
-        The string itself, or the bytes decoded with backslash escapes for the invalid ones.
-    """
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    return value
 
 
 def read_onnx(
@@ -439,8 +426,6 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 def _node_tensors(
     nodes: Iterable[onnx.NodeProto], subgraphs: list[onnx.GraphProto]
 ) -> Iterator[onnx.TensorProto]:
-    from onnxdoctor.onnxkit.walk import node_bodies  # onnxwalk reads names with safe_text
-
     for node in nodes:
         for attr in node.attribute:
             if attr.HasField("t"):

@@ -49,6 +49,19 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     return runpy.run_path(str(path), init_globals=scope)
 
 
+def apply_load_code(code: str, loaded: LoadedModel, name: str, folder: Path | None = None) -> None:
+    """Apply a LOAD fix's code (a wrapper, a switch) as if pasted into the script: the `model` it
+    leaves is the one exported, and a setting it defines (`output_names`) is the script's setting
+    from then on."""
+    from onnxdoctor.worker.loader import SETTING_NAMES
+
+    namespace = run_code(code, loaded, name, folder)
+    loaded.model = namespace.get("model", loaded.model)
+    for setting in SETTING_NAMES:
+        if setting in namespace and namespace[setting] is not loaded.namespace.get(setting):
+            loaded.settings[setting] = namespace[setting]
+
+
 def reference_call(loaded: LoadedModel) -> Any:
     """forward() at the example inputs, as the reference for parity: seeded, without gradients, and
     on a copy of a model in training mode (batch norm would update its running statistics)."""
@@ -64,20 +77,20 @@ def reference_call(loaded: LoadedModel) -> Any:
 
 def reference_outputs(loaded: LoadedModel) -> list[Any]:
     """PyTorch's outputs at the example inputs, as tensors (the numbers the export must match)."""
-    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.facts import tensor_leaves
 
-    return _tensor_leaves(reference_call(loaded))
+    return tensor_leaves(reference_call(loaded))
 
 
 def dynamic_shapes(settings: dict[str, Any], correction: DynamicShapes | None) -> Any:
     """The script's dynamic_shapes with a fix's corrections applied."""
-    from onnxdoctor.worker.facts import _corrected_keys, _with_suggested_dims
+    from onnxdoctor.worker.facts import corrected_keys, with_suggested_dims
 
     shapes = settings.get("dynamic_shapes")
     if correction is None:
         return shapes
-    shapes = _corrected_keys(shapes, dict(correction.rename), correction.pack, correction.missing)
-    return _with_suggested_dims(shapes, list(correction.suggested))
+    shapes = corrected_keys(shapes, dict(correction.rename), correction.pack, correction.missing)
+    return with_suggested_dims(shapes, list(correction.suggested))
 
 
 def rewrite_file(path: str | Path, rewrites: list[RewriteOnnx]) -> None:
@@ -102,13 +115,13 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
     Raises:
         SystemExit: the outputs differ beyond the tolerances (the message says how).
     """
-    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.parity import compare_outputs
     from onnxdoctor.worker.runtime import (
-        _feeds_for_session,
-        _random_feeds,
-        _run_session,
         cpu_session,
+        feeds_for_session,
+        random_feeds,
+        run_session,
     )
 
     if extensions:
@@ -117,11 +130,11 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
         libraries = (*libraries, get_library_path())
     session = cpu_session(str(path), libraries)
     if loaded is None:
-        feeds, _described = _random_feeds(session, {}, 256 * 1024 * 1024)
-        _run_session(session, feeds)
+        feeds, _described = random_feeds(session, {}, 256 * 1024 * 1024)
+        run_session(session, feeds)
         print(f"{path}: loads and runs in ONNX Runtime")
         return None
-    got = _run_session(session, _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs))))
+    got = run_session(session, feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs))))
     report = compare_outputs(reference or [], got, atol, rtol)
     if report["code"]:
         raise SystemExit(f"{path}: {report['message']}")

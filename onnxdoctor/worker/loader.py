@@ -77,6 +77,10 @@ class LoadedModel:
     factory: str = ""
     # The script's globals: fix snippets run with them, as they would in the user's script.
     namespace: dict[str, Any] = field(default_factory=dict)
+    # How the factory gave them: "pair", "triple" (the tuple it returned), "get_inputs" or
+    # "example_inputs" (it returned the model alone), "module" (module-level names): fix snippets
+    # build the model the way the script does.
+    form: str = "module"
 
 
 def load_script(path: Path, factory: str | None) -> LoadedModel:
@@ -182,14 +186,15 @@ def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]
                 )
             kwargs = {**kwargs, **result[2]}
             _check_tensors(kwargs, f"{name}()[2]")
-        return LoadedModel(model, args, kwargs, settings, name)
+        return LoadedModel(model, args, kwargs, settings, name, form="triple" if len(result) == 3 else "pair")
     if isinstance(result, torch.nn.Module) or (callable(result) and not isinstance(result, tuple)):
         for inputs_name in ("get_inputs", "example_inputs"):
             if inputs_name in namespace:
                 value = namespace[inputs_name]
                 value = value() if inputs_name == "get_inputs" and callable(value) else value
                 args, kwargs = _split_inputs(value, inputs_name)
-                return LoadedModel(_check_model(result, f"{name}()"), args, kwargs, settings, name)
+                return LoadedModel(_check_model(result, f"{name}()"), args, kwargs, settings, name,
+                                   form=inputs_name)
         raise ProtocolError(
             "OD106",
             f"{name}() returned only a model; return (model, example_inputs) or also define "

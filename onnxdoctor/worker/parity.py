@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from onnxdoctor.recipe import Reference
-from onnxdoctor.worker.facts import _quiet_torch_logs
-from onnxdoctor.worker.tracebacks import _first
+from onnxdoctor.worker.facts import quiet_torch_logs
+from onnxdoctor.worker.tracebacks import exception_text
 
 
 def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: float, rtol: float) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def compare_with_reference(
                         "reference_required": reference.required}
             expected = list(ReferenceEvaluator(original).run(None, feeds))
     except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
-        return {"reference": f"not compared: {name} does not run ({_first(exc)})",
+        return {"reference": f"not compared: {name} does not run ({exception_text(exc)})",
                 "reference_required": reference.required}
     report = compare_outputs(expected, state["ort_outputs"], atol, rtol)
     return {
@@ -178,7 +178,7 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
     from torch.onnx import verification
 
     loaded = state["loaded"]
-    with _quiet_torch_logs():
+    with quiet_torch_logs():
         infos = verification.verify_onnx_program(
             state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
         )
@@ -275,8 +275,8 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
     """
     import torch
 
-    from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.runtime import _feeds_for_session, _run_session
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import feeds_for_session, run_session
 
     loaded = state["loaded"]
     own = loaded.namespace.get("get_inputs2")
@@ -291,14 +291,14 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
     for source, args, kwargs in sets:
         try:
             with torch.no_grad():
-                expected = _tensor_leaves(loaded.model(*args, **kwargs))
+                expected = tensor_leaves(loaded.model(*args, **kwargs))
         except Exception:  # the model refuses these inputs (a length check, sorted lengths ...)
             refused.append(source)
             continue
         try:
-            got = _run_session(session, _feeds_for_session(session, _tensor_leaves((args, kwargs))))
+            got = run_session(session, feeds_for_session(session, tensor_leaves((args, kwargs))))
         except Exception as exc:  # the runtime's own error types
-            report = {"code": "OD501", "message": f"ONNX Runtime failed: {_first(exc)}", "max_abs_diff": None}
+            report = {"code": "OD501", "message": f"ONNX Runtime failed: {exception_text(exc)}", "max_abs_diff": None}
         else:
             report = compare_outputs(expected, got, atol, rtol)
         if report["code"] is not None:
@@ -334,16 +334,16 @@ def _trace_difference(state: dict[str, Any], atol: float, rtol: float, args: tup
     if retrace is not None:
         import torch
 
-        from onnxdoctor.worker.facts import _tensor_leaves
-        from onnxdoctor.worker.runtime import _feeds_for_session, _run_session, cpu_session
+        from onnxdoctor.worker.facts import tensor_leaves
+        from onnxdoctor.worker.runtime import cpu_session, feeds_for_session, run_session
 
         loaded = state["loaded"]
         try:
             path = retrace(args, kwargs)
             session = cpu_session(str(path))
             with torch.no_grad():
-                expected = _tensor_leaves(loaded.model(*args, **kwargs))
-            got = _run_session(session, _feeds_for_session(session, _tensor_leaves((args, kwargs))))
+                expected = tensor_leaves(loaded.model(*args, **kwargs))
+            got = run_session(session, feeds_for_session(session, tensor_leaves((args, kwargs))))
         except Exception:  # a trace at these inputs failing says nothing about the cause
             return facts
         # Traced at these very inputs, the branch taken is theirs: a match there puts the
@@ -393,8 +393,8 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     import onnx
     import torch
 
-    from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.runtime import _feeds_for_session, cpu_session
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     model = onnx.load(str(state["onnx_path"]))
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -412,7 +412,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     for name, module in loaded.model.named_modules():
         if name and name in last:
             def record(module: Any, _inputs: Any, output: Any, name: str = name) -> None:
-                leaves = _tensor_leaves(output)
+                leaves = tensor_leaves(output)
                 if leaves and all(n != name for n, _m, _t in seen):
                     seen.append((name, module, leaves[0].detach().clone()))
 
@@ -429,7 +429,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     known = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
     session = cpu_session(model.SerializeToString())
-    feeds = _feeds_for_session(session, _tensor_leaves((args, kwargs)))
+    feeds = feeds_for_session(session, tensor_leaves((args, kwargs)))
     values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
     for name, module, expected in seen:
         got = values.get(last[name])
@@ -489,9 +489,9 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
-    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.fixkit import _function_class
-    from onnxdoctor.worker.runtime import _feeds_for_session, cpu_session
+    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     rows = [r for r in state.get("provenance") or ()
             if r.call >= 0 and (r.emitter == FUNCTION_SYMBOLIC and r.function_class
@@ -513,7 +513,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
             result = func(*args, **(kwargs or {}))
             name = func._schema.name if hasattr(func, "_schema") else ""
             if name in ops:
-                eager[name].append([t.detach().clone() for t in _tensor_leaves(result)])
+                eager[name].append([t.detach().clone() for t in tensor_leaves(result)])
             return result
 
     undo = []
@@ -527,7 +527,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
 
             def forward(ctx: Any, *args: Any, _original: Any = original, _key: str = key, **kwargs: Any) -> Any:
                 result = _original.__func__(ctx, *args, **kwargs)
-                eager[_key].append([t.detach().clone() for t in _tensor_leaves(result)])
+                eager[_key].append([t.detach().clone() for t in tensor_leaves(result)])
                 return result
 
             owner.forward = staticmethod(forward)
@@ -546,7 +546,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
     known = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
     session = cpu_session(model.SerializeToString())
-    feeds = _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs)))
+    feeds = feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs)))
     values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
     producers = {out: n for n in model.graph.node for out in n.output}
     compared = 0

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.worker.tracebacks import StageFailed, _first
+from onnxdoctor.worker.tracebacks import StageFailed, exception_text
 
 
 def cpu_session(source: str | bytes, libraries: tuple[str, ...] = ()) -> Any:
@@ -22,18 +22,18 @@ def cpu_session(source: str | bytes, libraries: tuple[str, ...] = ()) -> Any:
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
-def _run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
+def run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
     try:
         return list(session.run(None, feeds))
     except Exception as exc:
         text = str(exc)
         code = "OD502" if ("INVALID_ARGUMENT" in text and "input" in text.lower()) else None
-        raise StageFailed(_first(exc), code) from exc
+        raise StageFailed(exception_text(exc), code) from exc
 
 
-def _feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
+def feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
     inputs = session.get_inputs()
-    arrays = [_to_numpy(t) for t in tensors]
+    arrays = [to_numpy(t) for t in tensors]
     if len(arrays) < len(inputs):
         raise StageFailed(
             f"the model has {len(inputs)} inputs but the example inputs hold {len(arrays)} tensors",
@@ -43,7 +43,7 @@ def _feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
     return {i.name: a for i, a in zip(inputs, arrays)}
 
 
-def _to_numpy(tensor: Any) -> Any:
+def to_numpy(tensor: Any) -> Any:
     import torch
 
     tensor = tensor.detach().cpu()
@@ -68,7 +68,7 @@ _ORT_TYPES = {
 }
 
 
-def _random_feeds(
+def random_feeds(
     session: Any, shapes: dict[str, list[int]], max_bytes: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Random inputs from the model's declared shapes (free dims as 2), within `max_bytes` total.
@@ -124,7 +124,7 @@ def _random_feeds(
     return feeds, described
 
 
-def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
+def kernel_facts(message: str, model: Any) -> dict[str, Any]:
     """For "Could not find an implementation", the types ONNX Runtime's kernel table lists."""
 
     from onnxdoctor.analysis.classify import NO_IMPLEMENTATION, NOT_REGISTERED_RT
@@ -232,7 +232,7 @@ def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
     return {}
 
 
-def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[Any]]:
+def runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[Any]]:
     """A user's model for ONNX Runtime without ever giving it a path to resolve (README, "Robustness").
 
     ONNX Runtime follows hard links in external data, so it gets the model as bytes and the
@@ -256,7 +256,7 @@ def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list
         try:
             load_external_data_for_tensor(loaded, str(model_dir))
         except (onnx.checker.ValidationError, ValueError, OSError) as exc:
-            raise StageFailed(f"external data of {tensor.name} could not be read: {_first(exc)}", "OD112") from None
+            raise StageFailed(f"external data of {tensor.name} could not be read: {exception_text(exc)}", "OD112") from None
         names.append(tensor.name)
         values.append(ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(loaded)))
     if len(names) < len(external_refs(model)):

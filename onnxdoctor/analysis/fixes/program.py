@@ -9,20 +9,12 @@ for reading, is a comment under its docstring.
 
 from __future__ import annotations
 
+from onnxdoctor import recipe as steps  # the step types, matched one by one below
 from onnxdoctor.model import Fix
 from onnxdoctor.recipe import (
-    CustomOpsets,
-    DynamicShapes,
     EagerExport,
-    EvalMode,
-    ExportCode,
-    LoadCode,
-    OperatorExportType,
     Recipe,
-    RewriteOnnx,
     RuntimeKernels,
-    UseExporter,
-    UseOpset,
 )
 
 
@@ -72,13 +64,13 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     ]
     for step in recipe.steps:
         match step:
-            case EvalMode():
+            case steps.EvalMode():
                 lines.append("loaded.model.eval()")
-            case LoadCode(code=code):
-                lines.append(f"loaded.model = fixkit.run_code({_literal(code)}, loaded, 'load').get('model', loaded.model)")
+            case steps.LoadCode(code=code):
+                lines.append(f"fixkit.apply_load_code({_literal(code)}, loaded, 'load')")
     lines.append("reference = fixkit.reference_outputs(loaded)")
-    exporter = recipe.first(UseExporter)
-    opset = recipe.first(UseOpset)
+    exporter = recipe.first(steps.UseExporter)
+    opset = recipe.first(steps.UseOpset)
     dynamo = (f"{exporter.exporter == 'dynamo'}" if exporter
               else "bool(loaded.settings.get('dynamo', True))")
     exported = "loaded.model"
@@ -91,17 +83,17 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     ]
     for step in recipe.steps:
         match step:
-            case ExportCode(code=code, program=program, translation_table=table):
+            case steps.ExportCode(code=code, program=program, translation_table=table):
                 lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export')")
                 if program:
                     exported = f"names[{program!r}]"
                 if table:
                     options.append(f"custom_translation_table=names[{table!r}]")
-            case CustomOpsets(domains=domains):
+            case steps.CustomOpsets(domains=domains):
                 options.append(f"custom_opsets={dict(domains)!r}")
-            case OperatorExportType(name=name):
+            case steps.OperatorExportType(name=name):
                 options.append(f"operator_export_type=torch.onnx.OperatorExportTypes.{name}")
-    shapes = recipe.first(DynamicShapes)
+    shapes = recipe.first(steps.DynamicShapes)
     if dynamo != "False":
         options.append(f"dynamic_shapes=fixkit.dynamic_shapes(loaded.settings, {shapes!r})"
                        if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
@@ -130,11 +122,11 @@ def _file_program(recipe: Recipe, target: str) -> str:
 def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
     """The file rewrites, the runtime kernels, and the check in ONNX Runtime, as program lines."""
     lines = []
-    rewrites = recipe.all(RewriteOnnx)
+    rewrites = recipe.all(steps.RewriteOnnx)
     if rewrites:
         lines.append(f"fixkit.rewrite_file(OUTPUT, {rewrites!r})")
     libraries: list[str] = []
-    for kernels in recipe.all(RuntimeKernels):
+    for kernels in recipe.all(steps.RuntimeKernels):
         libraries += kernels.libraries
         if kernels.python:
             # With the script's globals where there is a script: the kernel calls its code.
