@@ -265,3 +265,5 @@ class DiagnoseOptions:
     localize_budget: float = 30.0
     skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)
     targets: tuple[str, ...] = ()  # --target names (docs/targets.md); empty: the script's, else ort-cpu
+    # Cap on each worker's memory in MB (--max-memory-mb); None: three quarters of physical memory.
+    max_memory_mb: int | None = None

@@ -276,7 +276,15 @@ def _request(
         localize_budget=options.localize_budget,
         expected_fingerprint=expected_fingerprint,
         targets=_worker_targets(options.targets),
+        max_memory_mb=memory_cap(options),
     )
+
+
+def memory_cap(options: DiagnoseOptions) -> int:
+    """Each worker's memory cap in MB: --max-memory-mb, else the machine's default (0: none)."""
+    from onnxdoctor.supervise import default_memory_mb
+
+    return default_memory_mb() if options.max_memory_mb is None else max(0, options.max_memory_mb)
 
 
 def _worker_targets(names: tuple[str, ...]) -> tuple[str, ...]:

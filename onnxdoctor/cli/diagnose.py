@@ -131,6 +131,9 @@ def validate_options(options: DiagnoseOptions) -> None:
         raise UsageError("--localize-budget must be zero or a positive number of seconds")
     if options.max_input_bytes <= 0:
         raise UsageError("--max-input-mb must be a positive number")
+    if options.max_memory_mb is not None and (options.max_memory_mb < 0 or 0 < options.max_memory_mb < 256):
+        raise UsageError("--max-memory-mb must be 0 (no cap) or at least 256 (Python and ONNX Runtime "
+                         "alone need about 200 MB)")
     for name, value in (("--atol", options.atol), ("--rtol", options.rtol)):
         if not math.isfinite(value) or value < 0:
             raise UsageError(f"{name} must be a finite, non-negative number")

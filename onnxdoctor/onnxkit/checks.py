@@ -14,7 +14,7 @@ import os
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnxdoctor.model import Finding, Severity, Stage
 from onnxdoctor.onnxkit.files import safe_text
@@ -344,6 +344,8 @@ class _Checker:
             return str(exc)
         except ValueError as exc:  # a model over 2 GiB cannot be checked from memory
             return str(exc)
+        except MemoryError:
+            raise MemoryError("in the onnx checker") from None
         except Exception as exc:  # noqa: BLE001 - a checker failure is reported, never raised
             return f"{type(exc).__name__}: {exc}"
         return None
@@ -369,6 +371,8 @@ class _Checker:
                 onnx.checker.check_node(probe, ctx)
             except onnx.checker.ValidationError as exc:
                 self._node_error(str(exc), path)
+            except MemoryError:
+                raise MemoryError(f"in the onnx checker, on {_node_words(node)}") from None
             except Exception as exc:  # noqa: BLE001 - a checker bug must not stop the check
                 self._node_error(f"{type(exc).__name__}: {exc}", path)
 
@@ -477,6 +481,11 @@ class _Checker:
             )
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
             self._shape_errors(str(exc))
+        except MemoryError:
+            # Not a finding about the model's shapes: the stage ran out of memory (OD905), which
+            # the worker reports with its cap. A node's extreme constants (a Slice's 2**62 bounds)
+            # make inference with data propagation allocate without bound.
+            raise MemoryError("in shape inference (with data propagation)") from None
         except Exception as exc:  # noqa: BLE001 - e.g. a model too large to serialize
             self._add(
                 "OD304", f"shape inference failed: {self._clean(str(exc))}", None, evidence=str(exc)
@@ -601,3 +610,8 @@ def _limit(found: list[LocatedFinding], max_per_kind: int | None) -> list[Locate
             lf = LocatedFinding(replace(lf.finding, evidence=(*lf.finding.evidence, note)), lf.path)
         kept.append(lf)
     return kept
+
+
+def _node_words(node: Any) -> str:
+    """`node 'name' (Op)` for a message (the name escaped: it comes from the model)."""
+    return f"node {safe_text(node.name)!r} ({safe_text(node.op_type)})"

@@ -25,6 +25,7 @@ from onnxdoctor.protocol import (
     StageRecord,
     WorkerRequest,
     append_event,
+    out_of_memory_message,
 )
 from onnxdoctor.recipe import (
     CustomOpsets,
@@ -130,6 +131,9 @@ class Runner:
             error, facts = error_info(exc), {"code": "OD109", "exit_code": str(exc.code)}
         except KeyboardInterrupt:
             raise
+        except MemoryError as exc:  # over the memory cap: say so, not "MemoryError: std::bad_alloc"
+            error, facts = error_info(exc), {"code": "OD905"}
+            error["message"] = out_of_memory_message(name, str(exc), self.request.max_memory_mb)
         except BaseException as exc:  # the user's code may raise anything
             error = error_info(exc)
         record = StageRecord(run=run_id, stage=name, status=status, facts=facts, error=error,
