@@ -61,3 +61,57 @@ def test_a_worker_killed_by_the_system_ran_out_of_memory() -> None:
 def test_memory_cap_must_be_usable() -> None:
     proc = _cli("diagnose", BOMB, "--max-memory-mb", "10")
     assert proc.returncode == 2 and "--max-memory-mb" in proc.stderr
+
+
+# ---- generated programs and text ------------------------------------------------------------
+
+HOSTILE = 'evil"""\nimport os; os.mkdir("PWNED")\n"""\\N{x}\\u12\x1b]0;t\x07\u202e'
+
+
+def _tiny_model(path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu_0")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+
+
+def test_fix_program_from_hostile_names_runs_as_written(tmp_path: Path) -> None:
+    import os
+
+    from onnxdoctor.analysis.fixes.program import fix_program
+    from onnxdoctor.model import Fix, FixCheck, Stage, Status
+    from onnxdoctor.recipe import Recipe
+
+    folder = tmp_path / HOSTILE.replace("/", "_")
+    folder.mkdir()
+    model = folder / (HOSTILE + ".onnx")
+    _tiny_model(model)
+    check = FixCheck(reached=Stage.ORT_RUN, status=Status.PASSED, detail=HOSTILE)
+    fix = Fix("rewrite", f"Rewrite {HOSTILE}", snippet=f"# {HOSTILE}\nprint('''{HOSTILE}''')", check=check,
+              recipe=Recipe("rewrite"))
+    program = fix_program(fix, str(model), None, "onnx")
+    compile(program, "fix.py", "exec")  # a \\N or \\u in a name must not break the program
+    (tmp_path / "fix.py").write_text(program, "utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([sys.executable, "fix.py", "out.onnx"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "loads and runs in ONNX Runtime" in proc.stdout
+    assert not (tmp_path / "PWNED").exists() and (tmp_path / "out.onnx").is_file()
+    assert "\x1b" not in program and "\u202e" not in program
+
+
+def test_fix_code_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    code = "from onnxdoctor.worker import fixkit; print(fixkit.run_code('y = 1', None, 'load')['y'])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=env, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
+    assert list(tmp_path.iterdir()) == []
