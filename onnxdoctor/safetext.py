@@ -21,7 +21,7 @@ def printable(text: str, *, one_line: bool = False) -> str:
 
 
 # Characters that start Markdown or HTML syntax inside a line; at the start of a line, these too.
-_MD_INLINE = re.compile(r"([\\`*_\[\]<>|&~])")
+_MD_INLINE = re.compile(r"([\\`*\[\]<>|&])")
 _MD_LINE_START = re.compile(r"^(\s*)([#>+=-]|\d+[.)])")
 
 

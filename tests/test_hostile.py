@@ -115,3 +115,73 @@ def test_fix_code_leaves_no_temporary_folder(tmp_path: Path) -> None:
                           env=env, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+NAME = "n\x1b[2J\x1b]0;owned\x07\u202eevil\n# HEAD\n<script>x</script>\n```\nverified ✓ pip install evil"
+
+
+def _hostile_diagnosis() -> object:
+    from onnxdoctor.model import Diagnosis, Finding, Fix, FixCheck, Severity, Stage, StageOutcome, Status
+
+    check = FixCheck(reached=Stage.ORT_RUN, status=Status.FAILED, detail=f"node {NAME} still there",
+                     failed_at=Stage.ORT_LOAD)
+    fix = Fix("rewrite", f"Rewrite {NAME}", snippet=f"model.{NAME} = None", cost=f"module {NAME} changes",
+              check=check)
+    finding = Finding("OD401", Stage.ORT_LOAD, Severity.ERROR, f"node {NAME} is not registered", op="X",
+                      node=NAME, evidence=(f"raw {NAME}",), fixes=(fix,), notes=(f"note {NAME}",))
+    stages = (StageOutcome(Stage.LOAD, Status.PASSED), StageOutcome(Stage.ORT_LOAD, Status.FAILED))
+    return Diagnosis(target=f"model{NAME}.onnx", exporter=None, stages=stages, findings=(finding,))
+
+
+def test_names_from_the_model_print_safely_on_a_terminal() -> None:
+    import io
+
+    from rich.console import Console
+
+    from onnxdoctor.render.console import render_diagnoses
+
+    buffer = io.StringIO()
+    render_diagnoses(Console(file=buffer, width=200, color_system=None), (_hostile_diagnosis(),), verbose=True)
+    text = buffer.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    # Every one-line field stays on its line; only the evidence and the snippet (raw text and
+    # code, indented under their finding) keep their own line breaks.
+    one_line = [line.strip() for line in text.split("\n  fixes:")[0].split("\n    raw")[0].splitlines()]
+    one_line += [line.strip() for line in text.split("\n  fixes:")[1].splitlines() if "model." not in line][:4]
+    assert not any(line.startswith(("# HEAD", "verified", "<script>", "```")) for line in one_line), text
+
+
+def test_names_from_the_model_stay_text_in_the_markdown_report() -> None:
+    from onnxdoctor.render.markdown import to_markdown
+
+    text = to_markdown((_hostile_diagnosis(),))
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    import re
+
+    outside_code = re.sub(r"^( *)(`{3,})[a-z]*\n.*?^\1\2$", "", text, flags=re.M | re.S)
+    # Outside code blocks, the tag is either escaped or inside a code span (rendered as text).
+    for line in outside_code.splitlines():
+        for start in (m.start() for m in re.finditer("<script>", line)):
+            assert len(re.findall("`+", line[:start])) % 2 == 1 or line[:start].endswith("\\"), line
+    lines = text.splitlines()
+    assert not any(line.lstrip().startswith(("# HEAD", "verified")) for line in outside_code.splitlines())
+    # Every code block the report opens is closed by its own fence, not by the name's ```.
+    blocks, fence = 0, ""
+    for line in (line.strip() for line in lines):
+        if not fence and line.startswith("```"):
+            fence, blocks = line.rstrip("abcdefghijklmnopqrstuvwxyz"), blocks + 1
+        elif fence and line == fence:
+            fence = ""
+        elif not fence:
+            assert not line.startswith(("# HEAD", "verified", "<script>")), line
+    assert fence == "" and blocks == 2  # the evidence and the snippet, each closed by its own fence
+
+
+def test_names_from_the_model_round_trip_through_json() -> None:
+    import json
+
+    from onnxdoctor.render.jsonout import to_json
+
+    text = to_json((_hostile_diagnosis(),))
+    assert "\x1b" not in text and "\u202e" not in text
+    assert json.loads(text)["findings"][0]["node"] == NAME

@@ -22,6 +22,7 @@ from onnxdoctor.outputs import (
     staging_folder,
     write_file,
 )
+from onnxdoctor.safetext import printable
 from onnxdoctor.target import Target, parse_target
 
 
@@ -101,7 +102,7 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
             notes.append(str(exc))
             failed_write = True
     for note in notes:
-        print(f"onnxdoctor: {note}", file=sys.stderr)
+        print(f"onnxdoctor: {printable(note, one_line=True)}", file=sys.stderr)
     if failed_write:
         return 2
     has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
@@ -266,7 +267,7 @@ def _print_result(diagnoses: tuple[Diagnosis, ...], view: View, *, wrote: list[s
         else:
             render_diagnoses(console, diagnoses, verbose=view.verbose)
             for line in wrote:
-                console.print(f"\n{line}", markup=False, highlight=False)
+                console.print(f"\n{printable(line, one_line=True)}", markup=False, highlight=False)
     if captured is not None:
         # rich pads blocks to the console's width: drop that, a pipe or a file wants plain lines.
         sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
@@ -367,6 +368,8 @@ def _write_fix(
 
 
 def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
+    from onnxdoctor.safetext import markdown_code, markdown_text
+
     check = fix.check
     figures = ""
     if check is not None and check.max_abs_diff is not None:
@@ -382,7 +385,7 @@ def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
         else f"```python\nimport onnxruntime\n\nsession = onnxruntime.InferenceSession({shown!r})\n```\n"
     )
     if target.endswith(".onnx"):
-        verified = f"the fixed model {check.detail if check else 'was verified'}{figures}"
+        verified = f"the fixed model {markdown_text(check.detail) if check else 'was verified'}{figures}"
         files = ("- `fix.py`: a program that applies the same change to a copy of the file and runs it in "
                  "ONNX Runtime (`python fix.py [OUT.onnx]`; your file is not edited); its docstring holds the "
                  "code to carry into your own tooling.\n")
@@ -396,9 +399,10 @@ def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
         model_line = f"- `{model_name}`: the model onnxdoctor exported with the fix applied.\n"
     if model_name:
         files += model_line
+    # The target's name, the fix's title and cost (a script's module names) are the user's text.
     return (
-        f"# Fix for {target}: {fix.title}\n\n"
+        f"# Fix for {markdown_code(target)}: {markdown_text(fix.title)}\n\n"
         f"onnxdoctor verified this fix: {verified}.\n\n"
         f"{files}\n"
-        f"Cost: {fix.cost or 'none noted'}\n\nLoad it in ONNX Runtime:\n\n{load}"
+        f"Cost: {markdown_text(fix.cost) if fix.cost else 'none noted'}\n\nLoad it in ONNX Runtime:\n\n{load}"
     )

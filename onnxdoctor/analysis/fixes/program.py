@@ -10,7 +10,6 @@ for reading, is a comment under its docstring.
 from __future__ import annotations
 
 from onnxdoctor.model import Fix
-from onnxdoctor.safetext import comment_safe, printable
 from onnxdoctor.recipe import (
     CustomOpsets,
     DynamicShapes,
@@ -24,6 +23,7 @@ from onnxdoctor.recipe import (
     UseExporter,
     UseOpset,
 )
+from onnxdoctor.safetext import comment_safe, printable
 
 
 def fix_program(fix: Fix, target: str, factory: str | None, kind: str) -> str:
