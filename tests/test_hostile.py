@@ -121,7 +121,16 @@ NAME = "n\x1b[2J\x1b]0;owned\x07\u202eevil\n# HEAD\n<script>x</script>\n```\nver
 
 
 def _hostile_diagnosis() -> object:
-    from onnxdoctor.model import Diagnosis, Finding, Fix, FixCheck, Severity, Stage, StageOutcome, Status
+    from onnxdoctor.model import (
+        Diagnosis,
+        Finding,
+        Fix,
+        FixCheck,
+        Severity,
+        Stage,
+        StageOutcome,
+        Status,
+    )
 
     check = FixCheck(reached=Stage.ORT_RUN, status=Status.FAILED, detail=f"node {NAME} still there",
                      failed_at=Stage.ORT_LOAD)
@@ -158,7 +167,7 @@ def test_names_from_the_model_stay_text_in_the_markdown_report() -> None:
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
     import re
 
-    outside_code = re.sub(r"^( *)(`{3,})[a-z]*\n.*?^\1\2$", "", text, flags=re.M | re.S)
+    outside_code = re.sub(r"^( *)(`{3,})[a-z]*\n.*?^\1\2$", "", text, flags=re.MULTILINE | re.DOTALL)
     # Outside code blocks, the tag is either escaped or inside a code span (rendered as text).
     for line in outside_code.splitlines():
         for start in (m.start() for m in re.finditer("<script>", line)):
