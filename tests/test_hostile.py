@@ -194,3 +194,22 @@ def test_names_from_the_model_round_trip_through_json() -> None:
     text = to_json((_hostile_diagnosis(),))
     assert "\x1b" not in text and "\u202e" not in text
     assert json.loads(text)["findings"][0]["node"] == NAME
+
+
+def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import diagnose
+
+    domain = "my\x1b[31m dom:x(1) evil"
+    node = helper.make_node("MySelu", ["x"], ["y"], domain=domain, name="n0")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    finding = diagnose(str(tmp_path / "m.onnx"), DiagnoseOptions(fix=False, max_memory_mb=2048))[0].findings[0]
+    assert (finding.code, finding.op, finding.node) == ("OD401", f"{domain}::MySelu", "n0")
+    assert "--namespace 'my\x1b[31m dom:x(1) evil'" in finding.fixes[0].snippet  # pastes as one argument

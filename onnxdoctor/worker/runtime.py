@@ -132,6 +132,12 @@ def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
     unregistered = NOT_REGISTERED_RT.search(message)
     if unregistered and model is not None:
         domain, op_type = unregistered.group(1), unregistered.group(2)
+        # The message quotes the domain raw: one holding spaces, colons or escape characters is
+        # found by the model's own nodes, never by what a pattern makes of the text.
+        named = next(((n.domain, n.op_type) for n in model.graph.node
+                      if f"{n.domain}:{n.op_type}(" in message and " is not a registered" in message), None)
+        if named is not None:
+            domain, op_type = named
         # ATen fallback nodes name the aten op they stand for in their `operator` attribute.
         aten = sorted({a.s.decode("utf-8", "replace") for n in model.graph.node
                        if n.domain == "org.pytorch.aten" for a in n.attribute if a.name == "operator"})

@@ -13,6 +13,7 @@ can be exported instead of the node, or a kernel can call it.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 
 from onnxdoctor.analysis.fixes import decompose
@@ -274,7 +275,7 @@ def _runtime_only(ctx: FixContext) -> list[Fix]:
                 "# A native library you already have:\n"
                 "onnxdoctor diagnose model.onnx --custom-op-library path/to/libcustom_ops.so\n\n"
                 "# Or generate one (C++ CPU kernel, CUDA kernel, Python kernel, parity test):\n"
-                f"onnxdoctor scaffold {op_type} --namespace {domain}\n"
+                f"onnxdoctor scaffold {shlex.quote(op_type)} --namespace {shlex.quote(domain)}\n"
                 "# then: options.register_custom_ops_library('<the built .so>')\n"
             ),
             applicability=Applicability.DISPLAY_ONLY,
@@ -288,7 +289,7 @@ def _unknown_schema(ctx: FixContext) -> Fix:
         kind="custom_op_manual",
         title=f"Map {ctx.op} to a custom-domain node and give ONNX Runtime a kernel",
         snippet=(
-            f"onnxdoctor scaffold {ctx.onnx_op_type} --namespace {ctx.namespace}\n"
+            f"onnxdoctor scaffold {shlex.quote(ctx.onnx_op_type)} --namespace {shlex.quote(ctx.namespace)}\n"
             "# writes the torch op, both export mappings, ONNX Runtime kernels and a parity test\n"
         ),
         applicability=Applicability.DISPLAY_ONLY,
