@@ -213,3 +213,70 @@ def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -
     finding = diagnose(str(tmp_path / "m.onnx"), DiagnoseOptions(fix=False, max_memory_mb=2048))[0].findings[0]
     assert (finding.code, finding.op, finding.node) == ("OD401", f"{domain}::MySelu", "n0")
     assert "--namespace 'my\x1b[31m dom:x(1) evil'" in finding.fixes[0].snippet  # pastes as one argument
+
+
+# ---- writes ---------------------------------------------------------------------------------
+
+
+def _verified(tmp_path: Path, name: str = "model.onnx") -> tuple[object, object]:
+    from onnxdoctor.model import Diagnosis, Finding, Fix, FixCheck, Severity, Stage, StageOutcome, Status
+    from onnxdoctor.recipe import Recipe
+
+    check = FixCheck(reached=Stage.ORT_RUN, status=Status.PASSED, detail="loads and runs")
+    fix = Fix("rewrite", "Rewrite the node", snippet="pass", check=check, recipe=Recipe("rewrite"))
+    finding = Finding("OD401", Stage.ORT_LOAD, Severity.ERROR, "no kernel", fixes=(fix,))
+    diagnosis = Diagnosis(target=name, exporter=None, stages=(StageOutcome(Stage.LOAD, Status.PASSED),),
+                          findings=(finding,))
+    return (diagnosis,), parse_target(str(tmp_path / name))
+
+
+def test_write_fix_into_a_folder_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
+    from onnxdoctor.cli.diagnose import _write_fix
+    from onnxdoctor.errors import RefusedWrite
+
+    diagnoses, target = _verified(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    (tmp_path / "out").symlink_to(other)  # the folder, checked empty at the start, is now a link
+    try:
+        _write_fix(diagnoses, tmp_path / "out", target, force=True, protected=())
+        raise AssertionError("wrote through the link")
+    except RefusedWrite:
+        pass
+    assert sorted(p.name for p in other.iterdir()) == ["keep.txt"]
+
+
+def test_write_fix_for_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
+    from onnxdoctor.cli.diagnose import _write_fix
+
+    diagnoses, target = _verified(tmp_path, "m\udcff.onnx")
+    _write_fix(diagnoses, tmp_path / "out", target, force=False, protected=())
+    program = (tmp_path / "out" / "fix.py").read_text("utf-8")
+    compile(program, "fix.py", "exec")
+    assert "\\udcff" in program and "\\udcff" in (tmp_path / "out" / "README.md").read_text("utf-8")
+
+
+_FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import test_hostile
+from onnxdoctor.cli.diagnose import _write_fix
+from onnxdoctor.outputs import OutputError
+diagnoses, target = test_hostile._verified(Path(sys.argv[1]))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # every file write past 64 bytes fails
+try:
+    _write_fix(diagnoses, Path(sys.argv[1]) / "out", target, force=False, protected=())
+except OutputError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_write_fix_on_a_full_disk_is_one_line_and_leaves_no_folder(tmp_path: Path) -> None:
+    tests = str(Path(__file__).resolve().parent)
+    proc = subprocess.run([sys.executable, "-c", _FULL_DISK, str(tmp_path), tests], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("refused: --write-fix: cannot write"), proc.stderr
+    assert not (tmp_path / "out").exists()

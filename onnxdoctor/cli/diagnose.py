@@ -19,6 +19,7 @@ from onnxdoctor.outputs import (
     check_folder_output,
     check_output,
     install_folder,
+    pinned_folder,
     staging_folder,
     write_file,
 )
@@ -175,6 +176,9 @@ def _keep_files(
             failed = True
         except UsageError as exc:
             notes.append(str(exc))
+        except (OSError, UnicodeError) as exc:  # whatever else a write meets: the diagnosis still prints
+            notes.append(f"{wanted} was not written: {type(exc).__name__}: {exc}")
+            failed = True
     return wrote, notes, failed
 
 
@@ -343,27 +347,52 @@ def _write_fix(
     fix = best_verified_fix(diagnoses)
     if fix is None:
         raise UsageError("--write-fix: no fix was verified, so nothing was written")
+    # Checked again now: the folder may have changed during the run (replaced by a link to
+    # another folder, filled); the files go only into the folder itself, never through a link.
+    check_folder_output(folder, force=force, what="--write-fix")
+    created = False
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True)
+        created = True
+    except FileExistsError:
+        pass
     except OSError as exc:
         raise OutputError(f"--write-fix {folder}: {exc.strerror or exc}") from None
-    artifact = fix.check.artifact if fix.check else None
-    # `--write-fix .` next to model.onnx must not replace the user's model with the fixed one.
-    model_name = "model.onnx"
-    if any(os.path.abspath(folder / model_name) == os.path.abspath(p) for p in protected):
-        model_name = "model.fixed.onnx"
-    has_model = bool(artifact and Path(artifact).exists())
-    from onnxdoctor.analysis.fixes.program import fix_program
+    try:
+        return _write_fix_files(fix, diagnoses, folder, target, force=force, protected=protected)
+    except BaseException:
+        if created:  # leave no empty folder behind (files already moved in stay, named in the note)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
-    files = {"fix.py": fix_program(fix, str(target.path.resolve()), target.factory, target.kind),
-             "README.md": _fix_readme(fix, diagnoses[0].target, model_name if has_model else None)}
-    with staging_folder(folder, name="write-fix") as staging:
-        for name, text in files.items():
-            (staging / name).write_text(text, "utf-8")
-        written = install_folder(staging, folder, force=force, what="--write-fix", protected=protected)
-    if has_model:
-        written += _save_model(Path(artifact), folder / model_name, force=force, protected=protected,
-                               what="--write-fix")
+
+def _write_fix_files(
+    fix: Fix, diagnoses: tuple[Diagnosis, ...], folder: Path, target: Target, *, force: bool,
+    protected: tuple[Path, ...],
+) -> str:
+    with pinned_folder(folder, what="--write-fix"):
+        artifact = fix.check.artifact if fix.check else None
+        # `--write-fix .` next to model.onnx must not replace the user's model with the fixed one.
+        model_name = "model.onnx"
+        if any(os.path.abspath(folder / model_name) == os.path.abspath(p) for p in protected):
+            model_name = "model.fixed.onnx"
+        has_model = bool(artifact and Path(artifact).exists())
+        from onnxdoctor.analysis.fixes.program import fix_program
+
+        files = {"fix.py": fix_program(fix, str(target.path.resolve()), target.factory, target.kind),
+                 "README.md": _fix_readme(fix, diagnoses[0].target, model_name if has_model else None)}
+        with staging_folder(folder, name="write-fix") as staging:
+            for name, text in files.items():
+                try:
+                    # A lone surrogate (a file name that is not UTF-8) is written as its escape.
+                    (staging / name).write_text(text, "utf-8", errors="backslashreplace")
+                except OSError as exc:
+                    raise OutputError(f"--write-fix: cannot write {folder / name}: {exc.strerror or exc}") from None
+            written = install_folder(staging, folder, force=force, what="--write-fix", protected=protected)
+        if has_model:
+            written += _save_model(Path(artifact), folder / model_name, force=force, protected=protected,
+                                   what="--write-fix")
     return f"wrote the fix ({fix.title}) to {folder}: {', '.join(written)}"
 
 
