@@ -219,7 +219,16 @@ def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -
 
 
 def _verified(tmp_path: Path, name: str = "model.onnx") -> tuple[object, object]:
-    from onnxdoctor.model import Diagnosis, Finding, Fix, FixCheck, Severity, Stage, StageOutcome, Status
+    from onnxdoctor.model import (
+        Diagnosis,
+        Finding,
+        Fix,
+        FixCheck,
+        Severity,
+        Stage,
+        StageOutcome,
+        Status,
+    )
     from onnxdoctor.recipe import Recipe
 
     check = FixCheck(reached=Stage.ORT_RUN, status=Status.PASSED, detail="loads and runs")
