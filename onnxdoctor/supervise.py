@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from onnxdoctor.proctree import become_subreaper, end_descendants, proc_stat
 from onnxdoctor.protocol import (
     MEMORY_CAP_ENV,
     PARENT_PID_ENV,
@@ -104,7 +105,7 @@ def run_worker(
     request_path = Path(request.workdir) / f"request-{time.monotonic_ns()}.json"
     request_path.write_text(request.to_json(), "utf-8")
     env = _worker_env(request)
-    _become_subreaper()
+    become_subreaper()
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "onnxdoctor.worker", str(request_path)],
@@ -116,7 +117,8 @@ def run_worker(
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None
-    born = _start_time(process.pid)
+    stat = proc_stat(process.pid)
+    born = stat[1] if stat else None
     out, err = _Capture(process.stdout), _Capture(process.stderr)
     timed_out = False
     seen = 0
@@ -145,7 +147,8 @@ def run_worker(
         # Grandchildren the script started live in the same group: end them too, and then every
         # descendant that left the group (setsid + fork daemons reparent to us, the subreaper).
         _kill_group(process.pid)
-        _kill_descendants(born, spare=process.pid)
+        if born is not None:  # scanned until none is left: a daemon may keep forking
+            end_descendants(os.getpid(), born=born, spare=process.pid)
         ended_at = time.time()
     out.join(2.0)
     err.join(2.0)
@@ -191,70 +194,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _become_subreaper() -> None:
-    """Orphaned descendants of the worker reparent to this process, so none escapes the kill."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) from /proc, or None when the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and ')'
-    try:
-        return int(fields[1]), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _start_time(pid: int) -> int | None:
-    stat = _proc_stat(pid)
-    return stat[1] if stat else None
-
-
-def _kill_descendants(born: int | None, *, spare: int) -> None:
-    """SIGKILL every descendant of this process started since the worker was (then reap them).
-
-    `spare` is the worker itself, which its Popen object reaps.
-    """
-    if born is None or not os.path.isdir("/proc"):
-        return
-    children: dict[int, list[int]] = {}
-    started: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _proc_stat(int(entry))
-            if stat is not None:
-                children.setdefault(stat[0], []).append(int(entry))
-                started[int(entry)] = stat[1]
-    pending, victims = [os.getpid()], []
-    while pending:
-        for child in children.get(pending.pop(), []):
-            pending.append(child)
-            if started.get(child, 0) >= born and child != spare:
-                victims.append(child)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-    for pid in victims:
-        try:
-            os.waitpid(pid, 0)  # orphans became our children: leave no zombies
-        except ChildProcessError:
-            pass
 
 
 def make_workdir() -> Path:

@@ -289,3 +289,76 @@ def test_write_fix_on_a_full_disk_is_one_line_and_leaves_no_folder(tmp_path: Pat
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith("refused: --write-fix: cannot write"), proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ---- processes ------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _pids(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def _all_gone(pidfile: Path, seconds: float) -> bool:
+    import time
+
+    forks = Path(str(pidfile) + ".forks")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_alive(p) for p in _pids(pidfile) + _pids(forks)[-50:]):
+            seen = len(_pids(forks))
+            time.sleep(0.3)  # and no new generation appears
+            if len(_pids(forks)) == seen:
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def _start(pidfile: Path, *extra: str) -> subprocess.Popen[bytes]:
+    import os
+
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.Popen([sys.executable, "-m", "onnxdoctor", "diagnose", str(FIXTURES / "tool/daemons_escape.py"),
+                             "--no-fix", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(root), "ONNXDOCTOR_FIXTURE_PIDFILE": str(pidfile)})
+
+
+def _wait_started(pidfile: Path) -> None:
+    import time
+
+    deadline = time.monotonic() + 120
+    while len(_pids(pidfile)) < 2 or not _pids(Path(str(pidfile) + ".forks")):
+        assert time.monotonic() < deadline, "the script never started its daemons"
+        time.sleep(0.1)
+
+
+def test_nothing_the_script_started_outlives_the_run(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    parent = _start(pidfile, "--timeout", "20")
+    try:
+        _wait_started(pidfile)
+        assert parent.wait(timeout=120) == 1  # OD902: the script hangs while loading
+        assert _all_gone(pidfile, 5), [p for p in _pids(pidfile) if _alive(p)]
+    finally:
+        parent.kill()
+
+
+def test_nothing_the_script_started_outlives_a_killed_onnxdoctor(tmp_path: Path) -> None:
+    import signal
+
+    pidfile = tmp_path / "pids"
+    parent = _start(pidfile, "--timeout", "300")
+    try:
+        _wait_started(pidfile)
+        parent.send_signal(signal.SIGKILL)  # no chance to clean up: the OOM killer, a CI cancel
+        parent.wait()
+        assert _all_gone(pidfile, 10), [p for p in _pids(pidfile) if _alive(p)]
+    finally:
+        parent.kill()

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.proctree import become_subreaper, end_descendants
 from onnxdoctor.protocol import (
     PARENT_PID_ENV,
     PASSED,
@@ -69,6 +70,9 @@ def _die_with_parent(workdir: str) -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
+        # Everything the script started goes first, those that left the group too (setsid
+        # daemons, start_new_session children: this worker is their subreaper), then the group.
+        end_descendants(os.getpid())
         shutil.rmtree(workdir, ignore_errors=True)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
@@ -175,6 +179,7 @@ def main(argv: list[str]) -> int:
     import faulthandler
 
     faulthandler.enable(file=sys.stderr, all_threads=False)
+    become_subreaper()  # the script's daemons stay in this worker's tree (see _die_with_parent)
     request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
     _die_with_parent(request.workdir)
     runner = Runner(request)
