@@ -124,6 +124,10 @@ class FixCheck:
     @property
     def failure(self) -> str:
         """Where a tried fix failed: the stage, or what was still wrong when every stage passed."""
+        if self.status is Status.TIMED_OUT or self.problem == "OD902":
+            # Killed at the deadline: nothing is known to be wrong with the fix itself.
+            where = f" during {self.failed_at.value}" if self.failed_at is not None else ""
+            return f"ran out of time{where} (--timeout)"
         if self.failed_at is not None:
             return f"failed at {self.failed_at.value}"
         if not self.numbers_checked:

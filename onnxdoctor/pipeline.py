@@ -64,8 +64,9 @@ def diagnose(
             raise UsageError(f"--custom-op-library {library}: no such file")
     owned = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-")) if workdir is None else workdir
-    # --timeout bounds the whole command: every worker gets what is left of it.
-    deadline = time.monotonic() + options.timeout
+    # --timeout bounds the whole command: every worker gets what is left of it, less a reserve
+    # for the parent's own work afterwards (judging fixed models, rendering, writing files).
+    deadline = time.monotonic() + options.timeout - min(5.0, 0.05 * options.timeout)
     try:
         return _diagnose(target, options, workdir, progress or (lambda _m: None), deadline)
     finally:
@@ -109,13 +110,16 @@ def _diagnose(
             findings = verifier.search_chains(verifier.verify(findings, planned))
         targets: tuple[Any, ...] = ()
         if run_id == "main":
-            targets = _targets(options, outcomes, result.events, target)
+            targets = _timed_out_targets(_targets(options, outcomes, result.events, target), result,
+                                         request.targets)
             # Target-driven fixes: rewrites into what a target's table asks for, verified like
             # the others and then judged by every target (docs/targets.md).
             gaps = attach_fixes([f for t in targets for f in t.findings], outcomes, target, options, exporter)
             if options.fix and gaps:
                 gaps = verifier.verify(gaps, None)
-            findings = [_fixes_on_targets(f, targets, verifier.runs) for f in [*findings, *gaps]]
+            # Judging fixed models by every target is the parent's own work: within --timeout too.
+            findings = [_fixes_on_targets(f, targets, verifier.runs) if time.monotonic() < deadline else f
+                        for f in [*findings, *gaps]]
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -145,6 +149,30 @@ def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: lis
         bad = tuple(Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems)
         results = (*results, TargetResult("script", "table", None, "skipped", findings=bad, note=problems[0]))
     return results
+
+
+def _timed_out_targets(results: tuple[Any, ...], result: WorkerResult, ran: tuple[str, ...]) -> tuple[Any, ...]:
+    """A target the worker was still checking when --timeout killed it failed with OD902 (never
+    "skipped" and the model healthy): OpenVINO may need minutes to compile a model."""
+    ort_load = result.records("main").get("ort_load")
+    if not result.timed_out or ort_load is None or ort_load.status == "skipped":
+        return results  # alive throughout, or killed before there was a model to check at all
+    done = {e.get("target") for e in result.events if e.get("event") == "target" and e.get("run", "main") == "main"}
+    late = [name for name in ran if name not in done]
+    if not late:
+        return results
+    from onnxdoctor.targets import TargetResult
+
+    fixed = []
+    for item in results:
+        if item.target in late:
+            message = (f"the {item.target} check was still running after {result.seconds:.0f} s and was killed "
+                       "(raise --timeout: compiling a model can take minutes)")
+            finding = Finding("OD902", Stage.TARGET, Severity.ERROR, message)
+            item = TargetResult(item.target, item.kind, None, "failed", findings=(finding,),
+                                note="timed out (--timeout)")
+        fixed.append(item)
+    return tuple(fixed)
 
 
 def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],

@@ -362,3 +362,42 @@ def test_nothing_the_script_started_outlives_a_killed_onnxdoctor(tmp_path: Path)
         assert _all_gone(pidfile, 10), [p for p in _pids(pidfile) if _alive(p)]
     finally:
         parent.kill()
+
+
+# ---- deadlines ------------------------------------------------------------------------------
+
+
+def _events_until_openvino() -> list[dict[str, object]]:
+    events: list[dict[str, object]] = []
+    for stage in ("load", "check", "ort_load", "ort_run"):
+        events += [{"event": "start", "stage": stage, "run": "main", "time": 0.0},
+                   {"event": "stage", "stage": stage, "run": "main", "status": "passed",
+                    "facts": {"onnx_path": str(BOMB)} if stage == "load" else {}}]
+    return [*events, {"event": "run_done", "run": "main"}]
+
+
+def test_a_target_check_killed_at_the_deadline_is_a_timeout_not_healthy() -> None:
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import _targets, _timed_out_targets
+
+    events = _events_until_openvino()
+    result = WorkerResult(events=events, returncode=-9, ended_at=40.0, timed_out=True, seconds=40.0)
+    target = parse_target(str(BOMB))
+    outcomes, tool = outcomes_for_run(result, "main", target)
+    assert tool == []  # the stages all finished: only OpenVINO was still compiling
+    rows = _timed_out_targets(_targets(DiagnoseOptions(targets=("openvino",)), outcomes, events, target),
+                              result, ("openvino",))
+    row = next(r for r in rows if r.target == "openvino")
+    assert row.status == "failed" and [f.code for f in row.findings] == ["OD902"]
+    assert "openvino" in row.findings[0].message
+
+
+def test_a_fix_killed_at_the_deadline_ran_out_of_time() -> None:
+    from onnxdoctor.analysis.judge import fix_check
+
+    events = [{"event": "start", "stage": "load", "run": "main", "time": 0.0},
+              {"event": "stage", "stage": "load", "run": "main", "status": "passed"},
+              {"event": "start", "stage": "export", "run": "main", "time": 1.0}]
+    result = WorkerResult(events=events, returncode=-9, ended_at=9.0, timed_out=True, seconds=9.0)
+    check = fix_check(result, "main", parse_target(str(FIXTURES / "healthy/mlp.py")))
+    assert check.failure == "ran out of time during export (--timeout)"
