@@ -114,7 +114,8 @@ def _diagnose(
                                          request.targets)
             # Target-driven fixes: rewrites into what a target's table asks for, verified like
             # the others and then judged by every target (docs/targets.md).
-            gaps = attach_fixes([f for t in targets for f in t.findings], outcomes, target, options, exporter)
+            gaps = attach_fixes([*(f for t in targets for f in t.findings), *_target_setting_problems(options, outcomes)],
+                                outcomes, target, options, exporter)
             if options.fix and gaps:
                 gaps = verifier.verify(gaps, None)
             # Judging fixed models by every target is the parent's own work: within --timeout too.
@@ -141,14 +142,17 @@ def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: lis
     """The deployment targets' verdicts on the main run's model (docs/targets.md)."""
     from onnxdoctor.targets.collect import collect, onnx_file, requested_targets
 
-    names, problems = requested_targets(options.targets, outcomes)
-    results = collect(names, outcomes, events, onnx_file(outcomes, target.path, target.kind))
-    if problems:
-        from onnxdoctor.targets import TargetResult
+    names, _problems = requested_targets(options.targets, outcomes)
+    return collect(names, outcomes, events, onnx_file(outcomes, target.path, target.kind))
 
-        bad = tuple(Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems)
-        results = (*results, TargetResult("script", "table", None, "skipped", findings=bad, note=problems[0]))
-    return results
+
+def _target_setting_problems(options: DiagnoseOptions, outcomes: list[StageOutcome]) -> list[Finding]:
+    """OD799 for each name in the script's `targets` setting that names no target (a finding,
+    not a row of the target table: there is no target called "script")."""
+    from onnxdoctor.targets.collect import requested_targets
+
+    _names, problems = requested_targets(options.targets, outcomes)
+    return [Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems]
 
 
 def _timed_out_targets(results: tuple[Any, ...], result: WorkerResult, ran: tuple[str, ...]) -> tuple[Any, ...]:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from onnxdoctor.analysis.judge import outcomes_for_run
 from onnxdoctor.protocol import WorkerResult
 from onnxdoctor.target import parse_target
@@ -269,6 +271,8 @@ def test_write_fix_for_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
 _FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
+
+import pytest
 sys.path.insert(0, sys.argv[2])
 import test_hostile
 from onnxdoctor.cli.diagnose import _write_fix
@@ -401,3 +405,24 @@ def test_a_fix_killed_at_the_deadline_ran_out_of_time() -> None:
     result = WorkerResult(events=events, returncode=-9, ended_at=9.0, timed_out=True, seconds=9.0)
     check = fix_check(result, "main", parse_target(str(FIXTURES / "healthy/mlp.py")))
     assert check.failure == "ran out of time during export (--timeout)"
+
+
+# ---- small ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_targets_setting_that_cannot_be_read_is_a_finding_not_a_crash(tmp_path: Path) -> None:
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import diagnose
+
+    script = tmp_path / "m.py"
+    script.write_text(
+        "import torch\n\n"
+        "class Bad:\n    def __str__(self):\n        raise RuntimeError('no')\n"
+        "    def __repr__(self):\n        raise RuntimeError('no')\n\n"
+        "targets = [Bad(), 'nosuchtarget']\ndynamo = False\n\n"
+        "def get_model():\n    return torch.nn.Linear(2, 2).eval(), (torch.randn(1, 2),)\n")
+    diagnosis = diagnose(str(script), DiagnoseOptions(fix=False, max_memory_mb=4096))[0]
+    assert [f.code for f in diagnosis.findings] == ["OD799", "OD799"], diagnosis.findings
+    assert all(s.status.value == "passed" for s in diagnosis.stages)
+    assert "script" not in [t.target for t in diagnosis.targets]

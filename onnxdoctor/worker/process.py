@@ -87,7 +87,10 @@ def _targets(request: WorkerRequest, state: dict[str, Any]) -> tuple[str, ...]:
     wanted = getattr(loaded, "settings", {}).get("targets") if loaded is not None else None
     if isinstance(wanted, str):
         wanted = [wanted]
-    names = {str(t).strip().lower() for t in wanted or ()} if isinstance(wanted, (list, tuple)) else set()
+    # Names only: an element that is not a string (whose __str__ may raise) is the parent's to
+    # report, from the settings LOAD recorded.
+    names = ({t.strip().lower() for t in wanted or () if isinstance(t, str)}
+             if isinstance(wanted, (list, tuple)) else set())
     run_here = ("openvino", "ort-cuda", "ort-tensorrt")
     return run_here if "all" in names else tuple(t for t in run_here if t in names)
 
