@@ -426,3 +426,15 @@ def test_a_targets_setting_that_cannot_be_read_is_a_finding_not_a_crash(tmp_path
     assert [f.code for f in diagnosis.findings] == ["OD799", "OD799"], diagnosis.findings
     assert all(s.status.value == "passed" for s in diagnosis.stages)
     assert "script" not in [t.target for t in diagnosis.targets]
+
+
+def test_scaffold_attribute_defaults_keep_to_their_onnx_types() -> None:
+    from onnxdoctor.errors import UsageError
+    from onnxdoctor.scaffold.generate import parse_attr
+
+    exact = parse_attr(f"a:int={2**53 + 1}")
+    assert exact.default == 2**53 + 1 and exact.literal() == str(2**53 + 1)
+    assert parse_attr(f"a:int={-(2**63)}").default == -(2**63)
+    for bad in ("a:int=99999999999999999999999", f"a:int={2**63}", "a:float=1e39", "a:int=1.5"):
+        with pytest.raises(UsageError):
+            parse_attr(bad)
