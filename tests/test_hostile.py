@@ -438,3 +438,47 @@ def test_scaffold_attribute_defaults_keep_to_their_onnx_types() -> None:
     for bad in ("a:int=99999999999999999999999", f"a:int={2**63}", "a:float=1e39", "a:int=1.5"):
         with pytest.raises(UsageError):
             parse_attr(bad)
+
+
+def _external_model(folder: Path, data: bytes, *, constant: bool = False) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    folder.mkdir()
+    (folder / "w.bin").write_bytes(data)
+    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[8], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", str(len(data)))):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"], name="add_0")]
+    initializers = [weight]
+    if constant:  # the tensor lives in a Constant node's attribute, not among the initializers
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], name="const_0", value=weight))
+        initializers = []
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(folder / "model.onnx"))
+    return folder / "model.onnx"
+
+
+def test_external_data_shorter_than_its_shape_is_a_file_finding(tmp_path: Path) -> None:
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import diagnose
+
+    path = _external_model(tmp_path / "m", bytes(16))  # 4 floats for a tensor of 8
+    finding = diagnose(str(path), DiagnoseOptions(fix=False, max_memory_mb=2048))[0].findings[0]
+    assert (finding.code, finding.stage.value) == ("OD112", "load"), finding
+    assert "holds 16 bytes" in finding.message and "need 32" in finding.message
+
+
+def test_no_runtime_is_handed_a_constant_nodes_external_tensor(tmp_path: Path) -> None:
+    import onnx
+
+    from onnxdoctor.worker.openvino_target import model_and_inputs
+
+    path = _external_model(tmp_path / "m", bytes(32), constant=True)
+    model = onnx.load(str(path), load_external_data=False)
+    found = model_and_inputs("onnx", path, {"onnx_model": model}, "openvino")
+    assert isinstance(found, dict) and found["status"] == "skipped", found

@@ -212,8 +212,12 @@ def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list
             load_external_data_for_tensor(loaded, str(model_dir))
         except (onnx.checker.ValidationError, ValueError, OSError) as exc:
             raise StageFailed(f"external data of {tensor.name} could not be read: {_first(exc)}", "OD112") from None
+        try:
+            array = numpy_helper.to_array(loaded)
+        except ValueError as exc:  # the file holds another size than the tensor's shape needs
+            raise StageFailed(f"external data of {tensor.name} does not fit its shape: {_first(exc)}", "OD112") from None
         names.append(tensor.name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(loaded)))
+        values.append(ort.OrtValue.ortvalue_from_numpy(array))
     if len(names) < len(external_refs(model)):
         # Weights in subgraphs or attributes cannot be handed over as initializers: inline them all.
         full = onnx.ModelProto()
