@@ -271,3 +271,5 @@ class DiagnoseOptions:
     targets: tuple[str, ...] = ()  # --target names (docs/targets.md); empty: the script's, else ort-cpu
     # Cap on each worker's memory in MB (--max-memory-mb); None: three quarters of physical memory.
     max_memory_mb: int | None = None
+    # When the whole command must end (time.monotonic()); None: --timeout from when diagnose starts.
+    deadline: float | None = None

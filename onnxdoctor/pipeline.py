@@ -66,12 +66,20 @@ def diagnose(
     workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-")) if workdir is None else workdir
     # --timeout bounds the whole command: every worker gets what is left of it, less a reserve
     # for the parent's own work afterwards (judging fixed models, rendering, writing files).
-    deadline = time.monotonic() + options.timeout - min(5.0, 0.05 * options.timeout)
+    # The command's clock starts where the CLI started it (options.deadline), else here.
+    ends = options.deadline if options.deadline is not None else time.monotonic() + options.timeout
+    deadline = ends - render_reserve(options.timeout)
     try:
         return _diagnose(target, options, workdir, progress or (lambda _m: None), deadline)
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def render_reserve(timeout: float) -> float:
+    """Seconds of --timeout kept back from the workers for what follows them: judging fixed
+    models, rendering, writing files (a tenth, from two seconds up to five)."""
+    return min(5.0, max(2.0, 0.1 * timeout), timeout / 2)
 
 
 def _diagnose(

@@ -482,3 +482,19 @@ def test_no_runtime_is_handed_a_constant_nodes_external_tensor(tmp_path: Path) -
     model = onnx.load(str(path), load_external_data=False)
     found = model_and_inputs("onnx", path, {"onnx_model": model}, "openvino")
     assert isinstance(found, dict) and found["status"] == "skipped", found
+
+
+@pytest.mark.slow
+def test_the_whole_command_ends_within_its_timeout() -> None:
+    import time
+
+    from typer.testing import CliRunner
+
+    from onnxdoctor.cli import app
+
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["diagnose", str(FIXTURES / "tool/od902_hang.py"), "--timeout", "12",
+                                      "--no-fix", "--max-memory-mb", "4096"])
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 1 and "OD902" in result.output, result.output
+    assert elapsed < 12.0, f"{elapsed:.1f} s for --timeout 12: the rendering counts too"

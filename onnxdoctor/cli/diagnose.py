@@ -7,8 +7,9 @@ import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,9 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     """
     from onnxdoctor.pipeline import diagnose
 
+    if options.deadline is None and math.isfinite(options.timeout) and options.timeout > 0:
+        # --timeout is the whole command's: its clock starts now, before any check or worker.
+        options = replace(options, deadline=time.monotonic() + options.timeout)
     parsed = parse_target(target)
     _check_target(parsed.path)
     validate_options(options)
