@@ -498,3 +498,19 @@ def test_the_whole_command_ends_within_its_timeout() -> None:
     elapsed = time.monotonic() - started
     assert result.exit_code == 1 and "OD902" in result.output, result.output
     assert elapsed < 12.0, f"{elapsed:.1f} s for --timeout 12: the rendering counts too"
+
+
+def test_write_fix_readme_keeps_the_scripts_names_as_text(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from onnxdoctor.cli.diagnose import _write_fix
+
+    diagnoses, target = _verified(tmp_path)
+    finding = diagnoses[0].findings[0]
+    fix = replace(finding.fixes[0], title=f"Swap {NAME}", cost=f"module {NAME} changes")
+    diagnoses = (replace(diagnoses[0], findings=(replace(finding, fixes=(fix,)),)),)
+    _write_fix(diagnoses, tmp_path / "out", target, force=False, protected=())
+    readme = (tmp_path / "out" / "README.md").read_text("utf-8")
+    assert "\x1b" not in readme and "\u202e" not in readme
+    lines = readme.split("```python")[0].splitlines()  # the prose, before the code block
+    assert not any(line.startswith(("# HEAD", "verified", "<script>", "```")) for line in lines), readme
