@@ -514,3 +514,12 @@ def test_write_fix_readme_keeps_the_scripts_names_as_text(tmp_path: Path) -> Non
     assert "\x1b" not in readme and "\u202e" not in readme
     lines = readme.split("```python")[0].splitlines()  # the prose, before the code block
     assert not any(line.startswith(("# HEAD", "verified", "<script>", "```")) for line in lines), readme
+
+
+def test_a_crash_in_native_code_names_the_stage_and_its_step() -> None:
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import diagnose
+
+    findings = diagnose(str(SEGFAULT), DiagnoseOptions(fix=False, max_memory_mb=1024))[0].findings
+    crash = next(f for f in findings if f.code == "OD901")
+    assert "SIGSEGV during check, in shape inference" in crash.message, crash.message

@@ -93,6 +93,11 @@ def outcomes_for_run(
 
 
 def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
+    # The step the stage had reached (the worker says before each native step), if it said.
+    step = next((e.get("step") for e in reversed(result.events)
+                 if e.get("event") == "step" and e.get("stage") == stage and isinstance(e.get("step"), str)), None)
+    if stage and step:
+        stage = f"{stage}, in {step}"
     where = f" during {stage}" if stage else ""
     evidence = tuple(line for line in [_stderr_excerpt(result.stderr_tail)] if line)
     if result.timed_out:

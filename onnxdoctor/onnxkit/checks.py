@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,8 @@ class LocatedFinding:
 
 
 def check_model(
-    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = 5
+    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = 5,
+    on_step: Callable[[str], None] | None = None,
 ) -> list[Finding]:
     """Check a model the way the CHECK stage does, and say what is wrong with which node.
 
@@ -58,22 +60,25 @@ def check_model(
         model_dir: the model's folder; stripped from messages so they hold no absolute paths.
         max_per_kind: keep at most this many findings with the same code and op (the last kept one
             says how many more nodes share the problem); None keeps them all.
+        on_step: told each step's name before it runs (the worker records it, so that a crash in
+            native code names the step).
 
     Returns:
         Findings with stage CHECK, errors first in model order; empty when the model is valid.
     """
     return [
         lf.finding
-        for lf in check_model_located(model, model_dir=model_dir, max_per_kind=max_per_kind)
+        for lf in check_model_located(model, model_dir=model_dir, max_per_kind=max_per_kind, on_step=on_step)
     ]
 
 
 def check_model_located(
-    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = None
+    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> list[LocatedFinding]:
     """Like `check_model`, with each finding's node path (for drawing). Keeps all by default."""
     try:
-        return _limit(_Checker(model, model_dir).run(), max_per_kind)
+        return _limit(_Checker(model, model_dir, on_step).run(), max_per_kind)
     except RecursionError:
         finding = Finding(
             code="OD306",
@@ -87,7 +92,9 @@ def check_model_located(
 class _Checker:
     """One check run over one model; collects located findings."""
 
-    def __init__(self, model: onnx.ModelProto, model_dir: str | None) -> None:
+    def __init__(self, model: onnx.ModelProto, model_dir: str | None,
+                 on_step: Callable[[str], None] | None = None) -> None:
+        self.step = on_step or (lambda _name: None)
         self.model = model
         self.model_dir = model_dir
         self.opsets: dict[str, int] = {}
@@ -105,14 +112,18 @@ class _Checker:
     # -- driver -----------------------------------------------------------------------------
 
     def run(self) -> list[LocatedFinding]:
+        self.step("the graph's structure")
         self._structure(self.model.graph, (), outer=frozenset())
         self._opset_imports()
         self._aten_nodes()
+        self.step("the onnx checker")
         checker_error = self._onnx_checker()
         if checker_error is not None:
             # The checker reports one error; check each node alone to find every failing node.
+            self.step("the onnx checker, node by node")
             self._each_node()
             self._add_checker_error(checker_error)
+        self.step("shape inference (with data propagation)")
         self._shape_inference()
         errors = [lf for lf in self.found if lf.finding.severity is Severity.ERROR]
         others = [lf for lf in self.found if lf.finding.severity is not Severity.ERROR]

@@ -110,8 +110,15 @@ class Runner:
 
     # ---- the generic stage wrapper -------------------------------------------------------
 
+    def step(self, text: str) -> None:
+        """Say which step of the current stage runs now: a crash or a kill in native code (shape
+        inference, a compiler) then names it (OD901, OD905)."""
+        stage, run_id = getattr(self, "_current", ("", ""))
+        self.emit({"event": "step", "stage": stage, "run": run_id, "step": text})
+
     def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> StageRecord:
         """Run one stage and write its record; the stage's failure is data, never an exception."""
+        self._current = (name, run_id)
         self.emit({"event": "start", "stage": name, "run": run_id, "time": time.time()})
         started = time.perf_counter()
         status, facts, error = FAILED, {}, None
@@ -421,7 +428,7 @@ class Runner:
         if model is None:
             model = onnx.load(str(state["onnx_path"]), load_external_data=False)
         state["onnx_model"] = model
-        findings = check_model(model, model_dir=str(self.target.parent))
+        findings = check_model(model, model_dir=str(self.target.parent), on_step=self.step)
         records = [_finding_record(f) for f in findings]
         for record in records:
             if "is higher than the checker's" in record["message"]:
