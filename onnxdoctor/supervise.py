@@ -228,8 +228,9 @@ def sweep_stale_workdirs() -> None:
 class Guarded:
     """How a guarded call ended: its value, or why there is none.
 
-    `ended` is "ok" (`value` holds the result), "memory" (over the cap), "signal" (`detail` names
-    it: a native crash), "timeout" or "error" (`detail`: the exception, one line).
+    `ended` is "ok" (`value` holds the result), "memory" (over the cap; `value`: the node the
+    work named as the likely cause, if any), "signal" (`detail` names it: a native crash),
+    "timeout" or "error" (`detail`: the exception, one line).
     """
 
     ended: str
@@ -262,8 +263,8 @@ def guarded_call(fn: Callable[..., Any], *args: Any, max_memory_mb: int, timeout
                 limiter()
             try:
                 payload: tuple[str, Any] = ("ok", fn(*args, **kwargs))
-            except MemoryError as exc:
-                payload = ("memory", str(exc))
+            except MemoryError as exc:  # with the node it names, where the check found one
+                payload = ("memory", (str(exc), getattr(exc, "node", None)))
             except BaseException as exc:  # noqa: BLE001 - reported to the parent as data
                 payload = ("error", f"{type(exc).__name__}: {exc}".splitlines()[0])
             try:
@@ -307,4 +308,7 @@ def guarded_call(fn: Callable[..., Any], *args: Any, max_memory_mb: int, timeout
         ended, value = pickle.loads(b"".join(chunks))
     except Exception:  # noqa: BLE001 - a child that died before writing
         return Guarded("error", detail=f"the checking process exited with status {os.WEXITSTATUS(status)}")
+    if ended == "memory":
+        detail, node = value
+        return Guarded("memory", node, str(detail))
     return Guarded(ended, value if ended == "ok" else None, "" if ended == "ok" else str(value))

@@ -172,7 +172,11 @@ def _checked(request: GraphRequest, model: Any, model_dir: str) -> list[Any]:
 
         detail = "killed by the system with SIGKILL" if done.detail == "SIGKILL" else done.detail
         finding = Finding("OD905", Stage.CHECK, Severity.ERROR,
-                          out_of_memory_message("check", detail, cap, who="the check"))
+                          out_of_memory_message("check", detail, cap, who="the check"), node=done.value)
+        from onnxdoctor.onnxkit.walk import walk_nodes
+
+        where = next((path for path, node in walk_nodes(model.graph) if done.value and node.name == done.value), None)
+        return [LocatedFinding(finding, where)]
     elif done.ended == "signal":
         finding = Finding("OD901", Stage.CHECK, Severity.ERROR,
                           f"the onnx checker or shape inference crashed ({done.detail}); the graph is "

@@ -496,11 +496,37 @@ class _Checker:
             # Not a finding about the model's shapes: the stage ran out of memory (OD905), which
             # the worker reports with its cap. A node's extreme constants (a Slice's 2**62 bounds)
             # make inference with data propagation allocate without bound.
-            raise MemoryError("in shape inference (with data propagation)") from None
+            suspect = self._extreme_constants()
+            near = f", near {_node_words(suspect)}, whose constant inputs reach the int64 limits" if suspect else ""
+            error = CheckOutOfMemory(f"in shape inference (with data propagation){near}")
+            if suspect is not None:
+                error.node, error.op = safe_text(suspect.name) or None, safe_text(suspect.op_type)
+            raise error from None
         except Exception as exc:  # noqa: BLE001 - e.g. a model too large to serialize
             self._add(
                 "OD304", f"shape inference failed: {self._clean(str(exc))}", None, evidence=str(exc)
             )
+
+    def _extreme_constants(self) -> onnx.NodeProto | None:
+        """The first node fed a small integer constant near the int64 limits (|v| >= 2**40): the
+        likely reason shape inference with data propagation ran out of memory."""
+        from onnx import TensorProto, numpy_helper
+
+        small = {}
+        tensors = [*self.model.graph.initializer,
+                   *(a.t for n in self.model.graph.node if n.op_type == "Constant" for a in n.attribute if a.HasField("t"))]
+        outputs = {id(a.t): n.output[0] for n in self.model.graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.HasField("t") and n.output}
+        for tensor in tensors:
+            if (tensor.data_type in (TensorProto.INT64, TensorProto.INT32) and tensor.data_location != TensorProto.EXTERNAL
+                    and len(tensor.dims) <= 1 and all(d <= 64 for d in tensor.dims)):
+                try:
+                    values = numpy_helper.to_array(tensor).reshape(-1).tolist()
+                except ValueError:
+                    continue
+                if any(abs(int(v)) >= 2**40 for v in values):
+                    small[outputs.get(id(tensor), safe_text(tensor.name))] = True
+        return next((n for n in self.model.graph.node if any(safe_text(i) in small for i in n.input)), None)
 
     def _shape_errors(self, text: str) -> None:
         lines = [line for line in text.splitlines() if line.strip()]
@@ -621,6 +647,13 @@ def _limit(found: list[LocatedFinding], max_per_kind: int | None) -> list[Locate
             lf = LocatedFinding(replace(lf.finding, evidence=(*lf.finding.evidence, note)), lf.path)
         kept.append(lf)
     return kept
+
+
+class CheckOutOfMemory(MemoryError):
+    """A check ran out of memory; `node` and `op` name the likely cause when one is found."""
+
+    node: str | None = None
+    op: str | None = None
 
 
 def _node_words(node: Any) -> str:

@@ -140,6 +140,9 @@ class Runner:
             raise
         except MemoryError as exc:  # over the memory cap: say so, not "MemoryError: std::bad_alloc"
             error, facts = error_info(exc), {"code": "OD905"}
+            for key in ("node", "op"):  # where known: the node a check suspects
+                if isinstance(getattr(exc, key, None), str):
+                    facts[key] = getattr(exc, key)
             error["message"] = out_of_memory_message(name, str(exc), self.request.max_memory_mb)
         except BaseException as exc:  # the user's code may raise anything
             error = error_info(exc)
