@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -89,6 +90,9 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     from onnxdoctor.supervise import make_workdir
 
     workdir = make_workdir()
+    # The renderers load while the workers run (the parent only waits then): what is left of
+    # --timeout after the workers is for rendering, not for importing rich.
+    threading.Thread(target=_load_renderers, name="onnxdoctor-warm", daemon=True).start()
     try:
         with _progress(enabled=not view.json_out and not view.quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
@@ -112,6 +116,15 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
         return 2
     has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
     return 1 if has_errors else 0
+
+
+def _load_renderers() -> None:
+    import importlib
+
+    for name in ("rich.console", "rich.syntax", "onnxdoctor.render.console", "onnxdoctor.render.jsonout",
+                 "onnxdoctor.render.markdown"):
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
 
 def validate_options(options: DiagnoseOptions) -> None:

@@ -211,7 +211,7 @@ def _target_findings(request: GraphRequest, model: Any) -> tuple[list[Finding], 
             from onnxdoctor.pipeline import diagnose
 
             options = DiagnoseOptions(fix=False, skip_check=True, targets=(name,),
-                                      timeout=max(request.timeout, 60.0))
+                                      timeout=max(request.timeout, 60.0), max_memory_mb=request.max_memory_mb)
             for diagnosis in diagnose(str(request.model), options):
                 findings += [f for f in diagnosis.findings if f.stage is Stage.TARGET]
                 notes += [f"target {t.target}: {t.note}" for t in diagnosis.targets if t.target == name]
