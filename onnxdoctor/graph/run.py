@@ -380,6 +380,7 @@ def _runtime_findings(request: GraphRequest) -> tuple[list[Finding], list[str]]:
         fix=False,
         timeout=max(request.timeout, 60.0),
         skip_check=True,  # checked in-process already; the runtime's verdict is wanted regardless
+        max_memory_mb=request.max_memory_mb,
     )
     diagnoses = diagnose(str(request.model), options)
     findings: list[Finding] = []
