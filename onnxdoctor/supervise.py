@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -11,10 +12,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from onnxdoctor.protocol import PARENT_PID_ENV, WorkerRequest, WorkerResult, read_events
+from onnxdoctor.proctree import become_subreaper, end_descendants, proc_stat
+from onnxdoctor.protocol import (
+    MEMORY_CAP_ENV,
+    PARENT_PID_ENV,
+    WorkerRequest,
+    WorkerResult,
+    memory_limiter,
+    read_events,
+)
 
 OWNER_FILE = "owner.pid"
 HEAD_BYTES = 8 * 1024
@@ -66,6 +76,21 @@ class _Capture:
         return bytes(self.tail).decode("utf-8", errors="replace")
 
 
+def default_memory_mb() -> int:
+    """The worker's default memory cap: three quarters of this machine's physical memory.
+
+    Measured data segment, OpenVINO included: a tiny BERT's export 0.55 GB, bert-base's (110M
+    parameters, 440 MB of fp32 weights) 1.8 GB: about four times the weights plus 0.5 GB. The cap is there to turn a runaway allocation (a 300-byte
+    model whose shape inference grows without bound) into a finding before the machine's
+    out-of-memory killer picks a victim, so it leaves the rest of the memory to everyone else.
+    """
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 16 * 1024
+    return max(1024, int(total * 0.75) // 2**20)
+
+
 def run_worker(
     request: WorkerRequest,
     *,
@@ -73,11 +98,14 @@ def run_worker(
     cwd: Path,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> WorkerResult:
-    """Start `python -m onnxdoctor.worker`, watch it, and kill its whole group when done or late."""
+    """Start `python -m onnxdoctor.worker`, watch it, and kill its whole group when done or late.
+
+    The worker's memory is capped at `request.max_memory_mb` (0: no cap), children included.
+    """
     request_path = Path(request.workdir) / f"request-{time.monotonic_ns()}.json"
     request_path.write_text(request.to_json(), "utf-8")
     env = _worker_env(request)
-    _become_subreaper()
+    become_subreaper()
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "onnxdoctor.worker", str(request_path)],
@@ -89,7 +117,8 @@ def run_worker(
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None
-    born = _start_time(process.pid)
+    stat = proc_stat(process.pid)
+    born = stat[1] if stat else None
     out, err = _Capture(process.stdout), _Capture(process.stderr)
     timed_out = False
     seen = 0
@@ -118,7 +147,8 @@ def run_worker(
         # Grandchildren the script started live in the same group: end them too, and then every
         # descendant that left the group (setsid + fork daemons reparent to us, the subreaper).
         _kill_group(process.pid)
-        _kill_descendants(born, spare=process.pid)
+        if born is not None:  # scanned until none is left: a daemon may keep forking
+            end_descendants(os.getpid(), born=born, spare=process.pid)
         ended_at = time.time()
     out.join(2.0)
     err.join(2.0)
@@ -135,6 +165,7 @@ def run_worker(
         stdout=out.text(),
         stderr_tail=err.tail_text(),
         output_bytes=out.total + err.total,
+        extra={"max_memory_mb": request.max_memory_mb},
     )
 
 
@@ -149,6 +180,8 @@ def _worker_env(request: WorkerRequest) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # The worker watches this pid and ends itself (and its group) when the parent is gone.
     env[PARENT_PID_ENV] = str(os.getpid())
+    # The worker caps its own memory first thing (a preexec function is unsafe beside our threads).
+    env[MEMORY_CAP_ENV] = str(max(0, request.max_memory_mb))
     # Libraries' own temporary files (torchinductor_*, ...) go into the run's folder, removed with it.
     private_tmp = Path(request.workdir) / "tmp"
     private_tmp.mkdir(exist_ok=True)
@@ -164,70 +197,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _become_subreaper() -> None:
-    """Orphaned descendants of the worker reparent to this process, so none escapes the kill."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) from /proc, or None when the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and ')'
-    try:
-        return int(fields[1]), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _start_time(pid: int) -> int | None:
-    stat = _proc_stat(pid)
-    return stat[1] if stat else None
-
-
-def _kill_descendants(born: int | None, *, spare: int) -> None:
-    """SIGKILL every descendant of this process started since the worker was (then reap them).
-
-    `spare` is the worker itself, which its Popen object reaps.
-    """
-    if born is None or not os.path.isdir("/proc"):
-        return
-    children: dict[int, list[int]] = {}
-    started: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _proc_stat(int(entry))
-            if stat is not None:
-                children.setdefault(stat[0], []).append(int(entry))
-                started[int(entry)] = stat[1]
-    pending, victims = [os.getpid()], []
-    while pending:
-        for child in children.get(pending.pop(), []):
-            pending.append(child)
-            if started.get(child, 0) >= born and child != spare:
-                victims.append(child)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-    for pid in victims:
-        try:
-            os.waitpid(pid, 0)  # orphans became our children: leave no zombies
-        except ChildProcessError:
-            pass
 
 
 def make_workdir() -> Path:
@@ -256,3 +225,93 @@ def sweep_stale_workdirs() -> None:
             shutil.rmtree(folder, ignore_errors=True)
         except (OSError, ValueError):
             continue  # not ours, still being created, or owned by another user
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """How a guarded call ended: its value, or why there is none.
+
+    `ended` is "ok" (`value` holds the result), "memory" (over the cap; `value`: the node the
+    work named as the likely cause, if any), "signal" (`detail` names it: a native crash),
+    "timeout" or "error" (`detail`: the exception, one line).
+    """
+
+    ended: str
+    value: Any = None
+    detail: str = ""
+
+
+def guarded_call(fn: Callable[..., Any], *args: Any, max_memory_mb: int, timeout: float,
+                 **kwargs: Any) -> Guarded:
+    """Run `fn(*args, **kwargs)` in a forked child under a memory cap and a deadline; its (picklable)
+    result comes back through a pipe.
+
+    For work on a user's file that a native library may do without bound or crash in (onnx's
+    checker and shape inference): this process survives either way and can say what happened.
+    Where there is no fork (Windows), `fn` runs here.
+    """
+    import pickle
+    import select
+
+    if not hasattr(os, "fork"):
+        return Guarded("ok", fn(*args, **kwargs))
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns, never runs the parent's cleanup
+        code = 0
+        try:
+            os.close(read_fd)
+            limiter = memory_limiter(max_memory_mb)
+            if limiter is not None:
+                limiter()
+            try:
+                payload: tuple[str, Any] = ("ok", fn(*args, **kwargs))
+            except MemoryError as exc:  # with the node it names, where the check found one
+                payload = ("memory", (str(exc), getattr(exc, "node", None)))
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent as data
+                payload = ("error", f"{type(exc).__name__}: {exc}".splitlines()[0])
+            try:
+                data = pickle.dumps(payload)
+            except MemoryError:
+                data = pickle.dumps(("memory", "the result did not fit"))
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(data)
+        except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks: list[bytes] = []
+    ends = time.monotonic() + timeout
+    timed_out = False
+    try:
+        while True:
+            left = ends - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(read_fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+        if timed_out:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return Guarded("timeout", detail=f"{timeout:.0f} s")
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name if os.WTERMSIG(status) in signal.valid_signals() else str(os.WTERMSIG(status))
+        return Guarded("memory" if name == "SIGKILL" else "signal", detail=name)
+    try:
+        ended, value = pickle.loads(b"".join(chunks))
+    except Exception:  # noqa: BLE001 - a child that died before writing
+        return Guarded("error", detail=f"the checking process exited with status {os.WEXITSTATUS(status)}")
+    if ended == "memory":
+        detail, node = value
+        return Guarded("memory", node, str(detail))
+    return Guarded(ended, value if ended == "ok" else None, "" if ended == "ok" else str(value))

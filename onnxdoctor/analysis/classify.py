@@ -525,7 +525,8 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
     match = NOT_REGISTERED_RT.search(text)
     if match:
         domain, op_type = match.group(1), match.group(2)
-        op = f"{domain}::{op_type}" if domain else op_type
+        # The worker read the op off the model's node (a domain may hold what the pattern cannot).
+        op = str(facts.get("op") or (f"{domain}::{op_type}" if domain else op_type))
         message = f"ONNX Runtime has no kernel for {op}: register a custom-op library or kernel"
         aten = [str(a) for a in facts.get("aten_operators") or ()]
         if aten:

@@ -7,6 +7,7 @@ verifying fixes, so both processes judge a run the same way.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -26,11 +27,13 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.protocol import NOT_REQUESTED, WorkerResult
+from onnxdoctor.protocol import NOT_REQUESTED, WorkerResult, out_of_memory_message
 from onnxdoctor.recipe import Recipe, UseExporter
 from onnxdoctor.target import Target
 
 FLOOD_BYTES = 1024 * 1024
+# What a process that failed to allocate prints on its way out (Python, C++, glibc, CUDA).
+_MEMORY_WORDS = re.compile(r"\bMemoryError\b|std::bad_alloc|[Oo]ut of memory|Cannot allocate memory")
 
 
 def outcomes_for_run(
@@ -90,12 +93,25 @@ def outcomes_for_run(
 
 
 def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
+    # The step the stage had reached (the worker says before each native step), if it said.
+    step = next((e.get("step") for e in reversed(result.events)
+                 if e.get("event") == "step" and e.get("stage") == stage and isinstance(e.get("step"), str)), None)
+    if stage and step:
+        stage = f"{stage}, in {step}"
     where = f" during {stage}" if stage else ""
     evidence = tuple(line for line in [_stderr_excerpt(result.stderr_tail)] if line)
     if result.timed_out:
         return Finding("OD902", Stage.TOOL, Severity.ERROR,
                        f"the worker was still running after {result.seconds:.0f} s{where} and was killed "
                        "(raise --timeout if the model is just slow)", evidence=evidence)
+    cap = int(result.extra.get("max_memory_mb") or 0)
+    if result.signal_name == "SIGKILL" or (result.returncode not in (0, None) and _MEMORY_WORDS.search(result.stderr_tail)):
+        # Nobody here sent SIGKILL (a timeout is said above): the kernel's out-of-memory killer
+        # did; a native library that met a failed allocation aborts or crashes with these words.
+        return Finding("OD905", Stage.TOOL, Severity.ERROR,
+                       out_of_memory_message(stage, "" if result.signal_name != "SIGKILL"
+                                             else "killed by the system (SIGKILL)", cap),
+                       evidence=evidence)
     if result.signal_name:
         return Finding("OD901", Stage.TOOL, Severity.ERROR,
                        f"the worker died from {result.signal_name}{where}", evidence=evidence)

@@ -43,7 +43,7 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     scope.update(torch=torch)
     if loaded is not None:
         scope.update(model=loaded.model, example_inputs=loaded.args)
-    where = folder or Path(tempfile.mkdtemp(prefix="onnxdoctor-fix-"))
+    where = folder or _private_folder()
     path = where / f"{name}_{os.getpid()}_{time.monotonic_ns()}.py"
     path.write_text(code, "utf-8")
     return runpy.run_path(str(path), init_globals=scope)
@@ -60,6 +60,24 @@ def apply_load_code(code: str, loaded: LoadedModel, name: str, folder: Path | No
     for setting in SETTING_NAMES:
         if setting in namespace and namespace[setting] is not loaded.namespace.get(setting):
             loaded.settings[setting] = namespace[setting]
+
+
+_FOLDER: list[Path] = []
+
+
+def _private_folder() -> Path:
+    """One temporary folder for this process's fix code, removed when the process exits.
+
+    The files must outlive `run_code` (onnxscript reads a function's source when it exports), so
+    they go when the program ends: a fix.py leaves no `onnxdoctor-fix-*` folder behind.
+    """
+    if not _FOLDER:
+        import atexit
+        import shutil
+
+        _FOLDER.append(Path(tempfile.mkdtemp(prefix="onnxdoctor-fix-")))
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    return _FOLDER[0]
 
 
 def reference_call(loaded: LoadedModel) -> Any:

@@ -222,6 +222,7 @@ def model_and_inputs(kind: str, target: Path, state: dict[str, Any], name: str) 
         tuple[str, Any, list[Any] | None, list[Any] | None] | dict[str, Any] | None):
     """What a second runtime checks: the model's path and proto, the example inputs in the model's
     input order, PyTorch's outputs; a skipped target record; or None without an ONNX model."""
+    from onnxdoctor.onnxkit.files import external_refs
     from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.runtime import to_numpy
 
@@ -230,7 +231,7 @@ def model_and_inputs(kind: str, target: Path, state: dict[str, Any], name: str) 
         return None
     if "onnx_path" in state:
         path = str(state["onnx_path"])
-    elif any(t.data_location == 1 for t in model.graph.initializer):
+    elif external_refs(model):  # initializers, Constant nodes' tensors and subgraphs alike
         # ONNX Runtime and OpenVINO would read external data themselves; only onnx's vetted loader
         # may (README: reliability), so a file with external data is not handed over.
         return {"event": "target", "target": name, "reached": None, "status": "skipped",

@@ -371,9 +371,9 @@ def _user_line(stack: str, target: Path) -> str | None:
 
 
 def _user_line_dynamo(trace: str, target: Path) -> str | None:
-    from onnxdoctor.worker.tracebacks import _user_line_from_trace
+    from onnxdoctor.worker.tracebacks import user_line_from_trace
 
-    return _user_line_from_trace(trace, target) if trace else None
+    return user_line_from_trace(trace, target) if trace else None
 
 
 # ---- dynamo metadata ----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from onnxdoctor.protocol import (
     StageRecord,
     WorkerRequest,
     append_event,
+    out_of_memory_message,
 )
 from onnxdoctor.recipe import (
     CustomOpsets,
@@ -112,8 +113,15 @@ class Runner:
 
     # ---- the generic stage wrapper -------------------------------------------------------
 
+    def step(self, text: str) -> None:
+        """Say which step of the current stage runs now: a crash or a kill in native code (shape
+        inference, a compiler) then names it (OD901, OD905)."""
+        stage, run_id = getattr(self, "_current", ("", ""))
+        self.emit({"event": "step", "stage": stage, "run": run_id, "step": text})
+
     def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> StageRecord:
         """Run one stage and write its record; the stage's failure is data, never an exception."""
+        self._current = (name, run_id)
         self.emit({"event": "start", "stage": name, "run": run_id, "time": time.time()})
         started = time.perf_counter()
         status, facts, error = FAILED, {}, None
@@ -133,6 +141,12 @@ class Runner:
             error, facts = error_info(exc), {"code": "OD109", "exit_code": str(exc.code)}
         except KeyboardInterrupt:
             raise
+        except MemoryError as exc:  # over the memory cap: say so, not "MemoryError: std::bad_alloc"
+            error, facts = error_info(exc), {"code": "OD905"}
+            for key in ("node", "op"):  # where known: the node a check suspects
+                if isinstance(getattr(exc, key, None), str):
+                    facts[key] = getattr(exc, key)
+            error["message"] = out_of_memory_message(name, str(exc), self.request.max_memory_mb)
         except BaseException as exc:  # the user's code may raise anything
             error = error_info(exc)
         record = StageRecord(run=run_id, stage=name, status=status, facts=facts, error=error,
@@ -441,7 +455,7 @@ class Runner:
         if model is None:
             model = onnx.load(str(state["onnx_path"]), load_external_data=False)
         state["onnx_model"] = model
-        findings = check_model(model, model_dir=str(self.target.parent))
+        findings = check_model(model, model_dir=str(self.target.parent), on_step=self.step)
         records = [finding_record(f) for f in findings]
         for record in records:
             if "is higher than the checker's" in record["message"]:

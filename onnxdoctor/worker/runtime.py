@@ -133,6 +133,12 @@ def kernel_facts(message: str, model: Any) -> dict[str, Any]:
     unregistered = NOT_REGISTERED_RT.search(message)
     if unregistered and model is not None:
         domain, op_type = unregistered.group(1), unregistered.group(2)
+        # The message quotes the domain raw: one holding spaces, colons or escape characters is
+        # found by the model's own nodes, never by what a pattern makes of the text.
+        named = next(((n.domain, n.op_type) for n in model.graph.node
+                      if f"{n.domain}:{n.op_type}(" in message and " is not a registered" in message), None)
+        if named is not None:
+            domain, op_type = named
         # ATen fallback nodes name the aten op they stand for in their `operator` attribute.
         aten = sorted({a.s.decode("utf-8", "replace") for n in model.graph.node
                        if n.domain == "org.pytorch.aten" for a in n.attribute if a.name == "operator"})
@@ -257,8 +263,12 @@ def runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[
             load_external_data_for_tensor(loaded, str(model_dir))
         except (onnx.checker.ValidationError, ValueError, OSError) as exc:
             raise StageFailed(f"external data of {tensor.name} could not be read: {exception_text(exc)}", "OD112") from None
+        try:
+            array = numpy_helper.to_array(loaded)
+        except ValueError as exc:  # the file holds another size than the tensor's shape needs
+            raise StageFailed(f"external data of {tensor.name} does not fit its shape: {exception_text(exc)}", "OD112") from None
         names.append(tensor.name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(loaded)))
+        values.append(ort.OrtValue.ortvalue_from_numpy(array))
     if len(names) < len(external_refs(model)):
         # Weights in subgraphs or attributes cannot be handed over as initializers: inline them all.
         full = onnx.ModelProto()

@@ -16,6 +16,7 @@ from onnxdoctor.recipe import (
     Recipe,
     RuntimeKernels,
 )
+from onnxdoctor.safetext import comment_safe, printable
 
 
 def fix_program(fix: Fix, target: str, factory: str | None, kind: str) -> str:
@@ -29,12 +30,14 @@ def fix_program(fix: Fix, target: str, factory: str | None, kind: str) -> str:
 
 def _header(fix: Fix, target: str) -> str:
     verified = fix.check.detail if fix.check else "not verified"
+    # Names from the user's files (a path holding `"""`, `\N` or a newline, a title naming the
+    # script's module) reach the docstring only comment-safe: no quote or escape is live there.
     # The snippet goes in comments: it may hold triple quotes of its own (a docstring).
-    snippet = "\n".join(f"#     {line}" if line else "#" for line in fix.snippet.rstrip().splitlines())
+    snippet = "\n".join(f"#     {line}" if line else "#" for line in printable(fix.snippet.rstrip()).split("\n"))
     quotes = '"' * 3
     return (
-        f"{quotes}Fix for {target}: {fix.title.replace(quotes, '')}.\n\n"
-        f"onnxdoctor verified it: {verified.replace(quotes, '')}.\n\n"
+        f"{quotes}Fix for {_doc(target)}: {_doc(fix.title)}.\n\n"
+        f"onnxdoctor verified it: {_doc(verified)}.\n\n"
         "Run it from anywhere; it writes the fixed model (default: model.onnx beside this file) and\n"
         "checks it in ONNX Runtime:\n\n"
         "    python fix.py [OUTPUT.onnx]\n\n"
@@ -48,9 +51,18 @@ def _header(fix: Fix, target: str) -> str:
     )
 
 
+def _doc(text: str) -> str:
+    """One line of text from the user's files, safe inside the docstring."""
+    return comment_safe(printable(text, one_line=True))
+
+
 def _literal(code: str) -> str:
-    """Code as a Python string literal that reads like code (triple-quoted when it can be)."""
-    if "'''" not in code and "\\" not in code:
+    """Code as a Python string literal that reads like code (triple-quoted when it can be).
+
+    Anything a triple-quoted literal would read differently (a backslash, a quote at its end,
+    `'''`, a control character or lone surrogate) gets `repr()`.
+    """
+    if "'''" not in code and "\\" not in code and not code.endswith("'") and printable(code) == code:
         return "'''\\\n" + code + "'''"
     return repr(code)
 
