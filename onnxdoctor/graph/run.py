@@ -177,8 +177,8 @@ def _checked(request: GraphRequest, model: Any, model_dir: str) -> list[Any]:
     """The checker's and shape inference's located findings, computed in a child process under
     the memory cap and the timeout: a 300-byte model can make shape inference allocate without
     bound or crash, and the drawing must survive to say so (OD905, OD901, OD902)."""
+    from onnxdoctor.guarded import default_memory_mb, guarded_call
     from onnxdoctor.onnxkit.checks import LocatedFinding, check_model_located
-    from onnxdoctor.supervise import default_memory_mb, guarded_call
 
     cap = default_memory_mb() if request.max_memory_mb is None else request.max_memory_mb
     done = guarded_call(check_model_located, model, max_memory_mb=cap, timeout=request.timeout,
