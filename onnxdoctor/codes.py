@@ -102,6 +102,7 @@ CODES: tuple[Code, ...] = (
     Code("OD902", "worker-timed-out", T, E, "The worker exceeded the time limit and was killed"),
     Code("OD903", "worker-exited", T, E, "The worker exited without reporting a result"),
     Code("OD904", "output-flood", T, W, "The model script printed more output than is kept"),
+    Code("OD905", "worker-out-of-memory", T, E, "The worker ran out of memory (its cap, --max-memory-mb, or the machine's)"),
     Code("OD999", "internal-error", T, E, "onnxdoctor itself failed (a bug: please report it)"),
 )
 

@@ -127,6 +127,19 @@ class ExportCode:
 
 
 @dataclass(frozen=True)
+class EagerExport:
+    """Export the eager code instead of the custom nodes it is written as, for the export only.
+
+    `functions`: autograd.Functions (`module:Qualname`; the script's own by name) exported without
+    their `symbolic`, so the exporter traces `forward`; `not_in_export`: torch.onnx.is_in_onnx_export()
+    reads false, so forward() takes its eager branch. Both are undone when the export returns.
+    """
+
+    functions: tuple[str, ...] = ()
+    not_in_export: bool = False
+
+
+@dataclass(frozen=True)
 class CustomOpsets:
     """TorchScript's `custom_opsets`: the version of each custom domain the symbolics emit."""
 
@@ -178,7 +191,7 @@ class RuntimeKernels:
 
 
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
-        | DynamicShapes | RewriteOnnx | RuntimeKernels)
+        | DynamicShapes | RewriteOnnx | RuntimeKernels | EagerExport)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
 _SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes)
@@ -189,7 +202,7 @@ _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
-                DynamicShapes, RewriteOnnx, RuntimeKernels)
+                DynamicShapes, RewriteOnnx, RuntimeKernels, EagerExport)
 }
 
 S = TypeVar("S")

@@ -83,14 +83,26 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     message = ("the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
                "recorded only what the example input did")
     detail, severity = None, Severity.WARNING
-    if isinstance(second, dict) and "matched" in second:
-        detail = SecondInputs(str(second.get("source")), bool(second["matched"]), second.get("max_abs_diff"))
+    if isinstance(second, dict) and "matched" in second and not second.get("unchecked"):
+        detail = SecondInputs(str(second.get("source")), bool(second["matched"]), second.get("max_abs_diff"),
+                              _first_difference(second.get("diverging")), second.get("frozen_cause"))
+        where = f"; the difference first arises at {detail.where}" if detail.where else ""
+        agreed = second.get("matched_at") or []
+        if agreed and not detail.matched:
+            where = f"; it matched at {', '.join(agreed)}" + where
         if detail.matched:
-            message += (f"; at a second input set ({detail.source}) it matches PyTorch too, so the frozen "
-                        "values did not matter there: check the inputs you deploy with")
+            message += (f"; at other inputs in the example's range ({detail.source}) it matches PyTorch "
+                        "too, so the frozen values did not matter there: check the inputs you deploy with")
+        elif detail.frozen_cause is False:
+            message += (f"; at other inputs ({detail.source}) the export differs ({second.get('message')})"
+                        f"{where}, but exported again traced at those inputs it differs the same way: "
+                        "the frozen values are not the cause (ties or near-equal values there, as in topk or "
+                        "NMS, can order differently)")
         else:
-            message += (f"; at a second input set ({detail.source}) it gives wrong results without any "
-                        f"error: {second.get('message')}")
+            message += (f"; at other inputs ({detail.source}) it gives wrong results without any "
+                        f"error: {second.get('message')}{where}"
+                        + ("; exported again traced at those inputs it matches, so the branch the "
+                           "tracer recorded is the cause" if detail.frozen_cause else ""))
             severity = Severity.ERROR
     else:
         message += ": other inputs can give wrong results without any error"
@@ -103,6 +115,16 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         detail=detail,
     )
     return [replace(found, severity=severity)]
+
+
+def _first_difference(found: object) -> str | None:
+    """'module `roi_heads` (RoIHeads), node /roi_heads/TopK (TopK)' from the localisation's facts."""
+    if not isinstance(found, dict) or not found.get("module"):
+        return None
+    text = f"module `{found['module']}` ({found.get('module_class')})"
+    if found.get("node"):
+        text += f", node {found['node']} ({found.get('op')})"
+    return text
 
 
 def _static_dims(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:

@@ -25,6 +25,7 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
+from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC, provenance_table
 
 _DYNAMIC_SHAPES_KEYS = re.compile(
     r"top-level keys must be the arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])"
@@ -43,6 +44,8 @@ _TS_SYMBOLIC_UNSUPPORTED = re.compile(
     r"Unsupported: ONNX export of (?:operator )?([A-Za-z_](?:[\w.:]*\w)?)(?:,\s*([^.\n]*))?"
 )
 _TS_TRY_OPSET = re.compile(r"in opset (\d+)\. Please try opset version (\d+)")
+# The TorchScript exporter's words when a node is left without a symbolic's output.
+_COULD_NOT_EXPORT = re.compile(r"Couldn't export operator ([\w.]+::[\w.]+)")
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
@@ -102,7 +105,7 @@ def aten_name(name: str) -> str:
 
 def extract_op(text: str) -> str | None:
     """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
-    for pattern in (_NO_FAKE_KERNEL, _UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP):
+    for pattern in (_NO_FAKE_KERNEL, _UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP, _COULD_NOT_EXPORT):
         match = pattern.search(text)
         if match:
             return match.group(1)
@@ -365,15 +368,44 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                                      f"arguments are {keys.group(1)}", detail=_shape_keys(keys))
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         detail = _capture_message(text, base_dir, "")
+        if "Exporting a ScriptModule is not supported" in text:
+            return make("OD204", "torch.export takes eager modules only, and the model is a ScriptModule "
+                                 "(torch.jit.script or torch.jit.load)")
         if "data-dependent" in text:
             message = ("torch.export cannot capture Python control flow or conversions on tensor values "
                        "(if/while on a tensor, .item(), int(tensor))")
         else:
             message = "torch.export could not capture the model"
         return make("OD204", message + (f": {detail}" if detail else ""))
-    if facts.get("symbolic_frame") or _bad_symbolic(text, error):
-        return make("OD205", first_line(normalize_message(error.message, base_dir=base_dir)))
+    bad = facts.get("symbolic_attribute")
+    if isinstance(bad, dict) or facts.get("symbolic_frame") or _bad_symbolic(text, error):
+        headline = _attribute_headline(bad, op) if isinstance(bad, dict) else None
+        return make("OD205", headline or first_line(normalize_message(error.message, base_dir=base_dir)))
     return []
+
+
+_SUFFIX_OF = {"float": "f", "int": "i", "str": "s", "bool": "i"}
+
+
+def _attribute_headline(bad: dict[str, Any], op: str | None) -> str | None:
+    """OD205's headline when g.op got an attribute its suffix cannot take: the argument by name,
+    and the change that fixes it (torch's own message is a pybind signature dump)."""
+    keyword, function = str(bad.get("keyword", "")), str(bad.get("function", "")).split(" ")[-1]
+    if not keyword or not function:
+        return None
+    whose = f"your symbolic {function}()" + (f" for {op}" if op else "")
+    parameter = bad.get("parameter")
+    if bad.get("parse_args") and parameter:
+        descriptors = ", ".join(f'"{d}"' for d in bad["parse_args"])
+        return (f"{whose} passes `{parameter}` to g.op as {keyword}, but the TorchScript exporter hands "
+                f"`{parameter}` to a symbolic as a graph value, not {bad.get('wants')}: decorate the symbolic with "
+                f"@parse_args({descriptors}) (torch.onnx.symbolic_helper) so it receives {bad.get('wants')}")
+    value = bad.get("value")
+    given = str(bad.get("given", "")).removeprefix("a ")
+    right = _SUFFIX_OF.get(given)
+    fix = f"; write {bad.get('attribute')}_{right}={value!r}" if right and right != bad.get("suffix") else ""
+    return (f"{whose} writes {keyword}={value!r}: the _{bad.get('suffix')} suffix wants {bad.get('wants')}, "
+            f"and {value!r} is {bad.get('given')}{fix}")
 
 
 def _parity_finding(
@@ -398,9 +430,16 @@ def _parity_finding(
         op, node = diverging.get("op"), diverging.get("node")
         module = (f", the output of module {diverging['module']!r} ({diverging.get('module_class')})"
                   if diverging.get("module") else "")
+        mapped = f" for {diverging['torch_op']}" if diverging.get("torch_op") else ""
+        written = f", written by your symbolic {diverging['symbolic']}{mapped}" if diverging.get("symbolic") else ""
+        figures = (f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
+                   if isinstance(diverging.get("max_abs_diff"), (int, float))
+                   and isinstance(diverging.get("max_rel_diff"), (int, float))
+                   else {"OD603": "its shape differs", "OD604": "its dtype differs"}.get(
+                       str(diverging.get("code")), "it differs"))
         message += (
-            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}{module}): "
-            f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
+            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}{module}{written}): "
+            f"{figures}"
         )
     if facts.get("diverging_skipped"):
         message += f"; the first diverging value was not searched for: {facts['diverging_skipped']}"
@@ -410,11 +449,21 @@ def _parity_finding(
         shown = ", ".join(modes[:3]) + (", ..." if len(modes) > 3 else "")
         message += (f"; the model is in training mode and {len(modes)} module(s) depend on it ({shown}): "
                     "dropout and batch statistics explain this difference (OD206); compare in eval mode")
+    table = provenance_table(export.facts) if export else {}
+    row = table.get(node) if node else None
+    if row is not None:
+        source = source or row.source or None
+        if row.emitter in (REGISTERED_SYMBOLIC, FUNCTION_SYMBOLIC) and not diverging.get("symbolic"):
+            message += f"; node {node} was written by your symbolic {row.function} for {row.torch_op}"
     symbolics = (load.facts.get("custom_symbolics") if load else None) or {}
     if symbolics and export and export.facts.get("exporter") == "torchscript":
         if not diverging:
             op = next(iter(symbolics)) if len(symbolics) == 1 else None
-        message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
+            # The user's line that calls the op whose symbolic wrote nodes (the export recorded it).
+            written = [r for r in table.values() if r.emitter == REGISTERED_SYMBOLIC and r.torch_op == op and r.source]
+            source = source or (written[0].source if written else None)
+        if not (diverging and diverging.get("symbolic")):
+            message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
     return make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
                     node=node, source=source, evidence=tuple(rows) + evidence[:1])
 
@@ -476,7 +525,8 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
     match = NOT_REGISTERED_RT.search(text)
     if match:
         domain, op_type = match.group(1), match.group(2)
-        op = f"{domain}::{op_type}" if domain else op_type
+        # The worker read the op off the model's node (a domain may hold what the pattern cannot).
+        op = str(facts.get("op") or (f"{domain}::{op_type}" if domain else op_type))
         message = f"ONNX Runtime has no kernel for {op}: register a custom-op library or kernel"
         aten = [str(a) for a in facts.get("aten_operators") or ()]
         if aten:
@@ -517,7 +567,12 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
     checker_too_old = check is not None and any(
         "higher than the checker's" in r.get("message", "") for r in check.facts.get("findings", [])
     )
-    if check is not None and check.status is Status.PASSED and not checker_too_old:
+    checker_passed = check is not None and check.status is Status.PASSED and not checker_too_old
+    if checker_passed and found[0].code == "OD401":
+        # OD406 would add nothing: a custom domain is legal ONNX, only the kernel is missing.
+        found[0] = replace(found[0], message=found[0].message + " (onnx.checker passes it: the model is "
+                           "valid ONNX, only the runtime lacks the kernel)")
+    elif checker_passed:
         first = found[0]
         found.append(make_finding("OD406", Stage.ORT_LOAD,
                               f"onnx.checker passed this model, but ONNX Runtime refuses it ({first.code})",

@@ -153,6 +153,10 @@ def diagnose(
     json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 2) and nothing else."),
     report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds for the whole command, fix checks included; workers still running then are killed."),
+    max_memory_mb: int | None = typer.Option(
+        None, "--max-memory-mb", metavar="MB", show_default=False,
+        help="Cap on each worker's memory (default: 3/4 of physical memory; 0: no cap).",
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the findings."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
@@ -179,6 +183,7 @@ def diagnose(
         fix_budget=fix_budget,
         localize_budget=localize_budget,
         targets=tuple(target_names),
+        max_memory_mb=max_memory_mb,
     )
     code = run_diagnose(
         target,

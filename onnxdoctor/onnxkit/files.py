@@ -265,6 +265,8 @@ class ExternalRef:
     location: str
     offset: int | None
     length: int | None
+    # The bytes the tensor's shape and type need; None where that is not fixed (strings).
+    expected: int | None = None
 
 
 def external_refs(model: onnx.ModelProto) -> list[ExternalRef]:
@@ -287,9 +289,29 @@ def external_refs(model: onnx.ModelProto) -> list[ExternalRef]:
                 location=info.get("location", ""),
                 offset=_nonneg_int(info.get("offset"), name, "offset"),
                 length=_nonneg_int(info.get("length"), name, "length"),
+                expected=_expected_bytes(tensor),
             )
         )
     return refs
+
+
+def _expected_bytes(tensor: onnx.TensorProto) -> int | None:
+    """The raw bytes a tensor of this shape and element type holds (4-bit types packed two to a
+    byte); None for strings or a type this onnx does not know."""
+    from onnx import TensorProto, helper
+
+    count = 1
+    for dim in tensor.dims:
+        count *= max(int(dim), 0)
+    if tensor.data_type == TensorProto.STRING:
+        return None
+    packed = {getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(TensorProto, n)}
+    if tensor.data_type in packed:
+        return (count + 1) // 2
+    try:
+        return count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _nonneg_int(text: str | None, tensor: str, key: str) -> int | None:
@@ -379,6 +401,13 @@ def _vet_ref(ref: ExternalRef, base: str) -> OnnxFileError | None:
             "OD112",
             f"{where}: offset {offset} + length {ref.length} runs past the end of the file "
             f"({st.st_size} bytes)",
+        )
+    held = ref.length if ref.length is not None else st.st_size - offset
+    if ref.expected is not None and held != ref.expected:
+        # A runtime would fail later with a reshape error that names no file.
+        return OnnxFileError(
+            "OD112",
+            f"{where} holds {held} bytes, but the tensor's shape and type need {ref.expected}",
         )
     return None
 

@@ -181,8 +181,16 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    return repr(value)[:200]
+        return {jsonable(k) if isinstance(k, str) else _text(k): jsonable(v) for k, v in value.items()}
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    """repr() of a script's object, or its type's name when its own __repr__ raises."""
+    try:
+        return repr(value)[:200]
+    except Exception:
+        return f"<{type(value).__name__} object>"
 
 
 @contextlib.contextmanager

@@ -9,10 +9,12 @@ PyTorch's outputs (`check`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     scope.update(torch=torch)
     if loaded is not None:
         scope.update(model=loaded.model, example_inputs=loaded.args)
-    where = folder or Path(tempfile.mkdtemp(prefix="onnxdoctor-fix-"))
+    where = folder or _private_folder()
     path = where / f"{name}_{os.getpid()}_{time.monotonic_ns()}.py"
     path.write_text(code, "utf-8")
     return runpy.run_path(str(path), init_globals=scope)
@@ -58,6 +60,24 @@ def apply_load_code(code: str, loaded: LoadedModel, name: str, folder: Path | No
     for setting in SETTING_NAMES:
         if setting in namespace and namespace[setting] is not loaded.namespace.get(setting):
             loaded.settings[setting] = namespace[setting]
+
+
+_FOLDER: list[Path] = []
+
+
+def _private_folder() -> Path:
+    """One temporary folder for this process's fix code, removed when the process exits.
+
+    The files must outlive `run_code` (onnxscript reads a function's source when it exports), so
+    they go when the program ends: a fix.py leaves no `onnxdoctor-fix-*` folder behind.
+    """
+    if not _FOLDER:
+        import atexit
+        import shutil
+
+        _FOLDER.append(Path(tempfile.mkdtemp(prefix="onnxdoctor-fix-")))
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    return _FOLDER[0]
 
 
 def reference_call(loaded: LoadedModel) -> Any:
@@ -138,3 +158,56 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
         raise SystemExit(f"{path}: {report['message']}")
     print(f"{path}: matches PyTorch (max abs diff {report['max_abs_diff']:.3g})")
     return report["max_abs_diff"]
+
+
+def _function_class(name: str, loaded: LoadedModel) -> Any:
+    """The autograd.Function `module:Qualname` names: the script's own by name, others imported."""
+    import importlib
+
+    module, _, qualname = name.rpartition(":") if ":" in name else ("", "", name)
+    parts = qualname.split(".")
+    owner: Any = (importlib.import_module(module) if module and module not in _SCRIPT_MODULES
+                  else loaded.namespace[parts.pop(0)])
+    for part in parts:
+        owner = getattr(owner, part)
+    return owner
+
+
+# The run names a model script is executed under (its Functions are reached through its globals).
+_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
+
+
+@contextlib.contextmanager
+def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False) -> Iterator[None]:
+    """For the duration of an export: the Functions without their `symbolic` (the exporter traces
+    their forward) and torch.onnx.is_in_onnx_export() false (forward() takes its eager branch)."""
+    import torch
+
+    undo: list[Callable[[], None]] = []
+    try:
+        for name in functions:
+            cls = _function_class(name, loaded)
+            owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
+            saved = owner.__dict__["symbolic"]
+            delattr(owner, "symbolic")
+            undo.append(lambda owner=owner, saved=saved: setattr(owner, "symbolic", saved))
+        if not_in_export:
+            original = torch.onnx.is_in_onnx_export
+
+            def never() -> bool:
+                return False
+
+            torch.onnx.is_in_onnx_export = never
+            undo.append(lambda: setattr(torch.onnx, "is_in_onnx_export", original))
+            # A script that did `from torch.onnx import is_in_onnx_export` holds its own name for it.
+            forward = getattr(type(loaded.model), "forward", None)
+            scope = getattr(forward, "__globals__", None)
+            if isinstance(scope, dict):
+                for key, value in list(scope.items()):
+                    if value is original:
+                        scope[key] = never
+                        undo.append(lambda key=key: scope.__setitem__(key, original))
+        yield
+    finally:
+        for step in reversed(undo):
+            step()

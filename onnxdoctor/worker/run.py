@@ -25,10 +25,12 @@ from onnxdoctor.protocol import (
     StageRecord,
     WorkerRequest,
     append_event,
+    out_of_memory_message,
 )
 from onnxdoctor.recipe import (
     CustomOpsets,
     DynamicShapes,
+    EagerExport,
     EvalMode,
     ExportCode,
     LoadCode,
@@ -61,6 +63,7 @@ from onnxdoctor.worker.parity import (
     OutOfTime,
     compare_with_reference,
     first_diverging_module,
+    first_diverging_symbolic,
     first_diverging_value,
     second_input_check,
     time_limit,
@@ -72,6 +75,7 @@ from onnxdoctor.worker.runtime import (
     run_session,
     runtime_source,
 )
+from onnxdoctor.worker.scripted import script_module_facts
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     error_info,
@@ -109,8 +113,15 @@ class Runner:
 
     # ---- the generic stage wrapper -------------------------------------------------------
 
+    def step(self, text: str) -> None:
+        """Say which step of the current stage runs now: a crash or a kill in native code (shape
+        inference, a compiler) then names it (OD901, OD905)."""
+        stage, run_id = getattr(self, "_current", ("", ""))
+        self.emit({"event": "step", "stage": stage, "run": run_id, "step": text})
+
     def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> StageRecord:
         """Run one stage and write its record; the stage's failure is data, never an exception."""
+        self._current = (name, run_id)
         self.emit({"event": "start", "stage": name, "run": run_id, "time": time.time()})
         started = time.perf_counter()
         status, facts, error = FAILED, {}, None
@@ -130,6 +141,12 @@ class Runner:
             error, facts = error_info(exc), {"code": "OD109", "exit_code": str(exc.code)}
         except KeyboardInterrupt:
             raise
+        except MemoryError as exc:  # over the memory cap: say so, not "MemoryError: std::bad_alloc"
+            error, facts = error_info(exc), {"code": "OD905"}
+            for key in ("node", "op"):  # where known: the node a check suspects
+                if isinstance(getattr(exc, key, None), str):
+                    facts[key] = getattr(exc, key)
+            error["message"] = out_of_memory_message(name, str(exc), self.request.max_memory_mb)
         except BaseException as exc:  # the user's code may raise anything
             error = error_info(exc)
         record = StageRecord(run=run_id, stage=name, status=status, facts=facts, error=error,
@@ -179,7 +196,7 @@ class Runner:
                 if self.before_stage is not None:
                     self.before_stage(name, state)
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
-                state[f"{name}_warnings"] = records[-1].warnings
+                state[f"{name}caution_findings"] = records[-1].warnings
         self.emit({"event": "run_done", "run": run_id})
         return records, state
 
@@ -249,6 +266,7 @@ class Runner:
             "inputs": [describe_tensor(t) for t in tensor_leaves((loaded.args, loaded.kwargs))],
         }
         facts["custom_symbolics"] = find_custom_symbolics(self.target.resolve().parent)
+        facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
@@ -363,17 +381,30 @@ class Runner:
             "requested_opset": opset,
         }
         state["exporter"] = facts["exporter"]
+        # What a frozen trace's check at other inputs exports again, traced at those inputs.
+        state["export_call"] = (model_or_program, kwargs)
+        from onnxdoctor.worker.fixkit import eager_export
+        from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
+
+        recorder = None
+        eager = recipe.first(EagerExport)
         try:
-            with quiet_torch_logs():
+            with quiet_torch_logs(), (
+                eager_export(loaded, eager.functions, eager.not_in_export) if eager else contextlib.nullcontext()
+            ), (contextlib.nullcontext() if dynamo else recording_torchscript(self.target)) as recorder:
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.target, gather=self.request.gather_facts))
+            if recorder is not None and recorder.failure:
+                facts["symbolic_attribute"] = recorder.failure
             raise StageFailed(exception_text(exc), None, **facts) from exc
         import onnx
 
-        model = onnx.load(str(path), load_external_data=False)
+        # A rewrite may need the weights (float64 ones become float32): the exporter writes big
+        # ones beside the file, and the rewritten copy is saved elsewhere.
+        model = onnx.load(str(path), load_external_data=bool(recipe.first(RewriteOnnx)))
         if recipe.first(RewriteOnnx):
             # A rewrite of the exported file (a cast, a newer IR stamp): compared with PyTorch as usual.
             model, path = self._rewrite(model, recipe.all(RewriteOnnx), state)
@@ -382,6 +413,12 @@ class Runner:
         facts.update(model_facts(model))
         facts["onnx_path"] = str(path)
         sources = node_source_lines(model, self.target)
+        with contextlib.suppress(Exception):
+            # Which code wrote each node (docs/ARCHITECTURE.md, "Node provenance").
+            table = dynamo_table(model, self.target) if dynamo else recorder.table(model) if recorder else []
+            facts["provenance"] = [row.to_dict() for row in table]
+            state["provenance"] = table
+            sources.update({row.node: row.source for row in table if row.source and row.node not in sources})
         if sources:
             facts["node_sources"] = sources
         if dynamo and kwargs.get("dynamic_shapes") is not None:
@@ -418,7 +455,7 @@ class Runner:
         if model is None:
             model = onnx.load(str(state["onnx_path"]), load_external_data=False)
         state["onnx_model"] = model
-        findings = check_model(model, model_dir=str(self.target.parent))
+        findings = check_model(model, model_dir=str(self.target.parent), on_step=self.step)
         records = [finding_record(f) for f in findings]
         for record in records:
             if "is higher than the checker's" in record["message"]:
@@ -445,7 +482,9 @@ class Runner:
             libraries += list(kernels.libraries)
             if kernels.python and kernels.python not in self._kernels_registered:
                 # onnxruntime-extensions keeps Python kernels in a process-wide table: register once.
-                self._run_snippet(kernels.python, f"kernel_{recipe.kind}", None)
+                # With the script's globals: a kernel calls the code that wrote the node (a Function
+                # defined there, its custom op), as it does pasted into the script.
+                self._run_snippet(kernels.python, f"kernel_{recipe.kind}", state.get("loaded"))
                 self._kernels_registered.add(kernels.python)
             if kernels.extensions:
                 from onnxruntime_extensions import get_library_path
@@ -476,7 +515,7 @@ class Runner:
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
                 facts = kernel_facts(str(exc), model)
-                facts.update(torch_op_behind(facts.get("op"), state))
+                facts.update(torch_op_behind(facts.get("op"), state, facts.get("node")))
             model = state.get("onnx_model")
             if model is not None and not model.graph.node:
                 # ONNX Runtime answers an empty graph with one of its C++ signatures: say what it is.
@@ -532,14 +571,19 @@ class Runner:
                              and state.get("load_facts", {}).get("mode_sensitive_modules"))
             searchable = state.get("onnx_program") is not None or (
                 state.get("exporter") == "torchscript" and state.get("onnx_path") is not None)
-            if report["code"] == "OD601" and searchable and not explained:
+            torchscript = state.get("onnx_program") is None
+            if searchable and not explained and (report["code"] == "OD601" or torchscript):
                 budget = self.request.localize_budget
+                atol, rtol = self.request.atol, self.request.rtol
                 try:
                     with time_limit(budget):
-                        facts["diverging"] = (
-                            first_diverging_value(state, self.request.atol, self.request.rtol)
-                            if state.get("onnx_program") is not None
-                            else first_diverging_module(state, self.request.atol, self.request.rtol, self.target))
+                        # TorchScript: the user's symbolics first (their calls compared one by one),
+                        # then the modules; dynamo: every intermediate value.
+                        found = first_diverging_symbolic(state, atol, rtol) if torchscript else None
+                        if found is None and report["code"] == "OD601":
+                            found = (first_diverging_module(state, atol, rtol, self.target) if torchscript
+                                     else first_diverging_value(state, atol, rtol))
+                        facts["diverging"] = found
                 except OutOfTime:
                     facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
                 except Exception:  # best effort: the mismatch itself is reported either way
@@ -548,8 +592,26 @@ class Runner:
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):
-                report["second_inputs"] = second_input_check(state, self.request.atol, self.request.rtol)
+                report["second_inputs"] = second_input_check(
+                    state, self.request.atol, self.request.rtol, self._retrace(state), self.target)
         return report
+
+    def _retrace(self, state: dict[str, Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Path] | None:
+        """The export of this run again, traced at other inputs (None where it cannot be redone)."""
+        if state["recipe"].first(RewriteOnnx) or "export_call" not in state:
+            return None  # a rewritten file: a new trace would need the rewrite again
+        model, kwargs = state["export_call"]
+
+        def retrace(args: tuple[Any, ...], inputs: dict[str, Any]) -> Path:
+            import torch
+
+            path = self.workdir / f"retrace-{os.getpid()}-{time.monotonic_ns()}.onnx"
+            with quiet_torch_logs(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, args, str(path), **{**kwargs, "kwargs": inputs or None})
+            return path
+
+        return retrace
 
 
 

@@ -17,6 +17,7 @@ from onnxdoctor.analysis.fixes import (
     aten_fallback,
     contrib_ops,
     control_flow,
+    custom_domain,
     custom_op,
     decompose,
     dynamic_shapes,
@@ -28,6 +29,7 @@ from onnxdoctor.analysis.fixes import (
     outputs,
     rewrite,
     runtime,
+    scripted,
     target_gaps,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -35,8 +37,8 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
-    exporter, runtime, aten_fallback, outputs, target_gaps,
+    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file, contrib_ops,
+    scripted, exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
