@@ -128,37 +128,4 @@ def test_drawing_and_target_judging_never_import_the_pipeline(path: Path) -> Non
     assert _hits(_imports(path), forbidden) == []
 
 
-def _private_imports(path: Path) -> list[str]:
-    """`from onnxdoctor.x import _name`: another module's private name."""
-    tree = ast.parse(path.read_text("utf-8"))
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("onnxdoctor"):
-            found += [f"{node.module}.{a.name}" for a in node.names
-                      if a.name.startswith("_") and not a.name.startswith("__")]
-    return found
-
-
-@pytest.mark.parametrize("path", _sources(*DRAWING_AND_TARGETS), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_no_module_imports_another_modules_private_names(path: Path) -> None:
-    assert _private_imports(path) == []
-
-
-@pytest.mark.parametrize("folder", DRAWING_AND_TARGETS)
-def test_no_file_circles(folder: str) -> None:
-    """No two modules (or longer rings) of the package import each other, lazily or not."""
-    modules = {_module_name(p): p for p in _sources(folder)}
-    graph = {name: {m for m in _ours(_imports(path)) if m in modules and m != name}
-             for name, path in modules.items()}
-    # A name imported from a package (`from onnxdoctor.targets import X`) is the package itself.
-    circles = []
-    for start in graph:
-        stack = [(start, [start])]
-        while stack:
-            current, trail = stack.pop()
-            for nxt in graph[current]:
-                if nxt == start:
-                    circles.append(" -> ".join([*trail, start]))
-                elif nxt not in trail:
-                    stack.append((nxt, [*trail, nxt]))
-    assert circles == []
+# No private names across modules and no file circles, package-wide: tests/test_architecture_house.py.

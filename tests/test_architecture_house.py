@@ -11,29 +11,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "onnxdoctor"
 
-# graph/ is being reworked on another branch (its own tests cover graph/ and targets/, which fixes
-# these); KNOWN lists what this branch still has there, and the test fails once an entry is gone, so
-# that the list is emptied when the branches meet. Nothing outside graph/ and targets/ may be added.
-KNOWN_PRIVATE_IMPORTS = {
-    "graph/drawing.py: onnxdoctor.graph.collect._Item",
-    "graph/drawing.py: onnxdoctor.graph.collect._Link",
-    "graph/drawing.py: onnxdoctor.graph.collect._Model",
-    "graph/drawing.py: onnxdoctor.graph.collect._Cluster",
-    "graph/drawing.py: onnxdoctor.graph.collect._collect",
-    "graph/drawing.py: onnxdoctor.graph.collect._neighbourhood",
-    "graph/drawing.py: onnxdoctor.graph.collect._op_names",
-    "graph/drawing.py: onnxdoctor.graph.layered._layered_text",
-    "graph/layered.py: onnxdoctor.graph.collect._Cluster",
-    "graph/layered.py: onnxdoctor.graph.drawing._EDGE_DEFAULTS",
-    "graph/layered.py: onnxdoctor.graph.drawing._Edge",
-    "graph/layered.py: onnxdoctor.graph.drawing._Element",
-    "graph/layered.py: onnxdoctor.graph.drawing._NODE_DEFAULTS",
-    "graph/layered.py: onnxdoctor.graph.drawing._graph_defaults",
-    "graph/run.py: onnxdoctor.graph.drawing._visible",
-}
-KNOWN_CIRCLES = {"onnxdoctor.graph.drawing -> onnxdoctor.graph.layered"}
-REWORKED_ELSEWHERE = ("graph/", "targets/")
-
 
 def _sources() -> list[Path]:
     return [p for p in sorted(PACKAGE.rglob("*.py")) if "templates" not in p.parts]
@@ -66,11 +43,8 @@ def _private_imports(path: Path) -> list[str]:
 
 
 def test_no_module_imports_another_modules_private_names() -> None:
-    found = {f"{path.relative_to(PACKAGE)}: {name}" for path in _sources() for name in _private_imports(path)}
-    new = sorted(found - KNOWN_PRIVATE_IMPORTS)
-    assert new == [], "make the shared name public, or move the code to where it is used"
-    assert not any(not entry.startswith(REWORKED_ELSEWHERE) for entry in KNOWN_PRIVATE_IMPORTS)
-    assert sorted(KNOWN_PRIVATE_IMPORTS - found) == [], "fixed: remove these from KNOWN_PRIVATE_IMPORTS"
+    found = sorted(f"{path.relative_to(PACKAGE)}: {name}" for path in _sources() for name in _private_imports(path))
+    assert found == [], "make the shared name public, or move the code to where it is used"
 
 
 def _edges(path: Path, modules: set[str]) -> set[str]:
@@ -106,7 +80,4 @@ def _circles() -> set[str]:
 
 
 def test_no_import_circles_between_files() -> None:
-    circles = _circles()
-    assert sorted(circles - KNOWN_CIRCLES) == [], "a file circle: move what both need to a third module"
-    assert not any(not c.startswith("onnxdoctor." + REWORKED_ELSEWHERE[0].rstrip("/")) for c in KNOWN_CIRCLES)
-    assert sorted(KNOWN_CIRCLES - circles) == [], "fixed: remove these from KNOWN_CIRCLES"
+    assert sorted(_circles()) == [], "a file circle: move what both need to a third module"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.recipe import DynamicShapes, RewriteOnnx
-from onnxdoctor.worker.loader import LoadedModel, load_script
+from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
 def load(script: str, factory: str | None = None) -> LoadedModel:
@@ -160,23 +160,6 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
     return report["max_abs_diff"]
 
 
-def _function_class(name: str, loaded: LoadedModel) -> Any:
-    """The autograd.Function `module:Qualname` names: the script's own by name, others imported."""
-    import importlib
-
-    module, _, qualname = name.rpartition(":") if ":" in name else ("", "", name)
-    parts = qualname.split(".")
-    owner: Any = (importlib.import_module(module) if module and module not in _SCRIPT_MODULES
-                  else loaded.namespace[parts.pop(0)])
-    for part in parts:
-        owner = getattr(owner, part)
-    return owner
-
-
-# The run names a model script is executed under (its Functions are reached through its globals).
-_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
-
-
 @contextlib.contextmanager
 def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False) -> Iterator[None]:
     """For the duration of an export: the Functions without their `symbolic` (the exporter traces
@@ -186,7 +169,7 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
     undo: list[Callable[[], None]] = []
     try:
         for name in functions:
-            cls = _function_class(name, loaded)
+            cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
             saved = owner.__dict__["symbolic"]
             delattr(owner, "symbolic")

@@ -260,3 +260,21 @@ def _check_tensors(value: Any, where: str) -> None:
             f"{where}[{key!r}] is a {type(item).__name__}; example inputs must be tensors "
             "(or python numbers, None, and tuples/lists/dicts of them)",
         )
+
+
+def function_class(name: str, loaded: LoadedModel) -> Any:
+    """The autograd.Function `module:Qualname` names: the script's own (through its globals, in
+    `loaded`) by name, others imported."""
+    import importlib
+
+    module, _, qualname = name.rpartition(":") if ":" in name else ("", "", name)
+    parts = qualname.split(".")
+    owner: Any = (importlib.import_module(module) if module and module not in _SCRIPT_MODULES
+                  else loaded.namespace[parts.pop(0)])
+    for part in parts:
+        owner = getattr(owner, part)
+    return owner
+
+
+# The run names a model script is executed under (its Functions are reached through its globals).
+_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")

@@ -401,7 +401,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     last: dict[str, str] = {}
     for node in model.graph.node:
         segments = node.name.strip("/").split("/")[:-1] if node.name.startswith("/") else []
-        for qualname in _scope_names(segments):
+        for qualname in scope_names(segments):
             if node.output:
                 last[qualname] = node.output[0]
     loaded = state["loaded"]
@@ -456,7 +456,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     return None
 
 
-def _scope_names(segments: list[str]) -> list[str]:
+def scope_names(segments: list[str]) -> list[str]:
     """The module qualnames of a TorchScript node's scope, outermost first.
 
     A segment is the module's path from the nearest module that was called, so a Sequential's
@@ -490,7 +490,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
 
     from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
     from onnxdoctor.worker.facts import tensor_leaves
-    from onnxdoctor.worker.fixkit import _function_class
+    from onnxdoctor.worker.loader import function_class
     from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     rows = [r for r in state.get("provenance") or ()
@@ -521,7 +521,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
         for key in eager:
             if "::" in key:
                 continue
-            cls = _function_class(key, loaded)
+            cls = function_class(key, loaded)
             owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
             original = owner.__dict__["forward"]
 
