@@ -178,18 +178,7 @@ def kernel_facts(message: str, model: Any) -> dict[str, Any]:
 def _ops_without_kernel(model: Any, kernel_defs: Any) -> list[dict[str, str]]:
     """Default-domain op types of the main graph whose first input's type no CPU kernel of the op
     lists: [{"op", "type"}], in graph order, one entry per op type."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:
-        inferred = model
-    types: dict[str, str] = {}
-    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
-        if value.type.HasField("tensor_type"):
-            types[value.name] = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()
-    for init in inferred.graph.initializer:
-        types[init.name] = onnx.TensorProto.DataType.Name(init.data_type).lower()
+    inferred, types = _inferred_types(model)
     listed: dict[str, set[str]] = {}
     for kernel in kernel_defs:
         if kernel.provider == "CPUExecutionProvider" and kernel.domain in ("", "ai.onnx"):
@@ -219,7 +208,9 @@ def _function_ops(op_type: str, opset: int) -> list[str]:
     return [n.op_type for n in schema.function_body.node] if schema.has_function else []
 
 
-def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
+def _inferred_types(model: Any) -> tuple[Any, dict[str, str]]:
+    """The model after shape inference (the model itself where inference fails) and the element
+    type of each value it names (`float`, `int64`)."""
     import onnx
 
     try:
@@ -232,6 +223,11 @@ def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
             types[value.name] = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()
     for init in inferred.graph.initializer:
         types[init.name] = onnx.TensorProto.DataType.Name(init.data_type).lower()
+    return inferred, types
+
+
+def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
+    inferred, types = _inferred_types(model)
     for node in inferred.graph.node:
         if node.name == node_name:
             return {name: types.get(name, "?") for name in node.input if name}
