@@ -46,16 +46,9 @@ def descendants(root: int, *, born: int = 0) -> list[int]:
     """Every live (not zombie) descendant of `root` started at or after `born` (clock ticks)."""
     children: dict[int, list[int]] = {}
     info: dict[int, tuple[int, int, str]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.isdigit():
-            stat = proc_stat(int(entry))
-            if stat is not None:
-                children.setdefault(stat[0], []).append(int(entry))
-                info[int(entry)] = stat
+    for pid, stat in _processes():
+        children.setdefault(stat[0], []).append(pid)
+        info[pid] = stat
     found, pending = [], [root]
     while pending:
         for child in children.get(pending.pop(), []):
@@ -102,14 +95,19 @@ def _reap(me: int, spare: int | None) -> None:
 
 
 def _zombies(parent: int) -> list[int]:
-    found = []
+    return [pid for pid, stat in _processes() if stat[0] == parent and stat[2] == "Z"]
+
+
+def _processes() -> list[tuple[int, tuple[int, int, str]]]:
+    """Every process /proc lists, with its (parent pid, start time, state); none without /proc."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return []
+    found = []
     for entry in entries:
         if entry.isdigit():
             stat = proc_stat(int(entry))
-            if stat is not None and stat[0] == parent and stat[2] == "Z":
-                found.append(int(entry))
+            if stat is not None:
+                found.append((int(entry), stat))
     return found
