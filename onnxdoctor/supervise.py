@@ -224,6 +224,19 @@ def sweep_stale_workdirs() -> None:
             continue  # not ours, still being created, or owned by another user
 
 
+def _die_with_parent() -> None:
+    """Linux: this (forked) process gets SIGKILL when its parent dies, so a killed onnxdoctor
+    leaves no check running on."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass(frozen=True)
 class Guarded:
     """How a guarded call ended: its value, or why there is none.
@@ -258,6 +271,7 @@ def guarded_call(fn: Callable[..., Any], *args: Any, max_memory_mb: int, timeout
         code = 0
         try:
             os.close(read_fd)
+            _die_with_parent()
             limiter = memory_limiter(max_memory_mb)
             if limiter is not None:
                 limiter()
