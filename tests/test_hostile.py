@@ -194,10 +194,13 @@ def test_names_from_the_model_round_trip_through_json() -> None:
 
 def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -> None:
     import onnx
+    import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    from onnxdoctor.model import DiagnoseOptions
-    from onnxdoctor.pipeline import diagnose
+    from onnxdoctor.analysis.classify import classify
+    from onnxdoctor.analysis.judge import attach_fixes
+    from onnxdoctor.model import DiagnoseOptions, ErrorInfo, Stage, StageOutcome, Status
+    from onnxdoctor.worker.runtime import _kernel_facts
 
     domain = "my\x1b[31m dom:x(1) evil"
     node = helper.make_node("MySelu", ["x"], ["y"], domain=domain, name="n0")
@@ -206,9 +209,19 @@ def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
     model.ir_version = 10
     onnx.save(model, str(tmp_path / "m.onnx"))
-    finding = diagnose(str(tmp_path / "m.onnx"), DiagnoseOptions(fix=False, max_memory_mb=2048))[0].findings[0]
+    try:  # ONNX Runtime's own message, as the worker's ORT_LOAD stage meets it
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        raise AssertionError("ONNX Runtime loaded a model with an unknown domain")
+    except Exception as exc:  # noqa: BLE001 - its pybind error types are not importable by name
+        message = str(exc)
+    facts = _kernel_facts(message, model)
+    error = ErrorInfo.from_dict({"type": "onnxruntime.Fail", "message": message})
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED), StageOutcome(Stage.ORT_LOAD, Status.FAILED, error=error,
+                                                                      facts=facts)]
+    finding = classify(outcomes)[0]
     assert (finding.code, finding.op, finding.node) == ("OD401", f"{domain}::MySelu", "n0")
-    assert "--namespace 'my\x1b[31m dom:x(1) evil'" in finding.fixes[0].snippet  # pastes as one argument
+    fixes = attach_fixes([finding], outcomes, parse_target(str(tmp_path / "m.onnx")), DiagnoseOptions(), None)[0].fixes
+    assert any("--namespace 'my\x1b[31m dom:x(1) evil'" in f.snippet for f in fixes)  # pastes as one argument
 
 
 # ---- writes ---------------------------------------------------------------------------------
