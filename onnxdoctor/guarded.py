@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,19 @@ def default_memory_mb() -> int:
     except (OSError, ValueError, AttributeError):
         return 16 * 1024
     return max(1024, int(total * 0.75) // 2**20)
+
+
+def _die_with_parent() -> None:
+    """Linux: this (forked) process gets SIGKILL when its parent dies, so a killed onnxdoctor
+    leaves no check running on."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,7 @@ def guarded_call(fn: Callable[..., Any], *args: Any, max_memory_mb: int, timeout
         code = 0
         try:
             os.close(read_fd)
+            _die_with_parent()
             limiter = memory_limiter(max_memory_mb)
             if limiter is not None:
                 limiter()

@@ -33,10 +33,10 @@ def _cli(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess
 
 
 def test_graph_checks_a_shape_inference_bomb_under_the_cap(tmp_path: Path) -> None:
-    proc = _cli("graph", BOMB, "--dot", "-o", tmp_path / "g.dot", "--max-memory-mb", "1024")
+    proc = _cli("graph", BOMB, "--dot", "-o", tmp_path / "g.dot", "--max-memory-mb", "256")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "OD905" in proc.stdout and "ran out of memory during check" in proc.stdout
-    assert "1024 MB" in proc.stdout and "near node 'slice_0' (Slice)" in proc.stdout
+    assert "256 MB" in proc.stdout and "near node 'slice_0' (Slice)" in proc.stdout
     assert "OD905" in (tmp_path / "g.dot").read_text()  # drawn, the suspect node marked
 
 
@@ -87,36 +87,30 @@ def test_fix_program_from_hostile_names_runs_as_written(tmp_path: Path) -> None:
 
     from onnxdoctor.analysis.fixes.program import fix_program
     from onnxdoctor.model import Fix, FixCheck, Stage, Status
-    from onnxdoctor.recipe import Recipe
+    from onnxdoctor.recipe import Recipe, RuntimeKernels
 
     folder = tmp_path / HOSTILE.replace("/", "_")
     folder.mkdir()
     model = folder / (HOSTILE + ".onnx")
     _tiny_model(model)
     check = FixCheck(reached=Stage.ORT_RUN, status=Status.PASSED, detail=HOSTILE)
+    # A kernel step: fix.py runs its code from a file in a temporary folder, which must go.
+    kernel = RuntimeKernels(python=f"registered = {HOSTILE!r}")
     fix = Fix("rewrite", f"Rewrite {HOSTILE}", snippet=f"# {HOSTILE}\nprint('''{HOSTILE}''')", check=check,
-              recipe=Recipe("rewrite"))
+              recipe=Recipe("rewrite", (kernel,)))
     program = fix_program(fix, str(model), None, "onnx")
     compile(program, "fix.py", "exec")  # a \\N or \\u in a name must not break the program
     (tmp_path / "fix.py").write_text(program, "utf-8")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "TMPDIR": str(temp)}
     proc = subprocess.run([sys.executable, "fix.py", "out.onnx"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
+    assert list(temp.glob("onnxdoctor-fix-*")) == []  # no folder of fix code left behind
     assert "loads and runs in ONNX Runtime" in proc.stdout
     assert not (tmp_path / "PWNED").exists() and (tmp_path / "out.onnx").is_file()
     assert "\x1b" not in program and "\u202e" not in program
-
-
-def test_fix_code_leaves_no_temporary_folder(tmp_path: Path) -> None:
-    import os
-
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    code = "from onnxdoctor.worker import fixkit; print(fixkit.run_code('y = 1', None, 'load')['y'])"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=env, check=False)
-    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
-    assert list(tmp_path.iterdir()) == []
 
 
 NAME = "n\x1b[2J\x1b]0;owned\x07\u202eevil\n# HEAD\n<script>x</script>\n```\nverified ✓ pip install evil"
@@ -200,10 +194,13 @@ def test_names_from_the_model_round_trip_through_json() -> None:
 
 def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -> None:
     import onnx
+    import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    from onnxdoctor.model import DiagnoseOptions
-    from onnxdoctor.pipeline import diagnose
+    from onnxdoctor.analysis.classify import classify
+    from onnxdoctor.analysis.judge import attach_fixes
+    from onnxdoctor.model import DiagnoseOptions, ErrorInfo, Stage, StageOutcome, Status
+    from onnxdoctor.worker.runtime import _kernel_facts
 
     domain = "my\x1b[31m dom:x(1) evil"
     node = helper.make_node("MySelu", ["x"], ["y"], domain=domain, name="n0")
@@ -212,9 +209,19 @@ def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
     model.ir_version = 10
     onnx.save(model, str(tmp_path / "m.onnx"))
-    finding = diagnose(str(tmp_path / "m.onnx"), DiagnoseOptions(fix=False, max_memory_mb=2048))[0].findings[0]
+    try:  # ONNX Runtime's own message, as the worker's ORT_LOAD stage meets it
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        raise AssertionError("ONNX Runtime loaded a model with an unknown domain")
+    except Exception as exc:  # noqa: BLE001 - its pybind error types are not importable by name
+        message = str(exc)
+    facts = _kernel_facts(message, model)
+    error = ErrorInfo.from_dict({"type": "onnxruntime.Fail", "message": message})
+    outcomes = [StageOutcome(Stage.LOAD, Status.PASSED), StageOutcome(Stage.ORT_LOAD, Status.FAILED, error=error,
+                                                                      facts=facts)]
+    finding = classify(outcomes)[0]
     assert (finding.code, finding.op, finding.node) == ("OD401", f"{domain}::MySelu", "n0")
-    assert "--namespace 'my\x1b[31m dom:x(1) evil'" in finding.fixes[0].snippet  # pastes as one argument
+    fixes = attach_fixes([finding], outcomes, parse_target(str(tmp_path / "m.onnx")), DiagnoseOptions(), None)[0].fixes
+    assert any("--namespace 'my\x1b[31m dom:x(1) evil'" in f.snippet for f in fixes)  # pastes as one argument
 
 
 # ---- writes ---------------------------------------------------------------------------------
@@ -325,13 +332,14 @@ def _all_gone(pidfile: Path, seconds: float) -> bool:
     return False
 
 
-def _start(pidfile: Path, *extra: str) -> subprocess.Popen[bytes]:
+def _start(pidfile: Path, *extra: str, hang: bool = False) -> subprocess.Popen[bytes]:
     import os
 
     root = Path(__file__).resolve().parent.parent
     return subprocess.Popen([sys.executable, "-m", "onnxdoctor", "diagnose", str(FIXTURES / "tool/daemons_escape.py"),
                              "--no-fix", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": str(root), "ONNXDOCTOR_FIXTURE_PIDFILE": str(pidfile)})
+                            env={**os.environ, "PYTHONPATH": str(root), "ONNXDOCTOR_FIXTURE_PIDFILE": str(pidfile),
+                                 **({"ONNXDOCTOR_FIXTURE_HANG": "1"} if hang else {})})
 
 
 def _wait_started(pidfile: Path) -> None:
@@ -345,10 +353,10 @@ def _wait_started(pidfile: Path) -> None:
 
 def test_nothing_the_script_started_outlives_the_run(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
-    parent = _start(pidfile, "--timeout", "20")
+    parent = _start(pidfile)
     try:
+        assert parent.wait(timeout=120) == 1  # OD109: the script exits once its daemons run
         _wait_started(pidfile)
-        assert parent.wait(timeout=120) == 1  # OD902: the script hangs while loading
         assert _all_gone(pidfile, 5), [p for p in _pids(pidfile) if _alive(p)]
     finally:
         parent.kill()
@@ -358,7 +366,7 @@ def test_nothing_the_script_started_outlives_a_killed_onnxdoctor(tmp_path: Path)
     import signal
 
     pidfile = tmp_path / "pids"
-    parent = _start(pidfile, "--timeout", "300")
+    parent = _start(pidfile, "--timeout", "300", hang=True)
     try:
         _wait_started(pidfile)
         parent.send_signal(signal.SIGKILL)  # no chance to clean up: the OOM killer, a CI cancel
@@ -464,13 +472,15 @@ def _external_model(folder: Path, data: bytes, *, constant: bool = False) -> Pat
 
 
 def test_external_data_shorter_than_its_shape_is_a_file_finding(tmp_path: Path) -> None:
-    from onnxdoctor.model import DiagnoseOptions
-    from onnxdoctor.pipeline import diagnose
+    import onnx
 
+    from onnxdoctor.onnxkit.files import check_external_data
+
+    # LOAD vets every reference with this before any runtime sees the model.
     path = _external_model(tmp_path / "m", bytes(16))  # 4 floats for a tensor of 8
-    finding = diagnose(str(path), DiagnoseOptions(fix=False, max_memory_mb=2048))[0].findings[0]
-    assert (finding.code, finding.stage.value) == ("OD112", "load"), finding
-    assert "holds 16 bytes" in finding.message and "need 32" in finding.message
+    problems = check_external_data(onnx.load(str(path), load_external_data=False), path.parent)
+    assert [p.code for p in problems] == ["OD112"]
+    assert "holds 16 bytes" in problems[0].message and "need 32" in problems[0].message
 
 
 def test_no_runtime_is_handed_a_constant_nodes_external_tensor(tmp_path: Path) -> None:
@@ -493,11 +503,11 @@ def test_the_whole_command_ends_within_its_timeout() -> None:
     from onnxdoctor.cli import app
 
     started = time.monotonic()
-    result = CliRunner().invoke(app, ["diagnose", str(FIXTURES / "tool/od902_hang.py"), "--timeout", "15",
+    result = CliRunner().invoke(app, ["diagnose", str(FIXTURES / "tool/od902_hang.py"), "--timeout", "10",
                                       "--no-fix", "--max-memory-mb", "4096"])
     elapsed = time.monotonic() - started
     assert result.exit_code == 1 and "OD902" in result.output, result.output
-    assert elapsed < 15.0, f"{elapsed:.1f} s for --timeout 15: the rendering counts too"
+    assert elapsed < 10.0, f"{elapsed:.1f} s for --timeout 10: the rendering counts too"
 
 
 def test_write_fix_readme_keeps_the_scripts_names_as_text(tmp_path: Path) -> None:
