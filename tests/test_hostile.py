@@ -200,7 +200,7 @@ def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -
     from onnxdoctor.analysis.classify import classify
     from onnxdoctor.analysis.judge import attach_fixes
     from onnxdoctor.model import DiagnoseOptions, ErrorInfo, Stage, StageOutcome, Status
-    from onnxdoctor.worker.runtime import _kernel_facts
+    from onnxdoctor.worker.runtime import kernel_facts
 
     domain = "my\x1b[31m dom:x(1) evil"
     node = helper.make_node("MySelu", ["x"], ["y"], domain=domain, name="n0")
@@ -214,7 +214,7 @@ def test_a_domain_with_escape_characters_is_read_off_the_model(tmp_path: Path) -
         raise AssertionError("ONNX Runtime loaded a model with an unknown domain")
     except Exception as exc:  # noqa: BLE001 - its pybind error types are not importable by name
         message = str(exc)
-    facts = _kernel_facts(message, model)
+    facts = kernel_facts(message, model)
     error = ErrorInfo.from_dict({"type": "onnxruntime.Fail", "message": message})
     outcomes = [StageOutcome(Stage.LOAD, Status.PASSED), StageOutcome(Stage.ORT_LOAD, Status.FAILED, error=error,
                                                                       facts=facts)]
