@@ -251,7 +251,7 @@ def _request(
 
 def memory_cap(options: DiagnoseOptions) -> int:
     """Each worker's memory cap in MB: --max-memory-mb, else the machine's default (0: none)."""
-    from onnxdoctor.supervise import default_memory_mb
+    from onnxdoctor.guarded import default_memory_mb
 
     return default_memory_mb() if options.max_memory_mb is None else max(0, options.max_memory_mb)
 
