@@ -375,6 +375,9 @@ def test_static_tables_report_in_console_and_markdown(tmp_path: Path) -> None:
     assert "not a run" in result.output
     text = report.read_text("utf-8")
     assert "| coreml | static |" in text and "| ort-web | static | - | refuses nodes | 1 |" in text
+    # Each table's document, revision and date under the matrix, in both.
+    web = "ort-web: microsoft/onnxruntime js/web/docs/webgpu-operators.md, onnxruntime-web 1.31.1 (npm package), 2026-10-26"
+    assert web in result.output and f"- {web}" in text
 
 
 def test_graph_target_marks_the_nodes_a_table_refuses(tmp_path: Path) -> None:
