@@ -36,7 +36,7 @@ from onnxdoctor.model import (
     Status,
 )
 from onnxdoctor.protocol import WorkerRequest, WorkerResult
-from onnxdoctor.recipe import Recipe, UseExporter
+from onnxdoctor.recipe import Recipe, RuntimeKernels, UseExporter
 from onnxdoctor.supervise import run_worker
 from onnxdoctor.target import Target, parse_target
 
@@ -63,13 +63,22 @@ def diagnose(
             raise UsageError(f"--custom-op-library {library}: no such file")
     owned = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-")) if workdir is None else workdir
-    # --timeout bounds the whole command: every worker gets what is left of it.
-    deadline = time.monotonic() + options.timeout
+    # --timeout bounds the whole command: every worker gets what is left of it, less a reserve
+    # for the parent's own work afterwards (judging fixed models, rendering, writing files).
+    # The command's clock starts where the CLI started it (options.deadline), else here.
+    ends = options.deadline if options.deadline is not None else time.monotonic() + options.timeout
+    deadline = ends - render_reserve(options.timeout)
     try:
         return _diagnose(target, options, workdir, progress or (lambda _m: None), deadline)
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def render_reserve(timeout: float) -> float:
+    """Seconds of --timeout kept back from the workers for what follows them: judging fixed
+    models, rendering, writing files (a tenth, from one second up to five; at most a quarter)."""
+    return min(5.0, max(1.0, 0.1 * timeout), timeout / 4)
 
 
 def _diagnose(
@@ -108,13 +117,17 @@ def _diagnose(
             findings = verifier.search_chains(verifier.verify(findings, planned))
         targets: tuple[Any, ...] = ()
         if run_id == "main":
-            targets = _targets(options, outcomes, result.events, target)
+            targets = _timed_out_targets(_targets(options, outcomes, result.events, target), result,
+                                         request.targets)
             # Target-driven fixes: rewrites into what a target's table asks for, verified like
             # the others and then judged by every target (docs/targets.md).
-            gaps = attach_fixes([f for t in targets for f in t.findings], outcomes, target, options, exporter)
+            gaps = attach_fixes([*(f for t in targets for f in t.findings), *_target_setting_problems(options, outcomes)],
+                                outcomes, target, options, exporter)
             if options.fix and gaps:
                 gaps = verifier.verify(gaps, None)
-            findings = _judge_on_targets([*findings, *gaps], targets, verifier.runs)
+            # Judging fixed models by every target is the parent's own work: within --timeout too.
+            findings = ([*findings, *gaps] if time.monotonic() >= deadline
+                        else _judge_on_targets([*findings, *gaps], targets, verifier.runs))
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -136,14 +149,41 @@ def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: lis
     """The deployment targets' verdicts on the main run's model (docs/targets.md)."""
     from onnxdoctor.targets.collect import collect, onnx_file, requested_targets
 
-    names, problems = requested_targets(options.targets, outcomes)
-    results = collect(names, outcomes, events, onnx_file(outcomes, target.path, target.kind))
-    if problems:
-        from onnxdoctor.targets import TargetResult
+    names, _problems = requested_targets(options.targets, outcomes)
+    return collect(names, outcomes, events, onnx_file(outcomes, target.path, target.kind))
 
-        bad = tuple(Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems)
-        results = (*results, TargetResult("script", "table", None, "skipped", findings=bad, note=problems[0]))
-    return results
+
+def _target_setting_problems(options: DiagnoseOptions, outcomes: list[StageOutcome]) -> list[Finding]:
+    """OD799 for each name in the script's `targets` setting that names no target (a finding,
+    not a row of the target table: there is no target called "script")."""
+    from onnxdoctor.targets.collect import requested_targets
+
+    _names, problems = requested_targets(options.targets, outcomes)
+    return [Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems]
+
+
+def _timed_out_targets(results: tuple[Any, ...], result: WorkerResult, ran: tuple[str, ...]) -> tuple[Any, ...]:
+    """A target the worker was still checking when --timeout killed it failed with OD902 (never
+    "skipped" and the model healthy): OpenVINO may need minutes to compile a model."""
+    ort_load = result.records("main").get("ort_load")
+    if not result.timed_out or ort_load is None or ort_load.status == "skipped":
+        return results  # alive throughout, or killed before there was a model to check at all
+    done = {e.get("target") for e in result.events if e.get("event") == "target" and e.get("run", "main") == "main"}
+    late = [name for name in ran if name not in done]
+    if not late:
+        return results
+    from onnxdoctor.targets import TargetResult
+
+    fixed = []
+    for item in results:
+        if item.target in late:
+            message = (f"the {item.target} check was still running after {result.seconds:.0f} s and was killed "
+                       "(raise --timeout: compiling a model can take minutes)")
+            finding = Finding("OD902", Stage.TARGET, Severity.ERROR, message)
+            item = TargetResult(item.target, item.kind, None, "failed", findings=(finding,),
+                                note="timed out (--timeout)")
+        fixed.append(item)
+    return tuple(fixed)
 
 
 def _judge_on_targets(findings: list[Finding], targets: tuple[Any, ...],
@@ -205,7 +245,15 @@ def _request(
         localize_budget=options.localize_budget,
         expected_fingerprint=expected_fingerprint,
         targets=_worker_targets(options.targets),
+        max_memory_mb=memory_cap(options),
     )
+
+
+def memory_cap(options: DiagnoseOptions) -> int:
+    """Each worker's memory cap in MB: --max-memory-mb, else the machine's default (0: none)."""
+    from onnxdoctor.supervise import default_memory_mb
+
+    return default_memory_mb() if options.max_memory_mb is None else max(0, options.max_memory_mb)
 
 
 def _worker_targets(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -362,8 +410,7 @@ class _Verifier:
         """
         searched: list[Finding] = []
         for finding in findings:
-            if (finding.severity is Severity.ERROR and not any(f.verified for f in finding.fixes)
-                    and not self._out_of_time()):
+            if finding.severity is Severity.ERROR and _wants_chain(finding) and not self._out_of_time():
                 found = self._chains_for(finding)
                 finding = replace(finding, fixes=(*finding.fixes, *found))
             searched.append(finding)
@@ -416,6 +463,19 @@ class _Verifier:
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
         findings = prepare_findings(outcomes, tool, self.target, self.options, exporter)
         return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None)
+
+
+def _wants_chain(finding: Finding) -> bool:
+    """Whether a finding's fixes are worth continuing as chains: none worked, or only a Python
+    kernel did (it needs torch at run time) while a route with no kernel got partway (a
+    Function's forward that holds an op only the rewrite library exports)."""
+    verified = [f for f in finding.fixes if f.verified]
+    if not verified:
+        return True
+    kernels_only = all(f.recipe and all(isinstance(s, (RuntimeKernels, UseExporter)) for s in f.recipe.steps)
+                       for f in verified)
+    return kernels_only and any(f.check and not f.check.works and f.applicability is Applicability.SAFE
+                                for f in finding.fixes)
 
 
 def _rank_fixes(finding: Finding) -> Finding:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,8 @@ from onnxdoctor.recipe import Recipe
 
 # The parent's pid, in the worker's environment: the worker ends itself when that process is gone.
 PARENT_PID_ENV = "ONNXDOCTOR_PARENT_PID"
+# The worker's memory cap in MB, which it sets on itself first thing (0 or absent: none).
+MEMORY_CAP_ENV = "ONNXDOCTOR_MAX_MEMORY_MB"
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class WorkerRequest:
     localize_budget: float = 30.0
     # Deployment targets the worker runs itself after the main run (docs/targets.md): "openvino".
     targets: tuple[str, ...] = ()
+    # The cap on the worker's memory in MB (0: none); the parent sets it, the worker names it.
+    max_memory_mb: int = 0
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
@@ -72,6 +76,41 @@ class WorkerRequest:
         data["apply_fix"] = Recipe.from_dict(data["apply_fix"]) if data.get("apply_fix") else None
         data["targets"] = tuple(data.get("targets", ()))
         return cls(**data)
+
+
+def memory_limiter(megabytes: int) -> Callable[[], None] | None:
+    """A function capping this process's data segment (heap and private mappings) at
+    `megabytes`; None for no cap (0) or where the platform has no such limit.
+
+    RLIMIT_DATA, not RLIMIT_AS: address space merely reserved (thread arenas, mapped libraries)
+    does not count, so the cap measures what the process really allocates.
+    """
+    if megabytes <= 0:
+        return None
+    try:
+        import resource
+
+        kind = resource.RLIMIT_DATA
+    except (ImportError, AttributeError):
+        return None
+    limit = megabytes * 2**20
+
+    def limit_memory() -> None:
+        _soft, hard = resource.getrlimit(kind)
+        cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(kind, (cap, cap))  # the hard limit too: the script cannot lift it
+
+    return limit_memory
+
+
+def out_of_memory_message(stage: str | None, detail: str, cap_mb: int, who: str = "the worker") -> str:
+    """The one line for a process that ran out of memory (OD905), in the worker or seen from
+    outside; `detail` says where ("in shape inference ..."), when known."""
+    where = f" during {stage}" if stage else ""
+    what = f", {detail}" if detail and "bad_alloc" not in detail else ""
+    cap = (f"; the cap is {cap_mb} MB per process (--max-memory-mb raises it)" if cap_mb > 0
+           else "; the machine ran out (--max-memory-mb caps a process)")
+    return f"{who} ran out of memory{where}{what}{cap}"
 
 
 # A stage record's status: the stage ran and passed, ran and failed, or did not run (`reason`).
@@ -120,6 +159,85 @@ class StageRecord:
             warnings=tuple(str(w) for w in event.get("warnings") or ()),
             reason=str(event.get("reason") or ""),
         )
+
+
+# How a node's emitter came to write it (NodeProvenance.emitter).
+TORCH_SYMBOLIC = "torch_symbolic"  # one of torch's own TorchScript symbolics
+REGISTERED_SYMBOLIC = "registered_symbolic"  # a symbolic registered by the user's code for a torch op
+FUNCTION_SYMBOLIC = "function_symbolic"  # a torch.autograd.Function's `symbolic` staticmethod
+ONNX_OPS_SYMBOLIC = "onnx_ops_symbolic"  # torch.onnx.ops.symbolic / symbolic_multi_out in forward()
+DYNAMO_TRANSLATION = "dynamo"  # the dynamo exporter's translation of an FX node
+
+
+@dataclass(frozen=True)
+class NodeArgument:
+    """One parameter of the code that wrote a node, and where it went in the node.
+
+    `input`: the node input it became (-1: none); `attribute`: the node attribute that carries it;
+    `value`: its value at export time when it is a constant (a float limit, an int axis).
+    """
+
+    name: str
+    input: int = -1
+    attribute: str = ""
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class NodeProvenance:
+    """Which Python code produced one ONNX node, recorded during the export (one row per node).
+
+    `op` is the node's `domain::op_type` (`Gemm` for the default domain); `torch_op` the torch op
+    it was exported from (`aten::linear`, `acme::clampish`, `prim::PythonOp` for a Function);
+    `function` the emitting function (`model.py:12 _clampish_symbolic`); `function_class` the
+    autograd.Function that owns a `symbolic` staticmethod, as `module:qualname`; `source` the
+    user's line that called into it; `module` the nn.Module path that was running.
+    """
+
+    node: str
+    op: str
+    emitter: str = ""
+    torch_op: str = ""
+    function: str = ""
+    function_class: str = ""
+    source: str = ""
+    module: str = ""
+    arguments: tuple[NodeArgument, ...] = ()
+    input_types: tuple[str, ...] = ()
+    output_types: tuple[str, ...] = ()
+    # Which call of its emitter wrote the node (0, 1, ... in export order; -1: not known): the nodes
+    # one symbolic call wrote together compute that call's result.
+    call: int = -1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (empty fields left out)."""
+        data = {k: v for k, v in asdict(self).items() if v not in ("", (), [], None) and not (k == "call" and v < 0)}
+        if self.arguments:
+            data["arguments"] = [{k: v for k, v in asdict(a).items() if v not in ("", None, -1)}
+                                 for a in self.arguments]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NodeProvenance | None:
+        """A row from `to_dict`'s form; None for a malformed one (never an exception)."""
+        if not isinstance(data, dict) or not isinstance(data.get("node"), str):
+            return None
+        arguments = tuple(
+            NodeArgument(str(a.get("name", "")), int(a.get("input", -1)), str(a.get("attribute", "")), a.get("value"))
+            for a in data.get("arguments") or () if isinstance(a, dict)
+        )
+        text = {k: str(data.get(k) or "") for k in ("op", "emitter", "torch_op", "function", "function_class",
+                                                      "source", "module")}
+        call = data.get("call")
+        return cls(node=data["node"], arguments=arguments, call=call if isinstance(call, int) else -1,
+                   input_types=tuple(str(t) for t in data.get("input_types") or ()),
+                   output_types=tuple(str(t) for t in data.get("output_types") or ()), **text)
+
+
+def provenance_table(facts: dict[str, Any]) -> dict[str, NodeProvenance]:
+    """An EXPORT record's provenance rows, by node name."""
+    rows = (NodeProvenance.from_dict(r) for r in facts.get("provenance") or ())
+    return {r.node: r for r in rows if r is not None}
 
 
 def append_event(path: str, event: dict[str, Any]) -> None:

@@ -127,6 +127,19 @@ class ExportCode:
 
 
 @dataclass(frozen=True)
+class EagerExport:
+    """Export the eager code instead of the custom nodes it is written as, for the export only.
+
+    `functions`: autograd.Functions (`module:Qualname`; the script's own by name) exported without
+    their `symbolic`, so the exporter traces `forward`; `not_in_export`: torch.onnx.is_in_onnx_export()
+    reads false, so forward() takes its eager branch. Both are undone when the export returns.
+    """
+
+    functions: tuple[str, ...] = ()
+    not_in_export: bool = False
+
+
+@dataclass(frozen=True)
 class CustomOpsets:
     """TorchScript's `custom_opsets`: the version of each custom domain the symbolics emit."""
 
@@ -178,16 +191,18 @@ class RuntimeKernels:
 
 
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
-        | DynamicShapes | RewriteOnnx | RuntimeKernels)
+        | DynamicShapes | RewriteOnnx | RuntimeKernels | EagerExport)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
 _SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes)
+# Steps written for one exporter: they mean nothing (or something else) to the other.
+_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
-                DynamicShapes, RewriteOnnx, RuntimeKernels)
+                DynamicShapes, RewriteOnnx, RuntimeKernels, EagerExport)
 }
 
 S = TypeVar("S")
@@ -214,6 +229,24 @@ class Recipe:
     def all(self, cls: type[S]) -> list[S]:
         """Every step of that type, in order."""
         return [s for s in self.steps if isinstance(s, cls)]
+
+    @property
+    def exporter_bound(self) -> bool:
+        """Whether a step was written for the chosen exporter (export code, custom opsets, export
+        type, dynamic_shapes): switching exporters voids it."""
+        return any(isinstance(s, _EXPORTER_BOUND) for s in self.steps)
+
+    @property
+    def acts_on(self) -> int:
+        """Where the fix acts, in the order a user applies fixes: 0 the model, 1 the export, 2 the
+        exported file, 3 the runtime."""
+        if any(isinstance(s, (EvalMode, LoadCode)) for s in self.steps):
+            return 0
+        if any(isinstance(s, RewriteOnnx) for s in self.steps):
+            return 2
+        if self.steps and all(isinstance(s, RuntimeKernels) for s in self.steps):
+            return 3
+        return 1
 
     def with_default(self, step: Step) -> Recipe:
         """The recipe with `step` added unless it already has a step of that type."""

@@ -73,6 +73,10 @@ def graph_command(
         "auto", "--layout", help="auto, dot (Graphviz layout) or layered (fast, for big graphs)."
     ),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds Graphviz may take."),
+    max_memory_mb: int | None = typer.Option(
+        None, "--max-memory-mb", metavar="MB", show_default=False,
+        help="Cap on the checks' memory (default: 3/4 of physical memory; 0: no cap).",
+    ),
     target_names: list[str] = typer.Option(
         [], "--target", metavar="NAME",
         help="Mark the nodes a deployment target does not support (ort-cuda, openvino, tensorrt, coreml, ort-web, all).",
@@ -103,6 +107,7 @@ def graph_command(
             layout=layout,
             timeout=timeout,
             targets=tuple(target_names),
+            max_memory_mb=max_memory_mb,
         ),
         typer.echo,
         # The command layer runs the pipeline for --runtime and the run targets; graph/ only draws.

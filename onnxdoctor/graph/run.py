@@ -59,6 +59,7 @@ class GraphRequest:
     layout: str = "auto"
     timeout: float = 300.0
     targets: tuple[str, ...] = ()  # deployment targets whose unsupported nodes are marked (docs/targets.md)
+    max_memory_mb: int | None = None  # cap on the checks' process (None: 3/4 of physical memory)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,6 @@ def _place_findings(
     request: GraphRequest, model: Any, saved: list[Finding], diagnose: Diagnose | None
 ) -> tuple[list[_Placed], list[str]]:
     """Every finding to draw (external data, checker, runtime, a saved diagnosis) on its nodes."""
-    from onnxdoctor.onnxkit.checks import check_model_located
     from onnxdoctor.onnxkit.files import check_external_data
     from onnxdoctor.onnxkit.walk import walk_nodes
 
@@ -149,7 +149,7 @@ def _place_findings(
         for problem in check_external_data(model, model_dir)
     ]
     if request.check:
-        for located in check_model_located(model, model_dir=model_dir):
+        for located in _checked(request, model, model_dir):
             paths = (located.path,) if located.path is not None else ()
             placed.append(_Placed(located.finding, paths))
     notes: list[str] = []
@@ -171,6 +171,40 @@ def _needs(diagnose: Diagnose | None, what: str) -> Diagnose:
     if diagnose is None:
         raise UsageError(f"{what} needs a worker run, which this caller does not offer")
     return diagnose
+
+
+def _checked(request: GraphRequest, model: Any, model_dir: str) -> list[Any]:
+    """The checker's and shape inference's located findings, computed in a child process under
+    the memory cap and the timeout: a 300-byte model can make shape inference allocate without
+    bound or crash, and the drawing must survive to say so (OD905, OD901, OD902)."""
+    from onnxdoctor.guarded import default_memory_mb, guarded_call
+    from onnxdoctor.onnxkit.checks import LocatedFinding, check_model_located
+
+    cap = default_memory_mb() if request.max_memory_mb is None else request.max_memory_mb
+    done = guarded_call(check_model_located, model, max_memory_mb=cap, timeout=request.timeout,
+                        model_dir=model_dir)
+    if done.ended == "ok":
+        return list(done.value)
+    if done.ended == "memory":
+        from onnxdoctor.protocol import out_of_memory_message
+
+        detail = "killed by the system with SIGKILL" if done.detail == "SIGKILL" else done.detail
+        finding = Finding("OD905", Stage.CHECK, Severity.ERROR,
+                          out_of_memory_message("check", detail, cap, who="the check"), node=done.value)
+        from onnxdoctor.onnxkit.walk import walk_nodes
+
+        where = next((path for path, node in walk_nodes(model.graph) if done.value and node.name == done.value), None)
+        return [LocatedFinding(finding, where)]
+    elif done.ended == "signal":
+        finding = Finding("OD901", Stage.CHECK, Severity.ERROR,
+                          f"the onnx checker or shape inference crashed ({done.detail}); the graph is "
+                          "drawn unchecked")
+    elif done.ended == "timeout":
+        finding = Finding("OD902", Stage.CHECK, Severity.ERROR,
+                          f"the check was still running after {done.detail} and was stopped (--timeout)")
+    else:
+        finding = Finding("OD399", Stage.CHECK, Severity.ERROR, f"the check failed: {done.detail}")
+    return [LocatedFinding(finding, None)]
 
 
 def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | None
@@ -196,7 +230,7 @@ def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | Non
             from onnxdoctor.model import DiagnoseOptions
 
             options = DiagnoseOptions(fix=False, skip_check=True, targets=(name,),
-                                      timeout=max(request.timeout, 60.0))
+                                      timeout=max(request.timeout, 60.0), max_memory_mb=request.max_memory_mb)
             for diagnosis in _needs(diagnose, f"--target {name}")(str(request.model), options):
                 for result in diagnosis.targets:
                     if result.target == name:
@@ -372,6 +406,7 @@ def _runtime_findings(request: GraphRequest, diagnose: Diagnose) -> tuple[list[F
         fix=False,
         timeout=max(request.timeout, 60.0),
         skip_check=True,  # checked in-process already; the runtime's verdict is wanted regardless
+        max_memory_mb=request.max_memory_mb,
     )
     diagnoses = diagnose(str(request.model), options)
     findings: list[Finding] = []

@@ -10,13 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
 from onnxdoctor.worker.tracebacks import (
-    _custom_symbolics,
-    _locate_op,
-    _source_from_frames,
-    _symbolic_frame,
-    _user_frame,
     error_info,
+    find_custom_symbolics,
+    find_symbolic_frame,
+    locate_op,
+    source_from_frames,
+    user_frame,
 )
 
 
@@ -30,26 +31,29 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
 
     info = error_info(exc)
     op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
-    facts: dict[str, Any] = {"source": _user_frame(exc, target)}
-    symbolic = _symbolic_frame(exc, target)
+    facts: dict[str, Any] = {"source": user_frame(exc, target)}
+    symbolic = find_symbolic_frame(exc, target)
     if symbolic:
         # The failure happened inside the user's own symbolic function, called by torch.onnx.
         facts["symbolic_frame"] = symbolic
         facts["source"] = symbolic["source"]
-        owners = [op for op, fn in _custom_symbolics(target.resolve().parent).items()
+        owners = [op for op, fn in find_custom_symbolics(target.resolve().parent).items()
                   if fn == symbolic["function"]]
         if owners and not op:
             op = owners[0]
             facts["op"] = op
+    if not op:
+        # Any failure inside a TorchScript symbolic: the torch op torch was converting names it.
+        op = _converting(exc)
     if op:
         facts["op"] = op
     if op and not symbolic:
-        located = _source_from_frames(exc, target)
+        located = source_from_frames(exc, target)
         if located:
             facts["source"] = located
         else:  # costs a torch.export: only when the exporter's own frames did not tell
             with contextlib.suppress(Exception):
-                facts.update(_locate_op(loaded, op, target))
+                facts.update(locate_op(loaded, op, target))
         custom = op.split("::", 1)[0] not in ("aten", "prims")
         # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
         if gather or custom:
@@ -73,29 +77,115 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     return facts
 
 
-def torch_op_behind(node_op: str | None, state: dict[str, Any]) -> dict[str, Any]:
-    """The script's torch op whose symbolic wrote a custom-domain node, with its schema.
+def _converting(exc: BaseException) -> str | None:
+    """The torch op (`aten::unfold`) whose TorchScript symbolic was running when `exc` was raised."""
+    from onnxdoctor.worker.tracebacks import exception_chain
 
-    A node `mynamespace::MYSELU` with no runtime kernel came from a symbolic the script
-    registered for a torch op; knowing that op lets the fixes export its body instead, or
-    call it from a runtime kernel. Matched by namespace and name (case aside), or the one
-    symbolic of that namespace.
+    for current in exception_chain(exc, hidden_context=True):
+        tb = current.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_name == "_run_symbolic_function":
+                node = tb.tb_frame.f_locals.get("node")
+                with contextlib.suppress(Exception):
+                    kind = str(node.kind())
+                    if "::" in kind and not kind.startswith(("prim::", "onnx::")):
+                        return kind.rstrip("_")
+            tb = tb.tb_next
+    return None
+
+
+def torch_op_behind(node_op: str | None, state: dict[str, Any], node: str | None = None) -> dict[str, Any]:
+    """The code that wrote a custom-domain node ONNX Runtime has no kernel for, from the export's
+    provenance table: the torch op a registered symbolic maps (with its schema and real calls),
+    the autograd.Function whose `symbolic` wrote it, or torch.onnx.ops.symbolic in forward().
+
+    Without a table row (an older torch), the script's symbolics are matched by namespace and
+    name (case aside), or the one symbolic of that namespace.
     """
     if not node_op or "::" not in node_op or state.get("loaded") is None:
         return {}
-    domain, op_type = node_op.split("::", 1)
-    symbolics = [op for op in state.get("load_facts", {}).get("custom_symbolics", {})
-                 if op.split("::", 1)[0] == domain]
-    named = [op for op in symbolics if op.split("::", 1)[1].lower() == op_type.lower()]
-    behind = named[0] if named else (symbolics[0] if len(symbolics) == 1 else None)
+    table = state.get("provenance") or []
+    row = next((r for r in table if node and r.node == node), None) or next(
+        (r for r in table if r.op == node_op and r.emitter), None)
+    facts: dict[str, Any] = {}
+    behind = None
+    if row is not None and row.emitter:
+        facts["provenance"] = row.to_dict()
+        if row.emitter == REGISTERED_SYMBOLIC and "::" in row.torch_op:
+            behind = row.torch_op
+        if row.emitter in (REGISTERED_SYMBOLIC, FUNCTION_SYMBOLIC):
+            with contextlib.suppress(Exception):
+                facts["elementwise"] = _elementwise(row, state)
+        if row.emitter == FUNCTION_SYMBOLIC:
+            with contextlib.suppress(Exception):
+                facts["function_forward"] = _function_forward(row, state)
+    else:
+        domain, op_type = node_op.split("::", 1)
+        symbolics = [op for op in state.get("load_facts", {}).get("custom_symbolics", {})
+                     if op.split("::", 1)[0] == domain]
+        named = [op for op in symbolics if op.split("::", 1)[1].lower() == op_type.lower()]
+        behind = named[0] if named else (symbolics[0] if len(symbolics) == 1 else None)
     if behind is None:
-        return {}
+        return facts
     from onnxdoctor.worker.registry import observe_calls, op_facts
 
-    facts = {"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")}
+    facts.update({"torch_op": behind, "torch_op_facts": op_facts(behind, state.get("exporter") or "torchscript")})
     with contextlib.suppress(Exception):
         facts["torch_op_calls"] = observe_calls(state["loaded"], behind)
     return facts
+
+
+def _function_class(row: Any, state: dict[str, Any]) -> Any:
+    """The autograd.Function class a row names (`module:Qualname`), looked up where it lives."""
+    import importlib
+
+    module, _, qualname = row.function_class.partition(":")
+    namespace = state["loaded"].namespace
+    if module == namespace.get("__name__"):
+        owner: Any = namespace.get(qualname.split(".")[0])
+        parts = qualname.split(".")[1:]
+    else:
+        owner, parts = importlib.import_module(module), qualname.split(".")
+    for part in parts:
+        owner = getattr(owner, part)
+    return owner
+
+
+def _function_forward(row: Any, state: dict[str, Any]) -> str:
+    """`file.py:12` of the Function's forward (where the eager math a kernel calls lives)."""
+    code = _function_class(row, state).forward.__code__
+    return f"{Path(code.co_filename).name}:{code.co_firstlineno}"
+
+
+def _elementwise(row: Any, state: dict[str, Any]) -> bool:
+    """Whether the code behind the node computes elementwise: one output, and every aten op its
+    eager body traces to (at the export's input types, small shapes) is pointwise."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if len(row.output_types) != 1:
+        return False
+    if row.emitter == FUNCTION_SYMBOLIC:
+        function = _function_class(row, state).apply
+    else:
+        from torch._library import custom_ops
+
+        definition = custom_ops.OPDEFS.get(row.torch_op)
+        if definition is None:
+            raise LookupError("no Python body to trace (a compiled op)")
+        function = definition._init_fn
+    arguments: list[Any] = []
+    for argument in row.arguments:
+        if argument.input >= 0:
+            dtype = getattr(torch, row.input_types[argument.input] or "float32", torch.float32) \
+                if argument.input < len(row.input_types) else torch.float32
+            arguments.append(torch.rand(2, 3).to(dtype))
+        else:
+            arguments.append(argument.value)
+    graph = make_fx(function)(*arguments)
+    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    return bool(targets) and all(
+        torch.Tag.pointwise in getattr(t, "tags", ()) or "aten::_to_copy" in str(t) for t in targets)
 
 
 # What torch says when a companion library's compiled ops did not load (built for another torch,

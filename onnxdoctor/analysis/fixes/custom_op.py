@@ -6,31 +6,24 @@ with full annotations), and an onnxruntime-extensions Python kernel that calls t
 PyTorch implementation, so the wiring (domain, name, arity, attributes, types) is proven with
 numbers. The Python kernel proves wiring, not speed: `onnxdoctor scaffold` writes native ones.
 
-For a custom-domain node ONNX Runtime has no kernel for (OD401) in a script's export, the torch op
-whose symbolic wrote the node is known (the worker matches the script's symbolics): its own body
-can be exported instead of the node, or a kernel can call it.
+A custom-domain node ONNX Runtime has no kernel for (OD401) is custom_domain's.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import shlex
 
-from onnxdoctor.analysis.fixes import decompose
 from onnxdoctor.analysis.fixes._context import FixContext, OpArgument
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import CustomOpsets, ExportCode, Recipe, RuntimeKernels, UseExporter
 
-CODES = ("OD203", "OD401")
+CODES = ("OD203",)
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """Custom-domain export mappings for both exporters, with a Python kernel that proves them."""
     if not ctx.op or "::" not in ctx.op or ctx.op.startswith("aten::"):
         return []
-    if finding.code == "OD401":
-        if ctx.op.startswith("org.pytorch.aten::"):
-            return []  # ATen fallback nodes: export again without it (the aten_fallback family)
-        return [*_from_the_torch_op(finding, ctx), *_runtime_only(ctx)]
     arguments = ctx.schema_arguments
     if not arguments or not all(a.supported for a in arguments) or not any(a.is_tensor for a in arguments):
         return [_unknown_schema(ctx)]
@@ -222,34 +215,6 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument], node_op_type: s
     )
 
 
-def _from_the_torch_op(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """The torch op behind a script's custom node: its body exported, or a kernel calling it."""
-    ort_load = next((o for o in ctx.outcomes if o.stage is Stage.ORT_LOAD and o.facts.get("torch_op")), None)
-    if ctx.target_kind != "script" or ort_load is None:
-        return []
-    behind = replace(ctx, op=ort_load.facts["torch_op"], op_facts=ort_load.facts.get("torch_op_facts") or {},
-                     export_facts={**ctx.export_facts, "op_calls": ort_load.facts.get("torch_op_calls") or []})
-    node_op_type = (ctx.op or "").split("::", 1)[-1]
-    fixes = [
-        replace(fix, title=f"Export {behind.op}'s own body instead of the {ctx.op} node "
-                           "(dynamo exporter, run_decompositions): no custom kernel needed")
-        for fix in decompose.propose(replace(finding, op=behind.op), behind)
-    ]
-    arguments = behind.schema_arguments
-    if arguments and all(a.supported for a in arguments) and any(a.is_tensor for a in arguments):
-        kernel = kernel_snippet(behind, arguments, node_op_type)
-        fixes.append(Fix(
-            kind="runtime_kernel_python",
-            title=f"Register an ONNX Runtime kernel for {ctx.op} that calls {behind.op} (onnxruntime-extensions)",
-            snippet=kernel,
-            applicability=Applicability.UNSAFE,
-            cost=("a Python kernel proves the wiring (about 100 ns/element) and needs torch at run time; "
-                  f"`{scaffold_command(behind, arguments)}` writes native CPU and CUDA kernels"),
-            recipe=Recipe("runtime_kernel_python", (RuntimeKernels(python=kernel, extensions=True),)),
-        ))
-    return fixes
-
-
 # torch dtype names -> onnxscript tensor types and onnxruntime-extensions kernel types.
 _ONNXSCRIPT_TYPES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "bfloat16": "BFLOAT16",
                      "int64": "INT64", "int32": "INT32", "int16": "INT16", "int8": "INT8", "uint8": "UINT8",
@@ -264,31 +229,12 @@ def _padded(types: list[str], count: int) -> list[str]:
     return [*types[:count], *["float32"] * max(0, count - len(types))]
 
 
-def _runtime_only(ctx: FixContext) -> list[Fix]:
-    domain, _, op_type = (ctx.op or "").partition("::")
-    return [
-        Fix(
-            kind="runtime_kernel",
-            title=f"Give ONNX Runtime a kernel for {domain}::{op_type}",
-            snippet=(
-                "# A native library you already have:\n"
-                "onnxdoctor diagnose model.onnx --custom-op-library path/to/libcustom_ops.so\n\n"
-                "# Or generate one (C++ CPU kernel, CUDA kernel, Python kernel, parity test):\n"
-                f"onnxdoctor scaffold {op_type} --namespace {domain}\n"
-                "# then: options.register_custom_ops_library('<the built .so>')\n"
-            ),
-            applicability=Applicability.DISPLAY_ONLY,
-            cost="needs a kernel in every runtime that loads the model",
-        )
-    ]
-
-
 def _unknown_schema(ctx: FixContext) -> Fix:
     return Fix(
         kind="custom_op_manual",
         title=f"Map {ctx.op} to a custom-domain node and give ONNX Runtime a kernel",
         snippet=(
-            f"onnxdoctor scaffold {ctx.onnx_op_type} --namespace {ctx.namespace}\n"
+            f"onnxdoctor scaffold {shlex.quote(ctx.onnx_op_type)} --namespace {shlex.quote(ctx.namespace)}\n"
             "# writes the torch op, both export mappings, ONNX Runtime kernels and a parity test\n"
         ),
         applicability=Applicability.DISPLAY_ONLY,

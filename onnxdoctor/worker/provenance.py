@@ -1,0 +1,411 @@
+"""Which Python code produced each ONNX node, recorded while the export runs.
+
+TorchScript exporter: every symbolic builds nodes through `GraphContext.op`; for the duration of
+the export that call is wrapped to note the emitting function (torch's own symbolic, one the
+user registered for a torch op, or an autograd.Function's `symbolic`), how its parameters became
+the node's inputs and attributes, and the torch op being converted. The exporter's naming pass
+(`_jit_pass_onnx_assign_scoped_names_for_node_and_value`) is wrapped too: the graph it names is
+the one written, and each of its nodes carries the user's stack (sourceRange) and module scope.
+
+Dynamo exporter: torch writes `pkg.torch.onnx.stack_trace`, `fx_node`, `class_hierarchy` and
+`name_scopes` into each node's metadata_props; they are read from the file.
+
+Best effort throughout: what cannot be recorded is left out; the export itself is never changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from onnxdoctor.protocol import (
+    DYNAMO_TRANSLATION,
+    FUNCTION_SYMBOLIC,
+    ONNX_OPS_SYMBOLIC,
+    REGISTERED_SYMBOLIC,
+    TORCH_SYMBOLIC,
+    NodeArgument,
+    NodeProvenance,
+)
+
+# Rows kept per export: every custom-domain node, then the others up to this many.
+ROW_LIMIT = 5000
+
+# torch's attribute keyword pattern in g.op (`limit_f`, `axes_i`, `mode_s`).
+_ATTRIBUTE_KEY = re.compile(r"^(.+)_([ifstgz]|ty)$")
+_TRAMPOLINES = ("_run_symbolic_function", "_run_symbolic_method")
+_TS_FRAME = re.compile(r"^(.+?)\((\d+)\): (\S+)", re.MULTILINE)
+_SCALAR_NAMES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+                 "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+                 "Bool": "bool"}
+
+
+@dataclass
+class _Emission:
+    kind: str
+    emitter: str
+    torch_op: str = ""
+    function: str = ""
+    function_class: str = ""
+    arguments: tuple[NodeArgument, ...] = ()
+    input_types: tuple[str, ...] = ()
+    call: int = -1
+    trampoline: Any = None  # the frame of torch's call into the symbolic (dropped once numbered)
+
+
+@dataclass
+class TorchScriptRecorder:
+    """What the wrapped calls saw during one TorchScript export."""
+
+    target: Path
+    emissions: list[_Emission] = field(default_factory=list)
+    final: list[dict[str, Any]] = field(default_factory=list)
+    # The g.op call that raised, when an attribute's value does not fit its suffix (OD205).
+    failure: dict[str, Any] | None = None
+    # The symbolic call being recorded (torch's trampoline frame) and how many each emitter had.
+    _frame: Any = None
+    _calls: dict[str, int] = field(default_factory=dict)
+
+    def add(self, emission: _Emission) -> None:
+        """Record one g.op call, numbered by the symbolic call it belongs to."""
+        frame, emission.trampoline = emission.trampoline, None
+        if frame is None or not emission.emitter:
+            self.emissions.append(emission)
+            return
+        key = emission.function_class or emission.torch_op
+        if frame is not self._frame:
+            self._frame = frame
+            self._calls[key] = self._calls.get(key, -1) + 1
+        emission.call = self._calls[key]
+        self.emissions.append(emission)
+
+    def table(self, model: Any) -> list[NodeProvenance]:
+        """One row per node of the written model, its emitter matched by kind and order."""
+        by_output = {row["outputs"][0]: row for row in self.final if row["outputs"]}
+        emitted = _align(self.final, self.emissions)
+        rows: list[NodeProvenance] = []
+        for node in model.graph.node:
+            row = by_output.get(node.output[0]) if node.output else None
+            if row is None:
+                continue
+            emission = emitted.get(id(row))
+            op = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+            record = NodeProvenance(
+                node=node.name, op=op, source=_user_line(row["stack"], self.target) or "",
+                module=row["module"], output_types=tuple(row["output_types"]),
+                input_types=tuple(row["input_types"]),
+            )
+            if emission is not None:
+                record = replace(record, emitter=emission.emitter, torch_op=emission.torch_op,
+                                 function=emission.function, function_class=emission.function_class,
+                                 arguments=emission.arguments, call=emission.call)
+            rows.append(record)
+        return _bounded(rows)
+
+
+@contextlib.contextmanager
+def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
+    """Wrap `GraphContext.op` and the naming pass for the duration of one TorchScript export."""
+    recorder = TorchScriptRecorder(target)
+    try:
+        import torch
+        from torch.onnx._internal.torchscript_exporter import jit_utils
+
+        original_op = jit_utils.GraphContext.op
+        original_naming = torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value
+    except (ImportError, AttributeError):  # another torch: no table, the export as usual
+        yield recorder
+        return
+
+    def op(self: Any, opname: str, *raw_args: Any, outputs: int = 1, **kwargs: Any) -> Any:
+        try:
+            result = original_op(self, opname, *raw_args, outputs=outputs, **kwargs)
+        except Exception:
+            with contextlib.suppress(Exception):
+                recorder.failure = recorder.failure or _bad_attribute(opname, kwargs, sys._getframe(1))
+            raise
+        with contextlib.suppress(Exception):
+            recorder.add(_emission(self, opname, raw_args, kwargs, sys._getframe(1)))
+        return result
+
+    def naming(graph: Any) -> Any:
+        result = original_naming(graph)
+        with contextlib.suppress(Exception):
+            recorder.final.extend(_final_nodes(graph.nodes()))
+        return result
+
+    jit_utils.GraphContext.op = op  # type: ignore[method-assign]
+    torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = naming
+    try:
+        yield recorder
+    finally:
+        recorder._frame = None
+        jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
+        torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming
+
+
+def dynamo_table(model: Any, target: Path) -> list[NodeProvenance]:
+    """One row per node from the metadata the dynamo exporter writes."""
+    rows: list[NodeProvenance] = []
+    for node in model.graph.node:
+        props = {p.key: p.value for p in node.metadata_props}
+        fx_node = props.get("pkg.torch.onnx.fx_node", "")
+        target_op = _fx_target(fx_node)
+        emitter = ONNX_OPS_SYMBOLIC if target_op.startswith("onnx_symbolic::") else DYNAMO_TRANSLATION
+        scopes = _literal_list(props.get("pkg.torch.onnx.name_scopes", ""))
+        classes = _literal_list(props.get("pkg.torch.onnx.class_hierarchy", ""))
+        module = ".".join(s for s in scopes[:-1] if s)
+        owner = next((c for c in reversed(classes[:-1]) if c), "")
+        op = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        source = _user_line_dynamo(props.get("pkg.torch.onnx.stack_trace", ""), target) or ""
+        arguments = ()
+        if emitter == ONNX_OPS_SYMBOLIC:
+            arguments = tuple(NodeArgument(a.name, attribute=a.name, value=_attribute_value(a))
+                              for a in node.attribute)
+        rows.append(NodeProvenance(
+            node=node.name, op=op, emitter=emitter, torch_op=target_op,
+            module=f"{module} ({owner.rsplit('.', 1)[-1]})" if module and owner else module,
+            source=source, arguments=arguments,
+        ))
+    return _bounded(rows)
+
+
+# ---- TorchScript: what one g.op call tells -----------------------------------------------------------
+
+
+def _emission(context: Any, opname: str, raw_args: tuple[Any, ...], kwargs: dict[str, Any], frame: Any) -> _Emission:
+    """The emitting function of one g.op call, found by walking up to torch's trampoline."""
+    kind = opname if "::" in opname else f"onnx::{opname}"
+    chain: list[Any] = []
+    trampoline = None
+    current = frame
+    while current is not None and len(chain) < 64:
+        if current.f_code.co_name in _TRAMPOLINES and "torch/onnx" in current.f_code.co_filename.replace("\\", "/"):
+            trampoline = current
+            break
+        chain.append(current)
+        current = current.f_back
+    if trampoline is None or not chain:
+        return _Emission(kind, "")
+    # The symbolic torch called: the outermost frame below the trampoline that is not a
+    # decorator's wrapper (parse_args, quantized_args).
+    helpers = [f for f in chain if not f.f_code.co_filename.replace("\\", "/").endswith("symbolic_helper.py")]
+    called = helpers[-1] if helpers else chain[-1]
+    code = called.f_code
+    filename = code.co_filename.replace("\\", "/")
+    mine = "/torch/onnx/" not in filename
+    function = f"{Path(filename).name}:{code.co_firstlineno} {code.co_name}"
+    types = tuple(_scalar_type(v) for v in raw_args)
+    if trampoline.f_code.co_name == "_run_symbolic_method":
+        symbolic = trampoline.f_locals.get("symbolic_fn")
+        return _Emission(kind, FUNCTION_SYMBOLIC, "prim::PythonOp", function, _function_class(symbolic),
+                         _arguments(called, raw_args, kwargs), types, trampoline=trampoline)
+    node = trampoline.f_locals.get("node")
+    torch_op = str(node.kind()) if node is not None else ""
+    if not mine:
+        return _Emission(kind, TORCH_SYMBOLIC, torch_op, function, input_types=types, trampoline=trampoline)
+    return _Emission(kind, REGISTERED_SYMBOLIC, torch_op, function, arguments=_arguments(called, raw_args, kwargs),
+                     input_types=types, trampoline=trampoline)
+
+
+_WANTS = {"f": ("a float", (float, int)), "i": ("an int", (int,)), "s": ("a string", (str,))}
+
+
+def _bad_attribute(opname: str, kwargs: dict[str, Any], frame: Any) -> dict[str, Any] | None:
+    """The attribute keyword whose value its suffix cannot take, with the symbolic parameter it
+    came from and the `parse_args` descriptors that would hand the symbolic Python values."""
+    import torch
+
+    code = frame.f_code
+    names = code.co_varnames[1: code.co_argcount]
+    for key, value in kwargs.items():
+        match = _ATTRIBUTE_KEY.match(key)
+        if not match or match.group(2) not in _WANTS:
+            continue
+        suffix = match.group(2)
+        want, types = _WANTS[suffix]
+        items = value if isinstance(value, (list, tuple)) and suffix != "s" else [value]
+        graph_value = any(isinstance(v, torch._C.Value) for v in items)
+        wrong = graph_value or not all(isinstance(v, types) and not isinstance(v, bool) or
+                                       (suffix == "i" and isinstance(v, bool)) for v in items)
+        if not wrong:
+            continue
+        parameter = next((n for n in names if frame.f_locals.get(n) is value), "")
+        descriptors = []
+        for name in names:
+            local = frame.f_locals.get(name)
+            descriptors.append(suffix if name == parameter else "v" if isinstance(local, torch._C.Value)
+                               else _DESCRIPTOR.get(type(local), "none"))
+        given = "a graph value (torch._C.Value)" if graph_value else f"a {type(value).__name__}"
+        return {"keyword": key, "attribute": match.group(1), "suffix": suffix, "wants": want, "given": given,
+                "value": None if graph_value else _plain(value), "parameter": parameter, "node_op": opname,
+                "function": f"{Path(code.co_filename).name}:{code.co_firstlineno} {code.co_name}",
+                "parse_args": descriptors if graph_value else []}
+    return None
+
+
+_DESCRIPTOR = {float: "f", int: "i", bool: "b", str: "s"}
+
+
+def _arguments(frame: Any, raw_args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[NodeArgument, ...]:
+    """How the symbolic's parameters (after `g`) became the node's inputs and attributes."""
+    code = frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    inputs = [_unique(v) for v in raw_args]
+    attributes: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        match = _ATTRIBUTE_KEY.match(key)
+        if match and key != "outputs":
+            attributes[match.group(1)] = value
+    found: list[NodeArgument] = []
+    for name in names[1:]:
+        value = frame.f_locals.get(name)
+        unique = _unique(value)
+        if unique is not None:
+            found.append(NodeArgument(name, input=inputs.index(unique) if unique in inputs else -1))
+            continue
+        plain = _plain(value)
+        # The attribute it went to: the same name, else the one attribute holding that value.
+        attribute = name if name in attributes and _plain(attributes[name]) == plain else ""
+        if not attribute:
+            holding = [k for k, v in attributes.items() if _plain(v) == plain and plain is not None]
+            attribute = holding[0] if len(holding) == 1 else ""
+        found.append(NodeArgument(name, attribute=attribute, value=plain))
+    return tuple(found)
+
+
+def _unique(value: Any) -> int | None:
+    import torch
+
+    return value.unique() if isinstance(value, torch._C.Value) else None
+
+
+def _plain(value: Any) -> Any:
+    """A constant as JSON data (None for anything else: a tensor, a graph value)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
+        return list(value)
+    return None
+
+
+def _scalar_type(value: Any) -> str:
+    with contextlib.suppress(Exception):
+        return _SCALAR_NAMES.get(value.type().scalarType() or "", "")
+    return ""
+
+
+def _function_class(symbolic: Any) -> str:
+    """`module:Qualname` of the autograd.Function whose staticmethod `symbolic` this is."""
+    qualname = getattr(symbolic, "__qualname__", "")
+    owner = qualname.rsplit(".", 1)[0] if "." in qualname else ""
+    return f"{getattr(symbolic, '__module__', '')}:{owner}" if owner and "<locals>" not in owner else ""
+
+
+def _final_nodes(nodes: Any) -> list[dict[str, Any]]:
+    """The named graph's nodes (sub-blocks included) as plain data."""
+    rows = []
+    for node in nodes:
+        rows.append({
+            "kind": str(node.kind()),
+            "outputs": [o.debugName() for o in node.outputs()],
+            "stack": str(node.sourceRange()),
+            "module": _module_path(node.scopeName()),
+            "input_types": [_scalar_type(v) for v in node.inputs()],
+            "output_types": [_scalar_type(v) for v in node.outputs()],
+        })
+        for block in node.blocks():
+            rows.extend(_final_nodes(block.nodes()))
+    return rows
+
+
+def _module_path(scope: str) -> str:
+    """`__main__.Net::/torch.nn.modules.linear.Linear::l` -> `l (Linear)`."""
+    parts = [p.split("::", 1) for p in scope.split("/") if "::" in p]
+    names = [name for _cls, name in parts if name]
+    if not names:
+        return ""
+    from onnxdoctor.worker.parity import _scope_names
+
+    # A Sequential's child repeats its parent's name in the scope ("layers/layers.1"): qualnames.
+    return f"{_scope_names(names)[-1]} ({parts[-1][0].rsplit('.', 1)[-1]})"
+
+
+def _align(final: list[dict[str, Any]], emissions: list[_Emission]) -> dict[int, _Emission]:
+    """Each final node's emission: custom-domain kinds by their order among that kind (never
+    folded away), standard ones in order with the passes' removals skipped."""
+    matched: dict[int, _Emission] = {}
+    custom: dict[str, list[_Emission]] = {}
+    for emission in emissions:
+        if not emission.kind.startswith("onnx::"):
+            custom.setdefault(emission.kind, []).append(emission)
+    position = 0
+    for row in final:
+        kind = row["kind"]
+        if not kind.startswith("onnx::"):
+            queue = custom.get(kind)
+            if queue:
+                matched[id(row)] = queue.pop(0)
+            continue
+        for index in range(position, min(len(emissions), position + 400)):
+            if emissions[index].kind == kind:
+                matched[id(row)] = emissions[index]
+                position = index + 1
+                break
+    return matched
+
+
+def _user_line(stack: str, target: Path) -> str | None:
+    """The innermost frame in the user's folder of a TorchScript stack (`path(12): forward`)."""
+    folder = target.resolve().parent
+    for path, line, _function in _TS_FRAME.findall(stack):
+        with contextlib.suppress(OSError, ValueError):
+            if Path(path).resolve().parent == folder:
+                return f"{Path(path).name}:{line}"
+    return None
+
+
+def _user_line_dynamo(trace: str, target: Path) -> str | None:
+    from onnxdoctor.worker.tracebacks import user_line_from_trace
+
+    return user_line_from_trace(trace, target) if trace else None
+
+
+# ---- dynamo metadata ----------------------------------------------------------------------------------
+
+_FX_TARGET = re.compile(r"target=torch\.ops\.([\w]+)\.([\w]+)")
+
+
+def _fx_target(fx_node: str) -> str:
+    match = _FX_TARGET.search(fx_node)
+    return f"{match.group(1)}::{match.group(2)}" if match else ""
+
+
+def _literal_list(text: str) -> list[str]:
+    import ast
+
+    with contextlib.suppress(ValueError, SyntaxError):
+        value = ast.literal_eval(text)
+        if isinstance(value, list):
+            return [str(v) for v in value]
+    return []
+
+
+def _attribute_value(attribute: Any) -> Any:
+    import onnx
+
+    with contextlib.suppress(Exception):
+        return _plain(onnx.helper.get_attribute_value(attribute))
+    return None
+
+
+def _bounded(rows: list[NodeProvenance]) -> list[NodeProvenance]:
+    if len(rows) <= ROW_LIMIT:
+        return rows
+    custom = [r for r in rows if "::" in r.op]
+    return custom + [r for r in rows if "::" not in r.op][: max(0, ROW_LIMIT - len(custom))]
