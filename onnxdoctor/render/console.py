@@ -66,7 +66,7 @@ def _ladder(diagnosis: Diagnosis) -> Text:
 
 
 def _target_matrix(diagnosis: Diagnosis) -> Text:
-    from onnxdoctor.targets.matrix import STATIC_LINE, matrix_rows
+    from onnxdoctor.targets.matrix import STATIC_LINE, document_lines, matrix_rows
 
     text = Text("\n  target     check   reached  verdict          unsupported  partly\n", style="bold")
     for row in matrix_rows(diagnosis.targets):
@@ -75,6 +75,8 @@ def _target_matrix(diagnosis: Diagnosis) -> Text:
         text.append(f"{row.verdict:<16}", style=style)
         text.append(f" {row.unsupported:>11}  {row.partly:>6}\n")
     text.append(f"  ({STATIC_LINE})", style="dim")
+    for line in document_lines(diagnosis.targets):
+        text.append(f"\n  {printable(line)}", style="dim")
     return text
 
 

@@ -26,7 +26,7 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
             lines.append(f"| {outcome.stage.value} | {status} | {seconds} |")
         lines.append("")
         if diagnosis.targets:
-            from onnxdoctor.targets.matrix import STATIC_LINE, matrix_rows
+            from onnxdoctor.targets.matrix import STATIC_LINE, document_lines, matrix_rows
 
             lines += ["| target | check | reached | verdict | unsupported nodes | restricted nodes |",
                       "|---|---|---|---|---|---|"]
@@ -34,6 +34,8 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
                       f"| {r.unsupported} | {r.partly} |"
                       for r in matrix_rows(diagnosis.targets)]
             lines += ["", f"_{STATIC_LINE}._", ""]
+            documents = document_lines(diagnosis.targets)
+            lines += [*(f"- {line}" for line in documents), *([""] if documents else [])]
         if not diagnosis.findings:
             lines += ["Healthy: exports, passes the checker, loads and runs in ONNX Runtime, matches PyTorch.", ""]
         for finding in diagnosis.findings:

@@ -41,6 +41,11 @@ def matrix_rows(targets: tuple[TargetResult, ...]) -> list[MatrixRow]:
     return rows
 
 
+def document_lines(targets: tuple[TargetResult, ...]) -> list[str]:
+    """One line per static table judged: which document, at which revision and date, it read."""
+    return [f"{t.target}: {t.document}" for t in targets if t.kind == "table" and t.document]
+
+
 def target_dict(result: TargetResult) -> dict[str, Any]:
     """One target as JSON (schema 2, `targets` array)."""
     return {
@@ -53,6 +58,7 @@ def target_dict(result: TargetResult) -> dict[str, Any]:
         "added_seconds": result.added_seconds,
         "max_abs_diff": result.max_abs_diff,
         "note": result.note,
+        "document": result.document or None,
         "findings": [f.code for f in result.findings],
         "nodes": [
             {"node": v.node, "op": v.op, "status": v.status.value, "reason": v.reason, "source": v.source}

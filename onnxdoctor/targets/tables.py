@@ -445,4 +445,5 @@ def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str
         verdicts=verdicts,
         note=f"{STATIC_NOTE} ({where})" + (f"; {opset_note}" if opset_note else ""),
         seconds=time.perf_counter() - started,
+        document=where,
     )

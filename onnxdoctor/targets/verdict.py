@@ -64,3 +64,5 @@ class TargetResult:
     max_abs_diff: float | None = None
     # What the check added to the run's wall time (OpenVINO runs beside ONNX Runtime's stages).
     added_seconds: float | None = None
+    # A static table's document: repository, path, revision and date (tables.source_line).
+    document: str = ""
