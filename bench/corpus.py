@@ -11,7 +11,11 @@ false alarm there is a bug). Prints one line per file, then the totals:
 
 Not part of the test suite (each file is a real export plus fix verification: minutes in all).
 
-Usage: python bench/corpus.py [--jobs N] [--only SUBSTRING]
+Usage: python bench/corpus.py [--jobs N] [--only SUBSTRING] [--files A.py B.py ...] [--list FILE]
+
+`--files` and `--list` (a text file, one corpus file a line, `#` comments allowed) run only those
+files and print the same totals for that subset: how the first-seen figure in
+fixtures/corpus/README.md is measured (the files added in one batch, before any code change).
 """
 
 from __future__ import annotations
@@ -68,6 +72,10 @@ class Outcome:
         return bool(self.verified_kinds)
 
     @property
+    def code_matched(self) -> bool:
+        return self.expected.code is not None and self.expected.code in self.codes
+
+    @property
     def family_matched(self) -> bool:
         return any(kind in self.expected.families for kind in self.verified_kinds)
 
@@ -117,12 +125,44 @@ def diagnose(path: Path) -> Outcome:
     )
 
 
+def _selected(files: list[str], list_file: str | None) -> list[Path] | None:
+    """The corpus files named by --files and --list (None: neither was given)."""
+    names = list(files)
+    if list_file is not None:
+        try:
+            text = Path(list_file).read_text("utf-8")
+        except OSError as exc:
+            raise SystemExit(f"--list {list_file}: {exc.strerror or exc}") from None
+        names += [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    names = [n for n in names if n]
+    if not names and not files and list_file is None:
+        return None
+    paths = []
+    for name in names:
+        # A name may be bare (cumprod_pytorch_102948.py), without .py, or a path to the file.
+        path = CORPUS / Path(name).name
+        if path.suffix != ".py":
+            path = path.with_name(path.name + ".py")
+        if not path.is_file():
+            raise SystemExit(f"{name}: no such file in {CORPUS.relative_to(ROOT)}")
+        paths.append(path)
+    if not paths:
+        raise SystemExit("--files/--list named no corpus file")
+    return sorted(set(paths))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1, help="files diagnosed at once")
     parser.add_argument("--only", default="", help="only files whose name contains this")
+    parser.add_argument("--files", nargs="+", default=[], metavar="FILE",
+                        help="only these corpus files (names or paths)")
+    parser.add_argument("--list", dest="list_file", metavar="FILE",
+                        help="only the corpus files named in FILE, one a line")
     args = parser.parse_args()
-    paths = sorted(p for p in CORPUS.glob("*.py") if args.only in p.name)
+    chosen = _selected(args.files, args.list_file)
+    pool_paths = chosen if chosen is not None else sorted(CORPUS.glob("*.py"))
+    paths = [p for p in pool_paths if args.only in p.name]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         outcomes = list(pool.map(diagnose, paths))
     failing = [o for o in outcomes if o.expected.code is not None]
@@ -132,7 +172,8 @@ def main() -> int:
             verdict = "healthy" if o.healthy else f"FALSE ALARM {','.join(o.codes) or o.error}"
         else:
             verdict = (
-                f"{','.join(o.codes) or '-'} op={'/'.join(o.ops) or '-'}"
+                f"{','.join(o.codes) or '-'}{'' if o.code_matched else ' (expected ' + str(o.expected.code) + ')'}"
+                f" op={'/'.join(o.ops) or '-'}"
                 f"{'' if o.op_named or o.expected.op is None else ' (op NOT named)'} "
                 f"fix={'/'.join(o.verified_kinds) or 'none verified'}"
                 f"{'' if o.family_matched else ' (expected ' + ' or '.join(o.expected.families) + ')'}"
@@ -148,6 +189,7 @@ def main() -> int:
         f"expected family {sum(o.family_matched for o in failing)}/{len(failing)}, "
         f"healthy {sum(o.healthy for o in healthy)}/{len(healthy)} (no false alarm)"
     )
+    print(f"expected code {sum(o.code_matched for o in failing)}/{len(failing)}")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
-from onnxdoctor.model import Severity, Stage
+from onnxdoctor.model import PIPELINE_STAGES, Severity, Stage
 
 
 @dataclass(frozen=True)
@@ -22,16 +22,8 @@ class Code:
 
 
 E, W = Severity.ERROR, Severity.WARNING
-L, X, C, R, U, P, G, T = (
-    Stage.LOAD,
-    Stage.EXPORT,
-    Stage.CHECK,
-    Stage.ORT_LOAD,
-    Stage.ORT_RUN,
-    Stage.PARITY,
-    Stage.TARGET,
-    Stage.TOOL,
-)
+L, X, C, R, U, P = PIPELINE_STAGES  # load, export, check, ort_load, ort_run, parity
+G, T = Stage.TARGET, Stage.TOOL
 
 CODES: tuple[Code, ...] = (
     # 0xx: environment (reported against the tool stage)
@@ -110,6 +102,7 @@ CODES: tuple[Code, ...] = (
     Code("OD902", "worker-timed-out", T, E, "The worker exceeded the time limit and was killed"),
     Code("OD903", "worker-exited", T, E, "The worker exited without reporting a result"),
     Code("OD904", "output-flood", T, W, "The model script printed more output than is kept"),
+    Code("OD905", "worker-out-of-memory", T, E, "The worker ran out of memory (its cap, --max-memory-mb, or the machine's)"),
     Code("OD999", "internal-error", T, E, "onnxdoctor itself failed (a bug: please report it)"),
 )
 
@@ -126,9 +119,17 @@ def get_code(code: str) -> Code:
 
 
 def find_code(text: str) -> Code | None:
-    """The code named by `text`: a code such as OD203 (any case) or its slug."""
+    """The code named by `text`: a code such as OD203 (any case, or just 203) or its slug."""
     wanted = text.strip()
+    if len(wanted) == 3 and wanted.isascii() and wanted.isdigit():
+        wanted = "OD" + wanted
     return _BY_CODE.get(wanted.upper()) or next((c for c in CODES if c.slug == wanted.lower()), None)
+
+
+def group(entry: Code) -> str:
+    """What a code's hundreds digit names (README, Codes): its stage, but `environment` for OD0xx,
+    whose findings report against the tool stage."""
+    return "environment" if entry.code.startswith("OD0") else entry.stage.value
 
 
 def catch_all(stage: Stage) -> str:

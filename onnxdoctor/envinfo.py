@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.envprobe import PROBE_TIMEOUT_S, _finish_probe, _probe_failed, _start_probe
+from onnxdoctor.envprobe import PROBE_TIMEOUT_S, ProbeFailed, finish_probe, start_probe
 
 ENV_SCHEMA = 1
 NOT_INSTALLED = "not installed"
@@ -446,6 +446,30 @@ def target_availability(providers: list[str] | None = None) -> list[dict[str, An
     return rows
 
 
+def probe_runtime(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """onnx's and ONNX Runtime's facts, gathered in a child process (onnxdoctor.envprobe).
+
+    Returns ``{"onnx": {...}, "onnxruntime": {...}}``; when the child fails or times out both hold
+    ``"installed"`` from package metadata and an ``"error"`` line instead of the facts.
+    """
+    return _probe_facts(start_probe(), timeout)
+
+
+def _probe_facts(probe: Any, timeout: float) -> dict[str, Any]:
+    try:
+        return finish_probe(probe, timeout)
+    except ProbeFailed as exc:
+        return _probe_failed(str(exc))
+
+
+def _probe_failed(reason: str) -> dict[str, Any]:
+    versions = package_versions()
+    return {
+        "onnx": {"installed": versions["onnx"] != NOT_INSTALLED, "error": reason},
+        "onnxruntime": {"installed": versions["onnxruntime"] != NOT_INSTALLED, "error": reason},
+    }
+
+
 def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """Everything `onnxdoctor env` reports, as plain data (the `env --json` schema).
 
@@ -459,10 +483,10 @@ def collect_env(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
         ``{"schema": 1, "versions", "exporters", "onnx", "onnxruntime", "tools", "warnings"}``.
     """
     versions = package_versions()
-    probe = _start_probe() if versions["onnx"] != NOT_INSTALLED else None
+    probe = start_probe() if versions["onnx"] != NOT_INSTALLED else None
     tools_started = _start_tools()
     exporters = exporter_facts(versions)  # file reads while the children work
-    facts = _finish_probe(probe, timeout) if probe else _probe_failed("onnx is not installed")
+    facts = _probe_facts(probe, timeout) if probe else _probe_failed("onnx is not installed")
     if versions["onnx"] == NOT_INSTALLED:
         facts["onnx"].pop("error", None)  # OD001 already says so
         if facts["onnxruntime"]["installed"]:

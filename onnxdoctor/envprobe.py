@@ -1,7 +1,7 @@
 """`onnxdoctor env`'s runtime probe: onnx's and ONNX Runtime's facts, from a child process.
 
 The probe imports onnx and onnxruntime, which the command-line process never does
-(docs/ARCHITECTURE.md): `probe_runtime` starts `python -c "...; _probe_main()"` and reads the JSON
+(docs/ARCHITECTURE.md): `start_probe` starts `python -c "...; _probe_main()"` and reads the JSON
 it prints.
 """
 
@@ -123,16 +123,12 @@ def _probe_command() -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def probe_runtime(timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """onnx's and ONNX Runtime's facts, gathered in a child process (see `_probe_main`).
-
-    Returns ``{"onnx": {...}, "onnxruntime": {...}}``; when the child fails or times out both hold
-    ``"installed"`` from package metadata and an ``"error"`` line instead of the facts.
-    """
-    return _finish_probe(_start_probe(), timeout)
+class ProbeFailed(Exception):
+    """The probe process failed or took too long; the message says which, in one line."""
 
 
-def _start_probe() -> subprocess.Popen[str]:
+def start_probe() -> subprocess.Popen[str]:
+    """Start the probe's child process (`finish_probe` reads its facts)."""
     env = dict(os.environ, PYTHONSAFEPATH="1")
     return subprocess.Popen(
         _probe_command(),
@@ -144,31 +140,24 @@ def _start_probe() -> subprocess.Popen[str]:
     )
 
 
-def _finish_probe(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+def finish_probe(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """The facts the started probe printed (`_probe_main`), with the seconds it took.
+
+    Raises:
+        ProbeFailed: the probe timed out or printed no facts.
+    """
     started = time.perf_counter()
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return _probe_failed(f"the probe took longer than {timeout:g} s and was stopped")
+        raise ProbeFailed(f"the probe took longer than {timeout:g} s and was stopped") from None
     lines = out.strip().splitlines()
     try:
         facts = json.loads(lines[-1])
     except (IndexError, ValueError):
         last = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        return _probe_failed(f"the probe process failed: {last[:300]}")
+        raise ProbeFailed(f"the probe process failed: {last[:300]}") from None
     facts["seconds"] = round(time.perf_counter() - started, 3)
     return dict(facts)
-
-
-def _probe_failed(reason: str) -> dict[str, Any]:
-    from onnxdoctor.envinfo import NOT_INSTALLED, package_versions  # envinfo imports this module
-
-    versions = package_versions()
-    return {
-        "onnx": {"installed": versions["onnx"] != NOT_INSTALLED, "error": reason},
-        "onnxruntime": {"installed": versions["onnxruntime"] != NOT_INSTALLED, "error": reason},
-    }
-
-

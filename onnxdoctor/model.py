@@ -124,6 +124,10 @@ class FixCheck:
     @property
     def failure(self) -> str:
         """Where a tried fix failed: the stage, or what was still wrong when every stage passed."""
+        if self.status is Status.TIMED_OUT or self.problem == "OD902":
+            # Killed at the deadline: nothing is known to be wrong with the fix itself.
+            where = f" during {self.failed_at.value}" if self.failed_at is not None else ""
+            return f"ran out of time{where} (--timeout)"
         if self.failed_at is not None:
             return f"failed at {self.failed_at.value}"
         if not self.numbers_checked:
@@ -175,11 +179,16 @@ class DynamicShapesKeys:
 
 @dataclass(frozen=True)
 class SecondInputs:
-    """OD210 checked again at a second input set: where the inputs came from, and the verdict."""
+    """OD210 checked again at other input sets: which ones (or the one that differs), and the verdict."""
 
     source: str
     matched: bool
     max_abs_diff: float | None = None
+    # Where a difference first arises (a submodule and its op), when it could be traced.
+    where: str | None = None
+    # Traced again at the differing inputs: True if that export matches there (the recorded
+    # branch is the cause), False if it differs too (the frozen value is not), None if not tried.
+    frozen_cause: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -265,3 +274,7 @@ class DiagnoseOptions:
     localize_budget: float = 30.0
     skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)
     targets: tuple[str, ...] = ()  # --target names (docs/targets.md); empty: the script's, else ort-cpu
+    # Cap on each worker's memory in MB (--max-memory-mb); None: three quarters of physical memory.
+    max_memory_mb: int | None = None
+    # When the whole command must end (time.monotonic()); None: --timeout from when diagnose starts.
+    deadline: float | None = None

@@ -25,6 +25,9 @@ from pathlib import Path
 
 from onnxdoctor.errors import RefusedWrite, UsageError
 
+# The folders a writer holds (pinned_folder): absolute path -> (device, inode) when pinned.
+_PINNED: dict[str, tuple[int, int]] = {}
+
 
 class OutputError(UsageError):
     """A file could not be written (a full disk, a read-only folder, a name too long)."""
@@ -128,6 +131,7 @@ def install(
         RefusedWrite, UsageError: as `check_output`, checked again now; or the move failed.
     """
     check_output(path, force=force, what=what, protected=protected)
+    _still_pinned(path, what)
     try:
         if force:
             os.replace(source, path)  # replaces a link itself, never its target
@@ -211,6 +215,36 @@ def staging_folder(parent: Path, *, name: str) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def pinned_folder(folder: Path, *, what: str) -> Iterator[None]:
+    """Hold `folder` for a writer that fills it: it must be a real folder (not a link) now, and
+    `install` checks before every move that it is still that same folder.
+
+    A folder swapped for a link to another one while a run went on is refused, never written
+    through.
+    """
+    info = _lstat(folder, what)
+    if info is None or stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise RefusedWrite(f"{what} {folder} is not a folder (a link?); nothing was written")
+    key = os.path.abspath(folder)
+    _PINNED[key] = (info.st_dev, info.st_ino)
+    try:
+        yield
+    finally:
+        _PINNED.pop(key, None)
+
+
+def _still_pinned(path: Path, what: str) -> None:
+    """The folder `path` goes into is the one `pinned_folder` saw, if it was pinned."""
+    expected = _PINNED.get(os.path.abspath(path.parent))
+    if expected is None:
+        return
+    info = _lstat(path.parent, what)
+    if info is None or stat.S_ISLNK(info.st_mode) or (info.st_dev, info.st_ino) != expected:
+        raise RefusedWrite(f"{what} {path.parent} was replaced while onnxdoctor ran (a link?); "
+                           f"{path.name} was not written")
 
 
 def install_folder(

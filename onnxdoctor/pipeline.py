@@ -34,7 +34,6 @@ from onnxdoctor.model import (
     Stage,
     StageOutcome,
     Status,
-    TargetGap,
 )
 from onnxdoctor.protocol import WorkerRequest, WorkerResult
 from onnxdoctor.recipe import Recipe, RuntimeKernels, UseExporter
@@ -64,13 +63,22 @@ def diagnose(
             raise UsageError(f"--custom-op-library {library}: no such file")
     owned = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="onnxdoctor-")) if workdir is None else workdir
-    # --timeout bounds the whole command: every worker gets what is left of it.
-    deadline = time.monotonic() + options.timeout
+    # --timeout bounds the whole command: every worker gets what is left of it, less a reserve
+    # for the parent's own work afterwards (judging fixed models, rendering, writing files).
+    # The command's clock starts where the CLI started it (options.deadline), else here.
+    ends = options.deadline if options.deadline is not None else time.monotonic() + options.timeout
+    deadline = ends - render_reserve(options.timeout)
     try:
         return _diagnose(target, options, workdir, progress or (lambda _m: None), deadline)
     finally:
         if owned:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def render_reserve(timeout: float) -> float:
+    """Seconds of --timeout kept back from the workers for what follows them: judging fixed
+    models, rendering, writing files (a tenth, from one second up to five; at most a quarter)."""
+    return min(5.0, max(1.0, 0.1 * timeout), timeout / 4)
 
 
 def _diagnose(
@@ -109,13 +117,17 @@ def _diagnose(
             findings = verifier.search_chains(verifier.verify(findings, planned))
         targets: tuple[Any, ...] = ()
         if run_id == "main":
-            targets = _targets(options, outcomes, result.events, target)
+            targets = _timed_out_targets(_targets(options, outcomes, result.events, target), result,
+                                         request.targets)
             # Target-driven fixes: rewrites into what a target's table asks for, verified like
             # the others and then judged by every target (docs/targets.md).
-            gaps = attach_fixes([f for t in targets for f in t.findings], outcomes, target, options, exporter)
+            gaps = attach_fixes([*(f for t in targets for f in t.findings), *_target_setting_problems(options, outcomes)],
+                                outcomes, target, options, exporter)
             if options.fix and gaps:
                 gaps = verifier.verify(gaps, None)
-            findings = [_fixes_on_targets(f, targets, verifier.runs) for f in [*findings, *gaps]]
+            # Judging fixed models by every target is the parent's own work: within --timeout too.
+            findings = ([*findings, *gaps] if time.monotonic() >= deadline
+                        else _judge_on_targets([*findings, *gaps], targets, verifier.runs))
         diagnoses.append(
             Diagnosis(
                 target=target.display,
@@ -137,94 +149,51 @@ def _targets(options: DiagnoseOptions, outcomes: list[StageOutcome], events: lis
     """The deployment targets' verdicts on the main run's model (docs/targets.md)."""
     from onnxdoctor.targets.collect import collect, onnx_file, requested_targets
 
-    names, problems = requested_targets(options.targets, outcomes)
-    results = collect(names, outcomes, events, onnx_file(outcomes, target.path, target.kind))
-    if problems:
-        from onnxdoctor.targets import TargetResult
-
-        bad = tuple(Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems)
-        results = (*results, TargetResult("script", "table", None, "skipped", findings=bad, note=problems[0]))
-    return results
+    names, _problems = requested_targets(options.targets, outcomes)
+    return collect(names, outcomes, events, onnx_file(outcomes, target.path, target.kind))
 
 
-def _fixes_on_targets(finding: Finding, targets: tuple[Any, ...],
-                      runs: dict[str, tuple[WorkerResult, str]]) -> Finding:
-    """Each working fix's model judged by every requested target: the fix x target matrix.
+def _target_setting_problems(options: DiagnoseOptions, outcomes: list[StageOutcome]) -> list[Finding]:
+    """OD799 for each name in the script's `targets` setting that names no target (a finding,
+    not a row of the target table: there is no target called "script")."""
+    from onnxdoctor.targets.collect import requested_targets
 
-    ONNX Runtime CPU's verdict is the fix check itself; a static table judges the fixed model's
-    file; OpenVINO's is the run the fix's worker made of the fixed model. A fix for a target's own
-    finding works only when that target no longer has the finding's problem with the fixed model.
-    """
-    if not targets or not any(f.check and f.check.works and f.check.artifact for f in finding.fixes):
-        return finding
-    from onnxdoctor.onnxkit.files import OnnxFileError, read_onnx
-    from onnxdoctor.targets import get_target
-    from onnxdoctor.targets.matrix import matrix_rows
-    from onnxdoctor.targets.tables import check_model
-
-    own = finding.detail.target if isinstance(finding.detail, TargetGap) else None
-    fixes = []
-    for fix in finding.fixes:
-        check = fix.check
-        if check is None or not check.works or not check.artifact:
-            fixes.append(fix)
-            continue
-        verdicts: list[tuple[str, str]] = [("ort-cpu", check.reached.value if check.reached else "passed")]
-        still = False
-        try:
-            model = read_onnx(Path(check.artifact), load_external_data=False)
-        except OnnxFileError:
-            model = None
-        for result in targets:
-            if result.target in ("ort-cpu", "script"):
-                continue
-            if result.target == "openvino":
-                verdict = _openvino_verdict(runs.get(fix.recipe.key()) if fix.recipe else None)
-                verdicts.append(("openvino", verdict))
-                still = still or (own == "openvino" and verdict not in ("parity", "passed"))
-                continue
-            # A GPU provider's real run is the main model's; fixed models get its table's verdict.
-            if get_target(result.target).kind != "table" or model is None:
-                verdicts.append((result.target, "not checked"))
-                still = still or own == result.target
-                continue
-            judged = check_model(result.target, model)
-            row = matrix_rows((judged,))[0]
-            verdicts.append((result.target, f"refuses {row.unsupported} node(s)" if row.unsupported
-                             else f"{row.verdict} ({row.partly} node(s))" if row.partly else row.verdict))
-            if own == result.target:
-                problems = _target_problems(judged.findings)
-                brought = problems - _target_problems(result.findings)
-                if (finding.code, finding.op) in problems or brought:
-                    still = True
-                    new_ops = ", ".join(sorted(str(op) for _code, op in brought))
-                    check = replace(check, detail=f"the fixed model has {new_ops}, which {own} does not take"
-                                    if brought else f"{own} still reports {finding.op} in the fixed model")
-        check = replace(check, targets=tuple(verdicts))
-        if still:
-            check = replace(check, status=Status.FAILED, problem=finding.code,
-                            detail=check.detail or f"{own} still does not take the fixed model")
-        fixes.append(replace(fix, check=check))
-    return replace(finding, fixes=tuple(fixes))
+    _names, problems = requested_targets(options.targets, outcomes)
+    return [Finding("OD799", Stage.TARGET, Severity.ERROR, p) for p in problems]
 
 
-def _target_problems(findings: tuple[Finding, ...]) -> set[tuple[str, str | None]]:
-    return {(f.code, f.op) for f in findings}
+def _timed_out_targets(results: tuple[Any, ...], result: WorkerResult, ran: tuple[str, ...]) -> tuple[Any, ...]:
+    """A target the worker was still checking when --timeout killed it failed with OD902 (never
+    "skipped" and the model healthy): OpenVINO may need minutes to compile a model."""
+    ort_load = result.records("main").get("ort_load")
+    if not result.timed_out or ort_load is None or ort_load.status == "skipped":
+        return results  # alive throughout, or killed before there was a model to check at all
+    done = {e.get("target") for e in result.events if e.get("event") == "target" and e.get("run", "main") == "main"}
+    late = [name for name in ran if name not in done]
+    if not late:
+        return results
+    from onnxdoctor.targets import TargetResult
+
+    fixed = []
+    for item in results:
+        if item.target in late:
+            message = (f"the {item.target} check was still running after {result.seconds:.0f} s and was killed "
+                       "(raise --timeout: compiling a model can take minutes)")
+            finding = Finding("OD902", Stage.TARGET, Severity.ERROR, message)
+            item = TargetResult(item.target, item.kind, None, "failed", findings=(finding,),
+                                note="timed out (--timeout)")
+        fixed.append(item)
+    return tuple(fixed)
 
 
-def _openvino_verdict(run: tuple[WorkerResult, str] | None) -> str:
-    """What OpenVINO did with a fixed model, from the fix run's target event."""
-    if run is None:
-        return "not run"
-    result, run_id = run
-    record = next((e for e in result.events if e.get("event") == "target" and e.get("target") == "openvino"
-                   and e.get("run", "main") == run_id), None)
-    if record is None:
-        return "not run"
-    if record.get("status") == "passed":
-        return str(record.get("reached") or "passed")
-    step = record.get("step") or record.get("reached") or "?"
-    return f"failed at {step}"
+def _judge_on_targets(findings: list[Finding], targets: tuple[Any, ...],
+                      runs: dict[str, tuple[WorkerResult, str]]) -> list[Finding]:
+    """Each working fix's model judged by every requested target, each model once per target."""
+    if not targets:
+        return findings
+    from onnxdoctor.targets.judge import FixJudge
+
+    return FixJudge(targets, runs).judge(findings)
 
 
 def _precheck_script(target: Target) -> Diagnosis | None:
@@ -276,7 +245,15 @@ def _request(
         localize_budget=options.localize_budget,
         expected_fingerprint=expected_fingerprint,
         targets=_worker_targets(options.targets),
+        max_memory_mb=memory_cap(options),
     )
+
+
+def memory_cap(options: DiagnoseOptions) -> int:
+    """Each worker's memory cap in MB: --max-memory-mb, else the machine's default (0: none)."""
+    from onnxdoctor.supervise import default_memory_mb
+
+    return default_memory_mb() if options.max_memory_mb is None else max(0, options.max_memory_mb)
 
 
 def _worker_targets(names: tuple[str, ...]) -> tuple[str, ...]:

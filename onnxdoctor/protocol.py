@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,8 @@ from onnxdoctor.recipe import Recipe
 
 # The parent's pid, in the worker's environment: the worker ends itself when that process is gone.
 PARENT_PID_ENV = "ONNXDOCTOR_PARENT_PID"
+# The worker's memory cap in MB, which it sets on itself first thing (0 or absent: none).
+MEMORY_CAP_ENV = "ONNXDOCTOR_MAX_MEMORY_MB"
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class WorkerRequest:
     localize_budget: float = 30.0
     # Deployment targets the worker runs itself after the main run (docs/targets.md): "openvino".
     targets: tuple[str, ...] = ()
+    # The cap on the worker's memory in MB (0: none); the parent sets it, the worker names it.
+    max_memory_mb: int = 0
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
@@ -72,6 +76,41 @@ class WorkerRequest:
         data["apply_fix"] = Recipe.from_dict(data["apply_fix"]) if data.get("apply_fix") else None
         data["targets"] = tuple(data.get("targets", ()))
         return cls(**data)
+
+
+def memory_limiter(megabytes: int) -> Callable[[], None] | None:
+    """A function capping this process's data segment (heap and private mappings) at
+    `megabytes`; None for no cap (0) or where the platform has no such limit.
+
+    RLIMIT_DATA, not RLIMIT_AS: address space merely reserved (thread arenas, mapped libraries)
+    does not count, so the cap measures what the process really allocates.
+    """
+    if megabytes <= 0:
+        return None
+    try:
+        import resource
+
+        kind = resource.RLIMIT_DATA
+    except (ImportError, AttributeError):
+        return None
+    limit = megabytes * 2**20
+
+    def limit_memory() -> None:
+        _soft, hard = resource.getrlimit(kind)
+        cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(kind, (cap, cap))  # the hard limit too: the script cannot lift it
+
+    return limit_memory
+
+
+def out_of_memory_message(stage: str | None, detail: str, cap_mb: int, who: str = "the worker") -> str:
+    """The one line for a process that ran out of memory (OD905), in the worker or seen from
+    outside; `detail` says where ("in shape inference ..."), when known."""
+    where = f" during {stage}" if stage else ""
+    what = f", {detail}" if detail and "bad_alloc" not in detail else ""
+    cap = (f"; the cap is {cap_mb} MB per process (--max-memory-mb raises it)" if cap_mb > 0
+           else "; the machine ran out (--max-memory-mb caps a process)")
+    return f"{who} ran out of memory{where}{what}{cap}"
 
 
 # A stage record's status: the stage ran and passed, ran and failed, or did not run (`reason`).

@@ -195,6 +195,8 @@ Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
 _SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes)
+# Steps written for one exporter: they mean nothing (or something else) to the other.
+_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
@@ -227,6 +229,24 @@ class Recipe:
     def all(self, cls: type[S]) -> list[S]:
         """Every step of that type, in order."""
         return [s for s in self.steps if isinstance(s, cls)]
+
+    @property
+    def exporter_bound(self) -> bool:
+        """Whether a step was written for the chosen exporter (export code, custom opsets, export
+        type, dynamic_shapes): switching exporters voids it."""
+        return any(isinstance(s, _EXPORTER_BOUND) for s in self.steps)
+
+    @property
+    def acts_on(self) -> int:
+        """Where the fix acts, in the order a user applies fixes: 0 the model, 1 the export, 2 the
+        exported file, 3 the runtime."""
+        if any(isinstance(s, (EvalMode, LoadCode)) for s in self.steps):
+            return 0
+        if any(isinstance(s, RewriteOnnx) for s in self.steps):
+            return 2
+        if self.steps and all(isinstance(s, RuntimeKernels) for s in self.steps):
+            return 3
+        return 1
 
     def with_default(self, step: Step) -> Recipe:
         """The recipe with `step` added unless it already has a step of that type."""

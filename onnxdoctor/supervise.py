@@ -14,7 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from onnxdoctor.protocol import PARENT_PID_ENV, WorkerRequest, WorkerResult, read_events
+from onnxdoctor.guarded import Guarded, default_memory_mb, guarded_call  # noqa: F401 - re-exported
+from onnxdoctor.proctree import become_subreaper, end_descendants, proc_stat
+from onnxdoctor.protocol import (
+    MEMORY_CAP_ENV,
+    PARENT_PID_ENV,
+    WorkerRequest,
+    WorkerResult,
+    read_events,
+)
 
 OWNER_FILE = "owner.pid"
 HEAD_BYTES = 8 * 1024
@@ -73,11 +81,14 @@ def run_worker(
     cwd: Path,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> WorkerResult:
-    """Start `python -m onnxdoctor.worker`, watch it, and kill its whole group when done or late."""
+    """Start `python -m onnxdoctor.worker`, watch it, and kill its whole group when done or late.
+
+    The worker's memory is capped at `request.max_memory_mb` (0: no cap), children included.
+    """
     request_path = Path(request.workdir) / f"request-{time.monotonic_ns()}.json"
     request_path.write_text(request.to_json(), "utf-8")
     env = _worker_env(request)
-    _become_subreaper()
+    become_subreaper()
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "onnxdoctor.worker", str(request_path)],
@@ -89,7 +100,8 @@ def run_worker(
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None
-    born = _start_time(process.pid)
+    stat = proc_stat(process.pid)
+    born = stat[1] if stat else None
     out, err = _Capture(process.stdout), _Capture(process.stderr)
     timed_out = False
     seen = 0
@@ -118,7 +130,8 @@ def run_worker(
         # Grandchildren the script started live in the same group: end them too, and then every
         # descendant that left the group (setsid + fork daemons reparent to us, the subreaper).
         _kill_group(process.pid)
-        _kill_descendants(born, spare=process.pid)
+        if born is not None:  # scanned until none is left: a daemon may keep forking
+            end_descendants(os.getpid(), born=born, spare=process.pid)
         ended_at = time.time()
     out.join(2.0)
     err.join(2.0)
@@ -135,6 +148,7 @@ def run_worker(
         stdout=out.text(),
         stderr_tail=err.tail_text(),
         output_bytes=out.total + err.total,
+        extra={"max_memory_mb": request.max_memory_mb},
     )
 
 
@@ -142,10 +156,15 @@ def _worker_env(request: WorkerRequest) -> dict[str, str]:
     """The worker's environment: ours, plus what lets it find the package, its parent and its
     private temporary folder."""
     env = dict(os.environ)
-    env.setdefault("PYTHONIOENCODING", "utf-8")
+    # The parent decodes the worker's output as UTF-8; whatever the locale or the user's own
+    # PYTHONIOENCODING (even set empty, which means the locale's ASCII), the worker writes UTF-8 and
+    # escapes what cannot be encoded instead of raising in the middle of torch's export.
+    env["PYTHONIOENCODING"] = "utf-8:backslashreplace"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # The worker watches this pid and ends itself (and its group) when the parent is gone.
     env[PARENT_PID_ENV] = str(os.getpid())
+    # The worker caps its own memory first thing (a preexec function is unsafe beside our threads).
+    env[MEMORY_CAP_ENV] = str(max(0, request.max_memory_mb))
     # Libraries' own temporary files (torchinductor_*, ...) go into the run's folder, removed with it.
     private_tmp = Path(request.workdir) / "tmp"
     private_tmp.mkdir(exist_ok=True)
@@ -161,70 +180,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _become_subreaper() -> None:
-    """Orphaned descendants of the worker reparent to this process, so none escapes the kill."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) from /proc, or None when the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and ')'
-    try:
-        return int(fields[1]), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _start_time(pid: int) -> int | None:
-    stat = _proc_stat(pid)
-    return stat[1] if stat else None
-
-
-def _kill_descendants(born: int | None, *, spare: int) -> None:
-    """SIGKILL every descendant of this process started since the worker was (then reap them).
-
-    `spare` is the worker itself, which its Popen object reaps.
-    """
-    if born is None or not os.path.isdir("/proc"):
-        return
-    children: dict[int, list[int]] = {}
-    started: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _proc_stat(int(entry))
-            if stat is not None:
-                children.setdefault(stat[0], []).append(int(entry))
-                started[int(entry)] = stat[1]
-    pending, victims = [os.getpid()], []
-    while pending:
-        for child in children.get(pending.pop(), []):
-            pending.append(child)
-            if started.get(child, 0) >= born and child != spare:
-                victims.append(child)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-    for pid in victims:
-        try:
-            os.waitpid(pid, 0)  # orphans became our children: leave no zombies
-        except ChildProcessError:
-            pass
 
 
 def make_workdir() -> Path:

@@ -127,20 +127,48 @@ def parse_coreml(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, {}
 
 
+def _web_ranges(cell: str) -> list[list[int | None]]:
+    """`6-12,13+` -> [[6, 12], [13, None]]; `11` -> [[11, 11]] (the versions a kernel is registered for)."""
+    ranges: list[list[int | None]] = []
+    for part in (p.strip() for p in cell.split(",")):
+        if not part:
+            continue
+        if part.endswith("+"):
+            ranges.append([int(part[:-1]), None])
+        elif "-" in part:
+            low, high = part.split("-", 1)
+            ranges.append([int(low), int(high)])
+        else:
+            ranges.append([int(part), int(part)])
+    return ranges
+
+
+# Domains of ONNX Runtime Web's list that a model names (com.ms.internal.nhwc is ONNX Runtime's own
+# layout-transformed copy of an ai.onnx op, never in an exported model).
+_WEB_DOMAINS = {"ai.onnx": "", "com.microsoft": "com.microsoft"}
+
+
 def parse_webgpu(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """ONNX Runtime Web's webgpu-operators.md: | Operator | Opset | Comments |."""
+    """ONNX Runtime Web's webgpu-operators.md: | Operator | Opset | Comments |.
+
+    The Opset cell names each domain with its registered versions: `ai.onnx(6-12,13+);
+    com.microsoft(1+)`. One row per (domain, op) a model can name, with `ranges` (since, until;
+    null: open-ended) and `min_opset`.
+    """
     rows = []
     for line in text.splitlines():
         m = re.match(r"\|\s*(\w+)\s*\|\s*(.+?)\s*\|\s*(.*?)\s*\|\s*$", line)
         if not m or m.group(1) == "Operator":
             continue
-        ranges = re.search(r"ai\.onnx\(([^)]*)\)", m.group(2))
-        if not ranges:
-            continue
-        starts = [int(r.split("-")[0].rstrip("+")) for r in ranges.group(1).split(",") if r.strip()]
-        rows.append({"op": m.group(1), "domain": "", "status": "supported", "types": [],
-                     "min_opset": min(starts), "opsets": ranges.group(1),
-                     "restrictions": _clean(m.group(3)), "rules": []})
+        for domain_name, cell in re.findall(r"([\w.]+)\(([^)]*)\)", m.group(2)):
+            if domain_name not in _WEB_DOMAINS:
+                continue
+            ranges = _web_ranges(cell)
+            if not ranges:
+                continue
+            rows.append({"op": m.group(1), "domain": _WEB_DOMAINS[domain_name], "status": "supported", "types": [],
+                         "min_opset": min(r[0] for r in ranges), "opsets": cell, "ranges": ranges,
+                         "restrictions": _clean(m.group(3)), "rules": []})
     return rows, {}
 
 
@@ -259,8 +287,12 @@ def build_table(target: str, meta: dict[str, Any], text: str) -> dict[str, Any]:
         "source": {
             "repository": meta["repository"],
             "path": meta["path"],
-            "commit": meta["commit"],
+            "commit": meta.get("commit"),
             "version": version,
+            # When the document dates from (its commit's, or its release package's date).
+            "date": meta.get("date"),
+            # A document taken from a runtime's release package rather than a repository commit.
+            **({"package": meta["package"]} if meta.get("package") else {}),
             "document_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
             # A stored excerpt (one provider's section of a large document) says so.
             **({"extract": meta["extract"]} if meta.get("extract") else {}),

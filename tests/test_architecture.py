@@ -87,7 +87,8 @@ def test_the_vocabulary_imports_only_the_standard_library(name: str) -> None:
 
 def test_the_code_table_imports_only_the_model() -> None:
     imports = _imports(PACKAGE / "codes.py")
-    assert _ours(imports) <= {"onnxdoctor.model", "onnxdoctor.model.Severity", "onnxdoctor.model.Stage"}
+    assert _ours(imports) <= {"onnxdoctor.model", "onnxdoctor.model.PIPELINE_STAGES", "onnxdoctor.model.Severity",
+                                "onnxdoctor.model.Stage"}
     assert {m.split(".")[0] for m in imports} - STDLIB == {"onnxdoctor"}
 
 
@@ -114,3 +115,17 @@ def test_only_the_worker_imports_torch_or_onnxruntime() -> None:
         if heavy:
             offenders.append(f"{path.relative_to(PACKAGE)}: {sorted(heavy)}")
     assert offenders == []
+
+
+DRAWING_AND_TARGETS = ("graph", "targets")
+
+
+@pytest.mark.parametrize("path", _sources(*DRAWING_AND_TARGETS), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_drawing_and_target_judging_never_import_the_pipeline(path: Path) -> None:
+    """The command layer runs the pipeline and hands graph/ its findings; targets/ judges models
+    and fixes from data, testable without a worker."""
+    forbidden = ("onnxdoctor.pipeline", "onnxdoctor.supervise", "onnxdoctor.cli", "onnxdoctor.worker")
+    assert _hits(_imports(path), forbidden) == []
+
+
+# No private names across modules and no file circles, package-wide: tests/test_architecture_house.py.

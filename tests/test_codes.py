@@ -215,6 +215,7 @@ def test_codes_json_lists_every_code() -> None:
             "code": entry.code,
             "slug": entry.slug,
             "stage": entry.stage.value,
+            "group": "environment" if entry.code[2] == "0" else entry.stage.value,
             "severity": entry.severity.value,
             "summary": entry.summary,
         }

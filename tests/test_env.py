@@ -297,7 +297,7 @@ def test_the_runtime_refusal_prefix_is_stripped() -> None:
 
 
 def test_a_probe_that_cannot_finish_is_a_warning_not_a_hang() -> None:
-    facts = envprobe.probe_runtime(timeout=0.01)
+    facts = envinfo.probe_runtime(timeout=0.01)
     assert "error" in facts["onnxruntime"]
     env = _facts(28, 14)
     env["onnxruntime"] = facts["onnxruntime"]

@@ -142,6 +142,22 @@ def test_focus_draws_the_neighbourhood(tmp_path: Path) -> None:
     assert len([n for n in svg_nodes(tmp_path / "m.svg") if n[0] == "Relu"]) == 2
 
 
+def test_focus_steps_through_drawn_values_not_shared_weights(tmp_path: Path) -> None:
+    # Every layer adds the same weight: through it, each of the 30 ops is two steps from any other.
+    names = ["x", *[f"t{i}" for i in range(1, 30)], "y"]
+    nodes = [helper.make_node("Add", [names[i], "w"], [names[i + 1]], name=f"node{i}") for i in range(30)]
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2, 3], [0.5] * 6)
+    path = save(model(nodes, initializers=[weight]), tmp_path / "m.onnx")
+    result = _graph(path, "--focus", "node15", "--radius", "2")
+    assert result.exit_code == 0, result.output
+    ops = sorted(n[1] for n in svg_nodes(tmp_path / "m.svg") if n and n[0] == "Add")
+    assert ops == ["node13", "node14", "node15", "node16", "node17"]
+    assert "focus: 5 of 30 nodes" in result.stdout
+    # Drawn, the weight is a value like any other: every op is within two steps through it.
+    drawn = _graph(path, "--focus", "node15", "--radius", "2", "--initializers", "--force")
+    assert drawn.exit_code == 0 and "focus: 30 of 30 nodes" in drawn.stdout
+
+
 def test_focus_on_an_unknown_name_suggests_close_ones(tmp_path: Path) -> None:
     path = save(chain(5), tmp_path / "m.onnx")
     result = _graph(path, "--focus", "node_3")
@@ -341,11 +357,32 @@ def test_runtime_marks_what_onnx_runtime_refuses(tmp_path: Path) -> None:
     assert "OD401 error" in result.stdout
 
 
-def test_a_png_past_a_few_hundred_nodes_says_to_draw_svg(tmp_path: Path) -> None:
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+def test_a_png_past_a_node_budget_is_laid_out_in_columns_that_stay_readable(tmp_path: Path) -> None:
+    # 400 ops in one `dot` strip gave a 92 x 10003 PNG with 5-pixel text.
     small = save(chain(20), tmp_path / "small.onnx")
     big = save(chain(400), tmp_path / "big.onnx")
     assert "--svg" not in _graph(small, "--png").stdout
     result = _graph(big, "--png", "--no-check")
     assert result.exit_code == 0, result.output
-    assert "400 nodes make a PNG too small to read; draw it with --svg" in result.stdout
-    assert (tmp_path / "big.png").stat().st_size > 0
+    assert "layered layout in " in result.stdout and " columns, " in result.stdout
+    assert "too small" not in result.stdout and "-pixel text" not in result.stdout
+    width, height = _png_size(tmp_path / "big.png")
+    assert 0.4 < width / height < 4, (width, height)  # about 16:10, not a strip
+    assert width * height <= 40_000_000
+    # The same drawing forced into one dot layout says why it cannot be read.
+    forced = _graph(big, "--png", "--no-check", "--layout", "dot", "--force")
+    assert forced.exit_code == 0 and "too small to read" in forced.stdout
+
+
+def test_png_text_size_is_known_before_drawing() -> None:
+    from onnxdoctor.graph.graphviz import READABLE_TEXT_PIXELS, png_text_pixels
+
+    assert png_text_pixels((40.0, 25.0)) == 10.0  # small: not scaled
+    assert png_text_pixels((120.0, 75.0)) >= 8.0  # bigger than 12 Mpixels: kept readable
+    assert png_text_pixels((2000.0, 1250.0)) < READABLE_TEXT_PIXELS  # past cairo's sides: it says so

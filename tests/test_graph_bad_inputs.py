@@ -229,6 +229,9 @@ def test_without_system_graphviz_graphviz_pure_draws(tmp_path: Path, layout: str
     proc = _run(path, "--svg", "--layout", layout, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OD002" not in proc.stdout
+    # The line names what really drew the picture.
+    assert "Graphviz dot" not in proc.stdout and "Graphviz neato" not in proc.stdout
+    assert "graphviz-pure" in proc.stdout.splitlines()[0]
     labels = [text for node in svg_nodes(tmp_path / "m.svg") for text in node]
     assert "If" in labels and len(svg_clusters(tmp_path / "m.svg")) == 4
     png = _run(path, "--png", "--layout", layout, "-o", tmp_path / "m.png", env=env)

@@ -15,7 +15,8 @@ from onnx import helper
 from typer.testing import CliRunner
 
 from onnxdoctor.cli import app
-from onnxdoctor.graph.drawing import _visible, dot_quote
+from onnxdoctor.graph.elements import dot_quote
+from onnxdoctor.graph.elements import visible as _visible
 
 HOSTILE = [
     'q"uote',

@@ -8,18 +8,18 @@ import pytest
 
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
-from onnxdoctor.worker.parity import _scope_names
+from onnxdoctor.worker.parity import scope_names
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def test_torchscript_scopes_map_to_module_names() -> None:
     # A Sequential's child repeats its parent's name; a ModuleList item (never called) does not.
-    assert _scope_names(["layers", "layers.2", "act"]) == ["layers", "layers.2", "layers.2.act"]
-    assert _scope_names(["layers.0", "lin"]) == ["layers.0", "layers.0.lin"]
-    assert _scope_names(["encoder", "encoder.layer.0", "attention", "self"]) == [
+    assert scope_names(["layers", "layers.2", "act"]) == ["layers", "layers.2", "layers.2.act"]
+    assert scope_names(["layers.0", "lin"]) == ["layers.0", "layers.0.lin"]
+    assert scope_names(["encoder", "encoder.layer.0", "attention", "self"]) == [
         "encoder", "encoder.layer.0", "encoder.layer.0.attention", "encoder.layer.0.attention.self"]
-    assert _scope_names([]) == []
+    assert scope_names([]) == []
 
 
 @pytest.mark.slow

@@ -231,17 +231,17 @@ def test_to_float32_keeps_outputs_that_other_nodes_read_and_initializers_that_ar
 def test_expand_for_target_expands_until_the_target_lacks_no_function_op() -> None:
     from onnxdoctor.onnxkit.transforms import expand_for_target, expand_function
 
-    node = onnx.helper.make_node("HardSwish", ["x"], ["y"], name="hs")
+    node = onnx.helper.make_node("Mish", ["x"], ["y"], name="mish")
     graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
                                    [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    once = {n.op_type for n in expand_function(model, "HardSwish").graph.node}
-    assert "HardSigmoid" in once
-    # CoreML's table has HardSigmoid: one expansion. WebGPU's stored list lacks it: expanded too.
-    assert {n.op_type for n in expand_for_target(model, "HardSwish", "coreml").graph.node} == once
-    web = expand_for_target(model, "HardSwish", "ort-web")
-    assert "HardSigmoid" not in {n.op_type for n in web.graph.node}
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 22)])
+    model.ir_version = 10
+    once = {n.op_type for n in expand_function(model, "Mish").graph.node}
+    assert "Softplus" in once
+    # CoreML's table has Softplus: one expansion. WebGPU's list lacks it: expanded too.
+    assert {n.op_type for n in expand_for_target(model, "Mish", "coreml").graph.node} == once
+    web = expand_for_target(model, "Mish", "ort-web")
+    assert "Softplus" not in {n.op_type for n in web.graph.node}
     onnx.checker.check_model(web, full_check=True)
     import numpy as np
     from onnx.reference import ReferenceEvaluator

@@ -1,13 +1,19 @@
-"""OD210 checked at a second input set: a frozen trace is judged by what it does on other inputs."""
+"""OD210 checked at other input sets: a frozen trace is judged by what it does on other inputs.
+
+The sets are the script's get_inputs2() and three sets derived from the example inside its range;
+a difference is traced to its cause before the tracer is blamed (fixtures/frozen/).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from onnxdoctor.model import DiagnoseOptions, SecondInputs, Severity
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.worker.parity import derived_input_sets
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -43,7 +49,8 @@ def test_a_frozen_branch_that_flips_is_an_error_with_the_numbers() -> None:
     [frozen] = [f for f in diagnosis.findings if f.code == "OD210"]
     assert frozen.severity is Severity.ERROR and not diagnosis.healthy
     assert isinstance(frozen.detail, SecondInputs) and frozen.detail.matched is False
-    assert "floats scaled by -1.7" in frozen.message and "max abs error" in frozen.message
+    assert "floats mirrored" in frozen.message and "max abs error" in frozen.message
+    assert frozen.detail.frozen_cause is True  # traced at the differing inputs, it matches there
 
 
 @pytest.mark.slow
@@ -53,5 +60,68 @@ def test_a_frozen_value_that_does_not_matter_is_a_warning_checked_at_the_script_
     diagnosis = diagnose(str(script), DiagnoseOptions(fix=False))[0]
     [frozen] = [f for f in diagnosis.findings if f.code == "OD210"]
     assert frozen.severity is Severity.WARNING and diagnosis.healthy
-    assert frozen.detail == SecondInputs("the script's get_inputs2()", True, frozen.detail.max_abs_diff)  # type: ignore[union-attr]
+    assert frozen.detail == SecondInputs(  # type: ignore[union-attr]
+        "4 input sets: the script's get_inputs2(); the example's floats mirrored, shuffled and constant",
+        True, frozen.detail.max_abs_diff)  # type: ignore[union-attr]
     assert "matches PyTorch too" in frozen.message
+
+
+def test_derived_inputs_stay_in_the_example_s_range_and_domain() -> None:
+    torch.manual_seed(0)
+    image = torch.rand(1, 3, 8, 8)  # pixels in [0, 1]
+    signed = torch.randn(2, 5)
+    ids = torch.tensor([[3, 1, 4]])
+    mask = torch.tensor([True, False])
+    holes = torch.tensor([1.0, float("nan"), 2.0])
+    sets = derived_input_sets((image, (signed, ids)), {"mask": mask, "holes": holes})
+    assert [name for name, _a, _k in sets] == [f"the example's floats {n}" for n in ("mirrored", "shuffled", "constant")]
+    lo, hi = image.min(), image.max()
+    for _name, (img, (sig, got_ids)), kwargs in sets:
+        assert img.dtype == image.dtype and img.shape == image.shape
+        assert lo <= img.min() and img.max() <= hi  # never normal floats for an image
+        assert sig.abs().max() <= signed.abs().max()  # within the example's magnitude
+        assert torch.equal(got_ids, ids) and torch.equal(kwargs["mask"], mask)  # indices and masks stay
+        assert torch.equal(kwargs["holes"].isnan(), holes.isnan())
+    (_n, (mirrored, (negated, _i)), _k), (_n2, (shuffled, _s), _k2), (_n3, (constant, (zeros, _z)), _k3) = sets
+    torch.testing.assert_close(mirrored, lo + hi - image)  # one-signed: reflected within [lo, hi]
+    for seed in range(20):  # exactly in range, rounding included
+        torch.manual_seed(seed)
+        pixels = torch.rand(3, 16, 16)
+        reflected = derived_input_sets((pixels,), {})[0][1][0]
+        assert pixels.min() <= reflected.min() and reflected.max() <= pixels.max()
+    torch.testing.assert_close(negated, -signed)  # spans zero: negated
+    assert torch.equal(shuffled.flatten().sort().values, image.flatten().sort().values)  # same values
+    assert not torch.equal(shuffled, image)
+    assert torch.equal(constant, torch.full_like(image, float(lo)))  # the in-range value nearest 0
+    assert torch.equal(zeros, torch.zeros_like(signed))
+
+
+@pytest.mark.slow
+def test_an_image_branch_no_valid_input_flips_verifies_the_tracer_s_fix() -> None:
+    """Inputs in [0, 1] never take `image.max() > 1`: normal floats would, and wrongly blame the tracer."""
+    diagnosis = diagnose(str(FIXTURES / "frozen/pixel_range_branch.py"), DiagnoseOptions(fix=True))[0]
+    assert diagnosis.findings[0].code == "OD204"
+    exporter = next(f for f in diagnosis.findings[0].fixes if f.kind == "exporter")
+    assert exporter.verified is True, exporter.check
+    assert "matches at 3 input sets" in exporter.check.detail  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_agreeing_at_get_inputs2_does_not_clear_a_frozen_branch() -> None:
+    diagnosis = diagnose(str(FIXTURES / "frozen/second_inputs_same_branch.py"),
+                         DiagnoseOptions(exporter="torchscript", fix=False))[0]
+    [frozen] = [f for f in diagnosis.findings if f.code == "OD210"]
+    assert frozen.severity is Severity.ERROR and not diagnosis.healthy
+    assert isinstance(frozen.detail, SecondInputs) and frozen.detail.matched is False
+    assert frozen.detail.source == "the example's floats mirrored"
+    assert "it matched at the script's get_inputs2()" in frozen.message
+
+
+@pytest.mark.slow
+def test_a_difference_the_frozen_value_did_not_cause_is_not_blamed_on_the_tracer() -> None:
+    diagnosis = diagnose(str(FIXTURES / "frozen/topk_ties_frozen_scale.py"), DiagnoseOptions(fix=False))[0]
+    [frozen] = [f for f in diagnosis.findings if f.code == "OD210"]
+    assert isinstance(frozen.detail, SecondInputs)
+    assert frozen.detail.matched is False and frozen.detail.frozen_cause is False
+    assert frozen.detail.source == "the example's floats constant"  # every score ties
+    assert frozen.severity is Severity.WARNING and "not the cause" in frozen.message

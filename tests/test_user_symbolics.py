@@ -32,8 +32,8 @@ def test_symbolics_from_library_files_are_not_the_users(tmp_path: Path) -> None:
         "torch.library.define('libns::nms', '(Tensor x) -> Tensor')\n"
         "import mine, somelib\n"
         "from pathlib import Path\n"
-        "from onnxdoctor.worker.tracebacks import _custom_symbolics\n"
-        f"print(json.dumps(_custom_symbolics(Path({str(project)!r}))))\n"
+        "from onnxdoctor.worker.tracebacks import find_custom_symbolics\n"
+        f"print(json.dumps(find_custom_symbolics(Path({str(project)!r}))))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

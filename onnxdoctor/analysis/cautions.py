@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from onnxdoctor.analysis.findings import _finding, _from_record
+from onnxdoctor.analysis.findings import finding_from_record, make_finding
 from onnxdoctor.analysis.normalize import normalize_message
 from onnxdoctor.model import (
     Finding,
@@ -17,7 +17,7 @@ from onnxdoctor.model import (
 )
 
 
-def _warnings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]:
+def caution_findings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]:
     """Findings that bite later, each from the facts of the stages that passed."""
     by_stage = {s.stage: s for s in stages}
     found: list[Finding] = []
@@ -35,7 +35,7 @@ def _training_mode(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     if not (load and load.facts.get("training") and load.facts.get("mode_sensitive_modules")):
         return []
     modules = load.facts["mode_sensitive_modules"]
-    return [_finding(
+    return [make_finding(
         "OD206",
         Stage.EXPORT,
         f"the model is in training mode, and {len(modules)} mode-sensitive module(s) are too "
@@ -56,7 +56,7 @@ def _opset_cautions(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     if requested and ((ceiling and int(requested) > int(ceiling)) or
                       (written and exporter == "dynamo" and int(requested) > int(written))):
         limit = f"its maximum is {ceiling}" if ceiling else f"it wrote opset {written} instead"
-        return [_finding(
+        return [make_finding(
             "OD209",
             Stage.EXPORT,
             f"opset {requested} is beyond what the {exporter} exporter supports ({limit})",
@@ -64,7 +64,7 @@ def _opset_cautions(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
             evidence=tuple(w for w in export.warnings if "opset" in w.lower())[:2],
         )]
     if requested and written and int(requested) != int(written):
-        return [_finding(
+        return [make_finding(
             "OD207",
             Stage.EXPORT,
             f"opset {requested} was requested but the {exporter} exporter wrote opset {written}",
@@ -83,18 +83,30 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     message = ("the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
                "recorded only what the example input did")
     detail, severity = None, Severity.WARNING
-    if isinstance(second, dict) and "matched" in second:
-        detail = SecondInputs(str(second.get("source")), bool(second["matched"]), second.get("max_abs_diff"))
+    if isinstance(second, dict) and "matched" in second and not second.get("unchecked"):
+        detail = SecondInputs(str(second.get("source")), bool(second["matched"]), second.get("max_abs_diff"),
+                              _first_difference(second.get("diverging")), second.get("frozen_cause"))
+        where = f"; the difference first arises at {detail.where}" if detail.where else ""
+        agreed = second.get("matched_at") or []
+        if agreed and not detail.matched:
+            where = f"; it matched at {', '.join(agreed)}" + where
         if detail.matched:
-            message += (f"; at a second input set ({detail.source}) it matches PyTorch too, so the frozen "
-                        "values did not matter there: check the inputs you deploy with")
+            message += (f"; at other inputs in the example's range ({detail.source}) it matches PyTorch "
+                        "too, so the frozen values did not matter there: check the inputs you deploy with")
+        elif detail.frozen_cause is False:
+            message += (f"; at other inputs ({detail.source}) the export differs ({second.get('message')})"
+                        f"{where}, but exported again traced at those inputs it differs the same way: "
+                        "the frozen values are not the cause (ties or near-equal values there, as in topk or "
+                        "NMS, can order differently)")
         else:
-            message += (f"; at a second input set ({detail.source}) it gives wrong results without any "
-                        f"error: {second.get('message')}")
+            message += (f"; at other inputs ({detail.source}) it gives wrong results without any "
+                        f"error: {second.get('message')}{where}"
+                        + ("; exported again traced at those inputs it matches, so the branch the "
+                           "tracer recorded is the cause" if detail.frozen_cause else ""))
             severity = Severity.ERROR
     else:
         message += ": other inputs can give wrong results without any error"
-    found = _finding(
+    found = make_finding(
         "OD210",
         Stage.EXPORT,
         message,
@@ -103,6 +115,16 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         detail=detail,
     )
     return [replace(found, severity=severity)]
+
+
+def _first_difference(found: object) -> str | None:
+    """'module `roi_heads` (RoIHeads), node /roi_heads/TopK (TopK)' from the localisation's facts."""
+    if not isinstance(found, dict) or not found.get("module"):
+        return None
+    text = f"module `{found['module']}` ({found.get('module_class')})"
+    if found.get("node"):
+        text += f", node {found['node']} ({found.get('op')})"
+    return text
 
 
 def _static_dims(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
@@ -120,7 +142,7 @@ def _none_outputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     if not (load and parity and parity.status is Status.PASSED and nones):
         return []
     total = len(load.facts.get("outputs", [])) + nones
-    finding = _finding(
+    finding = make_finding(
         "OD602",
         Stage.PARITY,
         f"PyTorch returns {total} outputs, {nones} of them None; the ONNX model has "
@@ -137,7 +159,7 @@ def _dropped_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     names, given = run.facts["model_inputs"], run.facts.get("example_tensors", 0)
     if len(names) >= given:
         return []
-    return [_finding(
+    return [make_finding(
         "OD502",
         Stage.ORT_RUN,
         f"the exported model takes {len(names)} input(s) ({', '.join(names)}) but the example "
@@ -150,7 +172,7 @@ def _checker_warnings(by_stage: _ByStage, base_dir: str | None) -> list[Finding]
     check = by_stage.get(Stage.CHECK)
     if not (check and check.status is Status.PASSED):
         return []
-    return [_from_record(record, base_dir) for record in check.facts.get("findings", [])]
+    return [finding_from_record(record, base_dir) for record in check.facts.get("findings", [])]
 
 
 def _warning_source(text: str, base_dir: str | None) -> str | None:
@@ -193,7 +215,7 @@ def _dynamic_dims_finding(export: StageOutcome, base_dir: str | None) -> Finding
     evidence = tuple(normalize_message(ln, base_dir=base_dir, limit=300) for ln in violation.splitlines()[:6])
     if not evidence:
         evidence = tuple(w for w in export.warnings if "dynamic" in w.lower() or "special" in w.lower())[:2]
-    return replace(_finding("OD208", Stage.EXPORT, message, evidence=evidence), severity=severity)
+    return replace(make_finding("OD208", Stage.EXPORT, message, evidence=evidence), severity=severity)
 
 
 def _readable_guard(text: str) -> str:

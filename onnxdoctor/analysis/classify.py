@@ -11,7 +11,7 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from onnxdoctor.analysis.normalize import first_line, normalize_message
 from onnxdoctor.codes import catch_all, get_code
@@ -85,13 +85,13 @@ _CAPTURE_TEXT = (
     "Dynamic control flow is not supported",
     "Could not extract specialized integer from data-dependent",
 )
-from onnxdoctor.analysis.cautions import _warnings
+from onnxdoctor.analysis.cautions import caution_findings
 from onnxdoctor.analysis.findings import (
-    _evidence,
-    _finding,
-    _from_record,
-    _source_from_text,
+    error_evidence,
+    finding_from_record,
     library_frame,
+    make_finding,
+    source_from_text,
 )
 
 
@@ -158,7 +158,7 @@ def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> 
             break  # the worker died: the supervisor's tool finding (OD901/OD902/OD903) says how
         findings.extend(_classify_failure(outcome, by_stage, base_dir))
         break
-    findings.extend(_warnings(stages, base_dir))
+    findings.extend(caution_findings(stages, base_dir))
     return _with_node_sources(_dedupe(findings), by_stage)
 
 
@@ -172,16 +172,26 @@ def _with_node_sources(findings: list[Finding], by_stage: dict[Stage, StageOutco
     ]
 
 
+class _Failure(NamedTuple):
+    """A failed stage as the stage's own classifier reads it."""
+
+    outcome: StageOutcome
+    text: str  # the error's whole text, causes included
+    evidence: tuple[str, ...]
+    base_dir: str | None
+    by_stage: dict[Stage, StageOutcome]
+
+
 def _classify_failure(
     outcome: StageOutcome, by_stage: dict[Stage, StageOutcome], base_dir: str | None
 ) -> list[Finding]:
     facts = outcome.facts
     error = outcome.error
     text = error.all_text() if error else ""
-    evidence = _evidence(error, base_dir)
+    evidence = error_evidence(error, base_dir)
     hint = facts.get("code")
     if outcome.stage is Stage.CHECK and facts.get("findings"):
-        found = [_from_record(r, base_dir) for r in facts["findings"]]
+        found = [finding_from_record(r, base_dir) for r in facts["findings"]]
         return _blame_user_symbolic(found, by_stage) + found
     if hint and outcome.stage is Stage.PARITY:
         return [_parity_finding(str(hint), outcome, by_stage, evidence, base_dir)]
@@ -189,7 +199,7 @@ def _classify_failure(
         code = str(hint)
         message = first_line(normalize_message(error.message if error else "", base_dir=base_dir)) or get_code(code).summary
         if code == "OD104" and error and error.chain_messages:
-            evidence = _evidence(error, base_dir)
+            evidence = error_evidence(error, base_dir)
         if code == "OD104" and facts.get("extension_mismatches"):
             # Not the script's fault: a compiled companion built for another torch failed to load.
             code, message = "OD099", "; ".join(str(m) for m in facts["extension_mismatches"])
@@ -197,7 +207,7 @@ def _classify_failure(
             # The user's own library path, as given: never shortened to <tmp>/ like a library's.
             message = f"custom-op library {facts['library']} {message}"
         return [
-            _finding(
+            make_finding(
                 code,
                 outcome.stage,
                 message,
@@ -212,7 +222,7 @@ def _classify_failure(
         Stage.ORT_LOAD: _classify_ort_load,
     }.get(outcome.stage)
     if classifier is not None:
-        found = classifier(outcome, text, evidence, base_dir, by_stage)
+        found = classifier(_Failure(outcome, text, evidence, base_dir, by_stage))
         if found:
             return found
     code = catch_all(outcome.stage)
@@ -226,7 +236,7 @@ def _classify_failure(
     if outcome.stage is Stage.EXPORT and error is not None:
         message = _with_place(message, op, library_frame(error))
     return [
-        _finding(
+        make_finding(
             code,
             outcome.stage,
             message,
@@ -294,24 +304,19 @@ def _outputs_message(text: str) -> str | None:
     return None
 
 
-def _classify_export(
-    outcome: StageOutcome,
-    text: str,
-    evidence: tuple[str, ...],
-    base_dir: str | None,
-    by_stage: dict[Stage, StageOutcome],
-) -> list[Finding]:
+def _classify_export(failure: _Failure) -> list[Finding]:
+    outcome, text, evidence, base_dir, _ = failure
     facts = outcome.facts
     error = outcome.error
     assert error is not None
     op = facts.get("op") or extract_op(text)
-    source = facts.get("source") or _source_from_text(text, base_dir)
+    source = facts.get("source") or source_from_text(text, base_dir)
     opset = facts.get("requested_opset")
     chain = " ".join(error.chain)
 
     def make(code: str, message: str, **extra: Any) -> list[Finding]:
         return [
-            _finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=None,
+            make_finding(code, Stage.EXPORT, message, op=extra.get("op", op), node=None,
                      source=extra.get("source", source), opset=extra.get("opset", opset), evidence=evidence,
                      detail=extra.get("detail"))
         ]
@@ -363,6 +368,9 @@ def _classify_export(
                                      f"arguments are {keys.group(1)}", detail=_shape_keys(keys))
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         detail = _capture_message(text, base_dir, "")
+        if "Exporting a ScriptModule is not supported" in text:
+            return make("OD204", "torch.export takes eager modules only, and the model is a ScriptModule "
+                                 "(torch.jit.script or torch.jit.load)")
         if "data-dependent" in text:
             message = ("torch.export cannot capture Python control flow or conversions on tensor values "
                        "(if/while on a tensor, .item(), int(tensor))")
@@ -456,7 +464,7 @@ def _parity_finding(
             source = source or (written[0].source if written else None)
         if not (diverging and diverging.get("symbolic")):
             message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
-    return _finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
+    return make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
                     node=node, source=source, evidence=tuple(rows) + evidence[:1])
 
 
@@ -472,7 +480,7 @@ def _blame_user_symbolic(found: list[Finding], by_stage: dict[Stage, StageOutcom
     op = next(iter(symbolics)) if len(symbolics) == 1 else None
     names = ", ".join(symbolics)
     return [
-        _finding(
+        make_finding(
             "OD205",
             Stage.EXPORT,
             f"the node {first.node or first.op} breaks its schema ({first.code}); it was emitted by a "
@@ -510,26 +518,22 @@ def _capture_message(text: str, base_dir: str | None, default: str) -> str:
     return default
 
 
-def _classify_ort_load(
-    outcome: StageOutcome,
-    text: str,
-    evidence: tuple[str, ...],
-    base_dir: str | None,
-    by_stage: dict[Stage, StageOutcome],
-) -> list[Finding]:
+def _classify_ort_load(failure: _Failure) -> list[Finding]:
+    outcome, text, evidence, base_dir, by_stage = failure
     facts = outcome.facts
     found: list[Finding] = []
     match = NOT_REGISTERED_RT.search(text)
     if match:
         domain, op_type = match.group(1), match.group(2)
-        op = f"{domain}::{op_type}" if domain else op_type
+        # The worker read the op off the model's node (a domain may hold what the pattern cannot).
+        op = str(facts.get("op") or (f"{domain}::{op_type}" if domain else op_type))
         message = f"ONNX Runtime has no kernel for {op}: register a custom-op library or kernel"
         aten = [str(a) for a in facts.get("aten_operators") or ()]
         if aten:
             # Written by operator_export_type=ONNX_ATEN_FALLBACK: no kernel library is the answer.
             message = (f"the model holds ATen fallback nodes ({', '.join(f'aten::{a}' for a in aten)}), written "
                        "by an export with ONNX_ATEN_FALLBACK: ONNX Runtime has no kernel for them")
-        found.append(_finding("OD401", Stage.ORT_LOAD, message, op=op, node=facts.get("node"), evidence=evidence))
+        found.append(make_finding("OD401", Stage.ORT_LOAD, message, op=op, node=facts.get("node"), evidence=evidence))
     match = NO_IMPLEMENTATION.search(text) if not found else None
     if match:
         op_type, version, node = match.group(1), int(match.group(2)), match.group(3)
@@ -540,23 +544,23 @@ def _classify_ort_load(
         if listed:
             message += f"; its kernel table lists {listed}"
         ev = evidence + tuple(f"kernel: {k}" for k in _kernel_lines(facts.get("kernels") or []))
-        found.append(_finding("OD402", Stage.ORT_LOAD, message, op=op_type, node=node or None,
+        found.append(make_finding("OD402", Stage.ORT_LOAD, message, op=op_type, node=node or None,
                               opset=version, evidence=ev))
     match = _IR_VERSION.search(text) if not found else None
     if match:
-        found.append(_finding("OD403", Stage.ORT_LOAD,
+        found.append(make_finding("OD403", Stage.ORT_LOAD,
                               f"the model's IR version {match.group(1)} is newer than this ONNX Runtime "
                               f"supports (max {match.group(2)})", evidence=evidence,
                               detail=IrTooNew(int(match.group(1)), int(match.group(2)))))
     match = _OPSET_RT.search(text) if not found else None
     if match:
         opset = next((int(g) for g in match.groups() if g), None)
-        found.append(_finding("OD404", Stage.ORT_LOAD,
+        found.append(make_finding("OD404", Stage.ORT_LOAD,
                               f"opset {opset} is newer than this ONNX Runtime supports", opset=opset,
                               evidence=evidence))
     if not found:
         error = outcome.error
-        found.append(_finding(catch_all(Stage.ORT_LOAD), Stage.ORT_LOAD,
+        found.append(make_finding(catch_all(Stage.ORT_LOAD), Stage.ORT_LOAD,
                               first_line(normalize_message(error.message if error else "failed", base_dir=base_dir)),
                               op=facts.get("op"), node=facts.get("node"), evidence=evidence))
     check = by_stage.get(Stage.CHECK)
@@ -570,7 +574,7 @@ def _classify_ort_load(
                            "valid ONNX, only the runtime lacks the kernel)")
     elif checker_passed:
         first = found[0]
-        found.append(_finding("OD406", Stage.ORT_LOAD,
+        found.append(make_finding("OD406", Stage.ORT_LOAD,
                               f"onnx.checker passed this model, but ONNX Runtime refuses it ({first.code})",
                               op=first.op, node=first.node, opset=first.opset))
     return found

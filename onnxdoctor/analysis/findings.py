@@ -16,7 +16,7 @@ from onnxdoctor.model import (
 )
 
 
-def _finding(
+def make_finding(
     code: str,
     stage: Stage,
     message: str,
@@ -43,7 +43,7 @@ def _finding(
     )
 
 
-def _evidence(error: ErrorInfo | None, base_dir: str | None) -> tuple[str, ...]:
+def error_evidence(error: ErrorInfo | None, base_dir: str | None) -> tuple[str, ...]:
     if error is None:
         return ()
     # The innermost cause names the problem most directly (DispatchError inside ConversionError).
@@ -98,7 +98,7 @@ def _evidence_line(kind: str, message: str) -> str | None:
     return f"{_short_type(kind)}: {message}"
 
 
-def _source_from_text(text: str, base_dir: str | None) -> str | None:
+def source_from_text(text: str, base_dir: str | None) -> str | None:
     for match in _SOURCE_RANGE.finditer(text):
         path = match.group(1)
         if "site-packages" in path or "/torch/" in path:
@@ -110,7 +110,7 @@ def _source_from_text(text: str, base_dir: str | None) -> str | None:
 _SOURCE_RANGE = re.compile(r"#\s*([\w.\-/]+\.py):(\d+):\d+")
 
 
-def _from_record(record: dict[str, Any], base_dir: str | None) -> Finding:
+def finding_from_record(record: dict[str, Any], base_dir: str | None) -> Finding:
     code = record["code"]
     return Finding(
         code=code,

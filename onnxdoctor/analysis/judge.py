@@ -7,6 +7,7 @@ verifying fixes, so both processes judge a run the same way.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -26,11 +27,13 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.protocol import NOT_REQUESTED, WorkerResult
+from onnxdoctor.protocol import NOT_REQUESTED, WorkerResult, out_of_memory_message
 from onnxdoctor.recipe import Recipe, UseExporter
 from onnxdoctor.target import Target
 
 FLOOD_BYTES = 1024 * 1024
+# What a process that failed to allocate prints on its way out (Python, C++, glibc, CUDA).
+_MEMORY_WORDS = re.compile(r"\bMemoryError\b|std::bad_alloc|[Oo]ut of memory|Cannot allocate memory")
 
 
 def outcomes_for_run(
@@ -90,12 +93,25 @@ def outcomes_for_run(
 
 
 def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
+    # The step the stage had reached (the worker says before each native step), if it said.
+    step = next((e.get("step") for e in reversed(result.events)
+                 if e.get("event") == "step" and e.get("stage") == stage and isinstance(e.get("step"), str)), None)
+    if stage and step:
+        stage = f"{stage}, in {step}"
     where = f" during {stage}" if stage else ""
     evidence = tuple(line for line in [_stderr_excerpt(result.stderr_tail)] if line)
     if result.timed_out:
         return Finding("OD902", Stage.TOOL, Severity.ERROR,
                        f"the worker was still running after {result.seconds:.0f} s{where} and was killed "
                        "(raise --timeout if the model is just slow)", evidence=evidence)
+    cap = int(result.extra.get("max_memory_mb") or 0)
+    if result.signal_name == "SIGKILL" or (result.returncode not in (0, None) and _MEMORY_WORDS.search(result.stderr_tail)):
+        # Nobody here sent SIGKILL (a timeout is said above): the kernel's out-of-memory killer
+        # did; a native library that met a failed allocation aborts or crashes with these words.
+        return Finding("OD905", Stage.TOOL, Severity.ERROR,
+                       out_of_memory_message(stage, "" if result.signal_name != "SIGKILL"
+                                             else "killed by the system (SIGKILL)", cap),
+                       evidence=evidence)
     if result.signal_name:
         return Finding("OD901", Stage.TOOL, Severity.ERROR,
                        f"the worker died from {result.signal_name}{where}", evidence=evidence)
@@ -224,13 +240,24 @@ def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> tuple[str 
     """Why a fixed run that passed every stage still does not count as a fix: (code, text), or
     (None, None) when it does."""
     frozen = next((f for f in findings if f.code == "OD210"), None)
+    if frozen is not None and isinstance(frozen.detail, SecondInputs) and frozen.detail.frozen_cause is False:
+        # Wrong at other inputs, but not because of the frozen branch: say so, and still no verdict
+        # of "verified" while any input set differs.
+        where = f", first at {frozen.detail.where}" if frozen.detail.where else ""
+        return "OD210", (f"OD210: differs from PyTorch at other inputs ({frozen.detail.source}{where}); "
+                         "traced again at those inputs it differs too, so not because the tracer froze "
+                         "a branch")
     if frozen is not None and not (isinstance(frozen.detail, SecondInputs) and frozen.detail.matched):
-        checked = isinstance(frozen.detail, SecondInputs)
-        return "OD210", ("OD210: matches PyTorch on the example input only: the tracer froze a "
-                         "data-dependent branch or value"
-                         + (f" and at a second input set ({frozen.detail.source}) it differs"  # type: ignore[union-attr]
-                            if checked else "")
-                         + " (rewrite it with torch.where or torch.cond)")
+        second = frozen.detail if isinstance(frozen.detail, SecondInputs) else None
+        if second is None:
+            said = ", so it matches PyTorch on the example input only"
+        else:
+            said = (f": at other inputs ({second.source}) it differs"
+                    + (f", first at {second.where}" if second.where else "")
+                    + (", and traced at those inputs it matches: the recorded branch is the cause"
+                       if second.frozen_cause else ""))
+        return "OD210", (f"OD210: the tracer froze a data-dependent branch or value{said} "
+                         "(rewrite it with torch.where or torch.cond)")
     if numbers.get("reference_required") and str(numbers.get("reference", "")).startswith("not compared"):
         # A precision-changing rewrite is not a fix until its numbers have been seen.
         return _UNCHECKED, f"numbers not checked: {numbers['reference']}"

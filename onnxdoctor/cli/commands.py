@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer.exceptions import Abort, TyperException
 
 from onnxdoctor import __version__
 from onnxdoctor.cli.graph import graph_command
@@ -46,13 +47,40 @@ def _guarded(func: Callable[..., None]) -> Callable[..., None]:
             if os.environ.get("ONNXDOCTOR_DEBUG") == "1":
                 raise
             typer.echo(f"onnxdoctor: error: {printable(str(exc), one_line=True)}", err=True)
+            if kwargs.get("json_out"):
+                print_json_error(error_code(exc), str(exc))
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
 
 
-app.command("graph")(_guarded(graph_command))
-app.command("scaffold")(_guarded(scaffold_command))
+def error_code(exc: BaseException) -> str:
+    """The `error.code` of `--json`'s error object: a stable name, or the problem's OD code."""
+    from onnxdoctor.errors import CodedError, RefusedWrite, UsageError
+
+    if isinstance(exc, CodedError) and exc.code:
+        return exc.code
+    if isinstance(exc, RefusedWrite):
+        return "refused-write"
+    if isinstance(exc, (UsageError, TyperException)):
+        return "usage"
+    if isinstance(exc, (KeyboardInterrupt, Abort)):
+        return "interrupted"
+    return "internal"
+
+
+def print_json_error(code: str, message: str) -> None:
+    """`--json` promises one JSON object on stdout even when there is no diagnosis to print."""
+    from onnxdoctor.render.jsonout import error_json
+
+    sys.stdout.write(error_json(code, message) + "\n")
+    sys.stdout.flush()
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """`--json` among the options (not after `--`, where it would be an argument)."""
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in options
 
 
 def _quiet_broken_pipe() -> int:
@@ -125,6 +153,10 @@ def diagnose(
     json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 2) and nothing else."),
     report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds for the whole command, fix checks included; workers still running then are killed."),
+    max_memory_mb: int | None = typer.Option(
+        None, "--max-memory-mb", metavar="MB", show_default=False,
+        help="Cap on each worker's memory (default: 3/4 of physical memory; 0: no cap).",
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the findings."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Evidence and the script's output too."),
@@ -151,6 +183,7 @@ def diagnose(
         fix_budget=fix_budget,
         localize_budget=localize_budget,
         targets=tuple(target_names),
+        max_memory_mb=max_memory_mb,
     )
     code = run_diagnose(
         target,
@@ -159,6 +192,11 @@ def diagnose(
         View(json_out=json_out, quiet=quiet, verbose=verbose),
     )
     raise typer.Exit(code)
+
+
+# Registered after `diagnose`, so that `--help` lists the main command first (the README's order).
+app.command("graph")(_guarded(graph_command))
+app.command("scaffold")(_guarded(scaffold_command))
 
 
 @app.command()
@@ -207,26 +245,46 @@ def main() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda number, _frame: sys.exit(128 + number))
     ascii_safe_streams()
+    json_out = _wants_json(sys.argv[1:])
     try:
-        app(standalone_mode=True)
+        if not json_out:
+            app(standalone_mode=True)
+        else:
+            # Not standalone: click's usage errors come here instead of exiting, so that stdout
+            # still gets its one JSON object.
+            code = app(standalone_mode=False)
+            sys.exit(code if isinstance(code, int) else 0)
     except BrokenPipeError:
         sys.exit(_quiet_broken_pipe())
+    except TyperException as exc:  # click's usage errors; only without standalone mode (--json)
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()  # the usage line and the error, as standalone mode prints them
+        print_json_error(error_code(exc), exc.format_message())
+        sys.exit(exc.exit_code)
+    except Abort as exc:
+        typer.echo("Aborted!", err=True)
+        print_json_error(error_code(exc), "aborted")
+        sys.exit(1)
     except OnnxDoctorError as exc:
         if debug:
             raise
         typer.echo(f"onnxdoctor: error: {printable(str(exc), one_line=True)}", err=True)
+        if json_out:
+            print_json_error(error_code(exc), str(exc))
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         typer.echo("onnxdoctor: interrupted", err=True)
+        if json_out:
+            print_json_error(error_code(exc), "interrupted")
         sys.exit(130)
     except Exception as exc:  # our own bug: one line, exit 3
         if debug:
             raise
-        typer.echo(
-            f"onnxdoctor: internal error: {type(exc).__name__}: {exc} "
-            "(set ONNXDOCTOR_DEBUG=1 for the traceback)",
-            err=True,
-        )
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        typer.echo(f"onnxdoctor: {message} (set ONNXDOCTOR_DEBUG=1 for the traceback)", err=True)
+        if json_out:
+            print_json_error(error_code(exc), message)
         sys.exit(3)
 
 

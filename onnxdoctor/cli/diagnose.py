@@ -7,8 +7,10 @@ import math
 import os
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,11 @@ from onnxdoctor.outputs import (
     check_folder_output,
     check_output,
     install_folder,
+    pinned_folder,
     staging_folder,
     write_file,
 )
+from onnxdoctor.safetext import printable
 from onnxdoctor.target import Target, parse_target
 
 
@@ -69,6 +73,9 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     """
     from onnxdoctor.pipeline import diagnose
 
+    if options.deadline is None and math.isfinite(options.timeout) and options.timeout > 0:
+        # --timeout is the whole command's: its clock starts now, before any check or worker.
+        options = replace(options, deadline=time.monotonic() + options.timeout)
     parsed = parse_target(target)
     _check_target(parsed.path)
     validate_options(options)
@@ -83,14 +90,18 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     from onnxdoctor.supervise import make_workdir
 
     workdir = make_workdir()
+    # The renderers load while the workers run (the parent only waits then): what is left of
+    # --timeout after the workers is for rendering, not for importing rich.
+    threading.Thread(target=_load_renderers, name="onnxdoctor-warm", daemon=True).start()
     try:
         with _progress(enabled=not view.json_out and not view.quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
-        wrote, notes, failed_write = _keep_files(diagnoses, outputs, protected, parsed)
+        wrote, notes, failures = _keep_files(diagnoses, outputs, protected, parsed)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    _print_result(diagnoses, view, wrote=wrote)
+    if not view.json_out:
+        _print_result(diagnoses, view, wrote=wrote)
     if outputs.report is not None:
         from onnxdoctor.render.markdown import to_markdown
 
@@ -99,13 +110,26 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
                        protected=protected)
         except (RefusedWrite, OutputError) as exc:
             notes.append(str(exc))
-            failed_write = True
+            failures.append(str(exc))
+    if view.json_out:
+        # One JSON object, which also says what could not be written (README, output contract).
+        error = {"code": "output-not-written", "message": "; ".join(failures)} if failures else None
+        _print_result(diagnoses, view, wrote=wrote, error=error)
     for note in notes:
-        print(f"onnxdoctor: {note}", file=sys.stderr)
-    if failed_write:
+        print(f"onnxdoctor: {printable(note, one_line=True)}", file=sys.stderr)
+    if failures:
         return 2
     has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
     return 1 if has_errors else 0
+
+
+def _load_renderers() -> None:
+    import importlib
+
+    for name in ("rich.console", "rich.syntax", "onnxdoctor.render.console", "onnxdoctor.render.jsonout",
+                 "onnxdoctor.render.markdown"):
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
 
 def validate_options(options: DiagnoseOptions) -> None:
@@ -131,6 +155,9 @@ def validate_options(options: DiagnoseOptions) -> None:
         raise UsageError("--localize-budget must be zero or a positive number of seconds")
     if options.max_input_bytes <= 0:
         raise UsageError("--max-input-mb must be a positive number")
+    if options.max_memory_mb is not None and (options.max_memory_mb < 0 or 0 < options.max_memory_mb < 256):
+        raise UsageError("--max-memory-mb must be 0 (no cap) or at least 256 (Python and ONNX Runtime "
+                         "alone need about 200 MB)")
     for name, value in (("--atol", options.atol), ("--rtol", options.rtol)):
         if not math.isfinite(value) or value < 0:
             raise UsageError(f"{name} must be a finite, non-negative number")
@@ -149,12 +176,12 @@ def input_bytes(megabytes: float) -> int:
 
 def _keep_files(
     diagnoses: tuple[Diagnosis, ...], outputs: Outputs, protected: tuple[Path, ...], target: Target
-) -> tuple[list[str], list[str], bool]:
-    """Write --output and --write-fix: what was written, what was not (and why), and whether a
-    write failed (a missing verified fix is a note, not a failed write)."""
+) -> tuple[list[str], list[str], list[str]]:
+    """Write --output and --write-fix: what was written, what was not (and why), and the writes
+    that failed (a missing verified fix is a note, not a failed write)."""
     wrote: list[str] = []
     notes: list[str] = []
-    failed = False
+    failed: list[str] = []
     writers: list[tuple[Path | None, Callable[[], str]]] = [
         (outputs.output, lambda: _keep_output(diagnoses, outputs.output, force=outputs.force,
                                               protected=protected)),
@@ -168,9 +195,12 @@ def _keep_files(
             wrote.append(write())
         except (RefusedWrite, OutputError) as exc:
             notes.append(str(exc))
-            failed = True
+            failed.append(str(exc))
         except UsageError as exc:
             notes.append(str(exc))
+        except (OSError, UnicodeError) as exc:  # whatever else a write meets: the diagnosis still prints
+            notes.append(f"{wanted} was not written: {type(exc).__name__}: {exc}")
+            failed.append(notes[-1])
     return wrote, notes, failed
 
 
@@ -240,11 +270,12 @@ def _check_input_names(onnx_model: Any, shapes: dict[str, list[int]]) -> None:
                          f"not have; its inputs are: {have}")
 
 
-def _print_result(diagnoses: tuple[Diagnosis, ...], view: View, *, wrote: list[str]) -> None:
+def _print_result(diagnoses: tuple[Diagnosis, ...], view: View, *, wrote: list[str],
+                  error: dict[str, str] | None = None) -> None:
     if view.json_out:
         from onnxdoctor.render.jsonout import to_json
 
-        sys.stdout.write(to_json(diagnoses) + "\n")
+        sys.stdout.write(to_json(diagnoses, error) + "\n")
         return
     from rich.console import Console
 
@@ -263,7 +294,7 @@ def _print_result(diagnoses: tuple[Diagnosis, ...], view: View, *, wrote: list[s
         else:
             render_diagnoses(console, diagnoses, verbose=view.verbose)
             for line in wrote:
-                console.print(f"\n{line}", markup=False, highlight=False)
+                console.print(f"\n{printable(line, one_line=True)}", markup=False, highlight=False)
     if captured is not None:
         # rich pads blocks to the console's width: drop that, a pipe or a file wants plain lines.
         sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
@@ -339,31 +370,58 @@ def _write_fix(
     fix = best_verified_fix(diagnoses)
     if fix is None:
         raise UsageError("--write-fix: no fix was verified, so nothing was written")
+    # Checked again now: the folder may have changed during the run (replaced by a link to
+    # another folder, filled); the files go only into the folder itself, never through a link.
+    check_folder_output(folder, force=force, what="--write-fix")
+    created = False
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True)
+        created = True
+    except FileExistsError:
+        pass
     except OSError as exc:
         raise OutputError(f"--write-fix {folder}: {exc.strerror or exc}") from None
-    artifact = fix.check.artifact if fix.check else None
-    # `--write-fix .` next to model.onnx must not replace the user's model with the fixed one.
-    model_name = "model.onnx"
-    if any(os.path.abspath(folder / model_name) == os.path.abspath(p) for p in protected):
-        model_name = "model.fixed.onnx"
-    has_model = bool(artifact and Path(artifact).exists())
-    from onnxdoctor.analysis.fixes.program import fix_program
+    try:
+        return _write_fix_files(fix, diagnoses, folder, target, force=force, protected=protected)
+    except BaseException:
+        if created:  # leave no empty folder behind (files already moved in stay, named in the note)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
-    files = {"fix.py": fix_program(fix, str(target.path.resolve()), target.factory, target.kind),
-             "README.md": _fix_readme(fix, diagnoses[0].target, model_name if has_model else None)}
-    with staging_folder(folder, name="write-fix") as staging:
-        for name, text in files.items():
-            (staging / name).write_text(text, "utf-8")
-        written = install_folder(staging, folder, force=force, what="--write-fix", protected=protected)
-    if has_model:
-        written += _save_model(Path(artifact), folder / model_name, force=force, protected=protected,
-                               what="--write-fix")
+
+def _write_fix_files(
+    fix: Fix, diagnoses: tuple[Diagnosis, ...], folder: Path, target: Target, *, force: bool,
+    protected: tuple[Path, ...],
+) -> str:
+    with pinned_folder(folder, what="--write-fix"):
+        artifact = fix.check.artifact if fix.check else None
+        # `--write-fix .` next to model.onnx must not replace the user's model with the fixed one.
+        model_name = "model.onnx"
+        if any(os.path.abspath(folder / model_name) == os.path.abspath(p) for p in protected):
+            model_name = "model.fixed.onnx"
+        has_model = bool(artifact and Path(artifact).exists())
+        from onnxdoctor.analysis.fixes.program import fix_program
+
+        files = {"fix.py": fix_program(fix, str(target.path.resolve()), target.factory, target.kind),
+                 "README.md": _fix_readme(fix, diagnoses[0].target, model_name if has_model else None)}
+        with staging_folder(folder, name="write-fix") as staging:
+            for name, text in files.items():
+                try:
+                    # A lone surrogate (a file name that is not UTF-8) is written as its escape.
+                    (staging / name).write_text(text, "utf-8", errors="backslashreplace")
+                except OSError as exc:
+                    raise OutputError(f"--write-fix: cannot write {folder / name}: {exc.strerror or exc}") from None
+            written = install_folder(staging, folder, force=force, what="--write-fix", protected=protected)
+        if has_model:
+            written += _save_model(Path(artifact), folder / model_name, force=force, protected=protected,
+                                   what="--write-fix")
     return f"wrote the fix ({fix.title}) to {folder}: {', '.join(written)}"
 
 
 def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
+    from onnxdoctor.safetext import markdown_code, markdown_text
+
     check = fix.check
     figures = ""
     if check is not None and check.max_abs_diff is not None:
@@ -379,7 +437,7 @@ def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
         else f"```python\nimport onnxruntime\n\nsession = onnxruntime.InferenceSession({shown!r})\n```\n"
     )
     if target.endswith(".onnx"):
-        verified = f"the fixed model {check.detail if check else 'was verified'}{figures}"
+        verified = f"the fixed model {markdown_text(check.detail) if check else 'was verified'}{figures}"
         files = ("- `fix.py`: a program that applies the same change to a copy of the file and runs it in "
                  "ONNX Runtime (`python fix.py [OUT.onnx]`; your file is not edited); its docstring holds the "
                  "code to carry into your own tooling.\n")
@@ -393,9 +451,10 @@ def _fix_readme(fix: Fix, target: str, model_name: str | None) -> str:
         model_line = f"- `{model_name}`: the model onnxdoctor exported with the fix applied.\n"
     if model_name:
         files += model_line
+    # The target's name, the fix's title and cost (a script's module names) are the user's text.
     return (
-        f"# Fix for {target}: {fix.title}\n\n"
+        f"# Fix for {markdown_code(target)}: {markdown_text(fix.title)}\n\n"
         f"onnxdoctor verified this fix: {verified}.\n\n"
         f"{files}\n"
-        f"Cost: {fix.cost or 'none noted'}\n\nLoad it in ONNX Runtime:\n\n{load}"
+        f"Cost: {markdown_text(fix.cost) if fix.cost else 'none noted'}\n\nLoad it in ONNX Runtime:\n\n{load}"
     )

@@ -1,14 +1,19 @@
 """`onnxdoctor graph`: draw an ONNX graph with its problems on it.
 
 Only typer is imported at module level: onnx and pydot load inside the command, onnxruntime and
-torch never in this process (`--runtime` asks the worker subprocess through the pipeline).
+torch never in this process (`--runtime` asks the worker subprocess through the pipeline, which this
+command layer hands to graph/).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from onnxdoctor.model import DiagnoseOptions, Diagnosis
 
 # Repeated from onnxdoctor.graph.drawing (a test keeps them equal) so that --help imports nothing more.
 DEFAULT_MAX_NODES = 5000
@@ -68,6 +73,10 @@ def graph_command(
         "auto", "--layout", help="auto, dot (Graphviz layout) or layered (fast, for big graphs)."
     ),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds Graphviz may take."),
+    max_memory_mb: int | None = typer.Option(
+        None, "--max-memory-mb", metavar="MB", show_default=False,
+        help="Cap on the checks' memory (default: 3/4 of physical memory; 0: no cap).",
+    ),
     target_names: list[str] = typer.Option(
         [], "--target", metavar="NAME",
         help="Mark the nodes a deployment target does not support (ort-cuda, openvino, tensorrt, coreml, ort-web, all).",
@@ -98,7 +107,17 @@ def graph_command(
             layout=layout,
             timeout=timeout,
             targets=tuple(target_names),
+            max_memory_mb=max_memory_mb,
         ),
         typer.echo,
+        # The command layer runs the pipeline for --runtime and the run targets; graph/ only draws.
+        diagnose=_diagnose,
     )
     raise typer.Exit(code)
+
+
+def _diagnose(target: str, options: DiagnoseOptions) -> tuple[Diagnosis, ...]:
+    """The pipeline's run, imported only when --runtime or a run target asks for one."""
+    from onnxdoctor.pipeline import diagnose
+
+    return diagnose(target, options)

@@ -36,7 +36,7 @@ def scaffold_command(
         return
     write_package(target, files, force=force, executable=EXECUTABLE)
     typer.echo(f"wrote {len(files)} files to {target}/")
-    typer.echo(f"test: cd {target} && bash build.sh && python -m pytest -q test_{spec.lname}.py")
+    typer.echo(f"test: cd {target} && bash build.sh && python test_{spec.lname}.py")
     if not spec.has_math:
         typer.echo("the math is missing: fill the places marked WRITE THE MATH (the tests say so until then)")
 

@@ -24,7 +24,7 @@ class Mark:
 
 
 @dataclass
-class _Item:
+class Item:
     id: str
     kind: str  # op | input | output | init | tensor | missing | more
     lines: list[str]
@@ -37,7 +37,7 @@ class _Item:
 
 
 @dataclass
-class _Link:
+class Link:
     src: str
     dst: str
     tensor: str
@@ -45,7 +45,7 @@ class _Link:
 
 
 @dataclass
-class _Cluster:
+class Cluster:
     id: str
     label: str
     parent: str | None
@@ -53,10 +53,10 @@ class _Cluster:
 
 
 @dataclass
-class _Model:
-    items: dict[str, _Item]
-    links: list[_Link]
-    clusters: dict[str, _Cluster]
+class Collected:
+    items: dict[str, Item]
+    links: list[Link]
+    clusters: dict[str, Cluster]
     op_ids: list[str]  # in model order, bodies right after their owner
     tensor_info: dict[str, str]
 
@@ -123,7 +123,7 @@ def _shape_table(model: onnx.ModelProto) -> dict[str, str]:
     return table
 
 
-def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
+def collect(model: onnx.ModelProto, with_shapes: bool) -> Collected:
     """Every op, graph input/output, initializer and data link, subgraphs as clusters."""
     collector = _Collector(_shape_table(model) if with_shapes else {})
     scope = collector.interface(model.graph)
@@ -133,10 +133,10 @@ def _collect(model: onnx.ModelProto, with_shapes: bool) -> _Model:
 
 
 class _Collector:
-    """Builds a _Model graph by graph; ids are unique across subgraphs."""
+    """Builds a Collected graph by graph; ids are unique across subgraphs."""
 
     def __init__(self, tensor_info: dict[str, str]) -> None:
-        self.model = _Model({}, [], {}, [], tensor_info)
+        self.model = Collected({}, [], {}, [], tensor_info)
         self.missing: dict[str, str] = {}
         self.counter = 0
 
@@ -144,7 +144,7 @@ class _Collector:
         self.counter += 1
         return f"{prefix}{self.counter}"
 
-    def add(self, item: _Item) -> _Item:
+    def add(self, item: Item) -> Item:
         item.order = len(self.model.items)
         self.model.items[item.id] = item
         return item
@@ -155,7 +155,7 @@ class _Collector:
         for value in main.input:
             name = safe_text(value.name)
             if name not in scope:
-                item = _Item(self.new_id("i"), "input", [name, _type_text(value.type)], describe_value(value))
+                item = Item(self.new_id("i"), "input", [name, _type_text(value.type)], describe_value(value))
                 scope[name] = self.add(item).id
         for tensor in main.initializer:
             name = safe_text(tensor.name)
@@ -163,11 +163,11 @@ class _Collector:
                 self.model.items[scope[name]].kind = "init"
                 continue
             shape = self.model.tensor_info.get(name) or _tensor_text(tensor)
-            item = _Item(self.new_id("w"), "init", [name, shape], f"initializer {name}: {shape}")
+            item = Item(self.new_id("w"), "init", [name, shape], f"initializer {name}: {shape}")
             scope[name] = self.add(item).id
         for sparse in main.sparse_initializer:
             name = safe_text(sparse.values.name)
-            item = _Item(self.new_id("w"), "init", [name, "sparse"], f"sparse initializer {name}")
+            item = Item(self.new_id("w"), "init", [name, "sparse"], f"sparse initializer {name}")
             scope.setdefault(name, self.add(item).id)
         return scope
 
@@ -189,7 +189,7 @@ class _Collector:
             lines = [label] + ([name] if name else [])
             tooltip = f"{label} {name!r}" if name else label
             item = self.add(
-                _Item(self.new_id("n"), "op", lines, tooltip, cluster, path, safe_text(node.domain))
+                Item(self.new_id("n"), "op", lines, tooltip, cluster, path, safe_text(node.domain))
             )
             self.model.op_ids.append(item.id)
             node_ids.append(item.id)
@@ -208,7 +208,7 @@ class _Collector:
     def _body(
         self,
         node: onnx.NodeProto,
-        item: _Item,
+        item: Item,
         attr_name: str,
         body: onnx.GraphProto,
         path: NodePath,
@@ -218,7 +218,7 @@ class _Collector:
         name = safe_text(node.name)
         cid = self.new_id("cluster_")
         label = f"{node.op_type} {name!r} · {attr_name}" if name else f"{node.op_type} · {attr_name}"
-        self.model.clusters[cid] = _Cluster(cid, label, cluster, item.id)
+        self.model.clusters[cid] = Cluster(cid, label, cluster, item.id)
         body_scope: dict[str, str] = {safe_text(v.name): item.id for v in body.input}
         for tensor in body.initializer:
             body_scope[safe_text(tensor.name)] = ""  # weights inside a body: not drawn
@@ -227,7 +227,7 @@ class _Collector:
             out_name = safe_text(out.name)
             source = produced.get(out_name) or _lookup([body_scope, *chain], out_name)
             if source:
-                self.model.links.append(_Link(source, item.id, f"{attr_name}: {out_name}", dashed=True))
+                self.model.links.append(Link(source, item.id, f"{attr_name}: {out_name}", dashed=True))
 
     def _link_inputs(
         self, node_id: str, node: onnx.NodeProto, chain: Sequence[Mapping[str, str]], cluster: str | None
@@ -239,23 +239,23 @@ class _Collector:
             source = _lookup(chain, inp)
             if source is None:
                 if inp not in self.missing:
-                    missing = _Item(self.new_id("m"), "missing", [inp, "(not defined)"],
+                    missing = Item(self.new_id("m"), "missing", [inp, "(not defined)"],
                                     f"{inp} is not defined", cluster)
                     self.missing[inp] = self.add(missing).id
                 source = self.missing[inp]
             if source:
-                self.model.links.append(_Link(source, node_id, inp))
+                self.model.links.append(Link(source, node_id, inp))
 
     def outputs(self, main: onnx.GraphProto, produced: dict[str, str], scope: dict[str, str]) -> None:
         """The main graph's outputs, linked to what produces them."""
         for value in main.output:
             name = safe_text(value.name)
             item = self.add(
-                _Item(self.new_id("o"), "output", [name, _type_text(value.type)], describe_value(value))
+                Item(self.new_id("o"), "output", [name, _type_text(value.type)], describe_value(value))
             )
             source = produced.get(name) or scope.get(name)
             if source:
-                self.model.links.append(_Link(source, item.id, name))
+                self.model.links.append(Link(source, item.id, name))
 
 
 def _lookup(chain: Sequence[Mapping[str, str]], name: str) -> str | None:
@@ -265,8 +265,14 @@ def _lookup(chain: Sequence[Mapping[str, str]], name: str) -> str | None:
     return None
 
 
-def _neighbourhood(model: _Model, focus: str, radius: int) -> set[str] | None:
-    """Items within `radius` ops of the named node or tensor; None when the name is unknown."""
+def neighbourhood(model: Collected, focus: str, radius: int,
+                  hidden: frozenset[str] = frozenset()) -> set[str] | None:
+    """Items within `radius` ops of the named node or tensor; None when the name is unknown.
+
+    Steps go through drawn values only: an item of a `hidden` kind (weights, when they are not
+    drawn) is never a way through, or a weight shared by every layer would put every layer one
+    step from the focus and draw boxes with no edge between them.
+    """
     starts = [
         i.id
         for i in model.items.values()
@@ -292,6 +298,8 @@ def _neighbourhood(model: _Model, focus: str, radius: int) -> set[str] | None:
         current = queue.popleft()
         if distance[current] >= radius:
             continue
+        if distance[current] > 0 and model.items[current].kind in hidden:
+            continue
         for nxt in adjacent[current]:
             if nxt not in distance:
                 distance[nxt] = distance[current] + 1
@@ -299,5 +307,5 @@ def _neighbourhood(model: _Model, focus: str, radius: int) -> set[str] | None:
     return set(distance)
 
 
-def _op_names(model: _Model) -> list[str]:
+def op_names(model: Collected) -> list[str]:
     return [model.items[i].lines[1] for i in model.op_ids if len(model.items[i].lines) > 1]

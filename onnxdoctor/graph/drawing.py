@@ -20,15 +20,29 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from onnxdoctor.graph.collect import (
+    Cluster,
+    Collected,
+    Item,
+    Link,
     Mark,
-    _Cluster,
-    _collect,
-    _Item,
-    _Link,
-    _Model,
-    _neighbourhood,
-    _op_names,
+    collect,
+    neighbourhood,
+    op_names,
 )
+from onnxdoctor.graph.elements import (
+    DEFAULT_MAX_NODES,
+    EDGE_DEFAULTS,
+    LABEL_CHARS,
+    NODE_DEFAULTS,
+    PNG_DOT_OPS,
+    DrawOptions,
+    Edge,
+    Element,
+    dot_quote,
+    graph_defaults,
+    visible,
+)
+from onnxdoctor.graph.layered import layered_text
 from onnxdoctor.onnxkit.walk import NodePath, walk_nodes
 
 if TYPE_CHECKING:
@@ -44,15 +58,11 @@ __all__ = [
     "dot_quote",
 ]
 
-# Ops drawn by default; beyond it the rest is cut with a note (see DrawOptions.max_nodes).
-DEFAULT_MAX_NODES = 5000
 # Above this many Graphviz nodes (or 3x as many edges), `dot` gets too slow (measured): above it,
 # the layered layout.
 DOT_LAYOUT_LIMIT = 800
 # Above this many ops, edges lose their tensor-name labels (they would only clutter).
 EDGE_LABEL_LIMIT = 300
-# Labels longer than this are cut in the picture; the tooltip (SVG) keeps the full text.
-LABEL_CHARS = 48
 
 _DOMAIN_COLOURS = {
     "": "#dbe9f6",
@@ -65,29 +75,6 @@ _ERROR_FILL, _ERROR_LINE = "#f8c9c9", "#c00000"
 _WARN_FILL, _WARN_LINE = "#fde9c8", "#d98200"
 
 
-@dataclass(frozen=True)
-class DrawOptions:
-    """What to draw and how.
-
-    Attributes:
-        tensors: draw each tensor as an ellipse (net_drawer style) instead of folding it into edges.
-        initializers: draw initializers (weights); hidden by default.
-        rankdir: "TB" (top to bottom) or "LR" (left to right).
-        focus: a node or tensor name; draw only its neighbourhood.
-        radius: how many ops away from the focus to draw.
-        max_nodes: draw at most this many ops (0: no limit); the rest is cut with a note.
-        layout: "auto", "dot" (Graphviz layout) or "layered" (ours, for big graphs).
-    """
-
-    tensors: bool = False
-    initializers: bool = False
-    rankdir: str = "TB"
-    focus: str | None = None
-    radius: int = 2
-    max_nodes: int = DEFAULT_MAX_NODES
-    layout: str = "auto"
-
-
 @dataclass
 class Drawing:
     """A graph ready for Graphviz, and what was (not) drawn."""
@@ -98,6 +85,7 @@ class Drawing:
     drawn_ops: int
     notes: list[str] = field(default_factory=list)
     size_inches: tuple[float, float] | None = None  # known for the layered layout
+    columns: int = 1  # bands the layered layout folded the graph into
 
     @property
     def engine(self) -> tuple[str, ...]:
@@ -106,40 +94,6 @@ class Drawing:
 
 
 # -- escaping ---------------------------------------------------------------------------------
-
-
-def _visible(text: str) -> str:
-    """Control characters as visible escapes (`\\n`, `\\x01`): a name is shown, never obeyed."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if code < 32 or code == 127 or 0x80 <= code < 0xA0 or ch in "\u2028\u2029":
-            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch, f"\\x{code:02x}"))
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _shorten(text: str, limit: int = LABEL_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def dot_quote(*lines: str, limit: int | None = LABEL_CHARS) -> str:
-    """A DOT double-quoted string that Graphviz shows exactly as the given text.
-
-    Each argument becomes one line. Inside a line: control characters become visible escapes,
-    `&` becomes `&amp;` (Graphviz decodes HTML entities even in plain labels), backslashes are
-    doubled (no `\\N`-style substitutions) and quotes escaped. The result is already quoted,
-    so pydot passes it through unchanged.
-    """
-    parts = []
-    for line in lines:
-        text = _visible(line)
-        if limit is not None:
-            text = _shorten(text, limit)
-        text = text.replace("&", "&amp;").replace("\\", "\\\\").replace('"', '\\"')
-        parts.append(text)
-    return '"' + "\\n".join(parts) + '"'
 
 
 # -- the model as items and links -------------------------------------------------------------
@@ -174,7 +128,7 @@ def build_drawing(
     """
     total_ops = sum(1 for _ in walk_nodes(model.graph))
     with_shapes = total_ops <= EDGE_LABEL_LIMIT or options.tensors
-    collected = _collect(model, with_shapes)
+    collected = collect(model, with_shapes)
     for item in collected.items.values():
         if item.path is not None and item.path in marks:
             item.marks = list(marks[item.path])
@@ -206,27 +160,27 @@ def build_drawing(
     layout = options.layout
     if layout == "auto":
         small = len(elements) <= DOT_LAYOUT_LIMIT and len(edges) <= 3 * DOT_LAYOUT_LIMIT
-        layout = "dot" if small else "layered"
+        layout = "dot" if small and not (options.png and drawn_ops > PNG_DOT_OPS) else "layered"
     if layout == "dot":
         text = _pydot_text(
             elements, edges, collected.clusters, options, title, quick=len(elements) > 300
         )
         return Drawing(text, "dot", total_ops, drawn_ops, notes)
-    from onnxdoctor.graph.layered import _layered_text  # it builds on this module's elements
 
-    text, size = _layered_text(elements, edges, collected.clusters, options, title)
-    return Drawing(text, "layered", total_ops, drawn_ops, notes, size)
+    text, size, columns = layered_text(elements, edges, collected.clusters, options, title)
+    return Drawing(text, "layered", total_ops, drawn_ops, notes, size, columns)
 
 
-def _focus(collected: _Model, options: DrawOptions, total_ops: int, notes: list[str]) -> set[str] | None:
+def _focus(collected: Collected, options: DrawOptions, total_ops: int, notes: list[str]) -> set[str] | None:
     """The items within --radius of --focus (None: no focus, everything)."""
     keep: set[str] | None = None
     if options.focus is not None:
-        keep = _neighbourhood(collected, options.focus, options.radius)
+        hidden = frozenset() if options.initializers else frozenset({"init"})
+        keep = neighbourhood(collected, options.focus, options.radius, hidden)
         if keep is None:
             import difflib
 
-            names = _op_names(collected) + sorted({link.tensor for link in collected.links})
+            names = op_names(collected) + sorted({link.tensor for link in collected.links})
             close = difflib.get_close_matches(options.focus, names, n=3)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise LookupError(f"no node or tensor named {options.focus!r} in the model{hint}")
@@ -239,7 +193,7 @@ def _focus(collected: _Model, options: DrawOptions, total_ops: int, notes: list[
 
 
 def _cut_to_max_nodes(
-    collected: _Model, options: DrawOptions, keep: set[str] | None, notes: list[str]
+    collected: Collected, options: DrawOptions, keep: set[str] | None, notes: list[str]
 ) -> set[str] | None:
     """Keep the first --max-nodes ops; the rest become one "more" box, with a note."""
     ops_in_view = [i for i in collected.op_ids if keep is None or i in keep]
@@ -257,7 +211,7 @@ def _cut_to_max_nodes(
         if marked_cut:
             listed = ", ".join(_item_name(i) for i in marked_cut[:5])
             notes.append(f"{len(marked_cut)} node(s) with findings were cut: {listed}")
-        more = _Item(
+        more = Item(
             "more",
             "more",
             [
@@ -272,7 +226,7 @@ def _cut_to_max_nodes(
         redirected = []
         for link in collected.links:
             if link.src in keep and link.dst in cut:
-                redirected.append(_Link(link.src, "more", "", dashed=True))
+                redirected.append(Link(link.src, "more", "", dashed=True))
         seen_pairs: set[tuple[str, str]] = set()
         for link in redirected:
             if (link.src, link.dst) not in seen_pairs:
@@ -281,7 +235,7 @@ def _cut_to_max_nodes(
     return keep
 
 
-def _fold_boxes(collected: _Model, limit: int, notes: list[str]) -> None:
+def _fold_boxes(collected: Collected, limit: int, notes: list[str]) -> None:
     """Draw at most `limit` boxes that are not ops (inputs, outputs, weights, tensors).
 
     --max-nodes bounds the ops, but one op can have 100,000 inputs or a model 10^6 initializers:
@@ -300,12 +254,12 @@ def _fold_boxes(collected: _Model, limit: int, notes: list[str]) -> None:
     words = {"input": "inputs", "output": "outputs", "init": "initializers", "tensor": "tensors",
              "missing": "missing tensors"}
     for kind, count in counts.items():
-        box = _Item(f"folded{kind}", "more", [f"… {count} more {words.get(kind, kind)} not drawn"],
+        box = Item(f"folded{kind}", "more", [f"… {count} more {words.get(kind, kind)} not drawn"],
                     "folded by --max-nodes")
         box.order = len(collected.items) + len(counts)
         collected.items[box.id] = box
     kind_of = {item.id: item.kind for item in folded}
-    links: list[_Link] = []
+    links: list[Link] = []
     seen: set[tuple[str, str]] = set()
     for link in collected.links:
         src = f"folded{kind_of[link.src]}" if link.src in gone else link.src
@@ -314,7 +268,7 @@ def _fold_boxes(collected: _Model, limit: int, notes: list[str]) -> None:
             if (src, dst) in seen:
                 continue
             seen.add((src, dst))
-            link = _Link(src, dst, "", dashed=True)
+            link = Link(src, dst, "", dashed=True)
         links.append(link)
     collected.links = links
     for key in gone:
@@ -323,29 +277,10 @@ def _fold_boxes(collected: _Model, limit: int, notes: list[str]) -> None:
     notes.append(f"folded {summary} into one box each (more boxes than --max-nodes {limit})")
 
 
-def _item_name(item: _Item) -> str:
+def _item_name(item: Item) -> str:
     if item.kind == "op" and len(item.lines) > 1:
         return f"{item.lines[1]!r} ({item.lines[0]})"
     return item.lines[0] if item.lines else item.id
-
-
-@dataclass
-class _Element:
-    """One Graphviz node: id, quoted attributes, cluster, and its box size for our layout."""
-
-    id: str
-    attrs: dict[str, str]
-    cluster: str | None
-    order: int
-    width: float  # inches
-    height: float
-
-
-@dataclass
-class _Edge:
-    src: str
-    dst: str
-    attrs: dict[str, str]
 
 
 def _colour(domain: str) -> str:
@@ -357,7 +292,7 @@ def _colour(domain: str) -> str:
     return _CUSTOM_COLOURS[digest % len(_CUSTOM_COLOURS)]
 
 
-def _elements(model: _Model, tensors: bool, labelled: bool) -> tuple[list[_Element], list[_Edge]]:
+def _elements(model: Collected, tensors: bool, labelled: bool) -> tuple[list[Element], list[Edge]]:
     """Graphviz nodes and edges, with every string attribute already quoted."""
     elements = [_element(item) for item in sorted(model.items.values(), key=lambda i: i.order)]
     if not tensors:
@@ -376,7 +311,7 @@ _BOX_STYLES: dict[str, dict[str, str]] = {
 }
 
 
-def _element(item: _Item) -> _Element:
+def _element(item: Item) -> Element:
     """One box: its style by kind, marks in red or orange with their codes, a size that fits."""
     lines = list(item.lines)
     attrs = dict(_BOX_STYLES.get(item.kind, {}))
@@ -391,24 +326,24 @@ def _element(item: _Item) -> _Element:
             tooltip = tooltip + "\n" + "\n".join(f"{m.code}: {m.message}" for m in item.marks)
     attrs["label"] = dot_quote(*lines)
     attrs["tooltip"] = dot_quote(tooltip, limit=2000)
-    width = max(0.9, min(LABEL_CHARS, max(len(_visible(l)) for l in lines)) * 0.075 + 0.3)
+    width = max(0.9, min(LABEL_CHARS, max(len(visible(l)) for l in lines)) * 0.075 + 0.3)
     height = 0.22 + 0.17 * len(lines)
-    return _Element(item.id, attrs, item.cluster, item.order, width, height)
+    return Element(item.id, attrs, item.cluster, item.order, width, height)
 
 
-def _edge(model: _Model, link: _Link, labelled: bool) -> _Edge:
+def _edge(model: Collected, link: Link, labelled: bool) -> Edge:
     attrs = {}
     if labelled and link.tensor:
         attrs["label"] = dot_quote(link.tensor, limit=32)
         attrs["tooltip"] = dot_quote(link.tensor + _shape_suffix(model, link.tensor), limit=2000)
     if link.dashed:
         attrs["style"] = "dashed"
-    return _Edge(link.src, link.dst, attrs)
+    return Edge(link.src, link.dst, attrs)
 
 
-def _with_tensor_nodes(model: _Model, elements: list[_Element]) -> tuple[list[_Element], list[_Edge]]:
+def _with_tensor_nodes(model: Collected, elements: list[Element]) -> tuple[list[Element], list[Edge]]:
     """net_drawer style: each (producer, tensor) pair is an ellipse between producer and consumers."""
-    edges: list[_Edge] = []
+    edges: list[Edge] = []
     tensor_ids: dict[tuple[str, str], str] = {}
     order = len(model.items) + 1
     direct = {"input", "init", "missing", "more"}
@@ -426,7 +361,7 @@ def _with_tensor_nodes(model: _Model, elements: list[_Element]) -> tuple[list[_E
             attrs = {"style": "dashed"} if link.dashed else {}
             if link.dashed and link.tensor:
                 attrs["label"] = dot_quote(link.tensor, limit=32)
-            edges.append(_Edge(link.src, link.dst, attrs))
+            edges.append(Edge(link.src, link.dst, attrs))
             continue
         key = (link.src, link.tensor)
         tid = tensor_ids.get(key)
@@ -441,48 +376,26 @@ def _with_tensor_nodes(model: _Model, elements: list[_Element]) -> tuple[list[_E
                 "label": dot_quote(*lines),
                 "tooltip": dot_quote(link.tensor + (f": {shape}" if shape else ""), limit=2000),
             }
-            width = max(0.8, min(LABEL_CHARS, max(len(_visible(l)) for l in lines)) * 0.065 + 0.3)
+            width = max(0.8, min(LABEL_CHARS, max(len(visible(l)) for l in lines)) * 0.065 + 0.3)
             elements.append(
-                _Element(tid, attrs, source.cluster, order, width, 0.22 + 0.15 * len(lines))
+                Element(tid, attrs, source.cluster, order, width, 0.22 + 0.15 * len(lines))
             )
             order += 1
-            edges.append(_Edge(link.src, tid, {}))
-        edges.append(_Edge(tid, link.dst, {}))
+            edges.append(Edge(link.src, tid, {}))
+        edges.append(Edge(tid, link.dst, {}))
     elements.sort(key=lambda e: e.order)
     return elements, edges
 
 
-def _shape_suffix(model: _Model, tensor: str) -> str:
+def _shape_suffix(model: Collected, tensor: str) -> str:
     shape = model.tensor_info.get(tensor)
     return f": {shape}" if shape else ""
 
 
-def _graph_defaults(options: DrawOptions, title: str) -> dict[str, str]:
-    attrs = {
-        "rankdir": options.rankdir,
-        "fontname": "Helvetica",
-        "fontsize": "12",
-        "bgcolor": "white",
-    }
-    if title:
-        attrs["label"] = dot_quote(title, limit=120)
-        attrs["labelloc"] = "t"
-    return attrs
-
-
-_NODE_DEFAULTS = {"fontname": "Helvetica", "fontsize": "10", "margin": '"0.08,0.03"'}
-_EDGE_DEFAULTS = {
-    "fontname": "Helvetica",
-    "fontsize": "8",
-    "color": '"#555555"',
-    "arrowsize": "0.6",
-}
-
-
 def _pydot_text(
-    elements: list[_Element],
-    edges: list[_Edge],
-    clusters: Mapping[str, _Cluster],
+    elements: list[Element],
+    edges: list[Edge],
+    clusters: Mapping[str, Cluster],
     options: DrawOptions,
     title: str,
     quick: bool,
@@ -490,7 +403,7 @@ def _pydot_text(
     """The normal path: a pydot graph laid out by `dot`."""
     import pydot
 
-    graph = pydot.Dot("onnx", graph_type="digraph", **_graph_defaults(options, title))
+    graph = pydot.Dot("onnx", graph_type="digraph", **graph_defaults(options, title))
     if quick:
         # Bounded crossing minimisation and network simplex: several times faster, nearly as tidy.
         graph.set("nslimit", "2")
@@ -498,8 +411,8 @@ def _pydot_text(
         graph.set("mclimit", "0.5")
         graph.set("searchsize", "30")
         graph.set("remincross", "false")
-    graph.set_node_defaults(**_NODE_DEFAULTS)
-    graph.set_edge_defaults(**_EDGE_DEFAULTS)
+    graph.set_node_defaults(**NODE_DEFAULTS)
+    graph.set_edge_defaults(**EDGE_DEFAULTS)
     # pydot's stubs type add_subgraph/Node/Edge more narrowly than pydot accepts.
     subgraphs: dict[str, Any] = {}
     for cid, cluster in clusters.items():

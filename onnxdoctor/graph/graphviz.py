@@ -28,6 +28,10 @@ class GraphvizError(Exception):
 PNG_DPI = 72
 PNG_MAX_PIXELS = 12_000_000
 PNG_MAX_SIDE = 30_000  # cairo refuses surfaces above 32767 pixels a side
+# Text below about 7 pixels is not read, only guessed: 0.8 keeps 10-point labels at 8 pixels.
+READABLE_SCALE = 0.8
+READABLE_TEXT_PIXELS = 7.0
+TEXT_POINTS = 10.0  # the boxes' font size (elements.NODE_DEFAULTS)
 PNG_SMALL_SIDE = 10_000  # pixels a side at most for a `dot` layout
 # A Rust port of Graphviz's command line on PyPI (a dependency): `pip install` alone can draw.
 PURE = "graphviz-pure"
@@ -110,8 +114,25 @@ def _png_size_flags(drawing: Drawing) -> list[str]:
         side = PNG_SMALL_SIDE / 96
         return ["-Gdpi=96", f"-Gsize={side:.1f},{side:.1f}"]
     width, height = drawing.size_inches
-    area = max(width * height, 1e-6) * PNG_DPI * PNG_DPI
-    scale = min(1.0, math.sqrt(PNG_MAX_PIXELS / area))
-    w_in = min(width * scale, PNG_MAX_SIDE / PNG_DPI) + 0.5
-    h_in = min(height * scale, PNG_MAX_SIDE / PNG_DPI) + 0.5
+    scale = png_scale(drawing.size_inches)
+    w_in = width * scale + 0.5
+    h_in = height * scale + 0.5
     return [f"-Gdpi={PNG_DPI}", f"-Gsize={w_in:.1f},{h_in:.1f}"]
+
+
+def png_scale(size_inches: tuple[float, float]) -> float:
+    """How much a layered drawing of this size is scaled down in its PNG (1.0: not at all).
+
+    About PNG_MAX_PIXELS, but never below READABLE_SCALE while the picture fits cairo's sides:
+    a bigger file beats words nobody can read.
+    """
+    width, height = size_inches
+    area = max(width * height, 1e-6) * PNG_DPI * PNG_DPI
+    scale = max(min(1.0, math.sqrt(PNG_MAX_PIXELS / area)), READABLE_SCALE)
+    fits = min(PNG_MAX_SIDE / PNG_DPI / max(width, 1e-6), PNG_MAX_SIDE / PNG_DPI / max(height, 1e-6))
+    return min(scale, fits, 1.0)
+
+
+def png_text_pixels(size_inches: tuple[float, float]) -> float:
+    """The height of a box's 10-point text in the PNG, in pixels."""
+    return TEXT_POINTS * PNG_DPI / 72 * png_scale(size_inches)

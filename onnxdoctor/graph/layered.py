@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Mapping
 
-from onnxdoctor.graph.collect import _Cluster
-from onnxdoctor.graph.drawing import (
-    _EDGE_DEFAULTS,
-    _NODE_DEFAULTS,
+from onnxdoctor.graph.collect import Cluster
+from onnxdoctor.graph.elements import (
+    EDGE_DEFAULTS,
+    NODE_DEFAULTS,
     DrawOptions,
-    _Edge,
-    _Element,
-    _graph_defaults,
+    Edge,
+    Element,
     dot_quote,
+    graph_defaults,
 )
 
 _X_GAP = 0.35  # inches between boxes in a layer
@@ -22,7 +22,7 @@ _X_GAP = 0.35  # inches between boxes in a layer
 _Y_GAP = 0.45  # inches between layers
 
 
-def _layers(elements: list[_Element], edges: list[_Edge]) -> dict[str, int]:
+def _layers(elements: list[Element], edges: list[Edge]) -> dict[str, int]:
     """Longest-path layering in model order; edges that point backwards (cycles) are ignored."""
     index = {e.id: k for k, e in enumerate(elements)}
     preds: dict[str, list[str]] = defaultdict(list)
@@ -61,7 +61,7 @@ def _layers(elements: list[_Element], edges: list[_Edge]) -> dict[str, int]:
 
 
 def _cluster_spans(
-    elements: list[_Element], layer: Mapping[str, int], clusters: Mapping[str, _Cluster]
+    elements: list[Element], layer: Mapping[str, int], clusters: Mapping[str, Cluster]
 ) -> list[tuple[int, int]]:
     """The first and last layer of each top-level cluster (a body must not straddle two columns)."""
     spans: dict[str, list[int]] = {}
@@ -93,26 +93,27 @@ def _fold(n_layers: int, per_column: int, spans: list[tuple[int, int]]) -> list[
     return columns
 
 
-def _layered_text(
-    elements: list[_Element],
-    edges: list[_Edge],
-    clusters: Mapping[str, _Cluster],
+def layered_text(
+    elements: list[Element],
+    edges: list[Edge],
+    clusters: Mapping[str, Cluster],
     options: DrawOptions,
     title: str,
-) -> tuple[str, tuple[float, float]]:
-    """DOT text with positions for `neato -n2`, written directly (pydot objects cost seconds)."""
+) -> tuple[str, tuple[float, float], int]:
+    """DOT text with positions for `neato -n2` (written directly: pydot objects cost seconds), the
+    picture's size in inches, and how many columns (bands) the layers were folded into."""
     layer = _layers(elements, edges)
     by_layer = _ordered_rows(elements, edges, layer)
     placed = _Placement(elements, clusters, layer, by_layer, lr=options.rankdir == "LR")
     lines = ["digraph onnx {"]
-    graph_attrs = _graph_defaults(options, title)
+    graph_attrs = graph_defaults(options, title)
     graph_attrs.pop("rankdir")
     graph_attrs.update(splines="false", outputorder="edgesfirst", overlap="true")
     lines.append("graph [" + " ".join(f"{k}={v}" for k, v in graph_attrs.items()) + "];")
     lines.append(
-        "node [" + " ".join(f"{k}={v}" for k, v in _NODE_DEFAULTS.items()) + " fixedsize=true];"
+        "node [" + " ".join(f"{k}={v}" for k, v in NODE_DEFAULTS.items()) + " fixedsize=true];"
     )
-    lines.append("edge [" + " ".join(f"{k}={v}" for k, v in _EDGE_DEFAULTS.items()) + "];")
+    lines.append("edge [" + " ".join(f"{k}={v}" for k, v in EDGE_DEFAULTS.items()) + "];")
     lines += _cluster_lines(elements, clusters, placed)
     for element in elements:
         x, y = placed.xy(element.id)
@@ -120,17 +121,22 @@ def _layered_text(
         attrs = " ".join(f"{k}={v}" for k, v in element.attrs.items())
         lines.append(f'{element.id} [{attrs} width={w:.2f} height={h:.2f} pos="{x:.1f},{y:.1f}"];')
     for edge in edges:
-        attrs = " ".join(f"{k}={v}" for k, v in edge.attrs.items())
+        edge_attrs = dict(edge.attrs)
+        if placed.band.get(edge.src) != placed.band.get(edge.dst):
+            # From one column to another the straight line crosses other boxes: drawn faint, it
+            # says where the flow goes on without hiding the labels it passes over.
+            edge_attrs.update(color='"#c4c4c4"', penwidth="0.6", arrowsize="0.4")
+        attrs = " ".join(f"{k}={v}" for k, v in edge_attrs.items())
         lines.append(f"{edge.src} -> {edge.dst}" + (f" [{attrs}];" if attrs else ";"))
     lines.append("}")
-    return "\n".join(lines) + "\n", placed.size
+    return "\n".join(lines) + "\n", placed.size, placed.bands
 
 
 def _ordered_rows(
-    elements: list[_Element], edges: list[_Edge], layer: dict[str, int]
-) -> dict[int, list[_Element]]:
+    elements: list[Element], edges: list[Edge], layer: dict[str, int]
+) -> dict[int, list[Element]]:
     """Each layer's elements in order: barycentre of the predecessors' slots, cluster, model order."""
-    by_layer: dict[int, list[_Element]] = defaultdict(list)
+    by_layer: dict[int, list[Element]] = defaultdict(list)
     for element in elements:
         by_layer[layer[element.id]].append(element)
     n_layers = max(by_layer) + 1 if by_layer else 1
@@ -141,7 +147,7 @@ def _ordered_rows(
     for level in range(n_layers):
         row = by_layer.get(level, [])
 
-        def key(e: _Element) -> tuple[float, str, int]:
+        def key(e: Element) -> tuple[float, str, int]:
             known = [slot[p] for p in preds[e.id] if p in slot]
             return (sum(known) / len(known) if known else float(e.order), e.cluster or "", e.order)
 
@@ -160,10 +166,10 @@ class _Placement:
 
     def __init__(
         self,
-        elements: list[_Element],
-        clusters: Mapping[str, _Cluster],
+        elements: list[Element],
+        clusters: Mapping[str, Cluster],
         layer: dict[str, int],
-        by_layer: dict[int, list[_Element]],
+        by_layer: dict[int, list[Element]],
         *,
         lr: bool,
     ) -> None:
@@ -178,14 +184,17 @@ class _Placement:
         self.depth = {lv: max(self.along_size(e) for e in row) for lv, row in by_layer.items()}
         self.spans = _cluster_spans(elements, layer, clusters)
         self.pos: dict[str, tuple[float, float]] = {}  # (across, along) centre, inches
+        self.band: dict[str, int] = {}  # the column each element is drawn in
         self.across_total = 0.0
         self.along_total = 0.0
-        self._place(self._bands())
+        folded = self._bands()
+        self.bands = len(folded)
+        self._place(folded)
 
-    def across_size(self, e: _Element) -> float:
+    def across_size(self, e: Element) -> float:
         return e.height if self.lr else e.width
 
-    def along_size(self, e: _Element) -> float:
+    def along_size(self, e: Element) -> float:
         return e.width if self.lr else e.height
 
     def _extent(self, per_band: int) -> tuple[list[list[int]], float, float]:
@@ -208,7 +217,7 @@ class _Placement:
         return self._extent(low)[0]
 
     def _place(self, bands: list[list[int]]) -> None:
-        for band in bands:
+        for number, band in enumerate(bands):
             band_span = max((self.span.get(lv, 0.0) for lv in band), default=0.0)
             along = 0.0
             for lv in band:
@@ -216,6 +225,7 @@ class _Placement:
                 row_depth = self.depth.get(lv, 0.4)
                 for element in self.by_layer.get(lv, []):
                     self.pos[element.id] = (start + self.across_size(element) / 2, along + row_depth / 2)
+                    self.band[element.id] = number
                     start += self.across_size(element) + self.gap_across
                 along += row_depth + self.gap_along
             self.along_total = max(self.along_total, along)
@@ -240,10 +250,10 @@ _POINTS = 72.0
 
 
 def _cluster_lines(
-    elements: list[_Element], clusters: Mapping[str, _Cluster], placed: _Placement
+    elements: list[Element], clusters: Mapping[str, Cluster], placed: _Placement
 ) -> list[str]:
     """Each cluster as a box around its members (nested clusters count for their parents)."""
-    members: dict[str, list[_Element]] = defaultdict(list)
+    members: dict[str, list[Element]] = defaultdict(list)
     for element in elements:
         owner = element.cluster
         while owner:

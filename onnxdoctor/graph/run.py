@@ -8,7 +8,7 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from onnxdoctor.graph.collect import Mark
     from onnxdoctor.graph.drawing import Drawing
+    from onnxdoctor.model import DiagnoseOptions, Diagnosis
     from onnxdoctor.onnxkit.walk import NodePath
 
 FORMATS = ("svg", "png", "dot")
@@ -58,6 +59,7 @@ class GraphRequest:
     layout: str = "auto"
     timeout: float = 300.0
     targets: tuple[str, ...] = ()  # deployment targets whose unsupported nodes are marked (docs/targets.md)
+    max_memory_mb: int | None = None  # cap on the checks' process (None: 3/4 of physical memory)
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,16 @@ class _Placed:
     paths: tuple[NodePath, ...]
 
 
-def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
+# Runs the pipeline on the model (`onnxdoctor.pipeline.diagnose`), handed in by the command layer:
+# drawing never depends on the pipeline; --runtime and the run targets ask it for their findings.
+Diagnose = Callable[[str, "DiagnoseOptions"], "tuple[Diagnosis, ...]"]
+
+
+def run_graph(request: GraphRequest, echo: Callable[[str], None], diagnose: Diagnose | None = None) -> int:
     """Draw the model as asked; `echo` the written path and a one-screen summary.
+
+    `diagnose` runs the worker for --runtime and for targets that need a real run (OpenVINO);
+    without it, asking for those is a usage error.
 
     Returns:
         0 drawn with no error findings, 1 drawn with findings or Graphviz missing.
@@ -100,7 +110,7 @@ def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
     if model.ir_version <= 0:
         say("warning: the model has no IR version; drawn anyway, but the checker and ONNX Runtime "
             "refuse it (set model.ir_version)")
-    placed, notes = _place_findings(request, model, saved)
+    placed, notes = _place_findings(request, model, saved, diagnose)
     options = DrawOptions(
         tensors=request.tensors,
         initializers=request.initializers,
@@ -109,6 +119,7 @@ def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
         radius=request.radius,
         max_nodes=request.max_nodes,
         layout=request.layout,
+        png=fmt == "png",
     )
     try:
         drawing = build_drawing(model, _marks(placed), options, title=request.model.name)
@@ -125,10 +136,9 @@ def run_graph(request: GraphRequest, echo: Callable[[str], None]) -> int:
 
 
 def _place_findings(
-    request: GraphRequest, model: Any, saved: list[Finding]
+    request: GraphRequest, model: Any, saved: list[Finding], diagnose: Diagnose | None
 ) -> tuple[list[_Placed], list[str]]:
     """Every finding to draw (external data, checker, runtime, a saved diagnosis) on its nodes."""
-    from onnxdoctor.onnxkit.checks import check_model_located
     from onnxdoctor.onnxkit.files import check_external_data
     from onnxdoctor.onnxkit.walk import walk_nodes
 
@@ -139,28 +149,72 @@ def _place_findings(
         for problem in check_external_data(model, model_dir)
     ]
     if request.check:
-        for located in check_model_located(model, model_dir=model_dir):
+        for located in _checked(request, model, model_dir):
             paths = (located.path,) if located.path is not None else ()
             placed.append(_Placed(located.finding, paths))
     notes: list[str] = []
     if request.runtime:
-        runtime_findings, runtime_notes = _runtime_findings(request)
+        runtime_findings, runtime_notes = _runtime_findings(request, _needs(diagnose, "--runtime"))
         notes += runtime_notes
         placed += [_Placed(f, _paths_for(f, nodes)) for f in runtime_findings]
     placed += [_Placed(f, _paths_for(f, nodes)) for f in saved]
     if request.targets:
-        target_findings, target_notes = _target_findings(request, model)
+        target_findings, target_notes = _target_findings(request, model, diagnose)
         notes += target_notes
-        placed += [_Placed(f, _paths_for(f, nodes)) for f in target_findings]
+        # A target's finding stands for every node of its op that the target refuses: mark each.
+        placed += [_Placed(f, tuple(p for name in names for p in _paths_for(replace(f, node=name), nodes))
+                           or _paths_for(f, nodes)) for f, names in target_findings]
     return _dedupe(placed), notes
 
 
-def _target_findings(request: GraphRequest, model: Any) -> tuple[list[Finding], list[str]]:
-    """OD7xx findings of the asked deployment targets: tables in-process, OpenVINO in the worker."""
+def _needs(diagnose: Diagnose | None, what: str) -> Diagnose:
+    if diagnose is None:
+        raise UsageError(f"{what} needs a worker run, which this caller does not offer")
+    return diagnose
+
+
+def _checked(request: GraphRequest, model: Any, model_dir: str) -> list[Any]:
+    """The checker's and shape inference's located findings, computed in a child process under
+    the memory cap and the timeout: a 300-byte model can make shape inference allocate without
+    bound or crash, and the drawing must survive to say so (OD905, OD901, OD902)."""
+    from onnxdoctor.guarded import default_memory_mb, guarded_call
+    from onnxdoctor.onnxkit.checks import LocatedFinding, check_model_located
+
+    cap = default_memory_mb() if request.max_memory_mb is None else request.max_memory_mb
+    done = guarded_call(check_model_located, model, max_memory_mb=cap, timeout=request.timeout,
+                        model_dir=model_dir)
+    if done.ended == "ok":
+        return list(done.value)
+    if done.ended == "memory":
+        from onnxdoctor.protocol import out_of_memory_message
+
+        detail = "killed by the system with SIGKILL" if done.detail == "SIGKILL" else done.detail
+        finding = Finding("OD905", Stage.CHECK, Severity.ERROR,
+                          out_of_memory_message("check", detail, cap, who="the check"), node=done.value)
+        from onnxdoctor.onnxkit.walk import walk_nodes
+
+        where = next((path for path, node in walk_nodes(model.graph) if done.value and node.name == done.value), None)
+        return [LocatedFinding(finding, where)]
+    elif done.ended == "signal":
+        finding = Finding("OD901", Stage.CHECK, Severity.ERROR,
+                          f"the onnx checker or shape inference crashed ({done.detail}); the graph is "
+                          "drawn unchecked")
+    elif done.ended == "timeout":
+        finding = Finding("OD902", Stage.CHECK, Severity.ERROR,
+                          f"the check was still running after {done.detail} and was stopped (--timeout)")
+    else:
+        finding = Finding("OD399", Stage.CHECK, Severity.ERROR, f"the check failed: {done.detail}")
+    return [LocatedFinding(finding, None)]
+
+
+def _target_findings(request: GraphRequest, model: Any, diagnose: Diagnose | None
+                     ) -> tuple[list[tuple[Finding, list[str]]], list[str]]:
+    """OD7xx findings of the asked deployment targets (tables in-process, OpenVINO in the worker),
+    each with the names of the nodes it stands for (one finding per op and target)."""
     from onnxdoctor.targets import UnknownTargetError, get_target, resolve_targets
     from onnxdoctor.targets.tables import check_model
 
-    findings: list[Finding] = []
+    findings: list[tuple[Finding, list[str]]] = []
     notes: list[str] = []
     try:
         names = resolve_targets(request.targets)
@@ -170,18 +224,25 @@ def _target_findings(request: GraphRequest, model: Any) -> tuple[list[Finding], 
         kind = get_target(name).kind
         if kind == "table":
             result = check_model(name, model)
-            findings += list(result.findings)
+            findings += _with_nodes(result)
             notes.append(f"target {name}: {result.note}")
         elif kind == "runtime":
             from onnxdoctor.model import DiagnoseOptions
-            from onnxdoctor.pipeline import diagnose
 
             options = DiagnoseOptions(fix=False, skip_check=True, targets=(name,),
-                                      timeout=max(request.timeout, 60.0))
-            for diagnosis in diagnose(str(request.model), options):
-                findings += [f for f in diagnosis.findings if f.stage is Stage.TARGET]
-                notes += [f"target {t.target}: {t.note}" for t in diagnosis.targets if t.target == name]
+                                      timeout=max(request.timeout, 60.0), max_memory_mb=request.max_memory_mb)
+            for diagnosis in _needs(diagnose, f"--target {name}")(str(request.model), options):
+                for result in diagnosis.targets:
+                    if result.target == name:
+                        findings += _with_nodes(result)
+                        notes.append(f"target {result.target}: {result.note}")
     return findings, notes
+
+
+def _with_nodes(result: Any) -> list[tuple[Finding, list[str]]]:
+    """A target's findings, each with the nodes of its op that the target did not plainly take."""
+    return [(f, [v.node for v in result.verdicts if v.op == f.op and v.status.value != "supported"])
+            for f in result.findings]
 
 
 def _marks(placed: list[_Placed]) -> dict[NodePath, list[Mark]]:
@@ -336,16 +397,16 @@ def _load_saved_findings(path: Path) -> list[Finding]:
     return findings
 
 
-def _runtime_findings(request: GraphRequest) -> tuple[list[Finding], list[str]]:
+def _runtime_findings(request: GraphRequest, diagnose: Diagnose) -> tuple[list[Finding], list[str]]:
     """Load the model in ONNX Runtime through the worker (the pipeline's ORT_LOAD stage)."""
     from onnxdoctor.model import DiagnoseOptions, Status
-    from onnxdoctor.pipeline import diagnose
 
     options = DiagnoseOptions(
         custom_op_libraries=tuple(str(p) for p in request.custom_op_libraries),
         fix=False,
         timeout=max(request.timeout, 60.0),
         skip_check=True,  # checked in-process already; the runtime's verdict is wanted regardless
+        max_memory_mb=request.max_memory_mb,
     )
     diagnoses = diagnose(str(request.model), options)
     findings: list[Finding] = []
@@ -420,18 +481,16 @@ def _print_summary(
     if written is not None:
         if tool_findings and written.suffix == ".dot" and fmt != "dot":
             layout = "Graphviz source only, see OD002 below"
-        elif drawing.layout == "dot":
-            layout = "Graphviz dot"
+        elif fmt == "dot":
+            layout = "Graphviz source, dot layout" if drawing.layout == "dot" else "Graphviz source, layered layout"
         else:
-            layout = "layered layout, neato -n2"
+            layout = _drawn_by(drawing)
         say(
             f"wrote {written} ({drawing.drawn_ops} of {drawing.total_ops} nodes, {layout}, "
             f"{seconds:.1f} s)"
         )
-    if fmt == "png" and drawing.drawn_ops > PNG_READABLE_OPS:
-        # A 634-node Swin-T gave a 264x10003 PNG: the boxes are there, the words are not.
-        say(f"  note: {drawing.drawn_ops} nodes make a PNG too small to read; draw it with --svg "
-            "(zooms without loss) or a region with --focus NODE --radius K")
+    if fmt == "png" and written is not None and written.suffix != ".dot":
+        _png_readability(say, drawing)
     for note in notes:
         say(f"  {note}")
     all_nodes = [n for _, n in walk_nodes(model.graph)]
@@ -482,12 +541,41 @@ def _print_summary(
         )
 
 
+def _drawn_by(drawing: Drawing) -> str:
+    """Which program drew the picture, as it really ran: system Graphviz or graphviz-pure."""
+    from onnxdoctor.graph.graphviz import PURE, graphviz_command
+
+    program = drawing.engine[0]
+    command = graphviz_command(program) or [program]
+    pure = Path(command[0]).name == PURE
+    if drawing.layout == "dot":
+        return "graphviz-pure, dot layout" if pure else "Graphviz dot"
+    columns = f"layered layout in {drawing.columns} columns" if drawing.columns > 1 else "layered layout"
+    return f"{columns}, graphviz-pure -Kneato -n2" if pure else f"{columns}, Graphviz neato -n2"
+
+
+def _png_readability(say: Any, drawing: Drawing) -> None:
+    """One line when a PNG's words are too small to read, with what to draw instead."""
+    from onnxdoctor.graph.graphviz import READABLE_TEXT_PIXELS, png_text_pixels
+
+    if drawing.size_inches is None:
+        if drawing.drawn_ops > PNG_READABLE_OPS:  # a forced `--layout dot` of a big graph
+            say(f"  note: {drawing.drawn_ops} nodes in one dot layout make a PNG too small to read; "
+                "leave --layout auto (columns), draw --svg, or a region with --focus NODE --radius K")
+        return
+    pixels = png_text_pixels(drawing.size_inches)
+    if pixels < READABLE_TEXT_PIXELS:
+        # A 634-node Swin-T gave a 264x10003 PNG: the boxes are there, the words are not.
+        say(f"  note: {drawing.drawn_ops} nodes leave {pixels:.0f}-pixel text in a PNG even in columns; "
+            "draw it with --svg (zooms without loss) or a region with --focus NODE --radius K")
+
+
 def _cap(values: list[str], limit: int = 6) -> list[str]:
     return values if len(values) <= limit else [*values[:limit], f"… {len(values) - limit} more"]
 
 
 def _one_line(text: str, limit: int = 220) -> str:
-    from onnxdoctor.graph.drawing import _visible
+    from onnxdoctor.graph.elements import visible
 
-    flat = _visible(" ".join(text.split()))
+    flat = visible(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnxdoctor.model import Finding, Severity, Stage
 from onnxdoctor.onnxkit.files import safe_text
@@ -45,7 +46,8 @@ class LocatedFinding:
 
 
 def check_model(
-    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = 5
+    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = 5,
+    on_step: Callable[[str], None] | None = None,
 ) -> list[Finding]:
     """Check a model the way the CHECK stage does, and say what is wrong with which node.
 
@@ -58,22 +60,25 @@ def check_model(
         model_dir: the model's folder; stripped from messages so they hold no absolute paths.
         max_per_kind: keep at most this many findings with the same code and op (the last kept one
             says how many more nodes share the problem); None keeps them all.
+        on_step: told each step's name before it runs (the worker records it, so that a crash in
+            native code names the step).
 
     Returns:
         Findings with stage CHECK, errors first in model order; empty when the model is valid.
     """
     return [
         lf.finding
-        for lf in check_model_located(model, model_dir=model_dir, max_per_kind=max_per_kind)
+        for lf in check_model_located(model, model_dir=model_dir, max_per_kind=max_per_kind, on_step=on_step)
     ]
 
 
 def check_model_located(
-    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = None
+    model: onnx.ModelProto, *, model_dir: str | None = None, max_per_kind: int | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> list[LocatedFinding]:
     """Like `check_model`, with each finding's node path (for drawing). Keeps all by default."""
     try:
-        return _limit(_Checker(model, model_dir).run(), max_per_kind)
+        return _limit(_Checker(model, model_dir, on_step).run(), max_per_kind)
     except RecursionError:
         finding = Finding(
             code="OD306",
@@ -87,7 +92,9 @@ def check_model_located(
 class _Checker:
     """One check run over one model; collects located findings."""
 
-    def __init__(self, model: onnx.ModelProto, model_dir: str | None) -> None:
+    def __init__(self, model: onnx.ModelProto, model_dir: str | None,
+                 on_step: Callable[[str], None] | None = None) -> None:
+        self.step = on_step or (lambda _name: None)
         self.model = model
         self.model_dir = model_dir
         self.opsets: dict[str, int] = {}
@@ -105,14 +112,18 @@ class _Checker:
     # -- driver -----------------------------------------------------------------------------
 
     def run(self) -> list[LocatedFinding]:
+        self.step("the graph's structure")
         self._structure(self.model.graph, (), outer=frozenset())
         self._opset_imports()
         self._aten_nodes()
+        self.step("the onnx checker")
         checker_error = self._onnx_checker()
         if checker_error is not None:
             # The checker reports one error; check each node alone to find every failing node.
+            self.step("the onnx checker, node by node")
             self._each_node()
             self._add_checker_error(checker_error)
+        self.step("shape inference (with data propagation)")
         self._shape_inference()
         errors = [lf for lf in self.found if lf.finding.severity is Severity.ERROR]
         others = [lf for lf in self.found if lf.finding.severity is not Severity.ERROR]
@@ -344,6 +355,8 @@ class _Checker:
             return str(exc)
         except ValueError as exc:  # a model over 2 GiB cannot be checked from memory
             return str(exc)
+        except MemoryError:
+            raise MemoryError("in the onnx checker") from None
         except Exception as exc:  # noqa: BLE001 - a checker failure is reported, never raised
             return f"{type(exc).__name__}: {exc}"
         return None
@@ -369,6 +382,8 @@ class _Checker:
                 onnx.checker.check_node(probe, ctx)
             except onnx.checker.ValidationError as exc:
                 self._node_error(str(exc), path)
+            except MemoryError:
+                raise MemoryError(f"in the onnx checker, on {_node_words(node)}") from None
             except Exception as exc:  # noqa: BLE001 - a checker bug must not stop the check
                 self._node_error(f"{type(exc).__name__}: {exc}", path)
 
@@ -477,10 +492,41 @@ class _Checker:
             )
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
             self._shape_errors(str(exc))
+        except MemoryError:
+            # Not a finding about the model's shapes: the stage ran out of memory (OD905), which
+            # the worker reports with its cap. A node's extreme constants (a Slice's 2**62 bounds)
+            # make inference with data propagation allocate without bound.
+            suspect = self._extreme_constants()
+            near = f", near {_node_words(suspect)}, whose constant inputs reach the int64 limits" if suspect else ""
+            error = CheckOutOfMemory(f"in shape inference (with data propagation){near}")
+            if suspect is not None:
+                error.node, error.op = safe_text(suspect.name) or None, safe_text(suspect.op_type)
+            raise error from None
         except Exception as exc:  # noqa: BLE001 - e.g. a model too large to serialize
             self._add(
                 "OD304", f"shape inference failed: {self._clean(str(exc))}", None, evidence=str(exc)
             )
+
+    def _extreme_constants(self) -> onnx.NodeProto | None:
+        """The first node fed a small integer constant near the int64 limits (|v| >= 2**40): the
+        likely reason shape inference with data propagation ran out of memory."""
+        from onnx import TensorProto, numpy_helper
+
+        small = {}
+        tensors = [*self.model.graph.initializer,
+                   *(a.t for n in self.model.graph.node if n.op_type == "Constant" for a in n.attribute if a.HasField("t"))]
+        outputs = {id(a.t): n.output[0] for n in self.model.graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.HasField("t") and n.output}
+        for tensor in tensors:
+            if (tensor.data_type in (TensorProto.INT64, TensorProto.INT32) and tensor.data_location != TensorProto.EXTERNAL
+                    and len(tensor.dims) <= 1 and all(d <= 64 for d in tensor.dims)):
+                try:
+                    values = numpy_helper.to_array(tensor).reshape(-1).tolist()
+                except ValueError:
+                    continue
+                if any(abs(int(v)) >= 2**40 for v in values):
+                    small[outputs.get(id(tensor), safe_text(tensor.name))] = True
+        return next((n for n in self.model.graph.node if any(safe_text(i) in small for i in n.input)), None)
 
     def _shape_errors(self, text: str) -> None:
         lines = [line for line in text.splitlines() if line.strip()]
@@ -601,3 +647,15 @@ def _limit(found: list[LocatedFinding], max_per_kind: int | None) -> list[Locate
             lf = LocatedFinding(replace(lf.finding, evidence=(*lf.finding.evidence, note)), lf.path)
         kept.append(lf)
     return kept
+
+
+class CheckOutOfMemory(MemoryError):
+    """A check ran out of memory; `node` and `op` name the likely cause when one is found."""
+
+    node: str | None = None
+    op: str | None = None
+
+
+def _node_words(node: Any) -> str:
+    """`node 'name' (Op)` for a message (the name escaped: it comes from the model)."""
+    return f"node {safe_text(node.name)!r} ({safe_text(node.op_type)})"

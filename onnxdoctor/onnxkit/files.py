@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxdoctor.errors import CodedError
+from onnxdoctor.onnxkit.walk import node_bodies, safe_text  # safe_text: re-exported (__all__)
 
 if TYPE_CHECKING:
     import onnx
@@ -51,20 +52,6 @@ class OnnxFileError(CodedError):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
-
-
-def safe_text(value: str | bytes) -> str:
-    """Return a name as text, even when the file held bytes that are not valid UTF-8.
-
-    Args:
-        value: a protobuf string field; upb returns `bytes` for invalid UTF-8.
-
-    Returns:
-        The string itself, or the bytes decoded with backslash escapes for the invalid ones.
-    """
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    return value
 
 
 def read_onnx(
@@ -278,6 +265,8 @@ class ExternalRef:
     location: str
     offset: int | None
     length: int | None
+    # The bytes the tensor's shape and type need; None where that is not fixed (strings).
+    expected: int | None = None
 
 
 def external_refs(model: onnx.ModelProto) -> list[ExternalRef]:
@@ -300,9 +289,29 @@ def external_refs(model: onnx.ModelProto) -> list[ExternalRef]:
                 location=info.get("location", ""),
                 offset=_nonneg_int(info.get("offset"), name, "offset"),
                 length=_nonneg_int(info.get("length"), name, "length"),
+                expected=_expected_bytes(tensor),
             )
         )
     return refs
+
+
+def _expected_bytes(tensor: onnx.TensorProto) -> int | None:
+    """The raw bytes a tensor of this shape and element type holds (4-bit types packed two to a
+    byte); None for strings or a type this onnx does not know."""
+    from onnx import TensorProto, helper
+
+    count = 1
+    for dim in tensor.dims:
+        count *= max(int(dim), 0)
+    if tensor.data_type == TensorProto.STRING:
+        return None
+    packed = {getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(TensorProto, n)}
+    if tensor.data_type in packed:
+        return (count + 1) // 2
+    try:
+        return count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _nonneg_int(text: str | None, tensor: str, key: str) -> int | None:
@@ -393,6 +402,13 @@ def _vet_ref(ref: ExternalRef, base: str) -> OnnxFileError | None:
             f"{where}: offset {offset} + length {ref.length} runs past the end of the file "
             f"({st.st_size} bytes)",
         )
+    held = ref.length if ref.length is not None else st.st_size - offset
+    if ref.expected is not None and held != ref.expected:
+        # A runtime would fail later with a reshape error that names no file.
+        return OnnxFileError(
+            "OD112",
+            f"{where} holds {held} bytes, but the tensor's shape and type need {ref.expected}",
+        )
     return None
 
 
@@ -439,8 +455,6 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 def _node_tensors(
     nodes: Iterable[onnx.NodeProto], subgraphs: list[onnx.GraphProto]
 ) -> Iterator[onnx.TensorProto]:
-    from onnxdoctor.onnxkit.walk import node_bodies  # onnxwalk reads names with safe_text
-
     for node in nodes:
         for attr in node.attribute:
             if attr.HasField("t"):

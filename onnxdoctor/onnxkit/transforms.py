@@ -295,13 +295,18 @@ def _replace_nodes(
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     del fixed.graph.node[:]
-    taken = {name for n in model.graph.node for name in (n.name, *n.input, *n.output)}
+    # Every "a/", "a/b/" that starts a name: a set lookup per candidate prefix, not a scan of every
+    # name (a 5,000-node model would take minutes).
+    taken: set[str] = set()
+    for n in model.graph.node:
+        for name in (n.name, *n.input, *n.output):
+            taken.update(name[: i + 1] for i, c in enumerate(name) if c == "/")
     for index, node in enumerate(model.graph.node):
         if node.op_type != op_type or node.domain not in ("", "ai.onnx"):
             fixed.graph.node.append(node)
             continue
         prefix = node.name or f"{op_type}_{index}"
-        while any(name.startswith(prefix + "/") for name in taken):
+        while prefix + "/" in taken:
             prefix += "_"  # keep the new values apart from the model's own names
         taken.add(prefix + "/")  # and from the next node of the same name
         fixed.graph.node.extend(replace(node, prefix))

@@ -5,14 +5,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from onnxdoctor.onnxkit.files import safe_text
-
 if TYPE_CHECKING:
     import onnx
 
 # A node's place in the model: indices of nodes and names of graph attributes, from the main graph
 # down, e.g. (3, "then_branch", 0). Names are not unique (or may be empty); paths are.
 NodePath = tuple["int | str", ...]
+
+
+def safe_text(value: str | bytes) -> str:
+    """Return a name as text, even when the file held bytes that are not valid UTF-8.
+
+    Args:
+        value: a protobuf string field; upb returns `bytes` for invalid UTF-8.
+
+    Returns:
+        The string itself, or the bytes decoded with backslash escapes for the invalid ones.
+    """
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    return value
 
 
 def node_bodies(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from onnxdoctor.codes import CODES, explanation, find_code
+from onnxdoctor.codes import CODES, explanation, find_code, group
 from onnxdoctor.errors import UsageError
 
 
@@ -16,6 +16,7 @@ def codes_as_dicts() -> list[dict[str, str]]:
             "code": c.code,
             "slug": c.slug,
             "stage": c.stage.value,
+            "group": group(c),  # the hundreds digit's name: `environment` for OD0xx
             "severity": c.severity.value,
             "summary": c.summary,
         }
@@ -31,7 +32,7 @@ def print_codes(json_out: bool) -> None:
     rows = codes_as_dicts()
     if not sys.stdout.isatty():
         # A pipe gets one unwrapped line per code, for grep and friends.
-        widths = {k: max(len(r[k]) for r in rows) for k in ("code", "slug", "stage", "severity")}
+        widths = {k: max(len(r[k]) for r in rows) for k in ("code", "slug", "group", "severity")}
         for r in rows:
             cells = [r[k].ljust(widths[k]) for k in widths]
             print("  ".join([*cells, r["summary"]]))
@@ -44,7 +45,7 @@ def print_codes(json_out: bool) -> None:
         table.add_column(column, no_wrap=True)  # codes and slugs are identifiers: never cut
     table.add_column("summary")
     for row in codes_as_dicts():
-        table.add_row(row["code"], row["slug"], row["stage"], row["severity"], row["summary"])
+        table.add_row(row["code"], row["slug"], row["group"], row["severity"], row["summary"])
     Console().print(table)
 
 

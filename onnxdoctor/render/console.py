@@ -34,7 +34,7 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = Fa
     """Print one diagnosis: the stage ladder, then each finding with its fixes."""
     exporter = f" ({diagnosis.exporter} exporter)" if diagnosis.exporter else ""
     if not quiet:
-        console.print(Text.assemble(("onnxdoctor diagnose ", "bold"), (diagnosis.target, "bold cyan"), exporter))
+        console.print(Text.assemble(("onnxdoctor diagnose ", "bold"), (printable(diagnosis.target, one_line=True), "bold cyan"), exporter))
         console.print(_ladder(diagnosis))
         if diagnosis.targets:
             console.print(_target_matrix(diagnosis))
@@ -91,12 +91,14 @@ def _finding(finding: Finding, *, verbose: bool) -> Group:
     header.append(f"{slug(finding.code)}", style="bold")
     header.append(f"  [{finding.severity.value}, {finding.stage.value}]", style="dim")
     parts.append(header)
-    parts.append(_indented(Text(printable(finding.message)), 2))
+    # One line each: a newline in a node name must not print a line of its own (a forged
+    # "verified ✓" fix line); names and messages come from the model and the script.
+    parts.append(_indented(Text(printable(finding.message, one_line=True)), 2))
     where = [("op", finding.op), ("node", finding.node), ("source", finding.source),
              ("opset", str(finding.opset) if finding.opset is not None else None)]
     located = "   ".join(f"{k}: {v}" for k, v in where if v)
     if located:
-        parts.append(_indented(Text(printable(located), style="cyan"), 2))
+        parts.append(_indented(Text(printable(located, one_line=True), style="cyan"), 2))
     evidence = finding.evidence if verbose else finding.evidence[:1]
     for item in evidence:
         lines = item.splitlines()
@@ -107,7 +109,7 @@ def _finding(finding: Finding, *, verbose: bool) -> Group:
         for number, fix in enumerate(finding.fixes, 1):
             parts.extend(_fix(number, fix, show_snippet=verbose or number == 1 or bool(fix.verified)))
     for note in finding.notes:
-        parts.append(_indented(Text("note: " + note, style="yellow"), 2))
+        parts.append(_indented(Text("note: " + printable(note, one_line=True), style="yellow"), 2))
     parts.append(_indented(Text(f"more: onnxdoctor explain {finding.code}", style="dim"), 2))
     return Group(*parts)
 
@@ -124,20 +126,21 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
         line.append(f"verified ✓ ({reached}{figures}, {check.seconds:.1f}s) ", style="green")
     else:
         line.append(f"tried ✗ ({check.failure}) ", style="red")
-    line.append(fix.title, style="bold" if check is not None and check.works else "")
+    line.append(printable(fix.title, one_line=True), style="bold" if check is not None and check.works else "")
     parts: list[object] = [_indented(line, 3)]
     if check is not None and not check.works and check.detail:
-        parts.append(_indented(Text(printable(check.detail), style="dim"), 6))
+        parts.append(_indented(Text(printable(check.detail, one_line=True), style="dim"), 6))
     elif check is not None and check.works and "; " in check.detail:
         # What a verified fix was checked at beyond the example (other input sets): its proof.
-        parts.append(_indented(Text(printable(check.detail.split("; ", 1)[1]), style="dim"), 6))
+        parts.append(_indented(Text(printable(check.detail.split("; ", 1)[1], one_line=True), style="dim"), 6))
     if check is not None and check.targets:
-        parts.append(_indented(Text("targets: " + printable(" · ".join(f"{t} {v}" for t, v in check.targets)),
+        parts.append(_indented(Text("targets: " + printable(" · ".join(f"{t} {v}" for t, v in check.targets),
+                                                            one_line=True),
                                     style="dim"), 6))
     if fix.cost:
-        parts.append(_indented(Text(f"cost: {fix.cost}", style="dim"), 6))
+        parts.append(_indented(Text(f"cost: {printable(fix.cost, one_line=True)}", style="dim"), 6))
     if show_snippet and fix.snippet:
-        parts.append(_indented(Syntax(fix.snippet.rstrip(), "python", theme="ansi_dark",
+        parts.append(_indented(Syntax(printable(fix.snippet.rstrip()), "python", theme="ansi_dark",
                                       background_color="default", word_wrap=True), 6))
     return parts
 

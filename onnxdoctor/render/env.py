@@ -21,8 +21,10 @@ def render_env(env: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     table = Table(show_header=False, box=None, pad_edge=False)
-    for _ in range(3):
-        table.add_column("")
+    table.add_column("")
+    table.add_column("")
+    # Paths and provider lists are long words: wrap them (fold) rather than cut them with "…".
+    table.add_column("", overflow="fold")
     for section in (_packages, _exporters, _runtimes, _tools, _targets):
         section(env, table)
         table.add_section()

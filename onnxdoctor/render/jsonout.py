@@ -70,10 +70,19 @@ def diagnosis_dict(diagnosis: Diagnosis) -> dict[str, Any]:
     }
 
 
-def to_json(diagnoses: tuple[Diagnosis, ...]) -> str:
-    """Schema 1. `runs` holds every run (one per exporter); the top level sums them up: `healthy`
+def error_json(code: str, message: str) -> str:
+    """The one JSON object `--json` prints when the command could not give a diagnosis (a usage
+    error, a refused output, an internal error): `schema`, `tool_version` and `error`."""
+    document = {"schema": SCHEMA_VERSION, "tool_version": __version__,
+                "error": {"code": code, "message": message}}
+    return json.dumps(document, indent=2, default=str)
+
+
+def to_json(diagnoses: tuple[Diagnosis, ...], error: dict[str, str] | None = None) -> str:
+    """Schema 2. `runs` holds every run (one per exporter); the top level sums them up: `healthy`
     only when every run is, `findings` from every run (each with its `exporter`), `stages` and
-    `exporter` of the first run."""
+    `exporter` of the first run. `error` (code, message) says what the command then failed to do
+    (an output it could not write)."""
     first = diagnoses[0]
     findings = [
         {**finding_dict(f), "exporter": d.exporter} for d in diagnoses for f in d.findings
@@ -88,6 +97,8 @@ def to_json(diagnoses: tuple[Diagnosis, ...]) -> str:
         "runs": [diagnosis_dict(d) for d in diagnoses],
         "targets": [target_dict(t) for t in first.targets],
     }
+    if error is not None:
+        document["error"] = dict(error)
     return json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 from onnxdoctor import __version__
 from onnxdoctor.codes import slug
 from onnxdoctor.model import Diagnosis, Finding, Status
+from onnxdoctor.safetext import markdown_code, markdown_fence, markdown_text, printable
 
 
 def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
     """Render every run as one Markdown document."""
-    lines: list[str] = [f"# onnxdoctor report: `{diagnoses[0].target}`", ""]
+    # Names and messages come from the model and the script: each is made safe for Markdown where
+    # it lands (text, code span, code block), so none can open a heading, HTML or a fence.
+    lines: list[str] = [f"# onnxdoctor report: {markdown_code(diagnoses[0].target)}", ""]
     versions = diagnoses[0].versions
     if versions:
         lines.append("Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
@@ -27,7 +30,8 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
 
             lines += ["| target | check | reached | verdict | unsupported nodes | restricted nodes |",
                       "|---|---|---|---|---|---|"]
-            lines += [f"| {r.target} | {r.kind} | {r.reached} | {r.verdict} | {r.unsupported} | {r.partly} |"
+            lines += [f"| {markdown_text(r.target)} | {r.kind} | {r.reached} | {markdown_text(r.verdict)} "
+                      f"| {r.unsupported} | {r.partly} |"
                       for r in matrix_rows(diagnosis.targets)]
             lines += ["", f"_{STATIC_LINE}._", ""]
         if not diagnosis.findings:
@@ -40,14 +44,16 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
 
 def _finding(finding: Finding) -> list[str]:
     lines = [f"### {finding.code} `{slug(finding.code)}` ({finding.severity.value}, {finding.stage.value})", "",
-             finding.message, ""]
+             markdown_text(finding.message), ""]
     for key, value in (("op", finding.op), ("node", finding.node), ("source", finding.source),
                        ("opset", finding.opset)):
         if value is not None:
-            lines.append(f"- **{key}**: `{value}`")
+            lines.append(f"- **{key}**: {markdown_code(str(value))}")
     lines.append("")
     if finding.evidence:
-        lines += ["<details><summary>evidence</summary>", "", "```text", *finding.evidence, "```", "",
+        evidence = [printable(item) for item in finding.evidence]
+        opening, closing = markdown_fence("\n".join(evidence), "text")
+        lines += ["<details><summary>evidence</summary>", "", opening, *evidence, closing, "",
                   "</details>", ""]
     for number, fix in enumerate(finding.fixes, 1):
         check = fix.check
@@ -57,14 +63,16 @@ def _finding(finding: Finding) -> list[str]:
             diff = f", max abs diff {check.max_abs_diff:.2g}" if check.max_abs_diff is not None else ""
             status = f"verified: reached {check.reached.value if check.reached else '?'}{diff} in {check.seconds:.1f} s"
         else:
-            status = f"tried: {check.failure} ({check.detail})"
-        lines += [f"{number}. **{fix.title}** — {status}", ""]
+            status = f"tried: {check.failure} ({markdown_text(check.detail)})"
+        lines += [f"{number}. **{markdown_text(fix.title)}** — {status}", ""]
         if check is not None and check.targets:
-            lines += ["   Targets: " + ", ".join(f"{t}: {v}" for t, v in check.targets), ""]
+            lines += ["   Targets: " + ", ".join(f"{markdown_text(t)}: {markdown_text(v)}" for t, v in check.targets), ""]
         if fix.cost:
-            lines += [f"   Cost: {fix.cost}", ""]
+            lines += [f"   Cost: {markdown_text(fix.cost)}", ""]
         if fix.snippet:
-            lines += ["   ```python", *("   " + line for line in fix.snippet.rstrip().splitlines()), "   ```", ""]
+            snippet = printable(fix.snippet.rstrip())
+            opening, closing = markdown_fence(snippet, "python")
+            lines += [f"   {opening}", *("   " + line for line in snippet.split("\n")), f"   {closing}", ""]
     for note in finding.notes:
-        lines += [f"> Note: {note}", ""]
+        lines += [f"> Note: {markdown_text(note)}", ""]
     return lines

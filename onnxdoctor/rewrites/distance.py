@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxdoctor.rewrites import Exactness, Rewrite
+from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 CDIST = r'''
 def cdist(x1, x2, p=2.0, compute_mode=None):

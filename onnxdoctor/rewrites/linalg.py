@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxdoctor.rewrites import Exactness, Rewrite
+from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 GAUSS_JORDAN = r'''
 def _gauss_jordan(A, B):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxdoctor.rewrites import Exactness, Rewrite
+from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 ADAPTIVE_MAX_POOL2D = r'''
 def adaptive_max_pool2d(x, output_size):

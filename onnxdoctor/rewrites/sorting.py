@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxdoctor.rewrites import Exactness, Rewrite
+from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 SEARCHSORTED = r'''
 def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None):

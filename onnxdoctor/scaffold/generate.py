@@ -33,7 +33,7 @@ class Attr:
 
     name: str
     type: str
-    default: float
+    default: float | int  # an int for "int" (exact: 2**53 + 1 stays itself), a float for "float"
 
     @property
     def suffix(self) -> str:
@@ -89,13 +89,22 @@ def parse_attr(text: str) -> Attr:
     default_text = default_text.strip()
     if sep and not default_text:
         raise UsageError(f"--attr {text!r}: empty default after '='")
+    default: float | int
     try:
-        default = float(int(default_text)) if type_ == "int" and default_text else float(default_text or 0.0)
+        default = int(default_text or 0) if type_ == "int" else float(default_text or 0.0)
     except ValueError:
         raise UsageError(f"--attr {text!r}: default {default_text!r} is not a {type_}") from None
-    if not math.isfinite(default):
-        raise UsageError(f"--attr {text!r}: default must be finite")
+    if type_ == "int" and not INT64_MIN <= default <= INT64_MAX:
+        raise UsageError(f"--attr {text!r}: an int attribute is int64: {INT64_MIN} to {INT64_MAX}")
+    if type_ == "float" and not (math.isfinite(default) and abs(default) <= FLOAT32_MAX):
+        raise UsageError(f"--attr {text!r}: a float attribute is float32: finite, at most {FLOAT32_MAX:.7g} "
+                         "in size")
     return Attr(name, type_, default)
+
+
+# An ONNX int attribute is an int64, a float attribute a float32.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def build_spec(

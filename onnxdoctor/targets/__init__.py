@@ -42,7 +42,7 @@ class TargetInfo:
 
 TARGETS: tuple[TargetInfo, ...] = (
     TargetInfo("ort-cpu", "pipeline", "ONNX Runtime, CPU execution provider (the pipeline's own run)"),
-    TargetInfo("openvino", "runtime", "OpenVINO runtime, CPU plugin: read, query, compile, run, compare", "openvino"),
+    TargetInfo("openvino", "runtime", "OpenVINO runtime, CPU plugin: read, compile, run, compare", "openvino"),
     TargetInfo("tensorrt", "table", "TensorRT ONNX parser operator table (static)"),
     TargetInfo("coreml", "table", "ONNX Runtime CoreML execution provider operator list (static)"),
     TargetInfo("ort-web", "table", "ONNX Runtime Web WebGPU execution provider operator list (static)"),
@@ -134,8 +134,6 @@ def _static(name: str) -> tuple[bool, str]:
         table = load_table(name)
     except (OSError, ValueError) as e:
         return False, f"capability table missing or unreadable: {e}"
-    src = table.source
-    version = str(src.get("version"))
-    commit = str(src.get("commit"))[:12]
-    where = version if commit in version else f"{version}, commit {commit}"
-    return True, f"static table ({len(table.rows)} ops): {src.get('repository')}, {where}"
+    from onnxdoctor.targets.tables import source_line
+
+    return True, f"static table ({len(table.rows)} ops): {source_line(table.source)}"

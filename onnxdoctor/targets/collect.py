@@ -18,7 +18,8 @@ from onnxdoctor.targets import (
     get_target,
     resolve_targets,
 )
-from onnxdoctor.targets.verdict import TargetResult
+from onnxdoctor.targets.tables import nodes_list, nodes_summary
+from onnxdoctor.targets.verdict import NodeStatus, NodeVerdict, TargetResult
 
 _ORT_STEPS = {Stage.CHECK: "check", Stage.ORT_LOAD: "load", Stage.ORT_RUN: "run", Stage.PARITY: "parity"}
 
@@ -89,11 +90,11 @@ def _gpu_run(name: str, events: Sequence[dict[str, Any]], sources: dict[str, str
         return TargetResult(name, "runtime", None, "skipped", note=why, findings=findings)
     version = record.get("version", "")
     findings: list[Finding] = []
-    for item in record.get("on_cpu") or []:
-        node = item.get("node") or None
-        findings.append(_finding("OD706", name, f"{item['op']} (node {node}) ran on the CPU provider in a real "
-                                 f"run: {GPU_PROVIDERS[name]} did not take it", item["op"], node,
-                                 sources.get(node or "")))
+    for op, items in _by_op(record.get("on_cpu") or []).items():
+        nodes = [str(i.get("node") or "") for i in items if i.get("node")]
+        findings.append(_finding("OD706", name, f"{op}{_named(nodes)} ran on the CPU provider in a real "
+                                 f"run: {GPU_PROVIDERS[name]} did not take it", op, nodes[0] if nodes else None,
+                                 sources.get(nodes[0]) if nodes else None, _all_nodes(nodes, sources)))
     if record.get("status") != "passed":
         step = str(record.get("step") or "run")
         code = {"load": "OD702", "run": "OD703", "parity": "OD704"}.get(step, "OD799")
@@ -160,18 +161,26 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
     unconverted = record.get("unconverted") or []
     # OpenVINO's summary line ("No conversion rule found for operations: ...") is the evidence.
     summary = tuple(ln.strip().lstrip("- ").strip() for ln in error.splitlines() if "conversion rule" in ln.lower())
-    for item in unconverted:
-        node = item.get("node") or None
-        findings.append(_finding("OD701", "openvino", f"OpenVINO {version} cannot convert {item['op']}"
-                                 + (f" (node {node})" if node else ""), item["op"], node,
-                                 sources.get(node or ""), summary or ((error,) if error else ()),
+    verdicts: list[NodeVerdict] = []
+    # One finding per op, as for the tables: OpenVINO lists every unconverted node at once.
+    for op, items in _by_op(unconverted).items():
+        nodes = [str(i.get("node") or "") for i in items if i.get("node")]
+        findings.append(_finding("OD701", "openvino", f"OpenVINO {version} cannot convert {op}" + _named(nodes),
+                                 op, nodes[0] if nodes else None, sources.get(nodes[0]) if nodes else None,
+                                 (*(summary or ((error,) if error else ())), *_all_nodes(nodes, sources)),
                                  TargetGap("openvino", "op")))
+        verdicts += [NodeVerdict(n, op, NodeStatus.UNSUPPORTED, f"OpenVINO {version} cannot convert {op}",
+                                 sources.get(n)) for n in nodes]
     failed = record.get("failed") or []
-    for item in failed:
-        node = item.get("node") or None
-        findings.append(_finding("OD702", "openvino", f"OpenVINO {version} cannot convert {item['op']}"
-                                 + (f" (node {node})" if node else "") + (f": {item['reason']}" if item.get("reason") else ""),
-                                 item["op"], node, sources.get(node or ""), (error,) if error else ()))
+    for op, items in _by_op(failed).items():
+        nodes = [str(i.get("node") or "") for i in items if i.get("node")]
+        reason = next((str(i["reason"]) for i in items if i.get("reason")), "")
+        findings.append(_finding("OD702", "openvino", f"OpenVINO {version} cannot convert {op}" + _named(nodes)
+                                 + (f": {reason}" if reason else ""),
+                                 op, nodes[0] if nodes else None, sources.get(nodes[0]) if nodes else None,
+                                 (*((error,) if error else ()), *_all_nodes(nodes, sources))))
+        verdicts += [NodeVerdict(n, op, NodeStatus.UNSUPPORTED, str(i.get("reason") or f"OpenVINO cannot convert {op}"),
+                                 sources.get(n)) for n, i in zip(nodes, [i for i in items if i.get("node")])]
     step = record.get("step")
     if not unconverted and not failed and record.get("status") != "passed":
         code = {"read": "OD702", "compile": "OD702", "run": "OD703", "parity": "OD704"}.get(str(step), "OD799")
@@ -180,6 +189,9 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
         node = named.get("node") or None
         findings.append(_finding(code, "openvino", f"OpenVINO {version}: {first}", named.get("op"), node,
                                  sources.get(node or ""), evidence=(error,) if error else ()))
+        if node:
+            verdicts.append(NodeVerdict(node, str(named.get("op") or ""), NodeStatus.UNSUPPORTED, first,
+                                        sources.get(node)))
     not_placed = record.get("not_placed") or []
     note = f"OpenVINO {version}, CPU plugin (f32 precision): a real run"
     if not_placed:
@@ -187,9 +199,26 @@ def _openvino(events: Sequence[dict[str, Any]], onnx_path: str | None, sources: 
     return TargetResult(
         "openvino", "runtime", record.get("reached"), str(record.get("status")),
         {"unsupported": len(unconverted) + len(failed)} if unconverted or failed else {},
-        tuple(findings), note=note, seconds=float(record.get("seconds") or 0.0),
+        tuple(findings), verdicts=tuple(verdicts), note=note, seconds=float(record.get("seconds") or 0.0),
         max_abs_diff=record.get("max_abs_diff"), added_seconds=record.get("added_seconds"),
     )
+
+
+def _by_op(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        groups.setdefault(str(item.get("op")), []).append(item)
+    return groups
+
+
+def _named(nodes: list[str]) -> str:
+    if not nodes:
+        return ""
+    return f" (node {nodes[0]})" if len(nodes) == 1 else f" ({nodes_summary(nodes)})"
+
+
+def _all_nodes(nodes: list[str], sources: dict[str, str]) -> tuple[str, ...]:
+    return (nodes_list(nodes, [sources.get(n) for n in nodes]),) if len(nodes) > 1 else ()
 
 
 def _table(name: str, model: Any, sources: dict[str, str]) -> TargetResult:

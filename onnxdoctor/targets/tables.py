@@ -65,6 +65,41 @@ def load_table(target: str) -> Table:
     )
 
 
+def source_line(source: dict[str, Any]) -> str:
+    """Where a table's document comes from, with its revision and date, for verdicts and `env`.
+
+    `onnx/onnx-tensorrt docs/operators.md at 96e781103cfc (10.0), 2024-06-17`
+    """
+    commit = str(source.get("commit") or "")[:12]
+    version = str(source.get("version") or "")
+    if commit:
+        revision = f"at {commit}" + (f" ({version})" if version and commit not in version else "")
+    else:
+        revision = str(source.get("package") or version)
+    date = source.get("date") or "date not known"
+    return f"{source.get('repository')} {source.get('path')}, {revision}, {date}"
+
+
+# How many node names a grouped finding's message and evidence show.
+SHOWN_IN_MESSAGE = 3
+SHOWN_IN_EVIDENCE = 100
+
+
+def nodes_summary(names: list[str]) -> str:
+    """`28 nodes: erf_0, erf_1, erf_2 and 25 more` for a finding that stands for several nodes."""
+    shown = ", ".join(names[:SHOWN_IN_MESSAGE])
+    more = len(names) - SHOWN_IN_MESSAGE
+    return f"{len(names)} nodes: {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def nodes_list(names: list[str], sources: list[str | None] | None = None) -> str:
+    """Every node a grouped finding stands for (the first SHOWN_IN_EVIDENCE), with its source line."""
+    sources = sources or [None] * len(names)
+    items = [f"{n} ({s})" if s else n for n, s in zip(names[:SHOWN_IN_EVIDENCE], sources)]
+    more = len(names) - SHOWN_IN_EVIDENCE
+    return f"nodes ({len(names)}): " + ", ".join(items) + (f" and {more} more" if more > 0 else "")
+
+
 def _op_name(node: onnx.NodeProto) -> str:
     domain = node.domain if node.domain not in ("", "ai.onnx") else ""
     return f"{domain}::{node.op_type}" if domain else node.op_type
@@ -224,7 +259,11 @@ def _node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source
     if row["status"] != "supported":
         return NodeVerdict(name, op, NodeStatus.UNSUPPORTED, f"{op} is marked not supported in {table.runtime}'s table",
                            source, need="op")
-    if row.get("min_opset") and facts.opset and facts.opset < row["min_opset"]:
+    if row.get("ranges"):
+        outside = _outside_ranges(table, row, node, facts, source)
+        if outside is not None:
+            return outside
+    elif row.get("min_opset") and facts.opset and facts.opset < row["min_opset"]:
         return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
                            f"{op} is listed from opset {row['min_opset']}; the model uses opset {facts.opset}", source,
                            need="opset", opset=row["min_opset"])
@@ -252,6 +291,33 @@ def _node_verdict(table: Table, node: onnx.NodeProto, facts: _ModelFacts, source
     if note and not row.get("rules"):
         return NodeVerdict(name, op, NodeStatus.SUPPORTED, f"listed; restriction not checked: {note}", source)
     return NodeVerdict(name, op, NodeStatus.SUPPORTED, "listed" + (f"; not checked: {unchecked[0]}" if unchecked else ""), source)
+
+
+def _outside_ranges(table: Table, row: dict[str, Any], node: onnx.NodeProto, facts: _ModelFacts,
+                    source: str | None) -> NodeVerdict | None:
+    """A node whose op version has no registration in the row's ranges (`16-19`, `6-12,13+`).
+
+    The provider registers kernels per version of the op's schema, as ONNX Runtime matches them:
+    the version the model's opset selects must fall in one range. Below every range the op is
+    listed from a later opset (exporting there is the fix); above a closed range, a newer version
+    of the op is not implemented.
+    """
+    version, _schema = _since_version(node, facts)
+    if version is None:
+        return None
+    ranges = row["ranges"]
+    if any(low <= version and (high is None or version <= high) for low, high in ranges):
+        return None
+    op = _op_name(node)
+    name = node.name or "(unnamed)"
+    first = min(low for low, _high in ranges)
+    if version < first:
+        return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
+                           f"{op} is listed from opset {first}; the model's opset {facts.opset} selects "
+                           f"version {version} of it", source, need="opset", opset=first)
+    return NodeVerdict(name, op, NodeStatus.UNSUPPORTED,
+                       f"{op} is listed for opsets {row.get('opsets')} in {table.runtime}'s table; the model's "
+                       f"opset selects version {version} of it", source)
 
 
 def _since_version(node: onnx.NodeProto, facts: _ModelFacts) -> tuple[int | None, Any]:
@@ -328,26 +394,37 @@ def check_model(target: str, model: onnx.ModelProto, node_sources: dict[str, str
     for v in verdicts:
         counts[v.status.value] += 1
     findings: list[Finding] = []
-    version = table.source.get("version", "")
-    where = f"{table.source.get('repository')} {table.source.get('path')}, version {version}"
+    where = source_line(table.source)
     opset_note = ""
     if table.max_opset and facts.opset and facts.opset > table.max_opset:
         opset_note = f"the model uses opset {facts.opset}; the table covers opsets {table.min_opset}-{table.max_opset}"
+    # One finding per (code, op): a model with 28 refused Erf nodes has one problem, not 28.
+    groups: dict[tuple[str, str], list[NodeVerdict]] = {}
     for v in verdicts:
         if v.status not in (NodeStatus.UNSUPPORTED, NodeStatus.PARTLY, NodeStatus.FALLBACK):
             continue
         # A node placed on the CPU instead still runs: a warning (OD706), never OD705's refusal.
         code = "OD705" if v.status is NodeStatus.UNSUPPORTED else "OD706"
+        groups.setdefault((code, v.op), []).append(v)
+    for (code, _op), members in groups.items():
+        first = members[0]
+        needed = next((m for m in members if m.need), None)
+        have = tuple(dict.fromkeys(t for m in members for t in m.have))
+        detail = (TargetGap(target, needed.need, needed.allowed, have, needed.opset, facts.opset)
+                  if needed and needed.need else None)
         findings.append(Finding(
             code=code,
             stage=Stage.TARGET,
             severity=get_code(code).severity,
-            message=f"[{target}] {v.reason}",
-            op=v.op,
-            node=v.node,
-            source=v.source,
-            evidence=(f"{STATIC_NOTE}: {where}", *((opset_note,) if opset_note else ())),
-            detail=TargetGap(target, v.need, v.allowed, v.have, v.opset, facts.opset) if v.need else None,
+            message=f"[{target}] {first.reason}" + (f" ({nodes_summary([m.node for m in members])})"
+                                                    if len(members) > 1 else ""),
+            op=first.op,
+            node=first.node,
+            source=first.source,
+            evidence=(f"{STATIC_NOTE}: {where}", *((opset_note,) if opset_note else ()),
+                      *((nodes_list([m.node for m in members], [m.source for m in members]),)
+                        if len(members) > 1 else ())),
+            detail=detail,
         ))
     if opset_note:
         # The parser documents no op beyond its opsets: a model above them is outside its promise.

@@ -5,9 +5,25 @@ from __future__ import annotations
 import os
 import sys
 
-from onnxdoctor.worker.process import main
+from onnxdoctor.protocol import MEMORY_CAP_ENV, memory_limiter
+
+
+def _safe_streams() -> None:
+    """Output streams that never raise on encoding (torch prints emoji during the dynamo export)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(encoding="utf-8", errors="backslashreplace")
+
 
 if __name__ == "__main__":
+    _safe_streams()
+    # The memory cap first, before torch or the script allocate anything (children inherit it).
+    limit = memory_limiter(int(os.environ.pop(MEMORY_CAP_ENV, "0") or 0))
+    if limit is not None:
+        limit()
+    from onnxdoctor.worker.process import main
+
     code = main(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()

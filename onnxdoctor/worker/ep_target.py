@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.worker.openvino_target import _done
+from onnxdoctor.worker.openvino_target import with_seconds
 
 PROVIDERS: dict[str, tuple[str, ...]] = {
     "ort-cuda": ("CUDAExecutionProvider",),
@@ -83,25 +83,25 @@ def run_on_providers(
         session = ort.InferenceSession(onnx_path, options, providers=[*chosen, *((CPU,) if CPU not in chosen else ())])
     except Exception as exc:  # the provider refused the model: its message says why
         record.update(error=str(exc)[-600:], step="load")
-        return _done(record, started)
+        return with_seconds(record, started)
     if chosen[0] not in session.get_providers():
         # ONNX Runtime drops a provider that cannot open its device and carries on with the CPU.
         session.end_profiling()
         record.update(status="skipped", error=f"not run: {chosen[0]} is installed but could not open a device")
-        return _done(record, started)
+        return with_seconds(record, started)
     record["reached"] = "load"
     try:
         if feeds is None:  # a file: the pipeline's own random inputs from the declared shapes
-            from onnxdoctor.worker.runtime import _random_feeds
+            from onnxdoctor.worker.runtime import random_feeds
 
-            given, _described = _random_feeds(session, {}, _MAX_INPUT_BYTES)
+            given, _described = random_feeds(session, {}, _MAX_INPUT_BYTES)
         else:
             given = dict(zip([i.name for i in session.get_inputs()], feeds))
         outputs = list(session.run(None, given))
         record["reached"] = "run"
     except Exception as exc:
         record.update(error=str(exc)[-600:], step="run")
-        return _done(record, started)
+        return with_seconds(record, started)
     finally:
         profile = session.end_profiling()
     placed = node_providers(profile)
@@ -115,7 +115,7 @@ def run_on_providers(
         record["max_abs_diff"] = report.get("max_abs_diff")
         if report.get("code"):
             record.update(error=str(report.get("message") or "outputs differ from PyTorch"), step="parity")
-            return _done(record, started)
+            return with_seconds(record, started)
         record["reached"] = "parity"
     record["status"] = "passed"
-    return _done(record, started)
+    return with_seconds(record, started)

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 
-def _corrected_keys(dynamic_shapes: Any, rename: dict[str, str], pack: str, missing: tuple[str, ...]) -> Any:
+def corrected_keys(dynamic_shapes: Any, rename: dict[str, str], pack: str, missing: tuple[str, ...]) -> Any:
     """`dynamic_shapes` with its top-level keys made forward()'s: renamed, packed into a `*args`
     tuple (the given keys' specs in their order), and the arguments it left out added as static."""
     if not isinstance(dynamic_shapes, dict):
@@ -19,7 +19,7 @@ def _corrected_keys(dynamic_shapes: Any, rename: dict[str, str], pack: str, miss
     return corrected
 
 
-def _with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
+def with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
     """`dynamic_shapes` refined by torch's own suggestions ("batch = Dim('batch', min=5)", "b = a").
 
     torch parses its suggestion text itself (the same call torch.onnx makes when it relaxes Dims).
@@ -32,7 +32,7 @@ def _with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
     return refine_dynamic_shapes_from_suggested_fixes(message, dynamic_shapes)
 
 
-def _torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
+def torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
     """torch.export's own verdict on the user's dynamic_shapes, which torch.onnx relaxes.
 
     torch.onnx lets the export specialize a Dim, or keep it symbolic while dropping the guard
@@ -56,7 +56,7 @@ def _torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
     except (ImportError, AttributeError):  # another torch: a plain export is the nearest judge
         settings, deferred = (), {}
     try:
-        with _quiet_torch_logs(), contextlib.ExitStack() as stack:
+        with quiet_torch_logs(), contextlib.ExitStack() as stack:
             for setting in settings:
                 stack.enter_context(setting)
             torch.export.export(
@@ -77,7 +77,7 @@ def _torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
     return {}
 
 
-def _model_facts(model: Any) -> dict[str, Any]:
+def model_facts(model: Any) -> dict[str, Any]:
     opsets = {imp.domain or "ai.onnx": imp.version for imp in model.opset_import}
     op_types = sorted({(n.domain or "ai.onnx") + "::" + n.op_type for n in model.graph.node})
     return {
@@ -92,7 +92,7 @@ def _model_facts(model: Any) -> dict[str, Any]:
     }
 
 
-def _fingerprint(model: Any, loaded: Any) -> dict[str, str]:
+def model_fingerprint(model: Any, loaded: Any) -> dict[str, str]:
     """What identifies the model a script built: class, tensors' names/shapes/dtypes and values,
     and the example inputs' signature; compared across the fresh imports that verify fixes."""
     import hashlib
@@ -113,13 +113,13 @@ def _fingerprint(model: Any, loaded: Any) -> dict[str, str]:
             digest.update(raw.numpy().tobytes())
         except Exception:  # sparse, quantized or meta tensors: their signature has to do
             pass
-    for tensor in _tensor_leaves((loaded.args, loaded.kwargs)):
+    for tensor in tensor_leaves((loaded.args, loaded.kwargs)):
         digest.update(f"input:{tuple(tensor.shape)}:{tensor.dtype};".encode())
     summary = f"{type(model).__qualname__}, {count} tensors, {values} values"
     return {"hash": digest.hexdigest()[:32], "summary": summary}
 
 
-def _finding_record(finding: Any) -> dict[str, Any]:
+def finding_record(finding: Any) -> dict[str, Any]:
     return {
         "code": finding.code,
         "severity": finding.severity.value,
@@ -132,7 +132,7 @@ def _finding_record(finding: Any) -> dict[str, Any]:
     }
 
 
-def _mode_sensitive_modules(model: Any) -> list[str]:
+def mode_sensitive_modules(model: Any) -> list[str]:
     """Dropout and batch-norm modules that are themselves in training mode, named (all of them).
 
     A wrapper's own mode says nothing about its children: a train-mode wrapper around an
@@ -148,7 +148,7 @@ def _mode_sensitive_modules(model: Any) -> list[str]:
     ]
 
 
-def _tensor_leaves(value: Any) -> list[Any]:
+def tensor_leaves(value: Any) -> list[Any]:
     import torch
     import torch.utils._pytree as pytree
 
@@ -156,37 +156,45 @@ def _tensor_leaves(value: Any) -> list[Any]:
     return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
-def _none_leaves(value: Any) -> int:
+def none_leaves(value: Any) -> int:
     """How many outputs PyTorch returns as None (exporters drop them from the graph)."""
     if value is None:
         return 0  # a bare None output is no output at all
     if isinstance(value, (tuple, list)):
-        return sum(1 if item is None else _none_leaves(item) for item in value)
+        return sum(1 if item is None else none_leaves(item) for item in value)
     if isinstance(value, dict):
-        return sum(1 if item is None else _none_leaves(item) for item in value.values())
+        return sum(1 if item is None else none_leaves(item) for item in value.values())
     return 0
 
 
-def _describe(tensor: Any) -> dict[str, Any]:
+def describe_tensor(tensor: Any) -> dict[str, Any]:
     return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", "")}
 
 
-def _dim(dim: Any) -> Any:
+def jsonable_dim(dim: Any) -> Any:
     return dim if isinstance(dim, int) else str(dim)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return repr(value)[:200]
+        return {jsonable(k) if isinstance(k, str) else _text(k): jsonable(v) for k, v in value.items()}
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    """repr() of a script's object, or its type's name when its own __repr__ raises."""
+    try:
+        return repr(value)[:200]
+    except Exception:
+        return f"<{type(value).__name__} object>"
 
 
 @contextlib.contextmanager
-def _quiet_torch_logs() -> Any:
+def quiet_torch_logs() -> Any:
     """Keep torch's export logging out of the user's captured output where torch allows it."""
     import logging
 

@@ -12,12 +12,12 @@ from typing import Any
 
 from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
 from onnxdoctor.worker.tracebacks import (
-    _custom_symbolics,
-    _locate_op,
-    _source_from_frames,
-    _symbolic_frame,
-    _user_frame,
     error_info,
+    find_custom_symbolics,
+    find_symbolic_frame,
+    locate_op,
+    source_from_frames,
+    user_frame,
 )
 
 
@@ -31,13 +31,13 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
 
     info = error_info(exc)
     op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
-    facts: dict[str, Any] = {"source": _user_frame(exc, target)}
-    symbolic = _symbolic_frame(exc, target)
+    facts: dict[str, Any] = {"source": user_frame(exc, target)}
+    symbolic = find_symbolic_frame(exc, target)
     if symbolic:
         # The failure happened inside the user's own symbolic function, called by torch.onnx.
         facts["symbolic_frame"] = symbolic
         facts["source"] = symbolic["source"]
-        owners = [op for op, fn in _custom_symbolics(target.resolve().parent).items()
+        owners = [op for op, fn in find_custom_symbolics(target.resolve().parent).items()
                   if fn == symbolic["function"]]
         if owners and not op:
             op = owners[0]
@@ -48,12 +48,12 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     if op:
         facts["op"] = op
     if op and not symbolic:
-        located = _source_from_frames(exc, target)
+        located = source_from_frames(exc, target)
         if located:
             facts["source"] = located
         else:  # costs a torch.export: only when the exporter's own frames did not tell
             with contextlib.suppress(Exception):
-                facts.update(_locate_op(loaded, op, target))
+                facts.update(locate_op(loaded, op, target))
         custom = op.split("::", 1)[0] not in ("aten", "prims")
         # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
         if gather or custom:

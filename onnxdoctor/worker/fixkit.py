@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.recipe import DynamicShapes, RewriteOnnx
-from onnxdoctor.worker.loader import LoadedModel, load_script
+from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
 def load(script: str, factory: str | None = None) -> LoadedModel:
@@ -43,10 +43,41 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     scope.update(torch=torch)
     if loaded is not None:
         scope.update(model=loaded.model, example_inputs=loaded.args)
-    where = folder or Path(tempfile.mkdtemp(prefix="onnxdoctor-fix-"))
+    where = folder or _private_folder()
     path = where / f"{name}_{os.getpid()}_{time.monotonic_ns()}.py"
     path.write_text(code, "utf-8")
     return runpy.run_path(str(path), init_globals=scope)
+
+
+def apply_load_code(code: str, loaded: LoadedModel, name: str, folder: Path | None = None) -> None:
+    """Apply a LOAD fix's code (a wrapper, a switch) as if pasted into the script: the `model` it
+    leaves is the one exported, and a setting it defines (`output_names`) is the script's setting
+    from then on."""
+    from onnxdoctor.worker.loader import SETTING_NAMES
+
+    namespace = run_code(code, loaded, name, folder)
+    loaded.model = namespace.get("model", loaded.model)
+    for setting in SETTING_NAMES:
+        if setting in namespace and namespace[setting] is not loaded.namespace.get(setting):
+            loaded.settings[setting] = namespace[setting]
+
+
+_FOLDER: list[Path] = []
+
+
+def _private_folder() -> Path:
+    """One temporary folder for this process's fix code, removed when the process exits.
+
+    The files must outlive `run_code` (onnxscript reads a function's source when it exports), so
+    they go when the program ends: a fix.py leaves no `onnxdoctor-fix-*` folder behind.
+    """
+    if not _FOLDER:
+        import atexit
+        import shutil
+
+        _FOLDER.append(Path(tempfile.mkdtemp(prefix="onnxdoctor-fix-")))
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    return _FOLDER[0]
 
 
 def reference_call(loaded: LoadedModel) -> Any:
@@ -64,20 +95,20 @@ def reference_call(loaded: LoadedModel) -> Any:
 
 def reference_outputs(loaded: LoadedModel) -> list[Any]:
     """PyTorch's outputs at the example inputs, as tensors (the numbers the export must match)."""
-    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.facts import tensor_leaves
 
-    return _tensor_leaves(reference_call(loaded))
+    return tensor_leaves(reference_call(loaded))
 
 
 def dynamic_shapes(settings: dict[str, Any], correction: DynamicShapes | None) -> Any:
     """The script's dynamic_shapes with a fix's corrections applied."""
-    from onnxdoctor.worker.facts import _corrected_keys, _with_suggested_dims
+    from onnxdoctor.worker.facts import corrected_keys, with_suggested_dims
 
     shapes = settings.get("dynamic_shapes")
     if correction is None:
         return shapes
-    shapes = _corrected_keys(shapes, dict(correction.rename), correction.pack, correction.missing)
-    return _with_suggested_dims(shapes, list(correction.suggested))
+    shapes = corrected_keys(shapes, dict(correction.rename), correction.pack, correction.missing)
+    return with_suggested_dims(shapes, list(correction.suggested))
 
 
 def rewrite_file(path: str | Path, rewrites: list[RewriteOnnx]) -> None:
@@ -102,13 +133,13 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
     Raises:
         SystemExit: the outputs differ beyond the tolerances (the message says how).
     """
-    from onnxdoctor.worker.facts import _tensor_leaves
+    from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.parity import compare_outputs
     from onnxdoctor.worker.runtime import (
-        _feeds_for_session,
-        _random_feeds,
-        _run_session,
         cpu_session,
+        feeds_for_session,
+        random_feeds,
+        run_session,
     )
 
     if extensions:
@@ -117,33 +148,16 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
         libraries = (*libraries, get_library_path())
     session = cpu_session(str(path), libraries)
     if loaded is None:
-        feeds, _described = _random_feeds(session, {}, 256 * 1024 * 1024)
-        _run_session(session, feeds)
+        feeds, _described = random_feeds(session, {}, 256 * 1024 * 1024)
+        run_session(session, feeds)
         print(f"{path}: loads and runs in ONNX Runtime")
         return None
-    got = _run_session(session, _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs))))
+    got = run_session(session, feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs))))
     report = compare_outputs(reference or [], got, atol, rtol)
     if report["code"]:
         raise SystemExit(f"{path}: {report['message']}")
     print(f"{path}: matches PyTorch (max abs diff {report['max_abs_diff']:.3g})")
     return report["max_abs_diff"]
-
-
-def _function_class(name: str, loaded: LoadedModel) -> Any:
-    """The autograd.Function `module:Qualname` names: the script's own by name, others imported."""
-    import importlib
-
-    module, _, qualname = name.rpartition(":") if ":" in name else ("", "", name)
-    parts = qualname.split(".")
-    in_script = not module or module in _SCRIPT_MODULES or module == loaded.namespace.get("__name__")
-    owner: Any = loaded.namespace[parts.pop(0)] if in_script else importlib.import_module(module)
-    for part in parts:
-        owner = getattr(owner, part)
-    return owner
-
-
-# The run names a model script is executed under (its Functions are reached through its globals).
-_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
 
 
 @contextlib.contextmanager
@@ -155,7 +169,7 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
     undo: list[Callable[[], None]] = []
     try:
         for name in functions:
-            cls = _function_class(name, loaded)
+            cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
             saved = owner.__dict__["symbolic"]
             delattr(owner, "symbolic")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 import io
-import runpy
 import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,9 @@ import torch
 
 from onnxdoctor.errors import CodedError
 from onnxdoctor.scriptfile import ScriptError, check_script
+
+# The name the script runs under: not "__main__", so its `if __name__ == "__main__"` block is inert.
+RUN_NAME = "__onnxdoctor__"
 
 SETTING_NAMES = (
     "opset_version",
@@ -74,6 +77,10 @@ class LoadedModel:
     factory: str = ""
     # The script's globals: fix snippets run with them, as they would in the user's script.
     namespace: dict[str, Any] = field(default_factory=dict)
+    # How the factory gave them: "pair", "triple" (the tuple it returned), "get_inputs" or
+    # "example_inputs" (it returned the model alone), "module" (module-level names): fix snippets
+    # build the model the way the script does.
+    form: str = "module"
 
 
 def load_script(path: Path, factory: str | None) -> LoadedModel:
@@ -85,7 +92,7 @@ def load_script(path: Path, factory: str | None) -> LoadedModel:
         SyntaxError, Exception: raised by the script itself; the caller classifies.
     """
     try:
-        check_script(path)
+        source = check_script(path)
     except ScriptError as exc:
         raise ProtocolError(exc.code, str(exc)) from None
     # The script sees the command line it would see run alone, not the worker's request file
@@ -94,7 +101,7 @@ def load_script(path: Path, factory: str | None) -> LoadedModel:
     tail = _StderrTail(sys.stderr)
     sys.stderr = tail
     try:
-        namespace = runpy.run_path(str(path), run_name="__onnxdoctor__")
+        namespace = _run_as_module(path, source)
         settings = {name: namespace[name] for name in SETTING_NAMES if name in namespace}
         loaded = _build(path, namespace, settings, factory)
     except SystemExit as exc:
@@ -103,6 +110,26 @@ def load_script(path: Path, factory: str | None) -> LoadedModel:
         sys.stderr = tail.stream
     loaded.namespace = namespace
     return loaded
+
+
+def _run_as_module(path: Path, source: str) -> dict[str, Any]:
+    """Run the script as the module `RUN_NAME`, left in sys.modules; return its globals.
+
+    runpy.run_path would run it the same way but take the module out of sys.modules afterwards,
+    and torch.compile's frontend (torch.cond, torch.compile) imports the module a function was
+    defined in by its `__module__` name: a branch function defined at the script's top level
+    then fails with "No module named '__onnxdoctor__'". The globals are runpy's (`__file__`,
+    no `__spec__`), the code is compiled without this module's `__future__` flags, and a second
+    load replaces the module (each load's functions keep their own globals).
+    """
+    module = types.ModuleType(RUN_NAME)
+    module.__dict__.update(
+        __file__=str(path), __cached__=None, __loader__=None, __package__="", __spec__=None
+    )
+    code = compile(source, str(path), "exec", dont_inherit=True)
+    sys.modules[RUN_NAME] = module
+    exec(code, module.__dict__)  # noqa: S102 -- running the user's script is the protocol
+    return module.__dict__
 
 
 def _build(path: Path, namespace: dict[str, Any], settings: dict[str, Any], factory: str | None) -> LoadedModel:
@@ -159,14 +186,15 @@ def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]
                 )
             kwargs = {**kwargs, **result[2]}
             _check_tensors(kwargs, f"{name}()[2]")
-        return LoadedModel(model, args, kwargs, settings, name)
+        return LoadedModel(model, args, kwargs, settings, name, form="triple" if len(result) == 3 else "pair")
     if isinstance(result, torch.nn.Module) or (callable(result) and not isinstance(result, tuple)):
         for inputs_name in ("get_inputs", "example_inputs"):
             if inputs_name in namespace:
                 value = namespace[inputs_name]
                 value = value() if inputs_name == "get_inputs" and callable(value) else value
                 args, kwargs = _split_inputs(value, inputs_name)
-                return LoadedModel(_check_model(result, f"{name}()"), args, kwargs, settings, name)
+                return LoadedModel(_check_model(result, f"{name}()"), args, kwargs, settings, name,
+                                   form=inputs_name)
         raise ProtocolError(
             "OD106",
             f"{name}() returned only a model; return (model, example_inputs) or also define "
@@ -232,3 +260,22 @@ def _check_tensors(value: Any, where: str) -> None:
             f"{where}[{key!r}] is a {type(item).__name__}; example inputs must be tensors "
             "(or python numbers, None, and tuples/lists/dicts of them)",
         )
+
+
+def function_class(name: str, loaded: LoadedModel) -> Any:
+    """The autograd.Function `module:Qualname` names: the script's own (through its globals, in
+    `loaded`) by name, others imported."""
+    import importlib
+
+    module, _, qualname = name.rpartition(":") if ":" in name else ("", "", name)
+    parts = qualname.split(".")
+    # The script's own: under the run names above or whatever name the loader gave it.
+    in_script = not module or module in _SCRIPT_MODULES or module == loaded.namespace.get("__name__")
+    owner: Any = loaded.namespace[parts.pop(0)] if in_script else importlib.import_module(module)
+    for part in parts:
+        owner = getattr(owner, part)
+    return owner
+
+
+# The run names a model script is executed under (its Functions are reached through its globals).
+_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from onnxdoctor.recipe import Reference
-from onnxdoctor.worker.facts import _quiet_torch_logs
-from onnxdoctor.worker.tracebacks import _first
+from onnxdoctor.worker.facts import quiet_torch_logs
+from onnxdoctor.worker.tracebacks import exception_text
 
 
 def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: float, rtol: float) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def compare_with_reference(
                         "reference_required": reference.required}
             expected = list(ReferenceEvaluator(original).run(None, feeds))
     except Exception as exc:  # ORT and the evaluator raise their own types: any means no reference
-        return {"reference": f"not compared: {name} does not run ({_first(exc)})",
+        return {"reference": f"not compared: {name} does not run ({exception_text(exc)})",
                 "reference_required": reference.required}
     report = compare_outputs(expected, state["ort_outputs"], atol, rtol)
     return {
@@ -178,7 +178,7 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
     from torch.onnx import verification
 
     loaded = state["loaded"]
-    with _quiet_torch_logs():
+    with quiet_torch_logs():
         infos = verification.verify_onnx_program(
             state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
         )
@@ -200,54 +200,156 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
 # The TorchScript tracer's warning when it turns a tensor into a Python value (a frozen branch).
 FROZEN_TRACE = "might cause the trace to be incorrect"
 
-def second_input_check(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any]:
-    """Run the exported model and PyTorch again at other inputs and compare.
+_DERIVED = "the example's floats "
 
-    The script's own `get_inputs2()` when it defines one (the positional inputs, like the
-    example's); else three sets derived from the example inputs, floats only (integers and bools
-    are often indices and stay): scaled by -1.7 (signs and sizes flip), seeded random normal
-    values, and zeros (`.all()`, `.any()` and thresholds go the other way).
+
+def derived_input_sets(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """Three input sets derived from the example, each float tensor kept in its own range.
+
+    A frozen branch is judged by inputs the model could really get: an image tensor drawn from
+    [0, 1] is never fed normal floats (they take branches no real input takes, and their
+    outputs can differ for other reasons, e.g. NMS among near-equal scores). Per float tensor,
+    with [lo, hi] the example's range:
+
+    - mirrored: negated when the values span zero, else reflected within the range
+      (lo + hi - x), so signs, sums and orderings go the other way;
+    - shuffled: the example's own values in a seeded random order (the same distribution);
+    - constant: everywhere the value of the range nearest zero (zeros when 0 is in the range),
+      so `.all()`, `.any()` and thresholds go the other way.
+
+    Integer and bool tensors (indices, lengths, masks), python numbers and float tensors
+    holding inf or nan keep their values.
     """
     import torch
 
-    from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.runtime import _feeds_for_session, _run_session
+    generator = torch.Generator().manual_seed(1)
+
+    def mirrored(t: Any) -> Any:
+        lo, hi = t.min(), t.max()
+        # Rounding can put lo + hi - lo a hair past hi: clamp, so the range holds exactly.
+        return -t if lo < 0 < hi else ((lo + hi) - t).clamp(lo, hi)
+
+    def shuffled(t: Any) -> Any:
+        order = torch.randperm(t.numel(), generator=generator)
+        return t.reshape(-1)[order].reshape(t.shape)
+
+    def constant(t: Any) -> Any:
+        return torch.full_like(t, float(torch.clamp(torch.zeros((), dtype=t.dtype), t.min(), t.max())))
+
+    sets = []
+    for name, change in (("mirrored", mirrored), ("shuffled", shuffled), ("constant", constant)):
+        def derived(value: Any, change: Any = change) -> Any:
+            if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()):
+                return value
+            if not bool(torch.isfinite(value).all()):  # inf/nan mark something: leave them be
+                return value
+            return change(value.detach()).to(value.dtype)
+
+        sets.append((_DERIVED + name, tuple(_nested(derived, a) for a in args),
+                     {k: _nested(derived, v) for k, v in (kwargs or {}).items()}))
+    return sets
+
+
+def _nested(fn: Any, value: Any) -> Any:
+    """fn applied to every leaf of tuples, lists and dicts (example inputs may nest)."""
+    if isinstance(value, tuple):
+        return tuple(_nested(fn, v) for v in value)
+    if isinstance(value, list):
+        return [_nested(fn, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _nested(fn, v) for k, v in value.items()}
+    return fn(value)
+
+
+def second_input_check(state: dict[str, Any], atol: float, rtol: float,
+                       retrace: Any = None, target: Any = None) -> dict[str, Any]:
+    """Run the exported model and PyTorch again at other inputs and compare (a frozen trace).
+
+    The sets: the script's own `get_inputs2()` when it defines one, and always the three sets
+    `derived_input_sets` makes from the example. The export matches only if it matches at every
+    set that PyTorch itself accepts. At the first set where it differs, the difference is traced
+    to where it first arises (the first submodule whose output differs) and, with `retrace` (a
+    function exporting the model traced at given inputs, returning the file), the model is
+    traced again at that set: if that export matches there, the recorded branch is the cause;
+    if it differs too, the frozen value is not (`frozen_cause` False).
+    """
+    import torch
+
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import feeds_for_session, run_session
 
     loaded = state["loaded"]
     own = loaded.namespace.get("get_inputs2")
-    sets: list[tuple[str, tuple[Any, ...], dict[str, Any]]]
+    sets: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
     if callable(own):
-        sets = [("the script's get_inputs2()", tuple(own()), {})]
-    else:
-        generator = torch.Generator().manual_seed(1)
-        changes = [
-            ("floats scaled by -1.7", lambda t: t * -1.7),
-            ("random normal floats", lambda t: torch.randn(t.shape, generator=generator).to(t.dtype)),
-            ("zero floats", torch.zeros_like),
-        ]
-        sets = []
-        for name, change in changes:
-            def derived(value: Any, change: Any = change) -> Any:
-                return change(value) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
-
-            sets.append((f"the example inputs with {name}", tuple(derived(a) for a in loaded.args),
-                         {k: derived(v) for k, v in (loaded.kwargs or {}).items()}))
+        sets.append(("the script's get_inputs2()", tuple(own()), {}))
+    sets += derived_input_sets(loaded.args, loaded.kwargs or {})
     session = state["session"]
     worst: float | None = None
+    checked: list[str] = []
+    refused: list[str] = []
     for source, args, kwargs in sets:
-        with torch.no_grad():
-            expected = _tensor_leaves(loaded.model(*args, **kwargs))
         try:
-            got = _run_session(session, _feeds_for_session(session, _tensor_leaves((args, kwargs))))
+            with torch.no_grad():
+                expected = tensor_leaves(loaded.model(*args, **kwargs))
+        except Exception:  # the model refuses these inputs (a length check, sorted lengths ...)
+            refused.append(source)
+            continue
+        try:
+            got = run_session(session, feeds_for_session(session, tensor_leaves((args, kwargs))))
         except Exception as exc:  # the runtime's own error types
-            return {"source": source, "matched": False, "message": f"ONNX Runtime failed: {_first(exc)}"}
-        report = compare_outputs(expected, got, atol, rtol)
+            report = {"code": "OD501", "message": f"ONNX Runtime failed: {exception_text(exc)}", "max_abs_diff": None}
+        else:
+            report = compare_outputs(expected, got, atol, rtol)
         if report["code"] is not None:
-            return {"source": source, "matched": False, "message": report["message"],
-                    "max_abs_diff": report.get("max_abs_diff")}
+            result = {"source": source, "matched": False, "message": report["message"],
+                      "max_abs_diff": report.get("max_abs_diff"), "sets": len(checked) + 1,
+                      "matched_at": checked, "refused": refused}
+            result.update(_trace_difference(state, atol, rtol, args, kwargs, retrace, target))
+            return result
+        checked.append(source)
         worst = max(worst or 0.0, report.get("max_abs_diff") or 0.0)
-    described = sets[0][0] if len(sets) == 1 else "three input sets derived from the example's"
-    return {"source": described, "matched": True, "message": None, "max_abs_diff": worst}
+    if not checked:
+        return {"source": "no other input set (PyTorch refused every one)", "matched": False,
+                "message": "PyTorch raised at every derived input set", "refused": refused, "sets": 0,
+                "unchecked": True}
+    derived = [name.removeprefix(_DERIVED) for name in checked if name.startswith(_DERIVED)]
+    parts = [name for name in checked if not name.startswith(_DERIVED)]
+    if derived:
+        parts.append(_DERIVED + (", ".join(derived[:-1]) + " and " + derived[-1] if len(derived) > 1 else derived[0]))
+    described = parts[0] if len(checked) == 1 else f"{len(checked)} input sets: " + "; ".join(parts)
+    return {"source": described, "matched": True, "message": None, "max_abs_diff": worst,
+            "sets": len(checked), "refused": refused}
+
+
+def _trace_difference(state: dict[str, Any], atol: float, rtol: float, args: tuple[Any, ...],
+                      kwargs: dict[str, Any], retrace: Any, target: Any) -> dict[str, Any]:
+    """Where a difference at other inputs first arises, and whether the frozen trace causes it."""
+    facts: dict[str, Any] = {}
+    if state.get("onnx_path") is not None:
+        with contextlib.suppress(Exception):  # best effort: the difference is reported either way
+            found = first_diverging_module(state, atol, rtol, target, args, kwargs)
+            if found is not None:
+                facts["diverging"] = found
+    if retrace is not None:
+        import torch
+
+        from onnxdoctor.worker.facts import tensor_leaves
+        from onnxdoctor.worker.runtime import cpu_session, feeds_for_session, run_session
+
+        loaded = state["loaded"]
+        try:
+            path = retrace(args, kwargs)
+            session = cpu_session(str(path))
+            with torch.no_grad():
+                expected = tensor_leaves(loaded.model(*args, **kwargs))
+            got = run_session(session, feeds_for_session(session, tensor_leaves((args, kwargs))))
+        except Exception:  # a trace at these inputs failing says nothing about the cause
+            return facts
+        # Traced at these very inputs, the branch taken is theirs: a match there puts the
+        # difference on the recorded branch; a difference there is not the frozen value's doing.
+        facts["frozen_cause"] = compare_outputs(expected, got, atol, rtol)["code"] is None
+    return facts
 
 
 class OutOfTime(Exception):
@@ -276,7 +378,9 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, target: Any) -> dict[str, Any] | None:
+def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, target: Any,
+                           args: tuple[Any, ...] | None = None,
+                           kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """TorchScript exports: the first submodule whose output the ONNX model computes differently.
 
     The TorchScript exporter names nodes after the module path that emitted them
@@ -289,31 +393,33 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     import onnx
     import torch
 
-    from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.runtime import _feeds_for_session, cpu_session
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     model = onnx.load(str(state["onnx_path"]))
     producers = {out: node for node in model.graph.node for out in node.output}
     last: dict[str, str] = {}
     for node in model.graph.node:
         segments = node.name.strip("/").split("/")[:-1] if node.name.startswith("/") else []
-        for qualname in _scope_names(segments):
+        for qualname in scope_names(segments):
             if node.output:
                 last[qualname] = node.output[0]
     loaded = state["loaded"]
+    if args is None:
+        args, kwargs = loaded.args, loaded.kwargs
     seen: list[tuple[str, Any, Any]] = []
     hooks = []
     for name, module in loaded.model.named_modules():
         if name and name in last:
             def record(module: Any, _inputs: Any, output: Any, name: str = name) -> None:
-                leaves = _tensor_leaves(output)
+                leaves = tensor_leaves(output)
                 if leaves and all(n != name for n, _m, _t in seen):
                     seen.append((name, module, leaves[0].detach().clone()))
 
             hooks.append(module.register_forward_hook(record))
     try:
         with torch.no_grad():
-            loaded.model(*loaded.args, **(loaded.kwargs or {}))
+            loaded.model(*args, **(kwargs or {}))
     finally:
         for hook in hooks:
             hook.remove()
@@ -323,7 +429,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     known = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
     session = cpu_session(model.SerializeToString())
-    feeds = _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs)))
+    feeds = feeds_for_session(session, tensor_leaves((args, kwargs)))
     values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
     for name, module, expected in seen:
         got = values.get(last[name])
@@ -335,7 +441,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
         node = producers.get(last[name])
         source = None
         code = getattr(getattr(type(module), "forward", None), "__code__", None)
-        if code is not None:  # the module's forward(), when the user's folder defines it
+        if code is not None and target is not None:  # the module's forward(), in the user's folder
             with contextlib.suppress(OSError, ValueError):
                 file = Path(code.co_filename)
                 if file.resolve().is_relative_to(Path(target).resolve().parent):
@@ -350,7 +456,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     return None
 
 
-def _scope_names(segments: list[str]) -> list[str]:
+def scope_names(segments: list[str]) -> list[str]:
     """The module qualnames of a TorchScript node's scope, outermost first.
 
     A segment is the module's path from the nearest module that was called, so a Sequential's
@@ -383,9 +489,9 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
-    from onnxdoctor.worker.facts import _tensor_leaves
-    from onnxdoctor.worker.fixkit import _function_class
-    from onnxdoctor.worker.runtime import _feeds_for_session, cpu_session
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.loader import function_class
+    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     rows = [r for r in state.get("provenance") or ()
             if r.call >= 0 and (r.emitter == FUNCTION_SYMBOLIC and r.function_class
@@ -407,7 +513,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
             result = func(*args, **(kwargs or {}))
             name = func._schema.name if hasattr(func, "_schema") else ""
             if name in ops:
-                eager[name].append([t.detach().clone() for t in _tensor_leaves(result)])
+                eager[name].append([t.detach().clone() for t in tensor_leaves(result)])
             return result
 
     undo = []
@@ -415,13 +521,13 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
         for key in eager:
             if "::" in key:
                 continue
-            cls = _function_class(key, loaded)
+            cls = function_class(key, loaded)
             owner = next(c for c in cls.__mro__ if "forward" in c.__dict__)
             original = owner.__dict__["forward"]
 
             def forward(ctx: Any, *args: Any, _original: Any = original, _key: str = key, **kwargs: Any) -> Any:
                 result = _original.__func__(ctx, *args, **kwargs)
-                eager[_key].append([t.detach().clone() for t in _tensor_leaves(result)])
+                eager[_key].append([t.detach().clone() for t in tensor_leaves(result)])
                 return result
 
             owner.forward = staticmethod(forward)
@@ -440,7 +546,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
     known = {o.name for o in model.graph.output}
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
     session = cpu_session(model.SerializeToString())
-    feeds = _feeds_for_session(session, _tensor_leaves((loaded.args, loaded.kwargs)))
+    feeds = feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs)))
     values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
     producers = {out: n for n in model.graph.node for out in n.output}
     compared = 0

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.proctree import become_subreaper, end_descendants
 from onnxdoctor.protocol import (
     PARENT_PID_ENV,
     PASSED,
@@ -69,6 +70,9 @@ def _die_with_parent(workdir: str) -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
+        # Everything the script started goes first, those that left the group too (setsid
+        # daemons, start_new_session children: this worker is their subreaper), then the group.
+        end_descendants(os.getpid())
         shutil.rmtree(workdir, ignore_errors=True)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
@@ -83,7 +87,10 @@ def _targets(request: WorkerRequest, state: dict[str, Any]) -> tuple[str, ...]:
     wanted = getattr(loaded, "settings", {}).get("targets") if loaded is not None else None
     if isinstance(wanted, str):
         wanted = [wanted]
-    names = {str(t).strip().lower() for t in wanted or ()} if isinstance(wanted, (list, tuple)) else set()
+    # Names only: an element that is not a string (whose __str__ may raise) is the parent's to
+    # report, from the settings LOAD recorded.
+    names = ({t.strip().lower() for t in wanted or () if isinstance(t, str)}
+             if isinstance(wanted, (list, tuple)) else set())
     run_here = ("openvino", "ort-cuda", "ort-tensorrt")
     return run_here if "all" in names else tuple(t for t in run_here if t in names)
 
@@ -175,6 +182,7 @@ def main(argv: list[str]) -> int:
     import faulthandler
 
     faulthandler.enable(file=sys.stderr, all_threads=False)
+    become_subreaper()  # the script's daemons stay in this worker's tree (see _die_with_parent)
     request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
     _die_with_parent(request.workdir)
     runner = Runner(request)

@@ -330,10 +330,10 @@ def _module_path(scope: str) -> str:
     names = [name for _cls, name in parts if name]
     if not names:
         return ""
-    from onnxdoctor.worker.parity import _scope_names
+    from onnxdoctor.worker.parity import scope_names
 
     # A Sequential's child repeats its parent's name in the scope ("layers/layers.1"): qualnames.
-    return f"{_scope_names(names)[-1]} ({parts[-1][0].rsplit('.', 1)[-1]})"
+    return f"{scope_names(names)[-1]} ({parts[-1][0].rsplit('.', 1)[-1]})"
 
 
 def _align(final: list[dict[str, Any]], emissions: list[_Emission]) -> dict[int, _Emission]:
@@ -371,9 +371,9 @@ def _user_line(stack: str, target: Path) -> str | None:
 
 
 def _user_line_dynamo(trace: str, target: Path) -> str | None:
-    from onnxdoctor.worker.tracebacks import _user_line_from_trace
+    from onnxdoctor.worker.tracebacks import user_line_from_trace
 
-    return _user_line_from_trace(trace, target) if trace else None
+    return user_line_from_trace(trace, target) if trace else None
 
 
 # ---- dynamo metadata ----------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def unsupported_ops(loaded: Any, target: Any) -> list[dict[str, Any]]:
     import torch
     from torch.onnx._internal.exporter import _decomp, _registration
 
-    from onnxdoctor.worker.tracebacks import _user_line_from_trace
+    from onnxdoctor.worker.tracebacks import user_line_from_trace
 
     registry = _registration.ONNXRegistry.from_torchlib()
     program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
@@ -109,7 +109,7 @@ def unsupported_ops(loaded: Any, target: Any) -> list[dict[str, Any]]:
             continue
         name = node.target.name().split(".")[0]
         if name not in found:
-            source = _user_line_from_trace(node.meta.get("stack_trace") or "", target)
+            source = user_line_from_trace(node.meta.get("stack_trace") or "", target)
             found[name] = {"op": name, "source": source}
     return list(found.values())
 

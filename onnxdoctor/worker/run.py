@@ -25,6 +25,7 @@ from onnxdoctor.protocol import (
     StageRecord,
     WorkerRequest,
     append_event,
+    out_of_memory_message,
 )
 from onnxdoctor.recipe import (
     CustomOpsets,
@@ -41,22 +42,22 @@ from onnxdoctor.recipe import (
     UseOpset,
 )
 from onnxdoctor.worker.facts import (
-    _corrected_keys,
-    _describe,
-    _dim,
-    _finding_record,
-    _fingerprint,
-    _jsonable,
-    _mode_sensitive_modules,
-    _model_facts,
-    _none_leaves,
-    _quiet_torch_logs,
-    _tensor_leaves,
-    _torch_export_verdict,
-    _with_suggested_dims,
+    corrected_keys,
+    describe_tensor,
+    finding_record,
+    jsonable,
+    jsonable_dim,
+    mode_sensitive_modules,
+    model_facts,
+    model_fingerprint,
+    none_leaves,
+    quiet_torch_logs,
+    tensor_leaves,
+    torch_export_verdict,
+    with_suggested_dims,
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
-from onnxdoctor.worker.fixkit import reference_call
+from onnxdoctor.worker.fixkit import apply_load_code, reference_call
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
     OutOfTime,
@@ -68,21 +69,22 @@ from onnxdoctor.worker.parity import (
     time_limit,
 )
 from onnxdoctor.worker.runtime import (
-    _feeds_for_session,
-    _kernel_facts,
-    _random_feeds,
-    _run_session,
-    _runtime_source,
+    feeds_for_session,
+    kernel_facts,
+    random_feeds,
+    run_session,
+    runtime_source,
 )
+from onnxdoctor.worker.scripted import script_module_facts
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
-    _custom_symbolics,
-    _first,
-    _node_sources,
-    _user_frame,
-    _warning_texts,
-    _where_in_script,
     error_info,
+    exception_text,
+    find_custom_symbolics,
+    node_source_lines,
+    user_frame,
+    warning_texts,
+    where_in_script,
 )
 
 STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
@@ -111,8 +113,15 @@ class Runner:
 
     # ---- the generic stage wrapper -------------------------------------------------------
 
+    def step(self, text: str) -> None:
+        """Say which step of the current stage runs now: a crash or a kill in native code (shape
+        inference, a compiler) then names it (OD901, OD905)."""
+        stage, run_id = getattr(self, "_current", ("", ""))
+        self.emit({"event": "step", "stage": stage, "run": run_id, "step": text})
+
     def stage(self, name: str, fn: Callable[[], dict[str, Any] | None], run_id: str) -> StageRecord:
         """Run one stage and write its record; the stage's failure is data, never an exception."""
+        self._current = (name, run_id)
         self.emit({"event": "start", "stage": name, "run": run_id, "time": time.time()})
         started = time.perf_counter()
         status, facts, error = FAILED, {}, None
@@ -132,11 +141,17 @@ class Runner:
             error, facts = error_info(exc), {"code": "OD109", "exit_code": str(exc.code)}
         except KeyboardInterrupt:
             raise
+        except MemoryError as exc:  # over the memory cap: say so, not "MemoryError: std::bad_alloc"
+            error, facts = error_info(exc), {"code": "OD905"}
+            for key in ("node", "op"):  # where known: the node a check suspects
+                if isinstance(getattr(exc, key, None), str):
+                    facts[key] = getattr(exc, key)
+            error["message"] = out_of_memory_message(name, str(exc), self.request.max_memory_mb)
         except BaseException as exc:  # the user's code may raise anything
             error = error_info(exc)
         record = StageRecord(run=run_id, stage=name, status=status, facts=facts, error=error,
                              seconds=round(time.perf_counter() - started, 4),
-                             warnings=tuple(_warning_texts(caught)))
+                             warnings=tuple(warning_texts(caught)))
         self.emit(record.to_event())
         return record
 
@@ -181,7 +196,7 @@ class Runner:
                 if self.before_stage is not None:
                     self.before_stage(name, state)
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
-                state[f"{name}_warnings"] = records[-1].warnings
+                state[f"{name}caution_findings"] = records[-1].warnings
         self.emit({"event": "run_done", "run": run_id})
         return records, state
 
@@ -219,15 +234,15 @@ class Runner:
         except BaseException as exc:
             info = error_info(exc)
             raise StageFailed(
-                f"{self.target.name} raised {type(exc).__name__} {_where_in_script(exc, self.target)}: {exc}",
+                f"{self.target.name} raised {type(exc).__name__} {where_in_script(exc, self.target)}: {exc}",
                 "OD104",
-                source=_user_frame(exc, self.target),
+                source=user_frame(exc, self.target),
                 raised=info["type"],
                 **extension_build_facts(info),
             ) from exc
         model = loaded.model
         # The model the script built, before any fix changes it: what must match across imports.
-        fingerprint = _fingerprint(model, loaded)
+        fingerprint = model_fingerprint(model, loaded)
         recipe: Recipe = state["recipe"]
         for step in recipe.steps:
             match step:
@@ -236,20 +251,22 @@ class Runner:
                 case LoadCode(code=code):
                     # A fix that changes the model itself (its switches, a wrapper) runs before the
                     # reference outputs, and the model it leaves in `model` is the one exported.
-                    namespace = self._run_snippet(code, f"load_{recipe.kind}", loaded)
-                    model = loaded.model = namespace.get("model", model)
+                    apply_load_code(code, loaded, f"load_{recipe.kind}", self.workdir)
+                    model = loaded.model
         state["loaded"] = loaded
         facts: dict[str, Any] = {
             "factory": loaded.factory,
+            "factory_form": loaded.form,
             "model_class": type(model).__qualname__,
             "training": bool(getattr(model, "training", False)),
             # transformers models have this switch; a cache object in the outputs needs it off.
             "config_use_cache": getattr(getattr(model, "config", None), "use_cache", None),
-            "mode_sensitive_modules": _mode_sensitive_modules(model),
-            "settings": {k: _jsonable(v) for k, v in loaded.settings.items()},
-            "inputs": [_describe(t) for t in _tensor_leaves((loaded.args, loaded.kwargs))],
+            "mode_sensitive_modules": mode_sensitive_modules(model),
+            "settings": {k: jsonable(v) for k, v in loaded.settings.items()},
+            "inputs": [describe_tensor(t) for t in tensor_leaves((loaded.args, loaded.kwargs))],
         }
-        facts["custom_symbolics"] = _custom_symbolics(self.target.resolve().parent)
+        facts["custom_symbolics"] = find_custom_symbolics(self.target.resolve().parent)
+        facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
@@ -265,14 +282,14 @@ class Runner:
             outputs = reference_call(loaded)
         except BaseException as exc:
             raise StageFailed(
-                f"forward() raised {type(exc).__name__} with the example inputs: {_first(exc)}",
+                f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
                 "OD108",
-                source=_user_frame(exc, self.target),
+                source=user_frame(exc, self.target),
                 **facts,
             ) from exc
-        state["torch_outputs"] = _tensor_leaves(outputs)
-        facts["outputs"] = [_describe(t) for t in state["torch_outputs"]]
-        facts["none_outputs"] = _none_leaves(outputs)
+        state["torch_outputs"] = tensor_leaves(outputs)
+        facts["outputs"] = [describe_tensor(t) for t in state["torch_outputs"]]
+        facts["none_outputs"] = none_leaves(outputs)
         state["load_facts"] = facts
         return facts
 
@@ -282,7 +299,7 @@ class Runner:
         rewrites = state["recipe"].all(RewriteOnnx)
         try:
             # Weights stay on disk unless a rewrite must carry them into a new file: checking needs
-            # none, and ORT_LOAD hands them to ONNX Runtime as arrays (see _runtime_source).
+            # none, and ORT_LOAD hands them to ONNX Runtime as arrays (see runtime_source).
             model = read_onnx(self.target, load_external_data=bool(rewrites))
             # read_onnx resolves a symlinked model to its real folder: external data lives there.
             problems = check_external_data(model, self.target.resolve().parent)
@@ -294,7 +311,7 @@ class Runner:
             model, path = self._rewrite(model, rewrites, state)
             state["onnx_path"] = path
         state["onnx_model"] = model
-        facts = _model_facts(model)
+        facts = model_facts(model)
         if rewrites:
             facts["onnx_path"] = str(path)
         return facts
@@ -353,8 +370,8 @@ class Runner:
                     if table and dynamo and namespace.get(table):
                         kwargs["custom_translation_table"] = namespace[table]
                 case DynamicShapes(rename=rename, suggested=suggested, pack=pack, missing=missing) if dynamo:
-                    shapes = _corrected_keys(kwargs["dynamic_shapes"], dict(rename), pack, missing)
-                    kwargs["dynamic_shapes"] = _with_suggested_dims(shapes, list(suggested))
+                    shapes = corrected_keys(kwargs["dynamic_shapes"], dict(rename), pack, missing)
+                    kwargs["dynamic_shapes"] = with_suggested_dims(shapes, list(suggested))
                 case CustomOpsets(domains=domains) if not dynamo:
                     kwargs["custom_opsets"] = dict(domains)
                 case OperatorExportType(name=name):
@@ -364,13 +381,15 @@ class Runner:
             "requested_opset": opset,
         }
         state["exporter"] = facts["exporter"]
+        # What a frozen trace's check at other inputs exports again, traced at those inputs.
+        state["export_call"] = (model_or_program, kwargs)
         from onnxdoctor.worker.fixkit import eager_export
         from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
 
         recorder = None
         eager = recipe.first(EagerExport)
         try:
-            with _quiet_torch_logs(), (
+            with quiet_torch_logs(), (
                 eager_export(loaded, eager.functions, eager.not_in_export) if eager else contextlib.nullcontext()
             ), (contextlib.nullcontext() if dynamo else recording_torchscript(self.target)) as recorder:
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
@@ -380,18 +399,20 @@ class Runner:
             facts.update(export_failure_facts(exc, loaded, dynamo, self.target, gather=self.request.gather_facts))
             if recorder is not None and recorder.failure:
                 facts["symbolic_attribute"] = recorder.failure
-            raise StageFailed(_first(exc), None, **facts) from exc
+            raise StageFailed(exception_text(exc), None, **facts) from exc
         import onnx
 
-        model = onnx.load(str(path), load_external_data=False)
+        # A rewrite may need the weights (float64 ones become float32): the exporter writes big
+        # ones beside the file, and the rewritten copy is saved elsewhere.
+        model = onnx.load(str(path), load_external_data=bool(recipe.first(RewriteOnnx)))
         if recipe.first(RewriteOnnx):
             # A rewrite of the exported file (a cast, a newer IR stamp): compared with PyTorch as usual.
             model, path = self._rewrite(model, recipe.all(RewriteOnnx), state)
         state["onnx_path"] = path
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
-        facts.update(_model_facts(model))
+        facts.update(model_facts(model))
         facts["onnx_path"] = str(path)
-        sources = _node_sources(model, self.target)
+        sources = node_source_lines(model, self.target)
         with contextlib.suppress(Exception):
             # Which code wrote each node (docs/ARCHITECTURE.md, "Node provenance").
             table = dynamo_table(model, self.target) if dynamo else recorder.table(model) if recorder else []
@@ -405,7 +426,7 @@ class Runner:
             facts["symbolic_input_dims"] = sum(
                 1 for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param
             )
-            facts.update(_torch_export_verdict(loaded, kwargs["dynamic_shapes"]))
+            facts.update(torch_export_verdict(loaded, kwargs["dynamic_shapes"]))
         if not dynamo:
             from torch.onnx import _constants
 
@@ -434,8 +455,8 @@ class Runner:
         if model is None:
             model = onnx.load(str(state["onnx_path"]), load_external_data=False)
         state["onnx_model"] = model
-        findings = check_model(model, model_dir=str(self.target.parent))
-        records = [_finding_record(f) for f in findings]
+        findings = check_model(model, model_dir=str(self.target.parent), on_step=self.step)
+        records = [finding_record(f) for f in findings]
         for record in records:
             if "is higher than the checker's" in record["message"]:
                 # The onnx library is older than the model; only the runtime load can tell more.
@@ -475,12 +496,12 @@ class Runner:
                 options.register_custom_ops_library(str(library))
             except Exception as exc:
                 # The reason alone: ONNX Runtime repeats the path, which the finding gives whole.
-                reason = _first(exc).replace(str(library), Path(library).name)
+                reason = exception_text(exc).replace(str(library), Path(library).name)
                 raise StageFailed(f"failed to load: {reason}", "OD405", library=str(library)) from exc
         if "onnx_path" in state:
             source: Any = str(state["onnx_path"])  # our own export or rewrite, in the work folder
         else:
-            source, names, values = _runtime_source(state["onnx_model"], self.target.resolve().parent)
+            source, names, values = runtime_source(state["onnx_model"], self.target.resolve().parent)
             if names:
                 options.add_external_initializers(names, values)
         try:
@@ -493,7 +514,7 @@ class Runner:
                     import onnx
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
-                facts = _kernel_facts(str(exc), model)
+                facts = kernel_facts(str(exc), model)
                 facts.update(torch_op_behind(facts.get("op"), state, facts.get("node")))
             model = state.get("onnx_model")
             if model is not None and not model.graph.node:
@@ -504,12 +525,12 @@ class Runner:
                     f"{len(graph.initializer)} initializer(s)): ONNX Runtime builds no session for it",
                     "OD499",
                 ) from exc
-            raise StageFailed(_first(exc), None, **facts) from exc
+            raise StageFailed(exception_text(exc), None, **facts) from exc
         state["session"] = session
         return {
             "providers": session.get_providers(),
             "session_inputs": [
-                {"name": i.name, "type": i.type, "shape": [_dim(d) for d in i.shape]}
+                {"name": i.name, "type": i.type, "shape": [jsonable_dim(d) for d in i.shape]}
                 for i in session.get_inputs()
             ],
         }
@@ -518,16 +539,16 @@ class Runner:
 
     def _stage_script_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
         loaded = state["loaded"]
-        tensors = _tensor_leaves((loaded.args, loaded.kwargs))
-        feeds = _feeds_for_session(state["session"], tensors)
-        state["ort_outputs"] = _run_session(state["session"], feeds)
+        tensors = tensor_leaves((loaded.args, loaded.kwargs))
+        feeds = feeds_for_session(state["session"], tensors)
+        state["ort_outputs"] = run_session(state["session"], feeds)
         names = [i.name for i in state["session"].get_inputs()]
         return {"outputs": len(state["ort_outputs"]), "example_tensors": len(tensors), "model_inputs": names}
 
     def _stage_onnx_ort_run(self, state: dict[str, Any]) -> dict[str, Any]:
-        feeds, described = _random_feeds(state["session"], self.request.input_shapes,
+        feeds, described = random_feeds(state["session"], self.request.input_shapes,
                                          self.request.max_input_bytes)
-        state["ort_outputs"] = _run_session(state["session"], feeds)
+        state["ort_outputs"] = run_session(state["session"], feeds)
         facts: dict[str, Any] = {"inputs": described, "outputs": len(state["ort_outputs"])}
         reference = next((r.reference for r in state["recipe"].all(RewriteOnnx) if r.reference), None)
         if reference is not None:
@@ -571,8 +592,26 @@ class Runner:
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):
-                report["second_inputs"] = second_input_check(state, self.request.atol, self.request.rtol)
+                report["second_inputs"] = second_input_check(
+                    state, self.request.atol, self.request.rtol, self._retrace(state), self.target)
         return report
+
+    def _retrace(self, state: dict[str, Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Path] | None:
+        """The export of this run again, traced at other inputs (None where it cannot be redone)."""
+        if state["recipe"].first(RewriteOnnx) or "export_call" not in state:
+            return None  # a rewritten file: a new trace would need the rewrite again
+        model, kwargs = state["export_call"]
+
+        def retrace(args: tuple[Any, ...], inputs: dict[str, Any]) -> Path:
+            import torch
+
+            path = self.workdir / f"retrace-{os.getpid()}-{time.monotonic_ns()}.onnx"
+            with quiet_torch_logs(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, args, str(path), **{**kwargs, "kwargs": inputs or None})
+            return path
+
+        return retrace
 
 
 

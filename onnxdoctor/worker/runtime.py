@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.worker.tracebacks import StageFailed, _first
+from onnxdoctor.worker.tracebacks import StageFailed, exception_text
 
 
 def cpu_session(source: str | bytes, libraries: tuple[str, ...] = ()) -> Any:
@@ -21,18 +22,18 @@ def cpu_session(source: str | bytes, libraries: tuple[str, ...] = ()) -> Any:
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
-def _run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
+def run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
     try:
         return list(session.run(None, feeds))
     except Exception as exc:
         text = str(exc)
         code = "OD502" if ("INVALID_ARGUMENT" in text and "input" in text.lower()) else None
-        raise StageFailed(_first(exc), code) from exc
+        raise StageFailed(exception_text(exc), code) from exc
 
 
-def _feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
+def feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
     inputs = session.get_inputs()
-    arrays = [_to_numpy(t) for t in tensors]
+    arrays = [to_numpy(t) for t in tensors]
     if len(arrays) < len(inputs):
         raise StageFailed(
             f"the model has {len(inputs)} inputs but the example inputs hold {len(arrays)} tensors",
@@ -42,7 +43,7 @@ def _feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
     return {i.name: a for i, a in zip(inputs, arrays)}
 
 
-def _to_numpy(tensor: Any) -> Any:
+def to_numpy(tensor: Any) -> Any:
     import torch
 
     tensor = tensor.detach().cpu()
@@ -67,7 +68,7 @@ _ORT_TYPES = {
 }
 
 
-def _random_feeds(
+def random_feeds(
     session: Any, shapes: dict[str, list[int]], max_bytes: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Random inputs from the model's declared shapes (free dims as 2), within `max_bytes` total.
@@ -123,7 +124,7 @@ def _random_feeds(
     return feeds, described
 
 
-def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
+def kernel_facts(message: str, model: Any) -> dict[str, Any]:
     """For "Could not find an implementation", the types ONNX Runtime's kernel table lists."""
 
     from onnxdoctor.analysis.classify import NO_IMPLEMENTATION, NOT_REGISTERED_RT
@@ -132,6 +133,12 @@ def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
     unregistered = NOT_REGISTERED_RT.search(message)
     if unregistered and model is not None:
         domain, op_type = unregistered.group(1), unregistered.group(2)
+        # The message quotes the domain raw: one holding spaces, colons or escape characters is
+        # found by the model's own nodes, never by what a pattern makes of the text.
+        named = next(((n.domain, n.op_type) for n in model.graph.node
+                      if f"{n.domain}:{n.op_type}(" in message and " is not a registered" in message), None)
+        if named is not None:
+            domain, op_type = named
         # ATen fallback nodes name the aten op they stand for in their `operator` attribute.
         aten = sorted({a.s.decode("utf-8", "replace") for n in model.graph.node
                        if n.domain == "org.pytorch.aten" for a in n.attribute if a.name == "operator"})
@@ -157,12 +164,53 @@ def _kernel_facts(message: str, model: Any) -> dict[str, Any]:
             }
         )
     node_types: dict[str, str] = {}
+    facts: dict[str, Any] = {"op": op_type, "node": node, "op_version": version, "kernels": kernels}
     if model is not None:
         node_types = _node_input_types(model, node)
-    return {"op": op_type, "node": node, "op_version": version, "kernels": kernels, "node_types": node_types}
+        # ONNX Runtime names only the first node it cannot place: a cast of that op alone then
+        # stops at the next one (Erf after Atan in a float64 model). List them all.
+        with contextlib.suppress(Exception):
+            facts["ops_without_kernel"] = _ops_without_kernel(model, C.get_all_opkernel_def())
+    facts["node_types"] = node_types
+    return facts
 
 
-def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
+def _ops_without_kernel(model: Any, kernel_defs: Any) -> list[dict[str, str]]:
+    """Default-domain op types of the main graph whose first input's type no CPU kernel of the op
+    lists: [{"op", "type"}], in graph order, one entry per op type."""
+    inferred, types = _inferred_types(model)
+    listed: dict[str, set[str]] = {}
+    for kernel in kernel_defs:
+        if kernel.provider == "CPUExecutionProvider" and kernel.domain in ("", "ai.onnx"):
+            accepted = listed.setdefault(kernel.op_name, set())
+            for allowed in kernel.type_constraints.values():
+                accepted.update(allowed)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    found: list[dict[str, str]] = []
+    for node in inferred.graph.node:
+        elem = types.get(node.input[0]) if node.input else None
+        if node.domain not in ("", "ai.onnx") or not elem or any(f["op"] == node.op_type for f in found):
+            continue
+        # An op without a kernel of its own runs as its function body (HardSwish as HardSigmoid, Mul).
+        ops = [node.op_type] if node.op_type in listed else _function_ops(node.op_type, opset)
+        if any(op in listed and f"tensor({elem})" not in listed[op] for op in ops):
+            found.append({"op": node.op_type, "type": elem})
+    return found
+
+
+def _function_ops(op_type: str, opset: int) -> list[str]:
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except Exception:  # no such op at that opset (onnx's SchemaError)
+        return []
+    return [n.op_type for n in schema.function_body.node] if schema.has_function else []
+
+
+def _inferred_types(model: Any) -> tuple[Any, dict[str, str]]:
+    """The model after shape inference (the model itself where inference fails) and the element
+    type of each value it names (`float`, `int64`)."""
     import onnx
 
     try:
@@ -175,13 +223,18 @@ def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
             types[value.name] = onnx.TensorProto.DataType.Name(value.type.tensor_type.elem_type).lower()
     for init in inferred.graph.initializer:
         types[init.name] = onnx.TensorProto.DataType.Name(init.data_type).lower()
+    return inferred, types
+
+
+def _node_input_types(model: Any, node_name: str) -> dict[str, str]:
+    inferred, types = _inferred_types(model)
     for node in inferred.graph.node:
         if node.name == node_name:
             return {name: types.get(name, "?") for name in node.input if name}
     return {}
 
 
-def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[Any]]:
+def runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list[Any]]:
     """A user's model for ONNX Runtime without ever giving it a path to resolve (README, "Robustness").
 
     ONNX Runtime follows hard links in external data, so it gets the model as bytes and the
@@ -205,9 +258,13 @@ def _runtime_source(model: Any, model_dir: Path) -> tuple[bytes, list[str], list
         try:
             load_external_data_for_tensor(loaded, str(model_dir))
         except (onnx.checker.ValidationError, ValueError, OSError) as exc:
-            raise StageFailed(f"external data of {tensor.name} could not be read: {_first(exc)}", "OD112") from None
+            raise StageFailed(f"external data of {tensor.name} could not be read: {exception_text(exc)}", "OD112") from None
+        try:
+            array = numpy_helper.to_array(loaded)
+        except ValueError as exc:  # the file holds another size than the tensor's shape needs
+            raise StageFailed(f"external data of {tensor.name} does not fit its shape: {exception_text(exc)}", "OD112") from None
         names.append(tensor.name)
-        values.append(ort.OrtValue.ortvalue_from_numpy(numpy_helper.to_array(loaded)))
+        values.append(ort.OrtValue.ortvalue_from_numpy(array))
     if len(names) < len(external_refs(model)):
         # Weights in subgraphs or attributes cannot be handed over as initializers: inline them all.
         full = onnx.ModelProto()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.errors import CodedError
-from onnxdoctor.worker.facts import _jsonable
+from onnxdoctor.worker.facts import jsonable
 
 
 class StageFailed(CodedError):
@@ -116,12 +116,12 @@ def _model_library(filename: str) -> bool:
     return False
 
 
-def _first(exc: BaseException) -> str:
+def exception_text(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text
 
 
-def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
+def warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
     texts: list[str] = []
     for item in caught:
         text = f"{item.category.__name__}: {item.message}"
@@ -130,7 +130,7 @@ def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
     return texts[:30]
 
 
-def _source_from_frames(exc: BaseException, target: Path) -> str | None:
+def source_from_frames(exc: BaseException, target: Path) -> str | None:
     """The user's line from the node the exporter was converting when it failed.
 
     The TorchScript exporter's frames hold a `node` whose sourceRange() is the Python stack;
@@ -146,14 +146,14 @@ def _source_from_frames(exc: BaseException, target: Path) -> str | None:
                     trace = str(node.sourceRange())
                 elif hasattr(node, "meta"):
                     trace = str(node.meta.get("stack_trace") or "")
-            found = _user_line_from_trace(trace, target) if trace else None
+            found = user_line_from_trace(trace, target) if trace else None
             if found:
                 return found
             tb = tb.tb_next
     return None
 
 
-def _where_in_script(exc: BaseException, target: Path) -> str:
+def where_in_script(exc: BaseException, target: Path) -> str:
     """'in get_model()' when a function of the script raised, 'while importing' for module code."""
     functions = [
         frame.name
@@ -163,13 +163,13 @@ def _where_in_script(exc: BaseException, target: Path) -> str:
     return f"in {functions[0]}()" if functions else "while importing"
 
 
-def _node_sources(model: Any, target: Path, limit: int = 5000) -> dict[str, str]:
+def node_source_lines(model: Any, target: Path, limit: int = 5000) -> dict[str, str]:
     """Node name -> the user's line that produced it, from the stack traces dynamo stores."""
     sources: dict[str, str] = {}
     for node in model.graph.node:
         for prop in node.metadata_props:
             if prop.key == "pkg.torch.onnx.stack_trace" and node.name:
-                line = _user_line_from_trace(prop.value, target)
+                line = user_line_from_trace(prop.value, target)
                 if line:
                     sources[node.name] = line
         if len(sources) >= limit:
@@ -177,7 +177,7 @@ def _node_sources(model: Any, target: Path, limit: int = 5000) -> dict[str, str]
     return sources
 
 
-def _user_line_from_trace(trace: str, target: Path) -> str | None:
+def user_line_from_trace(trace: str, target: Path) -> str | None:
 
     best = None
     for match in re.finditer(r'File "([^"<][^"]*)", line (\d+)', trace):
@@ -187,7 +187,7 @@ def _user_line_from_trace(trace: str, target: Path) -> str | None:
     return best
 
 
-def _symbolic_frame(exc: BaseException, target: Path) -> dict[str, Any] | None:
+def find_symbolic_frame(exc: BaseException, target: Path) -> dict[str, Any] | None:
     """The user's frame when torch.onnx called into the user's code and it failed there."""
     folder = target.resolve().parent
     seen_torch_onnx = False
@@ -207,7 +207,7 @@ def _symbolic_frame(exc: BaseException, target: Path) -> dict[str, Any] | None:
     return found
 
 
-def _custom_symbolics(folder: Path) -> dict[str, str]:
+def find_custom_symbolics(folder: Path) -> dict[str, str]:
     """Ops whose TorchScript symbolic the user's own files registered -> the function's name.
 
     Libraries register symbolics when imported (torchvision does for nms, roi_align ...): only
@@ -236,7 +236,7 @@ def _custom_symbolics(folder: Path) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def _user_frame(exc: BaseException, target: Path) -> str | None:
+def user_frame(exc: BaseException, target: Path) -> str | None:
     """The innermost frame inside the user's folder, as file:line, searching the cause chain.
 
     torch re-raises capture errors from its own frames; the user's line is in the original
@@ -255,7 +255,7 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
             if path.parent == folder:
                 best = f"{path.name}:{item.lineno}"
         if best is None:
-            best = _user_line_from_trace(str(current), target)
+            best = user_line_from_trace(str(current), target)
         if best is not None:
             return best
         if isinstance(current, SyntaxError) and current.lineno:
@@ -263,7 +263,7 @@ def _user_frame(exc: BaseException, target: Path) -> str | None:
     return None
 
 
-def _locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
+def locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
     """Find the op's FX node through torch.export to learn the user's source line and call values."""
     import torch
 
@@ -278,12 +278,12 @@ def _locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
             continue
         facts: dict[str, Any] = {"fx_node": node.name}
         trace = node.meta.get("stack_trace") or ""
-        source = _user_line_from_trace(trace, target)
+        source = user_line_from_trace(trace, target)
         if source:
             facts["source"] = source
-        facts["call_args"] = [_jsonable(a) if not isinstance(a, torch.fx.Node) else "<tensor>" for a in node.args]
+        facts["call_args"] = [jsonable(a) if not isinstance(a, torch.fx.Node) else "<tensor>" for a in node.args]
         facts["call_kwargs"] = {
-            k: (_jsonable(v) if not isinstance(v, torch.fx.Node) else "<tensor>") for k, v in node.kwargs.items()
+            k: (jsonable(v) if not isinstance(v, torch.fx.Node) else "<tensor>") for k, v in node.kwargs.items()
         }
         return facts
     return {}

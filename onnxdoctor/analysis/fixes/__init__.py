@@ -29,25 +29,16 @@ from onnxdoctor.analysis.fixes import (
     outputs,
     rewrite,
     runtime,
+    scripted,
     target_gaps,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import (
-    CustomOpsets,
-    DynamicShapes,
-    EvalMode,
-    ExportCode,
-    LoadCode,
-    OperatorExportType,
-    RewriteOnnx,
-    RuntimeKernels,
-    UseExporter,
-)
+from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file, contrib_ops,
-    exporter, runtime, aten_fallback, outputs, target_gaps,
+    scripted, exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
@@ -101,17 +92,12 @@ def chainable(first: Fix, then: Fix) -> bool:
     if first.recipe is None or then.recipe is None:
         return False
     chosen, switched = first.recipe.first(UseExporter), then.recipe.first(UseExporter)
-    tied = any(isinstance(s, _EXPORTER_BOUND) for s in first.recipe.steps)
-    if tied and chosen and switched and chosen != switched:
+    if first.recipe.exporter_bound and chosen and switched and chosen != switched:
         return False
     if all(step in first.recipe.steps for step in then.recipe.steps):
         return False
     builds = [r for r in (first.recipe, then.recipe) if any(c.program for c in r.all(ExportCode))]
     return len(builds) < 2
-
-
-# Steps written for one exporter: they mean nothing (or something else) to the other.
-_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
 
 def chain(fixes: list[Fix]) -> Fix:
@@ -125,7 +111,7 @@ def chain(fixes: list[Fix]) -> Fix:
     recipe = fixes[0].recipe
     for fix in fixes[1:]:
         recipe = recipe.then(fix.recipe) if recipe and fix.recipe else recipe
-    shown = sorted(fixes, key=_where_it_acts)
+    shown = sorted(fixes, key=lambda fix: fix.recipe.acts_on if fix.recipe else 1)
     steps = "\n".join(
         f"# Step {n} of {len(shown)}: {fix.title}\n{fix.snippet.rstrip()}\n" for n, fix in enumerate(shown, 1)
     )
@@ -138,15 +124,3 @@ def chain(fixes: list[Fix]) -> Fix:
         cost="; ".join(dict.fromkeys(f.cost for f in fixes if f.cost)),
         recipe=recipe,
     )
-
-
-def _where_it_acts(fix: Fix) -> int:
-    """0: the model, 1: the export, 2: the exported file, 3: the runtime (the user's order)."""
-    steps = fix.recipe.steps if fix.recipe else ()
-    if any(isinstance(s, (EvalMode, LoadCode)) for s in steps):
-        return 0
-    if any(isinstance(s, RewriteOnnx) for s in steps):
-        return 2
-    if steps and all(isinstance(s, RuntimeKernels) for s in steps):
-        return 3
-    return 1

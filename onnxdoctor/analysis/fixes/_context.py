@@ -74,6 +74,8 @@ class FixContext:
     mode_sensitive: tuple[str, ...] = ()
     outcomes: tuple[StageOutcome, ...] = ()
     export_facts: dict[str, Any] = field(default_factory=dict)
+    factory: str = "model"  # the function that built the model, or "model" for module-level names
+    factory_form: str = "module"  # how it gave them (worker/loader.py, LoadedModel.form)
 
     @classmethod
     def build(cls, finding: Finding, context: dict[str, Any]) -> FixContext:
@@ -95,7 +97,25 @@ class FixContext:
             mode_sensitive=tuple(load.get("mode_sensitive_modules") or ()),
             outcomes=outcomes,
             export_facts=export,
+            factory=str(load.get("factory") or "model"),
+            factory_form=str(load.get("factory_form") or "module"),
         )
+
+    @property
+    def build_lines(self) -> str:
+        """Code that builds `model` and `example_inputs` the way the user's script does (its own
+        factory, or its module-level names), for snippets that change the model before export."""
+        factory = self.factory
+        match self.factory_form:
+            case "pair":
+                return f"model, example_inputs = {factory}()\n"
+            case "triple":
+                return f"model, example_inputs, example_kwargs = {factory}()\n"
+            case "get_inputs":
+                return f"model, example_inputs = {factory}(), get_inputs()\n"
+            case "example_inputs":
+                return f"model = {factory}()\n"
+        return ""  # module-level `model` and `example_inputs`: already there
 
     @property
     def schema_arguments(self) -> list[OpArgument]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 
 CODES = ("OD204", "OD210")
@@ -11,6 +12,8 @@ CODES = ("OD204", "OD210")
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """torch.cond or torch.where in place of a Python branch on a tensor value."""
+    if script_module(ctx) is not None:
+        return []  # torch.export refused a ScriptModule, not a branch (the scripted family answers)
     library = _library_branch(finding, ctx)
     if library is not None:
         return [library]

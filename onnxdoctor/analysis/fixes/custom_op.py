@@ -11,6 +11,8 @@ A custom-domain node ONNX Runtime has no kernel for (OD401) is custom_domain's.
 
 from __future__ import annotations
 
+import shlex
+
 from onnxdoctor.analysis.fixes._context import FixContext, OpArgument
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import CustomOpsets, ExportCode, Recipe, RuntimeKernels, UseExporter
@@ -232,7 +234,7 @@ def _unknown_schema(ctx: FixContext) -> Fix:
         kind="custom_op_manual",
         title=f"Map {ctx.op} to a custom-domain node and give ONNX Runtime a kernel",
         snippet=(
-            f"onnxdoctor scaffold {ctx.onnx_op_type} --namespace {ctx.namespace}\n"
+            f"onnxdoctor scaffold {shlex.quote(ctx.onnx_op_type)} --namespace {shlex.quote(ctx.namespace)}\n"
             "# writes the torch op, both export mappings, ONNX Runtime kernels and a parity test\n"
         ),
         applicability=Applicability.DISPLAY_ONLY,

@@ -19,9 +19,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             kind="eval_mode",
             title="Call model.eval() before exporting",
             snippet=(
-                "model = build_model()\n"
-                "model.eval()  # dropout off, batch norm uses its running statistics\n"
-                "torch.onnx.export(model, example_inputs, 'model.onnx')\n"
+                ctx.build_lines
+                + "model.eval()  # dropout off, batch norm uses its running statistics\n"
+                + ("torch.onnx.export(model, example_inputs, 'model.onnx', kwargs=example_kwargs)\n"
+                   if ctx.factory_form == "triple" else "torch.onnx.export(model, example_inputs, 'model.onnx')\n")
             ),
             applicability=Applicability.SAFE,
             cost=f"none for inference; affects {modules}",

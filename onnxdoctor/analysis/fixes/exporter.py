@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import Recipe, UseExporter
 
@@ -20,7 +21,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     cost = "the TorchScript exporter is deprecated (opsets 7-20)" if not dynamo else (
         "the dynamo exporter writes opset 18 or newer and needs torch.export to capture the model")
     applicability = Applicability.SAFE
-    if finding.code == "OD204" and not dynamo:
+    if not dynamo and script_module(ctx) is not None:
+        # A ScriptModule is exported from its script, not traced: its branches stay (ONNX If/Loop).
+        cost += "; a ScriptModule keeps its control flow there (ONNX If/Loop), nothing is traced"
+    elif finding.code == "OD204" and not dynamo:
         # Tracing records only the branch the example input takes.
         cost = ("TorchScript traces the branch the example input takes and bakes it in: other inputs "
                 "may need the other branch. Prefer rewriting the condition with torch.cond")

@@ -14,7 +14,8 @@ from onnxdoctor.recipe import LoadCode, Recipe
 
 CODES = ("OD211",)
 
-WRAPPER = """import dataclasses
+WRAPPER = """import copy
+import dataclasses
 
 import torch
 
@@ -26,20 +27,31 @@ class TensorOutputs(torch.nn.Module):
         super().__init__()
         self.model = model
 
+    @staticmethod
+    def named(out):
+        if isinstance(out, dict):
+            return [(str(key), value) for key, value in out.items()]
+        if dataclasses.is_dataclass(out):
+            return [(field.name, getattr(out, field.name)) for field in dataclasses.fields(out)]
+        if isinstance(out, (tuple, list)):
+            return [(f"output_{index}", value) for index, value in enumerate(out)]
+        return [("output", out)]
+
+    def output_names(self, *args, **kwargs):
+        \"\"\"The fields (or keys) the tensors come from, to name the ONNX outputs after.\"\"\"
+        # A model in training mode would update its batch-norm statistics: ask a copy.
+        model = copy.deepcopy(self.model) if self.model.training else self.model
+        with torch.no_grad():
+            return [name for name, value in self.named(model(*args, **kwargs))
+                    if isinstance(value, torch.Tensor)]
+
     def forward(self, *args, **kwargs):
         out = self.model(*args, **kwargs)
-        if isinstance(out, dict):
-            values = list(out.values())
-        elif dataclasses.is_dataclass(out):
-            values = [getattr(out, field.name) for field in dataclasses.fields(out)]
-        elif isinstance(out, (tuple, list)):
-            values = list(out)
-        else:
-            values = [out]
-        return tuple(v for v in values if isinstance(v, torch.Tensor))
+        return tuple(value for _, value in self.named(out) if isinstance(value, torch.Tensor))
 
 
 model = TensorOutputs(model).train(model.training)
+output_names = model.output_names(*example_inputs)  # e.g. ["logits"], not the last op's name
 """
 USE_CACHE_OFF = """# forward() then returns no cache object. Every submodule's config: an encoder-decoder's
 # decoder (T5) keeps a config of its own.
@@ -70,7 +82,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     fixes.append(Fix(
         kind="tensor_outputs",
         title="Wrap the model so forward() returns only its tensors",
-        snippet=WRAPPER + EXPORT,
+        snippet=WRAPPER + EXPORT.replace("dynamo=True", "dynamo=True, output_names=output_names"),
         applicability=Applicability.UNSAFE,
         cost="outputs that are not tensors (a cache object, a Python number) are dropped from the ONNX model",
         recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),

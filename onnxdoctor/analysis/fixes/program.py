@@ -9,21 +9,14 @@ for reading, is a comment under its docstring.
 
 from __future__ import annotations
 
+from onnxdoctor import recipe as steps  # the step types, matched one by one below
 from onnxdoctor.model import Fix
 from onnxdoctor.recipe import (
-    CustomOpsets,
-    DynamicShapes,
     EagerExport,
-    EvalMode,
-    ExportCode,
-    LoadCode,
-    OperatorExportType,
     Recipe,
-    RewriteOnnx,
     RuntimeKernels,
-    UseExporter,
-    UseOpset,
 )
+from onnxdoctor.safetext import comment_safe, printable
 
 
 def fix_program(fix: Fix, target: str, factory: str | None, kind: str) -> str:
@@ -37,12 +30,14 @@ def fix_program(fix: Fix, target: str, factory: str | None, kind: str) -> str:
 
 def _header(fix: Fix, target: str) -> str:
     verified = fix.check.detail if fix.check else "not verified"
+    # Names from the user's files (a path holding `"""`, `\N` or a newline, a title naming the
+    # script's module) reach the docstring only comment-safe: no quote or escape is live there.
     # The snippet goes in comments: it may hold triple quotes of its own (a docstring).
-    snippet = "\n".join(f"#     {line}" if line else "#" for line in fix.snippet.rstrip().splitlines())
+    snippet = "\n".join(f"#     {line}" if line else "#" for line in printable(fix.snippet.rstrip()).split("\n"))
     quotes = '"' * 3
     return (
-        f"{quotes}Fix for {target}: {fix.title.replace(quotes, '')}.\n\n"
-        f"onnxdoctor verified it: {verified.replace(quotes, '')}.\n\n"
+        f"{quotes}Fix for {_doc(target)}: {_doc(fix.title)}.\n\n"
+        f"onnxdoctor verified it: {_doc(verified)}.\n\n"
         "Run it from anywhere; it writes the fixed model (default: model.onnx beside this file) and\n"
         "checks it in ONNX Runtime:\n\n"
         "    python fix.py [OUTPUT.onnx]\n\n"
@@ -56,9 +51,18 @@ def _header(fix: Fix, target: str) -> str:
     )
 
 
+def _doc(text: str) -> str:
+    """One line of text from the user's files, safe inside the docstring."""
+    return comment_safe(printable(text, one_line=True))
+
+
 def _literal(code: str) -> str:
-    """Code as a Python string literal that reads like code (triple-quoted when it can be)."""
-    if "'''" not in code and "\\" not in code:
+    """Code as a Python string literal that reads like code (triple-quoted when it can be).
+
+    Anything a triple-quoted literal would read differently (a backslash, a quote at its end,
+    `'''`, a control character or lone surrogate) gets `repr()`.
+    """
+    if "'''" not in code and "\\" not in code and not code.endswith("'") and printable(code) == code:
         return "'''\\\n" + code + "'''"
     return repr(code)
 
@@ -72,13 +76,13 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     ]
     for step in recipe.steps:
         match step:
-            case EvalMode():
+            case steps.EvalMode():
                 lines.append("loaded.model.eval()")
-            case LoadCode(code=code):
-                lines.append(f"loaded.model = fixkit.run_code({_literal(code)}, loaded, 'load').get('model', loaded.model)")
+            case steps.LoadCode(code=code):
+                lines.append(f"fixkit.apply_load_code({_literal(code)}, loaded, 'load')")
     lines.append("reference = fixkit.reference_outputs(loaded)")
-    exporter = recipe.first(UseExporter)
-    opset = recipe.first(UseOpset)
+    exporter = recipe.first(steps.UseExporter)
+    opset = recipe.first(steps.UseOpset)
     dynamo = (f"{exporter.exporter == 'dynamo'}" if exporter
               else "bool(loaded.settings.get('dynamo', True))")
     exported = "loaded.model"
@@ -91,17 +95,17 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     ]
     for step in recipe.steps:
         match step:
-            case ExportCode(code=code, program=program, translation_table=table):
+            case steps.ExportCode(code=code, program=program, translation_table=table):
                 lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export')")
                 if program:
                     exported = f"names[{program!r}]"
                 if table:
                     options.append(f"custom_translation_table=names[{table!r}]")
-            case CustomOpsets(domains=domains):
+            case steps.CustomOpsets(domains=domains):
                 options.append(f"custom_opsets={dict(domains)!r}")
-            case OperatorExportType(name=name):
+            case steps.OperatorExportType(name=name):
                 options.append(f"operator_export_type=torch.onnx.OperatorExportTypes.{name}")
-    shapes = recipe.first(DynamicShapes)
+    shapes = recipe.first(steps.DynamicShapes)
     if dynamo != "False":
         options.append(f"dynamic_shapes=fixkit.dynamic_shapes(loaded.settings, {shapes!r})"
                        if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
@@ -130,11 +134,11 @@ def _file_program(recipe: Recipe, target: str) -> str:
 def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
     """The file rewrites, the runtime kernels, and the check in ONNX Runtime, as program lines."""
     lines = []
-    rewrites = recipe.all(RewriteOnnx)
+    rewrites = recipe.all(steps.RewriteOnnx)
     if rewrites:
         lines.append(f"fixkit.rewrite_file(OUTPUT, {rewrites!r})")
     libraries: list[str] = []
-    for kernels in recipe.all(RuntimeKernels):
+    for kernels in recipe.all(steps.RuntimeKernels):
         libraries += kernels.libraries
         if kernels.python:
             # With the script's globals where there is a script: the kernel calls its code.

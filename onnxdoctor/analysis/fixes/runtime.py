@@ -32,13 +32,19 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
     kernels = (ort_load.facts.get("kernels") if ort_load else None) or []
     listed = sorted({t for k in kernels for types in (k.get("types") or {}).values() for t in types})
     supported = ", ".join(t.replace("tensor(", "").rstrip(")") for t in listed[:8]) or "float"
-    target = _cast_target(listed, set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values()))
+    node_types = set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values())
+    target = _cast_target(listed, node_types)
     op = finding.op or "the op"
+    ops = [op, *_same_gap(ort_load.facts if ort_load else {}, op, target)]
+    named = ", ".join(ops)
     rewrite = (
         "import onnx\n"
         "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
-        f"# Cast the inputs of every {op} node to {target} and its outputs back:\n"
+        f"# Cast the inputs of every {named} node to {target} and its outputs back:\n"
     )
+    calls = "model"
+    for each in ops:
+        calls = f"cast_around({calls}, {each!r}, to={target!r})"
     reference = None
     if ctx.target_kind == "onnx":
         # No PyTorch to compare with, and ONNX Runtime cannot run the original: onnx's evaluator can.
@@ -46,24 +52,53 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = rewrite + (
             f"model = onnx.load({ctx.target_name!r})\n"
-            f"onnx.save(cast_around(model, {op!r}, to={target!r}), {stem + '-cast.onnx'!r})\n"
+            f"onnx.save({calls}, {stem + '-cast.onnx'!r})\n"
         )
     else:
         torch_dtype = _TORCH_DTYPES.get(target, "float32")
         snippet = rewrite + (
             "# after torch.onnx.export(..., 'model.onnx'):\n"
-            f"onnx.save(cast_around(onnx.load('model.onnx'), {op!r}, to={target!r}), 'model.onnx')\n"
+            "model = onnx.load('model.onnx')\n"
+            f"onnx.save({calls}, 'model.onnx')\n"
             f"# or, in forward(), around the call: y = op(x.to(torch.{torch_dtype})).to(x.dtype)\n"
         )
     return Fix(
         kind="cast",
-        title=f"Run {op} in {target}, a type ONNX Runtime's CPU kernel has ({supported})",
+        title=f"Run {named} in {target}, a type ONNX Runtime's CPU kernel has ({supported})",
         snippet=snippet,
         applicability=Applicability.UNSAFE,
-        cost=f"{op} computes in {target}: precision may change; another execution provider may have "
-        "the kernel instead",
-        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, target), reference),)),
+        cost=f"{named} {'computes' if len(ops) == 1 else 'compute'} in {target}: {_precision(node_types, target)}; "
+             "another execution provider may have the kernel instead",
+        recipe=Recipe("cast", tuple(RewriteOnnx(CastAround(each, target), reference) for each in ops)),
     )
+
+
+def _same_gap(facts: dict[str, object], op: str, target: str) -> list[str]:
+    """The model's other ops without a CPU kernel for the same input type (ONNX Runtime names only
+    the first it meets): cast together, or the fixed model stops at the next one."""
+    found = facts.get("ops_without_kernel")
+    if not isinstance(found, list):
+        return []
+    first = next((f.get("type") for f in found if isinstance(f, dict) and f.get("op") == op), None)
+    if first is None or first == target:
+        return []
+    return [str(f["op"]) for f in found
+            if isinstance(f, dict) and f.get("op") != op and f.get("type") == first]
+
+
+# What computing in a narrower type costs, stated rather than hedged.
+_PRECISION = {
+    ("double", "float"): "about 7 significant digits instead of float64's 16 (relative rounding "
+                         "6e-8 instead of 1e-16); the error against PyTorch is measured",
+    ("double", "float16"): "about 3 significant digits instead of 16, and values above 65504 overflow",
+    ("float", "float16"): "about 3 significant digits instead of 7, and values above 65504 overflow",
+    ("int64", "int32"): "exact while values stay within +-2.1e9; larger ones wrap",
+}
+
+
+def _precision(node_types: set[str], target: str) -> str:
+    source = next((t for t in ("double", "float", "int64") if t in node_types), "")
+    return _PRECISION.get((source, target), "precision may change")
 
 
 # The kernel types a cast may go to, best first within each family: the widest that keeps values.

@@ -1,0 +1,125 @@
+"""A ScriptModule model (torch.jit.script, torch.jit.load): export what the exporters take instead.
+
+The dynamo exporter refuses a ScriptModule outright ("Exporting a ScriptModule is not
+supported"), and the TorchScript exporter refuses one whose forward() has optional arguments the
+example leaves out ("args contained 1 None's after flattening"). The routes, each verified:
+the eager class the script defines, with the scripted model's weights (both exporters take it);
+torch's TorchScript-to-torch.export converter, then the dynamo exporter; a scripted wrapper whose
+forward() takes exactly the example's inputs, then the TorchScript exporter (which keeps a
+ScriptModule's control flow as ONNX If/Loop instead of tracing one branch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import ExportCode, LoadCode, Recipe, UseExporter
+
+CODES = ("OD201", "OD202", "OD204", "OD205", "OD299")
+
+# TorchScript schema types a generated forward() can annotate (torch.jit.script needs them).
+_ANNOTATIONS = {"Tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool"}
+
+
+def script_module(ctx: FixContext) -> dict[str, Any] | None:
+    """The LOAD facts of a ScriptModule model (None for an eager one)."""
+    load = next((o.facts for o in ctx.outcomes if o.stage is Stage.LOAD), {})
+    found = load.get("script_module")
+    return found if isinstance(found, dict) else None
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Routes around exporting the ScriptModule itself."""
+    facts = script_module(ctx)
+    if ctx.target_kind != "script" or facts is None or finding.stage is not Stage.EXPORT:
+        return []
+    fixes: list[Fix] = []
+    eager = facts.get("eager_class")
+    if eager:
+        fixes.append(_eager_class(str(eager)))
+    wrapper = _wrapper(facts)
+    if wrapper is not None:
+        fixes.append(wrapper)
+    fixes.append(_converter())
+    return fixes
+
+
+def _eager_class(name: str) -> Fix:
+    code = (
+        f"# The class you scripted, built eagerly and given the scripted model's weights:\n"
+        f"# both exporters take an eager module (export it instead of torch.jit.script's result).\n"
+        f"eager = {name}()\n"
+        "eager.load_state_dict(model.state_dict())\n"
+        "eager.train(model.training)\n"
+        "if not model.training:  # the same numbers as the scripted model at the example inputs\n"
+        "    with torch.no_grad():\n"
+        "        torch.testing.assert_close(eager(*example_inputs), model(*example_inputs))\n"
+        "model = eager\n"
+    )
+    return Fix(
+        kind="scripted_eager",
+        title=f"Export the eager {name} (the class you scripted) with the scripted model's weights",
+        snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+        applicability=Applicability.SAFE,
+        cost=f"none: the same code and weights; keep torch.jit.script for your TorchScript deployment "
+             f"and export {name}() itself",
+        recipe=Recipe("scripted_eager", (LoadCode(code),), isolated=True),
+    )
+
+
+def _wrapper(facts: dict[str, Any]) -> Fix | None:
+    """A scripted wrapper calling the model with the example's positional inputs only."""
+    arguments = [a for a in facts.get("arguments") or () if isinstance(a, dict)]
+    given = int(facts.get("positional_inputs") or 0)
+    if facts.get("keyword_inputs") or not given or len(arguments) <= given:
+        return None  # nothing left out: the TorchScript exporter's own call is the same
+    annotated = []
+    for argument in arguments[:given]:
+        annotation = _ANNOTATIONS.get(str(argument.get("type")))
+        name = str(argument.get("name") or "")
+        if annotation is None or not name.isidentifier():
+            return None
+        annotated.append(f"{name}: {annotation}")
+    names = ", ".join(str(a["name"]) for a in arguments[:given])
+    left = ", ".join(str(a["name"]) for a in arguments[given:])
+    kept = "left at its default" if len(arguments) - given == 1 else "left at their defaults"
+    code = (
+        "import torch\n\n\n"
+        "class ExampleCall(torch.nn.Module):\n"
+        f"    \"\"\"Calls the scripted model with the example's inputs only ({left} {kept}).\"\"\"\n\n"
+        "    def __init__(self, inner: torch.nn.Module) -> None:\n"
+        "        super().__init__()\n"
+        "        self.inner = inner\n\n"
+        f"    def forward(self, {', '.join(annotated)}):\n"
+        f"        return self.inner({names})\n\n\n"
+        "model = torch.jit.script(ExampleCall(model))\n"
+    )
+    return Fix(
+        kind="scripted_wrapper",
+        title=f"Script a wrapper whose forward() takes only the example's inputs ({left} {kept}) "
+              "and export it with the TorchScript exporter",
+        snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n",
+        applicability=Applicability.SAFE,
+        cost=f"the ONNX model has no input for {left}; the TorchScript exporter is deprecated, but it "
+             "keeps a ScriptModule's control flow (ONNX If/Loop)",
+        recipe=Recipe("scripted_wrapper", (LoadCode(code), UseExporter("torchscript")), isolated=True),
+    )
+
+
+def _converter() -> Fix:
+    code = (
+        "from torch._export.converter import TS2EPConverter  # torch's TorchScript -> torch.export converter\n\n"
+        "program = TS2EPConverter(model, example_inputs).convert()\n"
+    )
+    return Fix(
+        kind="scripted_converter",
+        title="Convert the ScriptModule to an ExportedProgram (TS2EPConverter) and export that with the "
+              "dynamo exporter",
+        snippet=code + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n",
+        applicability=Applicability.SAFE,
+        cost="TS2EPConverter is a private torch API and converts only some TorchScript (no prim::Loop); "
+             "control flow it converts becomes torch.cond (ONNX If)",
+        recipe=Recipe("scripted_converter", (UseExporter("dynamo"), ExportCode(code, program="program"))),
+    )

@@ -1,0 +1,70 @@
+"""One entry of the op-rewrite library (onnxdoctor.rewrites): the op, its exactness, its source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Exactness(str, Enum):
+    """How close a rewrite's numbers are to PyTorch's own kernel."""
+
+    EXACT = "exact"  # the same values, bit for bit, wherever the op is defined
+    ROUNDING = "rounding"  # the same formula up to floating-point rounding (another summation order)
+    APPROXIMATION = "approximation"  # a polynomial / series approximation with a stated error bound
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One op of the library: what it replaces, how exact it is, and the function doing it."""
+
+    op: str  # the aten op as users and torch's messages name it, e.g. "aten::cumprod"
+    family: str
+    # torch.ops overloads the function replaces in an ExportedProgram, e.g. "aten.cumprod.default".
+    targets: tuple[str, ...]
+    function: str  # the name the source defines
+    source: str  # a self-contained function definition (uses only `torch` and `math`)
+    exactness: Exactness
+    error: str  # the error bound, or what differs (rounding, tie order)
+    limits: str  # shapes, dtypes, sizes, values it does not handle
+    # Other names export failures report for this op (dynamo names the prims op the aten
+    # decomposition produced, e.g. prims::erf_inv for aten::erfinv).
+    reported_as: tuple[str, ...] = ()
+    # The function for each target, where they differ (an `_ex` overload returns extra outputs).
+    functions: tuple[str, ...] = ()
+
+    def function_for(self, target: str) -> str:
+        """The function the source defines for one of `targets`."""
+        if self.functions:
+            return self.functions[self.targets.index(target)]
+        return self.function
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every qualified name that identifies this op in a failure message."""
+        targets = tuple("::".join(t.split(".")[:2]) for t in self.targets)
+        return tuple(dict.fromkeys((self.op, *targets, *self.reported_as)))
+
+    @property
+    def decomposition_table(self) -> str:
+        """The `run_decompositions` argument, as Python source."""
+        return "{" + ", ".join(f"torch.ops.{t}: {self.function_for(t)}" for t in self.targets) + "}"
+
+    def snippet(self) -> str:
+        """Paste-able code: the function, then the export through run_decompositions."""
+        return (
+            self.program_code()
+            + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
+        )
+
+    def program_code(self) -> str:
+        """The part of the snippet that builds the rewritten ExportedProgram `program`."""
+        return (
+            "import math\n\nimport torch\n\n\n"
+            f"# {self.op} rewritten in ops ONNX has ({self.exactness.value}: {self.error}).\n"
+            f"# Limits: {self.limits}\n"
+            + self.source.strip("\n")
+            + "\n\n\n"
+            "program = torch.export.export(model, example_inputs)\n"
+            f"program = program.run_decompositions({self.decomposition_table})\n"
+        )

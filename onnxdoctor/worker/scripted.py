@@ -1,0 +1,49 @@
+"""What a ScriptModule model (torch.jit.script / torch.jit.load) tells the `scripted` fix family."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+
+def script_module_facts(model: Any, loaded: Any) -> dict[str, Any]:
+    """LOAD facts for a ScriptModule model: its class's name, whether the script defines that
+    class as an nn.Module buildable with no arguments (the eager route), and forward()'s
+    arguments from its TorchScript schema (a wrapper takes exactly the example's). Empty for an
+    eager model."""
+    import torch
+
+    if not isinstance(model, torch.jit.ScriptModule):
+        return {}
+    name = str(getattr(model, "original_name", "") or "")
+    cls = loaded.namespace.get(name) if name.isidentifier() else None
+    eager = None
+    if isinstance(cls, type) and issubclass(cls, torch.nn.Module) and not _needs_arguments(cls):
+        eager = name
+    arguments: list[dict[str, Any]] = []
+    try:
+        for argument in model.forward.schema.arguments[1:]:  # [0] is self
+            arguments.append({"name": argument.name, "type": str(argument.type),
+                              "default": argument.has_default_value()})
+    except (AttributeError, RuntimeError):  # a module without a scripted forward
+        pass
+    return {"script_module": {
+        "original_name": name,
+        "eager_class": eager,
+        "arguments": arguments,
+        "positional_inputs": len(loaded.args),
+        "keyword_inputs": sorted(loaded.kwargs or {}),
+    }}
+
+
+def _needs_arguments(cls: type) -> bool:
+    try:
+        signature = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                       inspect.Parameter.KEYWORD_ONLY)
+        for p in list(signature.parameters.values())[1:]
+    )
