@@ -90,6 +90,8 @@ def test_onnx_ops_symbolic_in_forward_is_fixed_by_exporting_the_eager_branch() -
     # A float attribute the kernel must read, and an ONNX name and attribute unlike the op's, two outputs.
     ("od401_clampish_float_attr.py", ("decompose",), "limit = float(attrs['limit'])"),
     ("od401_renamed_two_outputs.py", ("decompose",), "eps = float(attrs['epsilon'])"),
+    # An op with no Python body (a compiled extension's kind): the kernel calls torch.ops.extn.shrink.
+    ("od401_library_op_symbolic.py", (), "torch.ops.extn.shrink(torch.from_numpy(np.asarray(x)), lambd)"),
 ])
 def test_a_custom_node_is_fixed_from_the_code_that_wrote_it(fixture: str, routes: tuple[str, ...],
                                                             kernel_calls: str, tmp_path: Path) -> None:

@@ -119,6 +119,9 @@ def torch_op_behind(node_op: str | None, state: dict[str, Any], node: str | None
         if row.emitter == FUNCTION_SYMBOLIC:
             with contextlib.suppress(Exception):
                 facts["function_forward"] = _function_forward(row, state)
+            # Defined in the script (reached by name there) or in an importable module.
+            facts["function_in_script"] = row.function_class.partition(":")[0] in (
+                "__onnxdoctor__", "__main__", state["loaded"].namespace.get("__name__"))
     else:
         domain, op_type = node_op.split("::", 1)
         symbolics = [op for op in state.get("load_facts", {}).get("custom_symbolics", {})
@@ -141,7 +144,7 @@ def _function_class(row: Any, state: dict[str, Any]) -> Any:
 
     module, _, qualname = row.function_class.partition(":")
     namespace = state["loaded"].namespace
-    if module == namespace.get("__name__"):
+    if module in ("__onnxdoctor__", "__main__", namespace.get("__name__")):
         owner: Any = namespace.get(qualname.split(".")[0])
         parts = qualname.split(".")[1:]
     else:

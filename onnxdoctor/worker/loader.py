@@ -269,8 +269,9 @@ def function_class(name: str, loaded: LoadedModel) -> Any:
 
     module, _, qualname = name.rpartition(":") if ":" in name else ("", "", name)
     parts = qualname.split(".")
-    owner: Any = (importlib.import_module(module) if module and module not in _SCRIPT_MODULES
-                  else loaded.namespace[parts.pop(0)])
+    # The script's own: under the run names above or whatever name the loader gave it.
+    in_script = not module or module in _SCRIPT_MODULES or module == loaded.namespace.get("__name__")
+    owner: Any = loaded.namespace[parts.pop(0)] if in_script else importlib.import_module(module)
     for part in parts:
         owner = getattr(owner, part)
     return owner

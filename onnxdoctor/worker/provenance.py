@@ -96,7 +96,7 @@ class TorchScriptRecorder:
             emission = emitted.get(id(row))
             op = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
             record = NodeProvenance(
-                node=node.name, op=op, source=_user_line(row["stack"], self.target) or "",
+                node=node.name, op=op, source=row["source"],
                 module=row["module"], output_types=tuple(row["output_types"]),
                 input_types=tuple(row["input_types"]),
             )
@@ -136,7 +136,7 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     def naming(graph: Any) -> Any:
         result = original_naming(graph)
         with contextlib.suppress(Exception):
-            recorder.final.extend(_final_nodes(graph.nodes()))
+            recorder.final.extend(_final_nodes(graph.nodes(), target))
         return result
 
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]
@@ -307,20 +307,26 @@ def _function_class(symbolic: Any) -> str:
     return f"{getattr(symbolic, '__module__', '')}:{owner}" if owner and "<locals>" not in owner else ""
 
 
-def _final_nodes(nodes: Any) -> list[dict[str, Any]]:
-    """The named graph's nodes (sub-blocks included) as plain data."""
-    rows = []
+def _final_nodes(nodes: Any, target: Path, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The named graph's nodes (sub-blocks included) as plain data.
+
+    The user's line is read at once (a node's stack text is kilobytes); past ROW_LIMIT standard
+    nodes, whose rows are dropped anyway, it is not read at all.
+    """
+    rows = [] if rows is None else rows
     for node in nodes:
+        kind = str(node.kind())
+        wanted = len(rows) < ROW_LIMIT or not kind.startswith("onnx::")
         rows.append({
-            "kind": str(node.kind()),
+            "kind": kind,
             "outputs": [o.debugName() for o in node.outputs()],
-            "stack": str(node.sourceRange()),
-            "module": _module_path(node.scopeName()),
-            "input_types": [_scalar_type(v) for v in node.inputs()],
-            "output_types": [_scalar_type(v) for v in node.outputs()],
+            "source": (_user_line(str(node.sourceRange()), target) or "") if wanted else "",
+            "module": _module_path(node.scopeName()) if wanted else "",
+            "input_types": [_scalar_type(v) for v in node.inputs()] if wanted else [],
+            "output_types": [_scalar_type(v) for v in node.outputs()] if wanted else [],
         })
         for block in node.blocks():
-            rows.extend(_final_nodes(block.nodes()))
+            _final_nodes(block.nodes(), target, rows)
     return rows
 
 

@@ -39,6 +39,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 def notes(finding: Finding, ctx: FixContext) -> list[str]:
     """Why ATen fallback does not help a model meant for ONNX Runtime."""
+    if finding.code == "OD401" and not (finding.op or "").startswith("org.pytorch.aten::"):
+        return []  # a custom-domain node: ATen fallback has nothing to do with it
     return [
         (
             "ATen fallback (operator_export_type=ONNX_ATEN_FALLBACK) writes ATen nodes that ONNX Runtime "

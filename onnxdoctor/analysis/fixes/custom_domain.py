@@ -48,13 +48,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script":
         return [_native_kernel(ctx, row, facts, script=False)]
     fixes: list[Fix] = []
+    in_script = bool(facts.get("function_in_script"))
     if row is not None and row.emitter == FUNCTION_SYMBOLIC and row.function_class:
-        fixes += [_function_forward(ctx, row), _function_dynamo(ctx, row)]
+        fixes += [_function_forward(ctx, row, in_script), _function_dynamo(ctx, row)]
     if row is not None and row.emitter == ONNX_OPS_SYMBOLIC:
         fixes.append(_eager_branch(ctx, row))
     if facts.get("torch_op"):
         fixes += _torch_op_body(finding, ctx, facts)
-    kernel = _python_kernel(ctx, row) if row is not None else None
+    kernel = _python_kernel(ctx, row, in_script) if row is not None else None
     if kernel is not None:
         fixes.append(kernel)
     elif facts.get("torch_op"):
@@ -66,17 +67,17 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 # ---- (a) the eager code instead of the node -------------------------------------------------------------
 
 
-def _class_reference(row: NodeProvenance) -> tuple[str, str]:
+def _class_reference(row: NodeProvenance, in_script: bool = False) -> tuple[str, str]:
     """(import line or "", the expression naming the class that defines `symbolic`)."""
     module, _, qualname = row.function_class.partition(":")
-    if module in _SCRIPT_MODULES or not module:
+    if in_script or module in _SCRIPT_MODULES or not module:
         return "", qualname
     top = qualname.split(".")[0]
     return f"from {module} import {top}\n", qualname
 
 
-def _function_forward(ctx: FixContext, row: NodeProvenance) -> Fix:
-    imports, name = _class_reference(row)
+def _function_forward(ctx: FixContext, row: NodeProvenance, in_script: bool) -> Fix:
+    imports, name = _class_reference(row, in_script)
     where = f" ({row.function.split(' ')[0]})" if row.function else ""
     snippet = (
         "import torch\n"
@@ -157,11 +158,11 @@ def _behind(ctx: FixContext, facts: dict) -> FixContext:
 # ---- (b) a Python kernel that calls the code that wrote the node ---------------------------------------------
 
 
-def _python_kernel(ctx: FixContext, row: NodeProvenance) -> Fix | None:
+def _python_kernel(ctx: FixContext, row: NodeProvenance, in_script: bool) -> Fix | None:
     """An onnxruntime-extensions kernel calling the Function or the torch op, from the node's own
     inputs and attributes as the export recorded them."""
     if row.emitter == FUNCTION_SYMBOLIC and row.function_class:
-        imports, name = _class_reference(row)
+        imports, name = _class_reference(row, in_script)
         callee, where = f"{name}.apply", (f"{name} is defined in your script: this code goes there too\n"
                                           if not imports else "")
     elif row.emitter == REGISTERED_SYMBOLIC and "::" in row.torch_op:
