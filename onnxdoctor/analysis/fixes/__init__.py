@@ -19,6 +19,7 @@ from onnxdoctor.analysis.fixes import (
     control_flow,
     custom_op,
     decompose,
+    down_converted,
     dynamic_shapes,
     eval_mode,
     exporter,
@@ -47,7 +48,7 @@ from onnxdoctor.recipe import (
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
-    scripted, exporter, runtime, aten_fallback, outputs, target_gaps,
+    scripted, down_converted, exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
