@@ -24,6 +24,7 @@ from onnxdoctor.analysis.fixes import (
     eval_mode,
     exporter,
     fake_kernel,
+    inference_noops,
     onnx_file,
     opset,
     outputs,
@@ -48,7 +49,7 @@ from onnxdoctor.recipe import (
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
-    scripted, down_converted, exporter, runtime, aten_fallback, outputs, target_gaps,
+    scripted, down_converted, inference_noops, exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
