@@ -33,6 +33,7 @@ from onnxdoctor.recipe import (
     ExportCode,
     LoadCode,
     OperatorExportType,
+    QuantizeOnnx,
     Recipe,
     RewriteOnnx,
     RuntimeKernels,
@@ -72,7 +73,7 @@ from onnxdoctor.worker.runtime import (
     _run_session,
     _runtime_source,
 )
-from onnxdoctor.worker.scripted import script_module_facts
+from onnxdoctor.worker.scripted import quantized_facts, script_module_facts
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     _custom_symbolics,
@@ -250,6 +251,7 @@ class Runner:
         }
         facts["custom_symbolics"] = _custom_symbolics(self.target.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
+        facts.update(quantized_facts(model))  # quantized modules (torch.ao)
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
@@ -376,6 +378,12 @@ class Runner:
             raise StageFailed(_first(exc), None, **facts) from exc
         import onnx
 
+        quantize = recipe.first(QuantizeOnnx)
+        if quantize is not None:
+            from onnxdoctor.worker.fixkit import quantize_file
+
+            path = quantize_file(path, quantize)
+            facts["quantized"] = {"weight_type": quantize.weight_type, "reduce_range": quantize.reduce_range}
         # A rewrite may need the weights (float64 ones become float32): the exporter writes big
         # ones beside the file, and the rewritten copy is saved elsewhere.
         model = onnx.load(str(path), load_external_data=bool(recipe.first(RewriteOnnx)))
@@ -526,9 +534,15 @@ class Runner:
     def _stage_parity(self, state: dict[str, Any]) -> dict[str, Any]:
         from onnxdoctor.worker.parity import compare_outputs
 
-        report = compare_outputs(
-            state["torch_outputs"], state["ort_outputs"], self.request.atol, self.request.rtol
-        )
+        atol, rtol = self.request.atol, self.request.rtol
+        quantize = state["recipe"].first(QuantizeOnnx)
+        if quantize is not None:  # a quantized model against a quantized one: quantization's tolerance
+            from onnxdoctor.worker.fixkit import quantization_atol
+
+            atol, rtol = quantization_atol(state["torch_outputs"], quantize.tolerance), 0.0
+        report = compare_outputs(state["torch_outputs"], state["ort_outputs"], atol, rtol)
+        if quantize is not None:
+            report["tolerance"] = f"quantization: {quantize.tolerance:.0%} of the largest output ({atol:.3g})"
         if report["code"]:
             facts = {k: v for k, v in report.items() if k not in ("code", "message")}
             # A model in training mode with dropout or batch norm differs for that reason: the

@@ -28,6 +28,7 @@ from onnxdoctor.analysis.fixes import (
     onnx_file,
     opset,
     outputs,
+    quantized,
     rewrite,
     runtime,
     scripted,
@@ -49,7 +50,7 @@ from onnxdoctor.recipe import (
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
-    scripted, down_converted, inference_noops, exporter, runtime, aten_fallback, outputs, target_gaps,
+    scripted, down_converted, inference_noops, quantized, exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

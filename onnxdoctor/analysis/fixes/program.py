@@ -17,6 +17,7 @@ from onnxdoctor.recipe import (
     ExportCode,
     LoadCode,
     OperatorExportType,
+    QuantizeOnnx,
     Recipe,
     RewriteOnnx,
     RuntimeKernels,
@@ -106,7 +107,12 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
                        if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
     joined = ",\n    ".join(options)
     lines.append(f"torch.onnx.export(\n    {exported}, loaded.args, str(OUTPUT),\n    {joined},\n)")
-    return "\n".join([*lines, *_after_export(recipe, "reference, loaded")]) + "\n"
+    quantize = recipe.first(QuantizeOnnx)
+    tolerance = ""
+    if quantize is not None:
+        lines.append(f"fixkit.quantize_file(OUTPUT, {quantize!r}).replace(OUTPUT)  # ONNX Runtime's quantization")
+        tolerance = f", atol=fixkit.quantization_atol(reference, {quantize.tolerance!r}), rtol=0.0"
+    return "\n".join([*lines, *_after_export(recipe, "reference, loaded", tolerance)]) + "\n"
 
 
 def _file_program(recipe: Recipe, target: str) -> str:
@@ -119,7 +125,7 @@ def _file_program(recipe: Recipe, target: str) -> str:
     return "\n".join([*lines, *_after_export(recipe, "None, None")]) + "\n"
 
 
-def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
+def _after_export(recipe: Recipe, compared_with: str, tolerance: str = "") -> list[str]:
     """The file rewrites, the runtime kernels, and the check in ONNX Runtime, as program lines."""
     lines = []
     rewrites = recipe.all(RewriteOnnx)
@@ -131,5 +137,6 @@ def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
         if kernels.python:
             lines.append(f"fixkit.run_code({_literal(kernels.python)}, None, 'kernel')")
     extensions = any(k.extensions for k in recipe.all(RuntimeKernels))
-    lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions})")
+    lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions}"
+                 f"{tolerance})")
     return lines
