@@ -73,7 +73,7 @@ from onnxdoctor.worker.runtime import (
     _run_session,
     _runtime_source,
 )
-from onnxdoctor.worker.scripted import quantized_facts, script_module_facts
+from onnxdoctor.worker.scripted import quantized_facts, recurrent_facts, script_module_facts
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     _custom_symbolics,
@@ -252,6 +252,7 @@ class Runner:
         facts["custom_symbolics"] = _custom_symbolics(self.target.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         facts.update(quantized_facts(model))  # quantized modules (torch.ao)
+        facts.update(recurrent_facts(model))  # LSTM options the exporters miss
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:

@@ -1,4 +1,5 @@
-"""What a ScriptModule model (torch.jit.script / torch.jit.load) or a quantized one tells the fix families."""
+"""LOAD facts about model kinds the exporters do not take as they are: ScriptModules, quantized
+modules, LSTMs with projections (for the scripted, quantized and recurrent fix families)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,12 @@ def quantized_facts(model: Any) -> dict[str, Any]:
     dynamic_linear = torch.ao.nn.quantized.dynamic.Linear
     return {"quantized_modules": found[:50], "quantized_dynamic_linear_only": all(
         isinstance(model.get_submodule(m["name"]), dynamic_linear) for m in found)}
+
+
+def recurrent_facts(model: Any) -> dict[str, Any]:
+    """LOAD facts for LSTM layers with options the exporters miss (proj_size)."""
+    import torch
+
+    found = [name for name, module in model.named_modules()
+             if isinstance(module, torch.nn.LSTM) and getattr(module, "proj_size", 0) > 0]
+    return {"projected_lstms": found[:50]} if found else {}

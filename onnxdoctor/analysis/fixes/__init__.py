@@ -29,6 +29,7 @@ from onnxdoctor.analysis.fixes import (
     opset,
     outputs,
     quantized,
+    recurrent,
     rewrite,
     runtime,
     scripted,
@@ -50,7 +51,7 @@ from onnxdoctor.recipe import (
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, opset, onnx_file, contrib_ops,
-    scripted, down_converted, inference_noops, quantized, exporter, runtime, aten_fallback, outputs, target_gaps,
+    scripted, down_converted, inference_noops, quantized, recurrent, exporter, runtime, aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

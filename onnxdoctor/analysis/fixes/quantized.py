@@ -70,6 +70,6 @@ def notes(finding: Finding, ctx: FixContext) -> list[str]:
     if ctx.target_kind != "script" or not modules or finding.stage is not Stage.EXPORT:
         return []
     kinds = sorted({str(m.get("class", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)})
-    return [f"The model holds {len(modules)} PyTorch-quantized module(s) ({', '.join(kinds)}); neither "
-            "torch exporter takes PyTorch's quantized kernels: export the float model and quantize the "
-            "ONNX model instead."]
+    return [(f"The model holds {len(modules)} PyTorch-quantized module(s) ({', '.join(kinds)}); neither "
+             "torch exporter takes PyTorch's quantized kernels: export the float model and quantize the "
+             "ONNX model instead.")]
