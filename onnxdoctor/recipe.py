@@ -190,11 +190,27 @@ class RuntimeKernels:
     extensions: bool = False
 
 
+@dataclass(frozen=True)
+class QuantizeOnnx:
+    """Quantize the exported float model with ONNX Runtime's quantization tools, and compare it
+    with the (quantized) PyTorch model at a quantization tolerance.
+
+    `weight_type`: onnxruntime.quantization.QuantType's name; `reduce_range`: 7-bit weights, as
+    PyTorch's fbgemm backend uses (8-bit ones saturate on CPUs without VNNI); `tolerance`: the
+    largest difference allowed, as a fraction of the largest output magnitude (the two models
+    round their activations separately).
+    """
+
+    weight_type: str = "QInt8"
+    reduce_range: bool = True
+    tolerance: float = 0.05
+
+
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
-        | DynamicShapes | RewriteOnnx | RuntimeKernels | EagerExport)
+        | DynamicShapes | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes)
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, QuantizeOnnx)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
@@ -202,7 +218,7 @@ _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
-                DynamicShapes, RewriteOnnx, RuntimeKernels, EagerExport)
+                DynamicShapes, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx)
 }
 
 S = TypeVar("S")

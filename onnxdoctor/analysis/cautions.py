@@ -91,7 +91,7 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         if agreed and not detail.matched:
             where = f"; it matched at {', '.join(agreed)}" + where
         if detail.matched:
-            message += (f"; at other inputs in the example's range ({detail.source}) it matches PyTorch "
+            message += (f"; at other inputs ({detail.source}; derived ones stay in the example's range) it matches PyTorch "
                         "too, so the frozen values did not matter there: check the inputs you deploy with")
         elif detail.frozen_cause is False:
             message += (f"; at other inputs ({detail.source}) the export differs ({second.get('message')})"

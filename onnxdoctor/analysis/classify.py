@@ -323,7 +323,8 @@ def _classify_export(failure: _Failure) -> list[Finding]:
 
     match = _NO_FAKE_KERNEL.search(text)
     if match:
-        return make("OD212", f"custom op {match.group(1)} has no fake (meta) kernel, so torch.export cannot "
+        kind = "op" if match.group(1).startswith("aten::") else "custom op"
+        return make("OD212", f"{kind} {match.group(1)} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=match.group(1))
     match = _UNRECOGNIZED_NS.search(text)
     if match:

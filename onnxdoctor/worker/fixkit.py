@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.recipe import DynamicShapes, RewriteOnnx
+from onnxdoctor.recipe import DynamicShapes, QuantizeOnnx, RewriteOnnx
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
@@ -194,3 +194,25 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
     finally:
         for step in reversed(undo):
             step()
+
+
+def quantize_file(path: str | Path, step: QuantizeOnnx) -> Path:
+    """Quantize the float model at `path` with ONNX Runtime's dynamic quantization; return the
+    quantized file (beside it)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source = Path(path)
+    quantized = source.with_name(source.stem + "-quantized.onnx")
+    quantize_dynamic(str(source), str(quantized), weight_type=getattr(QuantType, step.weight_type),
+                     reduce_range=step.reduce_range)
+    return quantized
+
+
+def quantization_atol(reference: list[Any], tolerance: float) -> float:
+    """The absolute tolerance for comparing two quantized models: a fraction of the largest
+    |output| (each model rounds its activations on its own)."""
+    import torch
+
+    largest = max((float(t.detach().abs().max()) for t in reference
+                   if isinstance(t, torch.Tensor) and t.numel() and t.is_floating_point()), default=1.0)
+    return tolerance * max(largest, 1e-6)

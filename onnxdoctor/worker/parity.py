@@ -282,7 +282,9 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
     own = loaded.namespace.get("get_inputs2")
     sets: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
     if callable(own):
-        sets.append(("the script's get_inputs2()", tuple(own()), {}))
+        second = own()
+        # One tensor is one input (tuple() of a tensor would split it into its rows).
+        sets.append(("the script's get_inputs2()", (second,) if isinstance(second, torch.Tensor) else tuple(second), {}))
     sets += derived_input_sets(loaded.args, loaded.kwargs or {})
     session = state["session"]
     worst: float | None = None

@@ -35,6 +35,7 @@ from onnxdoctor.recipe import (
     ExportCode,
     LoadCode,
     OperatorExportType,
+    QuantizeOnnx,
     Recipe,
     RewriteOnnx,
     RuntimeKernels,
@@ -75,7 +76,7 @@ from onnxdoctor.worker.runtime import (
     run_session,
     runtime_source,
 )
-from onnxdoctor.worker.scripted import script_module_facts
+from onnxdoctor.worker.scripted import quantized_facts, recurrent_facts, script_module_facts
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     error_info,
@@ -267,6 +268,8 @@ class Runner:
         }
         facts["custom_symbolics"] = find_custom_symbolics(self.target.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
+        facts.update(quantized_facts(model))  # quantized modules (torch.ao)
+        facts.update(recurrent_facts(model))  # LSTM options the exporters miss
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
@@ -402,6 +405,12 @@ class Runner:
             raise StageFailed(exception_text(exc), None, **facts) from exc
         import onnx
 
+        quantize = recipe.first(QuantizeOnnx)
+        if quantize is not None:
+            from onnxdoctor.worker.fixkit import quantize_file
+
+            path = quantize_file(path, quantize)
+            facts["quantized"] = {"weight_type": quantize.weight_type, "reduce_range": quantize.reduce_range}
         # A rewrite may need the weights (float64 ones become float32): the exporter writes big
         # ones beside the file, and the rewritten copy is saved elsewhere.
         model = onnx.load(str(path), load_external_data=bool(recipe.first(RewriteOnnx)))
@@ -560,9 +569,15 @@ class Runner:
     def _stage_parity(self, state: dict[str, Any]) -> dict[str, Any]:
         from onnxdoctor.worker.parity import compare_outputs
 
-        report = compare_outputs(
-            state["torch_outputs"], state["ort_outputs"], self.request.atol, self.request.rtol
-        )
+        atol, rtol = self.request.atol, self.request.rtol
+        quantize = state["recipe"].first(QuantizeOnnx)
+        if quantize is not None:  # a quantized model against a quantized one: quantization's tolerance
+            from onnxdoctor.worker.fixkit import quantization_atol
+
+            atol, rtol = quantization_atol(state["torch_outputs"], quantize.tolerance), 0.0
+        report = compare_outputs(state["torch_outputs"], state["ort_outputs"], atol, rtol)
+        if quantize is not None:
+            report["tolerance"] = f"quantization: {quantize.tolerance:.0%} of the largest output ({atol:.3g})"
         if report["code"]:
             facts = {k: v for k, v in report.items() if k not in ("code", "message")}
             # A model in training mode with dropout or batch norm differs for that reason: the

@@ -1,4 +1,5 @@
-"""What a ScriptModule model (torch.jit.script / torch.jit.load) tells the `scripted` fix family."""
+"""LOAD facts about model kinds the exporters do not take as they are: ScriptModules, quantized
+modules, LSTMs with projections (for the scripted, quantized and recurrent fix families)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,30 @@ def _needs_arguments(cls: type) -> bool:
                        inspect.Parameter.KEYWORD_ONLY)
         for p in list(signature.parameters.values())[1:]
     )
+
+
+def quantized_facts(model: Any) -> dict[str, Any]:
+    """LOAD facts for a model holding quantized modules: their names and classes (the quantized
+    fix family rebuilds float modules from dynamically quantized Linear layers)."""
+    import torch
+
+    packed = torch.ao.nn.quantized.modules.linear.LinearPackedParams  # inside each quantized Linear
+    found = [
+        {"name": name, "class": f"{type(module).__module__}.{type(module).__qualname__}"}
+        for name, module in model.named_modules()
+        if type(module).__module__.startswith("torch.ao.nn.quantized") and not isinstance(module, packed)
+    ]
+    if not found:
+        return {}
+    dynamic_linear = torch.ao.nn.quantized.dynamic.Linear
+    return {"quantized_modules": found[:50], "quantized_dynamic_linear_only": all(
+        isinstance(model.get_submodule(m["name"]), dynamic_linear) for m in found)}
+
+
+def recurrent_facts(model: Any) -> dict[str, Any]:
+    """LOAD facts for LSTM layers with options the exporters miss (proj_size)."""
+    import torch
+
+    found = [name for name, module in model.named_modules()
+             if isinstance(module, torch.nn.LSTM) and getattr(module, "proj_size", 0) > 0]
+    return {"projected_lstms": found[:50]} if found else {}

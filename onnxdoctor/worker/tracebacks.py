@@ -190,20 +190,19 @@ def user_line_from_trace(trace: str, target: Path) -> str | None:
 def find_symbolic_frame(exc: BaseException, target: Path) -> dict[str, Any] | None:
     """The user's frame when torch.onnx called into the user's code and it failed there."""
     folder = target.resolve().parent
-    seen_torch_onnx = False
+    called_by_torch_onnx = False
     found = None
     for item in traceback.extract_tb(exc.__traceback__):
         filename = item.filename.replace("\\", "/")
-        if "/torch/onnx/" in filename:
-            seen_torch_onnx = True
-            continue
         try:
             inside = Path(item.filename).resolve().parent == folder
         except (OSError, ValueError):
             inside = False
-        if inside and seen_torch_onnx:
+        # torch.onnx calls a symbolic itself; forward() it reaches through nn.Module and the tracer.
+        if inside and called_by_torch_onnx:
             found = {"source": f"{Path(item.filename).name}:{item.lineno}", "function": item.name,
                      "line": (item.line or "").strip()}
+        called_by_torch_onnx = "/torch/onnx/" in filename
     return found
 
 

@@ -20,13 +20,17 @@ from onnxdoctor.analysis.fixes import (
     custom_domain,
     custom_op,
     decompose,
+    down_converted,
     dynamic_shapes,
     eval_mode,
     exporter,
     fake_kernel,
+    inference_noops,
     onnx_file,
     opset,
     outputs,
+    quantized,
+    recurrent,
     rewrite,
     runtime,
     scripted,
@@ -37,8 +41,9 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file, contrib_ops,
-    scripted, exporter, runtime, aten_fallback, outputs, target_gaps,
+    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    contrib_ops, scripted, down_converted, inference_noops, quantized, recurrent, exporter, runtime, aten_fallback, outputs,
+    target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

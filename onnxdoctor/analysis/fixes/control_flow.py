@@ -12,8 +12,9 @@ CODES = ("OD204", "OD210")
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """torch.cond or torch.where in place of a Python branch on a tensor value."""
-    if script_module(ctx) is not None:
-        return []  # torch.export refused a ScriptModule, not a branch (the scripted family answers)
+    if script_module(ctx) is not None or _quantized(ctx):
+        # torch.export refused a ScriptModule or quantized modules, not a branch (their families answer)
+        return []
     library = _library_branch(finding, ctx)
     if library is not None:
         return [library]
@@ -33,6 +34,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             cost="an edit to forward(); onnxdoctor cannot rewrite your code, so this is not verified",
         )
     ]
+
+
+def _quantized(ctx: FixContext) -> bool:
+    return any(o.stage is Stage.LOAD and o.facts.get("quantized_modules") for o in ctx.outcomes)
 
 
 def _library_branch(finding: Finding, ctx: FixContext) -> Fix | None:

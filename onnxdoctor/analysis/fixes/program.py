@@ -13,6 +13,7 @@ from onnxdoctor import recipe as steps  # the step types, matched one by one bel
 from onnxdoctor.model import Fix
 from onnxdoctor.recipe import (
     EagerExport,
+    QuantizeOnnx,
     Recipe,
     RuntimeKernels,
 )
@@ -118,7 +119,12 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
                      + joined.replace("\n    ", "\n        ") + ",\n    )")
     else:
         lines.append(f"torch.onnx.export(\n    {exported}, loaded.args, str(OUTPUT),\n    {joined},\n)")
-    return "\n".join([*lines, *_after_export(recipe, "reference, loaded")]) + "\n"
+    quantize = recipe.first(QuantizeOnnx)
+    tolerance = ""
+    if quantize is not None:
+        lines.append(f"fixkit.quantize_file(OUTPUT, {quantize!r}).replace(OUTPUT)  # ONNX Runtime's quantization")
+        tolerance = f", atol=fixkit.quantization_atol(reference, {quantize.tolerance!r}), rtol=0.0"
+    return "\n".join([*lines, *_after_export(recipe, "reference, loaded", tolerance)]) + "\n"
 
 
 def _file_program(recipe: Recipe, target: str) -> str:
@@ -131,7 +137,7 @@ def _file_program(recipe: Recipe, target: str) -> str:
     return "\n".join([*lines, *_after_export(recipe, "None, None")]) + "\n"
 
 
-def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
+def _after_export(recipe: Recipe, compared_with: str, tolerance: str = "") -> list[str]:
     """The file rewrites, the runtime kernels, and the check in ONNX Runtime, as program lines."""
     lines = []
     rewrites = recipe.all(steps.RewriteOnnx)
@@ -145,5 +151,6 @@ def _after_export(recipe: Recipe, compared_with: str) -> list[str]:
             scope = "loaded" if compared_with.endswith("loaded") else "None"
             lines.append(f"fixkit.run_code({_literal(kernels.python)}, {scope}, 'kernel')")
     extensions = any(k.extensions for k in recipe.all(RuntimeKernels))
-    lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions})")
+    lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions}"
+                 f"{tolerance})")
     return lines
