@@ -91,11 +91,19 @@ from onnxdoctor.analysis.findings import (
     library_frame,
 )
 
+# The ONNX-style names torch's symbolics use in their refusals, for the aten op they serve (the
+# worker reads the real op from the registry; this covers text seen without the worker's facts).
+_SYMBOLIC_SPELLINGS = {"GridSample": "grid_sampler", "TopK": "topk", "LSTM": "lstm", "Sort": "sort",
+                       "Unfold": "unfold"}
+
 
 def aten_name(name: str) -> str:
     """An op as the TorchScript symbolics spell it (`Sort`, `linalg.matrix_norm`) -> `aten::...`."""
     if "::" in name:
         return name
+    name = name.split(" with ", 1)[0].strip()  # "GridSample with 5D volumetric input"
+    if name in _SYMBOLIC_SPELLINGS:
+        return "aten::" + _SYMBOLIC_SPELLINGS[name]
     name = name.replace(".", "_")
     return "aten::" + (name.lower() if name[:1].isupper() else name)
 
@@ -330,12 +338,22 @@ def _classify_export(
         return make("OD202", f"{op} has no ONNX export in the TorchScript exporter at any opset", op=op, opset=at)
     match = _TS_SYMBOLIC_UNSUPPORTED.search(text)
     if match:
-        op = aten_name(match.group(1))
+        # The worker names the op from the registry (torch spells it "GridSample" in the text).
+        op = facts.get("op") or aten_name(match.group(1))
         later = _TS_TRY_OPSET.search(text)
         if later:
             return make("OD201", f"{op} is not supported at opset {later.group(1)}; support starts at opset "
                                  f"{later.group(2)}", op=op, opset=int(later.group(1)))
         reason = (match.group(2) or "").strip()
+        qualifier = re.match(r" (with [^.\n]*)", text[match.end(1):])
+        if not reason and qualifier:  # "GridSample with 5D volumetric input"
+            reason = f"{match.group(1)} {qualifier.group(1)}"
+        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
+        if newer:
+            # Opset-gated: a later opset registers another symbolic for the op, which may take it.
+            return make("OD201", f"the TorchScript exporter's symbolic for {op} at opset {opset} refuses this "
+                                 f"call ({reason or 'unsupported'}); opset {newer[0]} registers another symbolic "
+                                 "for it", op=op)
         return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call"
                              + (f": {reason}" if reason else ""), op=op)
     match = _NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)

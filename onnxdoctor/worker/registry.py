@@ -12,18 +12,92 @@ from typing import Any
 TORCHSCRIPT_OPSETS = range(7, 21)
 
 
+def _torchscript_registry() -> Any:
+    """The TorchScript exporter's symbolic registry, with every opset module imported."""
+    from torch.onnx._internal.torchscript_exporter import registration
+
+    for version in TORCHSCRIPT_OPSETS:  # registration happens as the modules import
+        with contextlib.suppress(ImportError):
+            importlib.import_module(f"torch.onnx._internal.torchscript_exporter.symbolic_opset{version}")
+    return registration.registry
+
+
+def torchscript_registrations(op: str) -> list[int]:
+    """The opsets at which torch registers a (new) symbolic for `op`: grid_sampler -> [16, 20].
+
+    An opset between two registrations uses the lower one's function, so a call the symbolic of
+    opset 16 refuses is refused up to 19, and the next candidate is 20, not 17.
+    """
+    group = _torchscript_registry().get_function_group(op)
+    if group is None:
+        return []
+    base = getattr(getattr(group, "_functions", None), "_base", None) or {}
+    return sorted(v for v in base if isinstance(v, int))
+
+
+def refusing_symbolic(exc: BaseException) -> str | None:
+    """The op whose built-in TorchScript symbolic raised `exc` ("aten::grid_sampler"), found by
+    matching the traceback's frames against the registered functions' code.
+
+    torch's refusals spell the op their own way ("GridSample with 5D volumetric input", "Sort"):
+    the registry is the reliable name.
+    """
+    import inspect
+    import traceback
+
+    codes = [frame.f_code for frame, _line in traceback.walk_tb(exc.__traceback__)
+             if "torchscript_exporter" in frame.f_code.co_filename.replace("\\", "/")]
+    if not codes:
+        return None
+    registry = _torchscript_registry()
+    owner: dict[Any, str] = {}
+    for name, group in registry._registry.items():
+        base = getattr(getattr(group, "_functions", None), "_base", None) or {}
+        for function in base.values():
+            with contextlib.suppress(Exception):
+                owner.setdefault(inspect.unwrap(function).__code__, name)
+    for code in reversed(codes):  # innermost first: a helper called by the symbolic is not it
+        if code in owner:
+            return owner[code]
+    return None
+
+
+def graph_opset_floor(loaded: Any) -> dict[str, Any]:
+    """The lowest opset at which every aten op of the traced graph has a TorchScript symbolic.
+
+    The exporter stops at the first op it cannot map, so an opset chosen for that op alone can
+    fail on the next one (unflatten needs 13, scaled_dot_product_attention 14): one trace lists
+    them all. {"opset": N, "op": the op that needs N} or {} when nothing is known.
+    """
+    from torch.onnx._internal.torchscript_exporter import utils
+
+    if loaded.kwargs:
+        return {}
+    graph, _params, _out, _module = utils._create_jit_graph(loaded.model, tuple(loaded.args))
+
+    def kinds(block: Any) -> Any:
+        for node in block.nodes():
+            yield node.kind()
+            for inner in node.blocks():
+                yield from kinds(inner)
+
+    floor: dict[str, Any] = {}
+    for kind in sorted(set(kinds(graph))):
+        if not kind.startswith("aten::"):
+            continue
+        versions = torchscript_opsets(kind)
+        if versions and versions[0] > floor.get("opset", 0):
+            floor = {"opset": versions[0], "op": kind}
+    return floor
+
+
 def torchscript_opsets(op: str) -> list[int]:
     """Opsets at which the TorchScript exporter has a symbolic for `op` (e.g. "aten::grid_sampler").
 
     A symbolic registered at opset N serves every opset >= N until the next registration, so the
     answer is every opset from the lowest registration up to the exporter's maximum.
     """
-    from torch.onnx._internal.torchscript_exporter import registration
-
-    for version in TORCHSCRIPT_OPSETS:  # registration happens as the modules import
-        with contextlib.suppress(ImportError):
-            importlib.import_module(f"torch.onnx._internal.torchscript_exporter.symbolic_opset{version}")
-    group = registration.registry.get_function_group(op)
+    group = _torchscript_registry().get_function_group(op)
     if group is None:
         return []
     return [v for v in TORCHSCRIPT_OPSETS if group.get(v) is not None]
@@ -81,6 +155,7 @@ def op_facts(op: str, exporter: str) -> dict[str, Any]:
     if exporter == "torchscript":  # the opset fix is a TorchScript-exporter fix (dynamo writes 18+)
         with contextlib.suppress(Exception):
             facts["torchscript_opsets"] = torchscript_opsets(op)
+            facts["torchscript_registrations"] = torchscript_registrations(op)
     return facts
 
 
