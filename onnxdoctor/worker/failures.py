@@ -51,6 +51,26 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             if refused:
                 op = refused
                 facts["symbolic_registrations"] = torchscript_registrations(refused)
+    text = "\n".join([info["message"], *info["chain_messages"]])
+    if not op and not dynamo:
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.registry import converting_node_op
+
+            op = converting_node_op(exc, text)
+    if not op and not dynamo and "was not in the map" in text and loaded is not None:
+        # A graph pass crashed without naming a node; the graph's autograd Functions are the suspects.
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.registry import traced_python_ops
+
+            functions = traced_python_ops(loaded)
+            if len(functions) == 1:
+                op = functions[0]
+    if not op and ("ScriptObject" in text or "PackedParams" in text) and loaded is not None:
+        # A quantized module's packed weights stopped the exporter before any op was named.
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.registry import quantized_module_op
+
+            op = quantized_module_op(loaded.model, text)
     if op:
         facts["op"] = op
     if op and not symbolic:
