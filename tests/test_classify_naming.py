@@ -85,3 +85,35 @@ def test_a_refusal_with_a_later_registered_symbolic_is_opset_gated_od201() -> No
     outcomes[1] = StageOutcome(export.stage, export.status, error=export.error, facts={
         **export.facts, "op": "aten::grid_sampler", "symbolic_registrations": [16]})
     assert classify(outcomes)[0].code == "OD299"
+
+
+_PACKED = ("AttributeError: __torch__.torch.classes.quantized.Conv2dPackedParamsBase (of Python compilation "
+           "unit at: 0) does not have a field with name '__obj_flatten__'")
+
+
+def test_packed_weights_under_torch_export_are_not_called_control_flow() -> None:
+    from onnxdoctor.analysis.fixes import control_flow
+    from onnxdoctor.analysis.fixes._context import FixContext
+
+    outcomes = [
+        StageOutcome(Stage.LOAD, Status.PASSED),
+        StageOutcome(Stage.EXPORT, Status.FAILED, error=ErrorInfo(
+            type="torch._dynamo.exc.TorchRuntimeError", message=_PACKED,
+            chain=("torch.export.TorchExportError", "torch._dynamo.exc.TorchRuntimeError")),
+            facts={"exporter": "dynamo", "requested_opset": 18, "op": "quantized::conv2d"}),
+    ]
+    [finding] = classify(outcomes)
+    assert (finding.code, finding.op) == ("OD204", "quantized::conv2d")
+    assert "packed weights" in finding.message and "control flow" not in finding.message
+    ctx = FixContext(target_kind="script", target_name="m.py", exporter="dynamo", requested_opset=18,
+                     op=finding.op, outcomes=tuple(outcomes))
+    assert control_flow.propose(finding, ctx) == []
+
+
+def test_a_torch_op_without_a_fake_kernel_is_not_called_a_custom_op() -> None:
+    text = "aten::int_repr: attempted to run this operator with Meta tensors, but there was no fake impl"
+    [finding] = classify(_export_failure(text, "builtins.RuntimeError"))
+    assert (finding.code, finding.op) == ("OD212", "aten::int_repr")
+    assert "custom op" not in finding.message
+    [custom] = classify(_export_failure(text.replace("aten::", "mylib::"), "builtins.RuntimeError"))
+    assert "custom op mylib::int_repr" in custom.message

@@ -64,6 +64,9 @@ _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 # torch.export's fake tensors met an op with no fake kernel (torch.library op without register_fake).
 _NO_FAKE_KERNEL = re.compile(r"([\w.]+::[\w.]+): attempted to run this operator with Meta tensors")
+_TORCH_NAMESPACES = ("aten", "prims", "quantized", "_quantized", "quantized_decomposed")
+# torch.export meeting a quantized module's packed weights (torch.classes.quantized.*PackedParamsBase).
+PACKED_WEIGHTS = re.compile(r"PackedParamsBase|torch\._C\.ScriptObject|__obj_flatten__")
 # A Python number among forward()'s outputs passes torch.export (it becomes a constant in the
 # graph's return) and then breaks the ONNX translation of that return node, with no word of outputs.
 _CONSTANT_OUTPUT = re.compile(r"Error when translating node return \((.*)\)")
@@ -323,6 +326,11 @@ def _classify_export(
 
     match = _NO_FAKE_KERNEL.search(text)
     if match:
+        if match.group(1).split("::", 1)[0] in _TORCH_NAMESPACES:
+            # torch's own op (aten::int_repr on a quantized tensor, aten::to_mkldnn): not the user's
+            # custom op, and not one they can register a fake kernel for.
+            return make("OD212", f"torch's op {match.group(1)} has no fake (meta) kernel for this call, so "
+                                 "torch.export cannot trace it (the op itself runs)", op=match.group(1))
         return make("OD212", f"custom op {match.group(1)} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=match.group(1))
     match = _UNRECOGNIZED_NS.search(text)
@@ -378,6 +386,11 @@ def _classify_export(
                                      f"arguments are {keys.group(1)}", detail=_shape_keys(keys))
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         detail = _capture_message(text, base_dir, "")
+        if PACKED_WEIGHTS.search(text):
+            # A quantized module's packed weights (a ScriptObject): nothing about control flow.
+            return make("OD204", "torch.export cannot trace a quantized module's packed weights "
+                                 f"(a torch ScriptObject){' for ' + op if op else ''}"
+                                 + (f": {detail}" if detail else ""))
         if "data-dependent" in text:
             message = ("torch.export cannot capture Python control flow or conversions on tensor values "
                        "(if/while on a tensor, .item(), int(tensor))")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import Recipe, UseExporter
 
 # Not OD208: the TorchScript exporter ignores dynamic_shapes, so switching cannot fix them.
@@ -20,7 +21,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     cost = "the TorchScript exporter is deprecated (opsets 7-20)" if not dynamo else (
         "the dynamo exporter writes opset 18 or newer and needs torch.export to capture the model")
     applicability = Applicability.SAFE
-    if finding.code == "OD204" and not dynamo:
+    if finding.code == "OD204" and not dynamo and _packed_weights(ctx):
+        cost = ("the TorchScript exporter writes a quantized module's packed weights as QLinear*/QDQ nodes; "
+                "check the result at a quantization tolerance")
+    elif finding.code == "OD204" and not dynamo:
         # Tracing records only the branch the example input takes.
         cost = ("TorchScript traces the branch the example input takes and bakes it in: other inputs "
                 "may need the other branch. Prefer rewriting the condition with torch.cond")
@@ -35,3 +39,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("exporter", (UseExporter(other),)),
         )
     ]
+
+
+def _packed_weights(ctx: FixContext) -> bool:
+    """torch.export stopped at a quantized module's packed weights (no branch is involved)."""
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+    return export is not None and export.error is not None and bool(PACKED_WEIGHTS.search(export.error.all_text()))
