@@ -89,6 +89,7 @@ class Rewrite:
 
 def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
+        bitwise,
         cumulative,
         distance,
         elementwise,
@@ -99,7 +100,7 @@ def _load() -> tuple[Rewrite, ...]:
     )
 
     found: list[Rewrite] = []
-    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance):
+    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise):
         found.extend(module.REWRITES)
     return tuple(found)
 
