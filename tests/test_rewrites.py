@@ -47,6 +47,7 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
     return a @ a.mT + n * torch.eye(n)
 
 
+_LSTMP = torch.nn.LSTM(5, 6, proj_size=3, num_layers=2, bidirectional=True, batch_first=True).eval()
 BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
 
 CASES: dict[str, Case] = {
@@ -157,6 +158,8 @@ CASES: dict[str, Case] = {
          torch.tensor([[0, -1, 2**31 - 1, -(2**31), 12345, -98765, 1 << 20, 255]], dtype=torch.int32)),
         atol=0.0, rtol=0.0,
     ),
+    # Projection, two layers, both directions, batch_first: every branch of the unrolled cell.
+    "aten::lstm": Case(lambda x: _LSTMP(x), (_g(2, 4, 5, seed=9),)),
     "aten::pdist": Case(lambda x: (torch.pdist(x), torch.pdist(x, p=3.0)), (_g(5, 3), _g(2, 4, seed=8))),
 }
 

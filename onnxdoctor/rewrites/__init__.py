@@ -95,12 +95,14 @@ def _load() -> tuple[Rewrite, ...]:
         elementwise,
         linalg,
         pooling,
+        recurrent,
         sorting,
         special,
     )
 
     found: list[Rewrite] = []
-    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise):
+    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise,
+                   recurrent):
         found.extend(module.REWRITES)
     return tuple(found)
 
