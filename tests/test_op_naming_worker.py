@@ -77,3 +77,21 @@ def test_the_traced_graphs_autograd_functions_are_listed() -> None:
 
     loaded = SimpleNamespace(model=Model(), args=(torch.randn(2),), kwargs=None)
     assert traced_python_ops(loaded) == ["Twice"]
+
+
+def test_a_dynamo_nodes_metadata_names_the_torch_op_it_came_from() -> None:
+    import onnx
+    from onnx import helper
+
+    from onnxdoctor.worker.tracebacks import node_torch_op
+
+    node = helper.make_node("Concat", ["a", "b"], ["c"], name="node_cat_3", axis=0)
+    entry = node.metadata_props.add()
+    entry.key = "pkg.torch.onnx.fx_node"  # as torch 2.13's dynamo exporter writes it
+    entry.value = "%lstm : [num_users=3] = call_function[target=torch.ops.aten.lstm.input](args = (%x, ...))"
+    bare = helper.make_node("Relu", ["c"], ["d"], name="node_relu")
+    graph = helper.make_graph([node, bare], "g", [], [])
+    model = helper.make_model(graph)
+    assert isinstance(model, onnx.ModelProto)
+    assert node_torch_op(model, "node_cat_3") == "aten::lstm"
+    assert node_torch_op(model, "node_relu") is None and node_torch_op(model, "absent") is None
