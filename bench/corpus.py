@@ -120,7 +120,9 @@ def diagnose(path: Path) -> Outcome:
         exit_code=proc.returncode,
         codes=tuple(f["code"] for f in findings),
         ops=tuple(f["op"] for f in findings if f.get("op")),
-        verified_kinds=tuple(fix["kind"] for f in findings for fix in f.get("fixes", []) if fix.get("verified")),
+        # A verified chain counts for its steps' families too (its own kind is "chain").
+        verified_kinds=tuple(kind for f in findings for fix in f.get("fixes", []) if fix.get("verified")
+                             for kind in (fix["kind"], *(fix.get("steps") or ()))),
         seconds=seconds,
     )
 

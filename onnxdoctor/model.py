@@ -154,6 +154,8 @@ class Fix:
     check: FixCheck | None = None
     # What the worker applies to verify the fix (onnxdoctor.recipe); None: shown, never tried.
     recipe: Recipe | None = None
+    # A chain's steps' kinds, in the order they were found (("exporter", "decompose")); () otherwise.
+    steps: tuple[str, ...] = ()
 
     @property
     def verified(self) -> bool | None:

@@ -58,3 +58,62 @@ def test_unsupported_in_this_opset_with_a_later_one_is_od201() -> None:
 def test_a_message_without_an_op_still_names_none() -> None:
     [finding] = classify(_export_failure("something else went wrong", "builtins.RuntimeError"))
     assert finding.code == "OD299" and finding.op is None
+
+
+_GRID_5D = ("Unsupported: ONNX export of operator GridSample with 5D volumetric input. Please feel free to "
+            "request support or submit a pull request on PyTorch GitHub: https://github.com/pytorch/pytorch/issues")
+
+
+def test_a_camelcase_refusal_names_the_aten_op_not_a_lowercased_guess() -> None:
+    # Without the worker's registry facts the text's "GridSample" still maps to the real op.
+    assert extract_op(_GRID_5D) == "aten::grid_sampler"
+    [finding] = classify(_export_failure(_GRID_5D, "torch.onnx.errors.OnnxExporterError"))
+    assert finding.code == "OD299" and finding.op == "aten::grid_sampler"
+    assert "GridSample with 5D volumetric input" in finding.message
+
+
+def test_a_refusal_with_a_later_registered_symbolic_is_opset_gated_od201() -> None:
+    # The worker found the refusing symbolic in the registry (grid_sampler: opsets 16 and 20).
+    outcomes = _export_failure(_GRID_5D, "torch.onnx.errors.OnnxExporterError")
+    export = outcomes[1]
+    outcomes[1] = StageOutcome(export.stage, export.status, error=export.error, facts={
+        **export.facts, "op": "aten::grid_sampler", "symbolic_registrations": [16, 20]})
+    [finding] = classify(outcomes)
+    assert (finding.code, finding.op) == ("OD201", "aten::grid_sampler")
+    assert "opset 20" in finding.message
+    # A registration at or below the requested opset is the one that refused: still OD299.
+    outcomes[1] = StageOutcome(export.stage, export.status, error=export.error, facts={
+        **export.facts, "op": "aten::grid_sampler", "symbolic_registrations": [16]})
+    assert classify(outcomes)[0].code == "OD299"
+
+
+_PACKED = ("AttributeError: __torch__.torch.classes.quantized.Conv2dPackedParamsBase (of Python compilation "
+           "unit at: 0) does not have a field with name '__obj_flatten__'")
+
+
+def test_packed_weights_under_torch_export_are_not_called_control_flow() -> None:
+    from onnxdoctor.analysis.fixes import control_flow
+    from onnxdoctor.analysis.fixes._context import FixContext
+
+    outcomes = [
+        StageOutcome(Stage.LOAD, Status.PASSED),
+        StageOutcome(Stage.EXPORT, Status.FAILED, error=ErrorInfo(
+            type="torch._dynamo.exc.TorchRuntimeError", message=_PACKED,
+            chain=("torch.export.TorchExportError", "torch._dynamo.exc.TorchRuntimeError")),
+            facts={"exporter": "dynamo", "requested_opset": 18, "op": "quantized::conv2d"}),
+    ]
+    [finding] = classify(outcomes)
+    assert (finding.code, finding.op) == ("OD204", "quantized::conv2d")
+    assert "packed weights" in finding.message and "control flow" not in finding.message
+    ctx = FixContext(target_kind="script", target_name="m.py", exporter="dynamo", requested_opset=18,
+                     op=finding.op, outcomes=tuple(outcomes))
+    assert control_flow.propose(finding, ctx) == []
+
+
+def test_a_torch_op_without_a_fake_kernel_is_not_called_a_custom_op() -> None:
+    text = "aten::int_repr: attempted to run this operator with Meta tensors, but there was no fake impl"
+    [finding] = classify(_export_failure(text, "builtins.RuntimeError"))
+    assert (finding.code, finding.op) == ("OD212", "aten::int_repr")
+    assert "custom op" not in finding.message
+    [custom] = classify(_export_failure(text.replace("aten::", "mylib::"), "builtins.RuntimeError"))
+    assert "custom op mylib::int_repr" in custom.message

@@ -51,6 +51,15 @@ def test_a_chain_shows_its_steps_in_the_order_a_user_applies_them() -> None:
     assert fix.recipe.first(RewriteOnnx) and fix.recipe.first(EvalMode) == EvalMode()
 
 
+def test_a_chain_lists_its_steps_kinds_in_the_order_found_and_in_json() -> None:
+    from onnxdoctor.render.jsonout import fix_dict
+
+    fix = chain([CAST, EVAL])
+    assert fix.steps == ("cast", "eval_mode")  # found order, not the shown order
+    assert chain([fix, OPSET]).steps == ("cast", "eval_mode", "opset")  # a chain of a chain: flat
+    assert fix_dict(fix)["steps"] == ["cast", "eval_mode"] and fix_dict(OPSET)["steps"] == []
+
+
 def test_a_later_fix_s_exporter_wins_in_the_chain() -> None:
     fix = chain([CAST, OPSET])
     assert fix.recipe is not None and fix.recipe.all(UseExporter) == [UseExporter("torchscript")]

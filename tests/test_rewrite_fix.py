@@ -78,3 +78,35 @@ def test_every_unsupported_op_is_named_in_one_run_and_rewritten_in_one_fix() -> 
     for op in ("aten::cumprod", "aten::linalg_cholesky", "aten::lgamma"):
         assert op in best.title
     assert best.check is not None and best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-4
+
+
+@pytest.mark.slow
+def test_int_repr_gets_a_torchscript_symbolic_that_matches_eager_exactly(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import onnxruntime as ort
+
+    finding = Finding("OD202", Stage.EXPORT, Severity.ERROR, "export failed", op="aten::int_repr")
+    [fix] = [f for f in propose_fixes(finding, {"exporter": "torchscript"}) if f.kind == "rewrite"]
+    assert fix.recipe is not None and fix.recipe.isolated  # a symbolic registration is process-wide
+    assert not [f for f in propose_fixes(finding, {"exporter": "dynamo"}) if f.kind == "rewrite"]
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.quantize_per_tensor(x, 0.5, 3, torch.qint8).int_repr()
+
+    # Ties (x.25 -> 0.5 steps of 0.5 scale), saturation at both ends, and ordinary values.
+    x = torch.cat([torch.tensor([0.25, 0.75, -0.25, 1.25, -1.25, 1e3, -1e3]), torch.randn(20) * 30])
+    step = fix.recipe.first(ExportCode)
+    assert step is not None
+    try:
+        exec(compile(step.code, "<int_repr symbolic>", "exec"), {})  # noqa: S102 - the snippet, as pasted
+        torch.onnx.export(Model(), (x,), str(tmp_path / "m.onnx"), dynamo=False, opset_version=13)
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("aten::int_repr", 10)
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    assert got.dtype.name == "int8"
+    diff = (torch.from_numpy(got).int() - Model()(x).int()).abs()
+    ties = (x / 0.5 - 0.5) == torch.floor(x / 0.5)  # with the odd zero point 3: the stated limit
+    assert (diff[~ties] == 0).all() and (diff[ties] <= 1).all()
+    assert "off by one at exact ties" in fix.cost

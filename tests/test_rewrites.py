@@ -47,6 +47,7 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
     return a @ a.mT + n * torch.eye(n)
 
 
+_LSTMP = torch.nn.LSTM(5, 6, proj_size=3, num_layers=2, bidirectional=True, batch_first=True).eval()
 BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
 
 CASES: dict[str, Case] = {
@@ -147,6 +148,18 @@ CASES: dict[str, Case] = {
         lambda x: (torch.cdist(x, x.flip(-2)), torch.cdist(x, x * 2, p=1.0), torch.cdist(x, x + 1, p=INF)),
         (_g(2, 4, 3), _g(5, 2, seed=7)),
     ),
+    "aten::bitwise_and": Case(
+        # The general and/or/xor (one step per bit) on the 8-bit types; masks and shifts on int32
+        # too (its general ops run the same code with 32 steps: exporting them costs a minute).
+        lambda x: (x & 15, x >> 4, x << 3, x >> (x.flip(-1) % 4))
+        + ((x & x.flip(-1), x | x.flip(-1), x ^ x.flip(-1)) if x.dtype != torch.int32 else ()),
+        (torch.tensor([[0, 1, 15, 16, 127, 128, 200, 255]], dtype=torch.uint8),
+         torch.tensor([[0, -1, 7, -8, 127, -128, 33, -77]], dtype=torch.int8),
+         torch.tensor([[0, -1, 2**31 - 1, -(2**31), 12345, -98765, 1 << 20, 255]], dtype=torch.int32)),
+        atol=0.0, rtol=0.0,
+    ),
+    # Projection, two layers, both directions, batch_first: every branch of the unrolled cell.
+    "aten::lstm": Case(lambda x: _LSTMP(x), (_g(2, 4, 5, seed=9),)),
     "aten::pdist": Case(lambda x: (torch.pdist(x), torch.pdist(x, p=3.0)), (_g(5, 3), _g(2, 4, seed=8))),
 }
 

@@ -67,6 +67,9 @@ _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 # torch.export's fake tensors met an op with no fake kernel (torch.library op without register_fake).
 _NO_FAKE_KERNEL = re.compile(r"([\w.]+::[\w.]+): attempted to run this operator with Meta tensors")
+_TORCH_NAMESPACES = ("aten", "prims", "quantized", "_quantized", "quantized_decomposed")
+# torch.export meeting a quantized module's packed weights (torch.classes.quantized.*PackedParamsBase).
+PACKED_WEIGHTS = re.compile(r"PackedParamsBase|torch\._C\.ScriptObject|__obj_flatten__")
 # A Python number among forward()'s outputs passes torch.export (it becomes a constant in the
 # graph's return) and then breaks the ONNX translation of that return node, with no word of outputs.
 _CONSTANT_OUTPUT = re.compile(r"Error when translating node return \((.*)\)")
@@ -94,11 +97,19 @@ from onnxdoctor.analysis.findings import (
     source_from_text,
 )
 
+# The ONNX-style names torch's symbolics use in their refusals, for the aten op they serve (the
+# worker reads the real op from the registry; this covers text seen without the worker's facts).
+_SYMBOLIC_SPELLINGS = {"GridSample": "grid_sampler", "TopK": "topk", "LSTM": "lstm", "Sort": "sort",
+                       "Unfold": "unfold"}
+
 
 def aten_name(name: str) -> str:
     """An op as the TorchScript symbolics spell it (`Sort`, `linalg.matrix_norm`) -> `aten::...`."""
     if "::" in name:
         return name
+    name = name.split(" with ", 1)[0].strip()  # "GridSample with 5D volumetric input"
+    if name in _SYMBOLIC_SPELLINGS:
+        return "aten::" + _SYMBOLIC_SPELLINGS[name]
     name = name.replace(".", "_")
     return "aten::" + (name.lower() if name[:1].isupper() else name)
 
@@ -323,8 +334,12 @@ def _classify_export(failure: _Failure) -> list[Finding]:
 
     match = _NO_FAKE_KERNEL.search(text)
     if match:
-        kind = "op" if match.group(1).startswith("aten::") else "custom op"
-        return make("OD212", f"{kind} {match.group(1)} has no fake (meta) kernel, so torch.export cannot "
+        if match.group(1).split("::", 1)[0] in _TORCH_NAMESPACES:
+            # torch's own op (aten::int_repr on a quantized tensor, aten::to_mkldnn): not the user's
+            # custom op, and not one they can register a fake kernel for.
+            return make("OD212", f"torch's op {match.group(1)} has no fake (meta) kernel for this call, so "
+                                 "torch.export cannot trace it (the op itself runs)", op=match.group(1))
+        return make("OD212", f"custom op {match.group(1)} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=match.group(1))
     match = _UNRECOGNIZED_NS.search(text)
     if match:
@@ -339,12 +354,22 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make("OD202", f"{op} has no ONNX export in the TorchScript exporter at any opset", op=op, opset=at)
     match = _TS_SYMBOLIC_UNSUPPORTED.search(text)
     if match:
-        op = aten_name(match.group(1))
+        # The worker names the op from the registry (torch spells it "GridSample" in the text).
+        op = facts.get("op") or aten_name(match.group(1))
         later = _TS_TRY_OPSET.search(text)
         if later:
             return make("OD201", f"{op} is not supported at opset {later.group(1)}; support starts at opset "
                                  f"{later.group(2)}", op=op, opset=int(later.group(1)))
         reason = (match.group(2) or "").strip()
+        qualifier = re.match(r" (with [^.\n]*)", text[match.end(1):])
+        if not reason and qualifier:  # "GridSample with 5D volumetric input"
+            reason = f"{match.group(1)} {qualifier.group(1)}"
+        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
+        if newer:
+            # Opset-gated: a later opset registers another symbolic for the op, which may take it.
+            return make("OD201", f"the TorchScript exporter's symbolic for {op} at opset {opset} refuses this "
+                                 f"call ({reason or 'unsupported'}); opset {newer[0]} registers another symbolic "
+                                 "for it", op=op)
         return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call"
                              + (f": {reason}" if reason else ""), op=op)
     match = _NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)
@@ -372,6 +397,11 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         if "Exporting a ScriptModule is not supported" in text:
             return make("OD204", "torch.export takes eager modules only, and the model is a ScriptModule "
                                  "(torch.jit.script or torch.jit.load)")
+        if PACKED_WEIGHTS.search(text):
+            # A quantized module's packed weights (a ScriptObject): nothing about control flow.
+            return make("OD204", "torch.export cannot trace a quantized module's packed weights "
+                                 f"(a torch ScriptObject){' for ' + op if op else ''}"
+                                 + (f": {detail}" if detail else ""))
         if "data-dependent" in text:
             message = ("torch.export cannot capture Python control flow or conversions on tensor values "
                        "(if/while on a tensor, .item(), int(tensor))")

@@ -38,6 +38,8 @@ def fix_dict(fix: Fix) -> dict[str, Any]:
         "detail": check.detail if check else None,
         # The fixed model per requested deployment target (empty unless --target asked for more).
         "targets": dict(check.targets) if check else {},
+        # A chain's steps' kinds, in the order found (empty for a single fix).
+        "steps": list(fix.steps),
     }
 
 

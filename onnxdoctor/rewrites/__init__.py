@@ -26,17 +26,20 @@ from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
+        bitwise,
         cumulative,
         distance,
         elementwise,
         linalg,
         pooling,
+        recurrent,
         sorting,
         special,
     )
 
     found: list[Rewrite] = []
-    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance):
+    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise,
+                   recurrent):
         found.extend(module.REWRITES)
     return tuple(found)
 

@@ -42,6 +42,36 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         if owners and not op:
             op = owners[0]
             facts["op"] = op
+    if not dynamo and not symbolic and "Unsupported: ONNX export of" in info["message"]:
+        # torch's built-in symbolic refused the call and spelt the op its own way ("GridSample"):
+        # the registry names the op, and says whether a later opset registers another symbolic.
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.registry import refusing_symbolic, torchscript_registrations
+
+            refused = refusing_symbolic(exc)
+            if refused:
+                op = refused
+                facts["symbolic_registrations"] = torchscript_registrations(refused)
+    text = "\n".join([info["message"], *info["chain_messages"]])
+    if not op and not dynamo:
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.registry import converting_node_op
+
+            op = converting_node_op(exc, text)
+    if not op and not dynamo and "was not in the map" in text and loaded is not None:
+        # A graph pass crashed without naming a node; the graph's autograd Functions are the suspects.
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.registry import traced_python_ops
+
+            functions = traced_python_ops(loaded)
+            if len(functions) == 1:
+                op = functions[0]
+    if not op and ("ScriptObject" in text or "PackedParams" in text) and loaded is not None:
+        # A quantized module's packed weights stopped the exporter before any op was named.
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.registry import quantized_module_op
+
+            op = quantized_module_op(loaded.model, text)
     if not op:
         # Any failure inside a TorchScript symbolic: the torch op torch was converting names it.
         op = _converting(exc)
@@ -61,6 +91,12 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 from onnxdoctor.worker.registry import op_facts
 
                 facts["op_facts"] = op_facts(op, "dynamo" if dynamo else "torchscript")
+        if gather and not dynamo and not custom and facts.get("op_facts", {}).get("torchscript_opsets"):
+            # The opset fix must cover every op of the graph, not only the first that failed.
+            with contextlib.suppress(Exception):
+                from onnxdoctor.worker.registry import graph_opset_floor
+
+                facts["op_facts"]["graph_opset_floor"] = graph_opset_floor(loaded)
         if custom:
             # What the op takes and returns, from its real calls: the generated fake kernel and the
             # generated mappings' types (an op returning int64 indices is not typed float) use it.

@@ -12,18 +12,181 @@ from typing import Any
 TORCHSCRIPT_OPSETS = range(7, 21)
 
 
+def _torchscript_registry() -> Any:
+    """The TorchScript exporter's symbolic registry, with every opset module imported."""
+    from torch.onnx._internal.torchscript_exporter import registration
+
+    for version in TORCHSCRIPT_OPSETS:  # registration happens as the modules import
+        with contextlib.suppress(ImportError):
+            importlib.import_module(f"torch.onnx._internal.torchscript_exporter.symbolic_opset{version}")
+    return registration.registry
+
+
+def torchscript_registrations(op: str) -> list[int]:
+    """The opsets at which torch registers a (new) symbolic for `op`: grid_sampler -> [16, 20].
+
+    An opset between two registrations uses the lower one's function, so a call the symbolic of
+    opset 16 refuses is refused up to 19, and the next candidate is 20, not 17.
+    """
+    group = _torchscript_registry().get_function_group(op)
+    if group is None:
+        return []
+    base = getattr(getattr(group, "_functions", None), "_base", None) or {}
+    return sorted(v for v in base if isinstance(v, int))
+
+
+def refusing_symbolic(exc: BaseException) -> str | None:
+    """The op whose built-in TorchScript symbolic raised `exc` ("aten::grid_sampler"), found by
+    matching the traceback's frames against the registered functions' code.
+
+    torch's refusals spell the op their own way ("GridSample with 5D volumetric input", "Sort"):
+    the registry is the reliable name.
+    """
+    import inspect
+    import traceback
+
+    codes = [frame.f_code for frame, _line in traceback.walk_tb(exc.__traceback__)
+             if "torchscript_exporter" in frame.f_code.co_filename.replace("\\", "/")]
+    if not codes:
+        return None
+    registry = _torchscript_registry()
+    owner: dict[Any, str] = {}
+    for name, group in registry._registry.items():
+        base = getattr(getattr(group, "_functions", None), "_base", None) or {}
+        for function in base.values():
+            with contextlib.suppress(Exception):
+                owner.setdefault(inspect.unwrap(function).__code__, name)
+    for code in reversed(codes):  # innermost first: a helper called by the symbolic is not it
+        if code in owner:
+            return owner[code]
+    return None
+
+
+# The traced graph spells Python's operators as dunders; users and torch's docs name the op.
+_DUNDER_OPS = {"aten::__and__": "aten::bitwise_and", "aten::__or__": "aten::bitwise_or",
+               "aten::__xor__": "aten::bitwise_xor", "aten::__lshift__": "aten::bitwise_left_shift",
+               "aten::__rshift__": "aten::bitwise_right_shift", "aten::__not__": "aten::bitwise_not"}
+
+
+def converting_node_op(exc: BaseException, text: str) -> str | None:
+    """The torch op the TorchScript exporter was converting when `exc` was raised, if it was.
+
+    The exporter converts the traced graph node by node (`_run_symbolic_function(graph, block,
+    node, ...)`); its frame holds the node. Where the message blames the node's input rather
+    than the node (a complex value reaching `abs`; "expected the output of `%permute ...` to be
+    a quantized tensor" raised while converting `dequantize`), the op that produced that input
+    is the one to name.
+    """
+    import traceback
+
+    node = None
+    for frame, _line in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_name == "_run_symbolic_function" and "node" in frame.f_locals:
+            node = frame.f_locals["node"]
+    if node is None:
+        return None
+    inputs = list(node.inputs())
+    blamed = None
+    if "Complex" in text and "unexpected tensor scalar type" in text:
+        # The traced graph's types are often erased by then ("Tensor"): then the first input an
+        # op produced (not a constant or a graph input) is the complex one.
+        blamed = (next((v for v in inputs if "Complex" in str(v.type())), None)
+                  or next((v for v in inputs if not v.node().kind().startswith("prim::")), None))
+    elif "to be a quantized tensor" in text and inputs:
+        blamed = inputs[0]
+    kind = (blamed.node() if blamed is not None else node).kind()
+    return _DUNDER_OPS.get(kind, kind)
+
+
+def quantized_module_op(model: Any, text: str) -> str | None:
+    """The quantized op behind a packed-params failure, from the model's quantized modules.
+
+    Packed weights (`Conv2dPackedParamsBase`, a `torch._C.ScriptObject`) stop both exporters
+    before any op is named; the module holding them is the op the user must deal with:
+    dynamic LSTM/GRU -> aten::quantized_lstm/gru, Conv2d -> quantized::conv2d, Linear ->
+    quantized::linear (quantized::linear_dynamic for a dynamic one).
+    """
+    names: list[tuple[str, str]] = []
+    for module in model.modules():
+        where = type(module).__module__
+        if not where.startswith(("torch.ao.nn.quantized", "torch.nn.quantized")):
+            continue
+        kind = type(module).__name__
+        dynamic = ".dynamic" in where
+        if kind in ("LSTM", "GRU"):
+            names.append((kind, f"aten::quantized_{kind.lower()}"))
+        elif kind.startswith(("Conv", "Linear")):  # the modules that hold packed weights
+            op = kind.lower().replace("transpose", "_transpose")
+            names.append((kind, f"quantized::{op}{'_dynamic' if dynamic else ''}"))
+    if not names:
+        return None
+    for kind, op in names:  # "Conv2dPackedParamsBase" says which module's weights stopped it
+        if f"{kind}PackedParams" in text:
+            return op
+    return names[0][1]
+
+
+def traced_python_ops(loaded: Any) -> list[str]:
+    """The `torch.autograd.Function`s of the traced graph (`prim::PythonOp`), in graph order.
+
+    A graph pass that crashes on one ("Argument passed to at() was not in the map." from the
+    peephole pass, on a Function whose symbolic returns a list attribute) names no node: the
+    Functions in the graph are the candidates.
+    """
+    from torch.onnx._internal.torchscript_exporter import utils
+
+    if loaded.kwargs:
+        return []
+    graph, _params, _out, _module = utils._create_jit_graph(loaded.model, tuple(loaded.args))
+    found: list[str] = []
+
+    def walk(block: Any) -> None:
+        for node in block.nodes():
+            if node.kind() == "prim::PythonOp" and node.pyname() not in found:
+                found.append(node.pyname())
+            for inner in node.blocks():
+                walk(inner)
+
+    walk(graph)
+    return found
+
+
+def graph_opset_floor(loaded: Any) -> dict[str, Any]:
+    """The lowest opset at which every aten op of the traced graph has a TorchScript symbolic.
+
+    The exporter stops at the first op it cannot map, so an opset chosen for that op alone can
+    fail on the next one (unflatten needs 13, scaled_dot_product_attention 14): one trace lists
+    them all. {"opset": N, "op": the op that needs N} or {} when nothing is known.
+    """
+    from torch.onnx._internal.torchscript_exporter import utils
+
+    if loaded.kwargs:
+        return {}
+    graph, _params, _out, _module = utils._create_jit_graph(loaded.model, tuple(loaded.args))
+
+    def kinds(block: Any) -> Any:
+        for node in block.nodes():
+            yield node.kind()
+            for inner in node.blocks():
+                yield from kinds(inner)
+
+    floor: dict[str, Any] = {}
+    for kind in sorted(set(kinds(graph))):
+        if not kind.startswith("aten::"):
+            continue
+        versions = torchscript_opsets(kind)
+        if versions and versions[0] > floor.get("opset", 0):
+            floor = {"opset": versions[0], "op": kind}
+    return floor
+
+
 def torchscript_opsets(op: str) -> list[int]:
     """Opsets at which the TorchScript exporter has a symbolic for `op` (e.g. "aten::grid_sampler").
 
     A symbolic registered at opset N serves every opset >= N until the next registration, so the
     answer is every opset from the lowest registration up to the exporter's maximum.
     """
-    from torch.onnx._internal.torchscript_exporter import registration
-
-    for version in TORCHSCRIPT_OPSETS:  # registration happens as the modules import
-        with contextlib.suppress(ImportError):
-            importlib.import_module(f"torch.onnx._internal.torchscript_exporter.symbolic_opset{version}")
-    group = registration.registry.get_function_group(op)
+    group = _torchscript_registry().get_function_group(op)
     if group is None:
         return []
     return [v for v in TORCHSCRIPT_OPSETS if group.get(v) is not None]
@@ -81,6 +244,7 @@ def op_facts(op: str, exporter: str) -> dict[str, Any]:
     if exporter == "torchscript":  # the opset fix is a TorchScript-exporter fix (dynamo writes 18+)
         with contextlib.suppress(Exception):
             facts["torchscript_opsets"] = torchscript_opsets(op)
+            facts["torchscript_registrations"] = torchscript_registrations(op)
     return facts
 
 

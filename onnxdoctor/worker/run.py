@@ -83,6 +83,7 @@ from onnxdoctor.worker.tracebacks import (
     exception_text,
     find_custom_symbolics,
     node_source_lines,
+    node_torch_op,
     user_frame,
     warning_texts,
     where_in_script,
@@ -471,6 +472,14 @@ class Runner:
                 # The onnx library is older than the model; only the runtime load can tell more.
                 record["severity"] = "warning"
         errors = [r for r in records if r["severity"] == "error"]
+        if self.request.kind == "script":
+            # An invalid node the dynamo exporter wrote: the torch op it translated is what the
+            # user can act on (the message still names the ONNX node).
+            for record in errors:
+                if record.get("code") in ("OD303", "OD304") and record.get("node"):
+                    torch_op = node_torch_op(model, record["node"])
+                    if torch_op:
+                        record["op"] = torch_op
         if errors:
             raise StageFailed(errors[0]["message"], errors[0]["code"], findings=records)
         return {"findings": records}

@@ -177,6 +177,23 @@ def node_source_lines(model: Any, target: Path, limit: int = 5000) -> dict[str, 
     return sources
 
 
+_FX_TARGET = re.compile(r"target=torch\.ops\.(\w+)\.(\w+)")
+
+
+def node_torch_op(model: Any, node_name: str) -> str | None:
+    """The torch op the dynamo exporter translated into this node ("aten::lstm"), from the
+    `pkg.torch.onnx.fx_node` metadata torch 2.13 writes on every node; None without it."""
+    for node in model.graph.node:
+        if node.name != node_name:
+            continue
+        for prop in node.metadata_props:
+            if prop.key == "pkg.torch.onnx.fx_node":
+                match = _FX_TARGET.search(prop.value)
+                return f"{match.group(1)}::{match.group(2)}" if match else None
+        return None
+    return None
+
+
 def user_line_from_trace(trace: str, target: Path) -> str | None:
 
     best = None

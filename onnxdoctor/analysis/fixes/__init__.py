@@ -128,4 +128,6 @@ def chain(fixes: list[Fix]) -> Fix:
         applicability=max((f.applicability for f in fixes), key=order.index),
         cost="; ".join(dict.fromkeys(f.cost for f in fixes if f.cost)),
         recipe=recipe,
+        # A chain continued from a chain lists the inner steps, not "chain".
+        steps=tuple(kind for f in fixes for kind in (f.steps or (f.kind,))),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
@@ -15,6 +16,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if script_module(ctx) is not None or _quantized(ctx):
         # torch.export refused a ScriptModule or quantized modules, not a branch (their families answer)
         return []
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+    if export is not None and export.error is not None and PACKED_WEIGHTS.search(export.error.all_text()):
+        return []  # torch.export stopped at a quantized module's packed weights: there is no branch
     library = _library_branch(finding, ctx)
     if library is not None:
         return [library]

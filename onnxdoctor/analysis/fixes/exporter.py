@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import Recipe, UseExporter
 
 # Not OD208: the TorchScript exporter ignores dynamic_shapes, so switching cannot fix them.
@@ -24,6 +25,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if not dynamo and script_module(ctx) is not None:
         # A ScriptModule is exported from its script, not traced: its branches stay (ONNX If/Loop).
         cost += "; a ScriptModule keeps its control flow there (ONNX If/Loop), nothing is traced"
+    elif finding.code == "OD204" and not dynamo and _packed_weights(ctx):
+        cost = ("the TorchScript exporter writes a quantized module's packed weights as QLinear*/QDQ nodes; "
+                "check the result at a quantization tolerance")
     elif finding.code == "OD204" and not dynamo:
         # Tracing records only the branch the example input takes.
         cost = ("TorchScript traces the branch the example input takes and bakes it in: other inputs "
@@ -39,3 +43,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("exporter", (UseExporter(other),)),
         )
     ]
+
+
+def _packed_weights(ctx: FixContext) -> bool:
+    """torch.export stopped at a quantized module's packed weights (no branch is involved)."""
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+    return export is not None and export.error is not None and bool(PACKED_WEIGHTS.search(export.error.all_text()))

@@ -16,12 +16,20 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD201":
         supported = ctx.op_facts.get("torchscript_opsets") or []
         requested = finding.opset or ctx.requested_opset or 0
-        candidates = [v for v in supported if v > requested]
+        # A symbolic serves every opset up to the next registration: when the op's symbolic
+        # refused the call, the next candidate is the next registration, not requested + 1.
+        registered = [v for v in ctx.op_facts.get("torchscript_registrations") or [] if v > requested]
+        candidates = registered or [v for v in supported if v > requested]
         if not candidates:
             return []
         lowest = min(candidates)
-        return [opset_fix(lowest, "torchscript", f"{ctx.op} exports from opset {lowest} on "
-                                                   "(the TorchScript exporter's registry)")]
+        why = f"{ctx.op} exports from opset {lowest} on (the TorchScript exporter's registry)"
+        floor = ctx.op_facts.get("graph_opset_floor") or {}
+        if isinstance(floor.get("opset"), int) and floor["opset"] > lowest:
+            # The exporter stops at the first op it cannot map; the graph's other ops may need more.
+            lowest = floor["opset"]
+            why = f"{floor.get('op')}, also in the graph, needs opset {lowest} (the TorchScript exporter's registry)"
+        return [opset_fix(lowest, "torchscript", why)]
     if finding.code == "OD209":
         return [opset_fix(18, ctx.exporter or "dynamo", "opset 18 is the dynamo exporter's native opset")]
     if finding.code == "OD404":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
+from onnxdoctor.recipe import ExportCode, Recipe, UseExporter, UseOpset
 from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
 
 # Any finding that names an op: no exporter maps it (OD202), not at this opset (OD201), or a
@@ -41,6 +41,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The library's rewrite of the op, exported through run_decompositions (dynamo exporter)."""
     if ctx.target_kind != "script":
         return []
+    symbolic = _symbolic_rewrite(ctx)
+    if symbolic is not None:
+        return [symbolic]
     # The worker lists every op the exporter has no function for; one program rewrites them all.
     ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
     rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op)))
@@ -61,3 +64,41 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         )
     ]
 
+
+
+# Ops that torch.export cannot trace at all (no fake kernel for quantized tensors), so the
+# library's run_decompositions route is closed, but whose TorchScript symbolic is one line:
+# op -> (exactness, limits, code registering the symbolic).
+_TORCHSCRIPT_SYMBOLICS = {
+    "aten::int_repr": (
+        Exactness.ROUNDING,
+        ("a tensor quantized in the same graph by quantize_per_tensor (written as QuantizeLinear; "
+         "what the test covers); off by one at exact ties (x/scale = k + 0.5) when the zero point is "
+         "odd: torch rounds x/scale + zero_point half to even, QuantizeLinear rounds x/scale first"),
+        ("import torch\n"
+        "from torch.onnx._internal.torchscript_exporter import symbolic_helper\n\n\n"
+        "def int_repr(g, quantized):\n"
+        "    # The exporter carries a quantized tensor as (QuantizeLinear output, scale, zero point):\n"
+        "    # its integer values are the QuantizeLinear output itself.\n"
+        "    return symbolic_helper._unpack_quantized_tensor(quantized)[0]\n\n\n"
+         "torch.onnx.register_custom_op_symbolic('aten::int_repr', int_repr, 10)\n"),
+    ),
+}
+
+
+def _symbolic_rewrite(ctx: FixContext) -> Fix | None:
+    """A one-line TorchScript symbolic for an op torch.export cannot trace (int_repr)."""
+    entry = _TORCHSCRIPT_SYMBOLICS.get(ctx.op or "")
+    if entry is None or ctx.exporter != "torchscript":
+        return None
+    exactness, limits, code = entry
+    opset = max(ctx.requested_opset or 13, 10)  # QuantizeLinear's integer output needs opset 10
+    return Fix(
+        kind="rewrite",
+        title=f"Map {ctx.op} in the TorchScript exporter to the QuantizeLinear output it reads ({exactness.value})",
+        snippet=code + f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False, opset_version={opset})\n",
+        applicability=Applicability.SAFE,
+        cost=f"{ctx.op}: {limits}",
+        # Registering a symbolic is process-wide: a worker of its own.
+        recipe=Recipe("rewrite", (UseExporter("torchscript"), UseOpset(opset), ExportCode(code)), isolated=True),
+    )

@@ -1,0 +1,97 @@
+"""The worker names the op of export failures whose text names none (real torch 2.13 exports).
+
+Each case is the shape of a corpus file (fixtures/corpus/): a uint8 `x & 15` (bitshift_uint8),
+a user symbolic writing a complex value (dft_custom_symbolic_complex), a dynamically quantized
+LSTM's packed weights (quantized_lstm_dynamic), an autograd Function in the traced graph
+(dcnv2_function_list_attrs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _export_error(model: Any, args: tuple[Any, ...], path: Path, opset: int) -> BaseException:
+    try:
+        torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset)
+    except Exception as exc:  # noqa: BLE001 - torch raises several types; the worker reads the message
+        return exc
+    raise AssertionError("the export was expected to fail")
+
+
+@pytest.mark.slow
+def test_the_converting_node_names_the_op_or_the_input_it_blames(tmp_path: Path) -> None:
+    from onnxdoctor.worker.registry import converting_node_op
+
+    class Unpack(torch.nn.Module):
+        def forward(self, packed: torch.Tensor) -> torch.Tensor:
+            return (packed & 15).float()
+
+    exc = _export_error(Unpack(), (torch.randint(0, 255, (2, 4), dtype=torch.uint8),), tmp_path / "a.onnx", 11)
+    assert "bitwise AND for non-boolean" in str(exc)
+    assert converting_node_op(exc, str(exc)) == "aten::bitwise_and"  # traced as aten::__and__
+
+    class Spectrum(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.fft.fft(x).abs()
+
+    def _fft(g: Any, self: Any, n: Any, dim: Any, norm: Any) -> Any:
+        return g.op("com.microsoft.experimental::DFT", self)
+
+    torch.onnx.register_custom_op_symbolic("::fft_fft", _fft, 1)
+    try:
+        exc = _export_error(Spectrum(), (torch.randn(1, 8),), tmp_path / "b.onnx", 17)
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("::fft_fft", 1)
+    assert "ComplexFloat is an unexpected tensor scalar type" in str(exc)
+    # Raised while converting abs; the complex value came from fft_fft, the op to act on.
+    assert converting_node_op(exc, str(exc)) == "aten::fft_fft"
+
+
+def test_packed_weights_are_named_by_the_quantized_module() -> None:
+    from onnxdoctor.worker.registry import quantized_module_op
+
+    lstm = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.LSTM(4, 8)), {torch.nn.LSTM})
+    text = "received an input of unsupported type: torch._C.ScriptObject"
+    assert quantized_module_op(lstm, text) == "aten::quantized_lstm"
+    assert quantized_module_op(torch.nn.Sequential(torch.nn.LSTM(4, 8)), text) is None
+
+
+def test_the_traced_graphs_autograd_functions_are_listed() -> None:
+    from onnxdoctor.worker.registry import traced_python_ops
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return Twice.apply(x) + 1
+
+    loaded = SimpleNamespace(model=Model(), args=(torch.randn(2),), kwargs=None)
+    assert traced_python_ops(loaded) == ["Twice"]
+
+
+def test_a_dynamo_nodes_metadata_names_the_torch_op_it_came_from() -> None:
+    import onnx
+    from onnx import helper
+
+    from onnxdoctor.worker.tracebacks import node_torch_op
+
+    node = helper.make_node("Concat", ["a", "b"], ["c"], name="node_cat_3", axis=0)
+    entry = node.metadata_props.add()
+    entry.key = "pkg.torch.onnx.fx_node"  # as torch 2.13's dynamo exporter writes it
+    entry.value = "%lstm : [num_users=3] = call_function[target=torch.ops.aten.lstm.input](args = (%x, ...))"
+    bare = helper.make_node("Relu", ["c"], ["d"], name="node_relu")
+    graph = helper.make_graph([node, bare], "g", [], [])
+    model = helper.make_model(graph)
+    assert isinstance(model, onnx.ModelProto)
+    assert node_torch_op(model, "node_cat_3") == "aten::lstm"
+    assert node_torch_op(model, "node_relu") is None and node_torch_op(model, "absent") is None
