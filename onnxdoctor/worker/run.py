@@ -198,7 +198,7 @@ class Runner:
                 if self.before_stage is not None:
                     self.before_stage(name, state)
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
-                state[f"{name}caution_findings"] = records[-1].warnings
+                state[f"{name}_warnings"] = records[-1].warnings
         self.emit({"event": "run_done", "run": run_id})
         return records, state
 
