@@ -95,3 +95,18 @@ def test_a_dynamo_nodes_metadata_names_the_torch_op_it_came_from() -> None:
     assert isinstance(model, onnx.ModelProto)
     assert node_torch_op(model, "node_cat_3") == "aten::lstm"
     assert node_torch_op(model, "node_relu") is None and node_torch_op(model, "absent") is None
+
+
+@pytest.mark.slow
+def test_a_symbolic_body_shared_by_several_ops_is_named_by_the_node_being_converted(tmp_path: Path) -> None:
+    """torch builds its adaptive pooling symbolics from one factory: every one of them has the same
+    code object, so the frames alone would name whichever op the registry lists first."""
+    from onnxdoctor.worker.registry import refusing_symbolic
+
+    class Pool(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.adaptive_avg_pool2d(x, (3, 3))  # 8 is no multiple of 3
+
+    exc = _export_error(Pool(), (torch.randn(1, 2, 8, 8),), tmp_path / "pool.onnx", 11)
+    assert "adaptive_avg_pool2d" in str(exc)
+    assert refusing_symbolic(exc) in ("aten::adaptive_avg_pool2d", None)

@@ -50,15 +50,25 @@ def refusing_symbolic(exc: BaseException) -> str | None:
     if not codes:
         return None
     registry = _torchscript_registry()
-    owner: dict[Any, str] = {}
+    owners: dict[Any, set[str]] = {}
     for name, group in registry._registry.items():
         base = getattr(getattr(group, "_functions", None), "_base", None) or {}
         for function in base.values():
             with contextlib.suppress(Exception):
-                owner.setdefault(inspect.unwrap(function).__code__, name)
+                owners.setdefault(inspect.unwrap(function).__code__, set()).add(name)
     for code in reversed(codes):  # innermost first: a helper called by the symbolic is not it
-        if code in owner:
-            return owner[code]
+        names = owners.get(code)
+        if not names:
+            continue
+        if len(names) == 1:
+            return next(iter(names))
+        # One factory-made function serves several ops (torch's adaptive pools share one body):
+        # the node being converted says which.
+        with contextlib.suppress(Exception):
+            converting = converting_node_op(exc, "")
+            if converting in names:
+                return converting
+        return None
     return None
 
 
