@@ -10,7 +10,7 @@ and cast back to the op's result type.
 
 from __future__ import annotations
 
-from onnxdoctor.rewrites import Exactness, Rewrite
+from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 BITWISE = r'''
 _BITS = {torch.uint8: 8, torch.int8: 8, torch.int16: 16, torch.int32: 32}

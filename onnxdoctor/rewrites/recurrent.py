@@ -10,7 +10,7 @@ icefall did by hand). It also serves a plain LSTM whose ONNX LSTM a runtime lack
 
 from __future__ import annotations
 
-from onnxdoctor.rewrites import Exactness, Rewrite
+from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 LSTM = r'''
 def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
