@@ -115,18 +115,13 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
 
 def _converting(exc: BaseException) -> str | None:
     """The torch op (`aten::unfold`) whose TorchScript symbolic was running when `exc` was raised."""
-    from onnxdoctor.worker.tracebacks import exception_chain
+    from onnxdoctor.worker.registry import nodes_being_converted
 
-    for current in exception_chain(exc, hidden_context=True):
-        tb = current.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_name == "_run_symbolic_function":
-                node = tb.tb_frame.f_locals.get("node")
-                with contextlib.suppress(Exception):
-                    kind = str(node.kind())
-                    if "::" in kind and not kind.startswith(("prim::", "onnx::")):
-                        return kind.rstrip("_")
-            tb = tb.tb_next
+    for node in nodes_being_converted(exc, whole_chain=True):
+        with contextlib.suppress(Exception):
+            kind = str(node.kind())
+            if "::" in kind and not kind.startswith(("prim::", "onnx::")):
+                return kind.rstrip("_")
     return None
 
 

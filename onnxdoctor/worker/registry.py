@@ -78,6 +78,20 @@ _DUNDER_OPS = {"aten::__and__": "aten::bitwise_and", "aten::__or__": "aten::bitw
                "aten::__rshift__": "aten::bitwise_right_shift", "aten::__not__": "aten::bitwise_not"}
 
 
+def nodes_being_converted(exc: BaseException, *, whole_chain: bool = False) -> list[Any]:
+    """The traced graph nodes the TorchScript exporter was converting when `exc` was raised: the
+    `node` of each `_run_symbolic_function(graph, block, node, ...)` frame, outermost first, in
+    `exc`'s traceback (and its causes' and contexts' with `whole_chain`)."""
+    import traceback
+
+    from onnxdoctor.worker.tracebacks import exception_chain
+
+    errors = exception_chain(exc, hidden_context=True) if whole_chain else [exc]
+    return [frame.f_locals["node"] for error in errors
+            for frame, _line in traceback.walk_tb(error.__traceback__)
+            if frame.f_code.co_name == "_run_symbolic_function" and "node" in frame.f_locals]
+
+
 def converting_node_op(exc: BaseException, text: str) -> str | None:
     """The torch op the TorchScript exporter was converting when `exc` was raised, if it was.
 
@@ -87,14 +101,10 @@ def converting_node_op(exc: BaseException, text: str) -> str | None:
     a quantized tensor" raised while converting `dequantize`), the op that produced that input
     is the one to name.
     """
-    import traceback
-
-    node = None
-    for frame, _line in traceback.walk_tb(exc.__traceback__):
-        if frame.f_code.co_name == "_run_symbolic_function" and "node" in frame.f_locals:
-            node = frame.f_locals["node"]
-    if node is None:
+    nodes = nodes_being_converted(exc)
+    if not nodes:
         return None
+    node = nodes[-1]  # the innermost: a block's node is converted inside its If/Loop's
     inputs = list(node.inputs())
     blamed = None
     if "Complex" in text and "unexpected tensor scalar type" in text:
