@@ -169,25 +169,11 @@ def torch_op_behind(node_op: str | None, state: dict[str, Any], node: str | None
     return facts
 
 
-def _function_class(row: Any, state: dict[str, Any]) -> Any:
-    """The autograd.Function class a row names (`module:Qualname`), looked up where it lives."""
-    import importlib
-
-    module, _, qualname = row.function_class.partition(":")
-    namespace = state["loaded"].namespace
-    if module in ("__onnxdoctor__", "__main__", namespace.get("__name__")):
-        owner: Any = namespace.get(qualname.split(".")[0])
-        parts = qualname.split(".")[1:]
-    else:
-        owner, parts = importlib.import_module(module), qualname.split(".")
-    for part in parts:
-        owner = getattr(owner, part)
-    return owner
-
-
 def _function_forward(row: Any, state: dict[str, Any]) -> str:
     """`file.py:12` of the Function's forward (where the eager math a kernel calls lives)."""
-    code = _function_class(row, state).forward.__code__
+    from onnxdoctor.worker.loader import function_class
+
+    code = function_class(row.function_class, state["loaded"]).forward.__code__
     return f"{Path(code.co_filename).name}:{code.co_firstlineno}"
 
 
@@ -200,7 +186,9 @@ def _elementwise(row: Any, state: dict[str, Any]) -> bool:
     if len(row.output_types) != 1:
         return False
     if row.emitter == FUNCTION_SYMBOLIC:
-        function = _function_class(row, state).apply
+        from onnxdoctor.worker.loader import function_class
+
+        function = function_class(row.function_class, state["loaded"]).apply
     else:
         from torch._library import custom_ops
 
