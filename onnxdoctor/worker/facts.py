@@ -181,7 +181,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {jsonable(k) if isinstance(k, str) else _text(k): jsonable(v) for k, v in value.items()}
+        return {k if isinstance(k, str) else _text(k): jsonable(v) for k, v in value.items()}
     return _text(value)
 
 
