@@ -64,7 +64,7 @@ def test_custom_op_defined_in_main_is_OD203_with_a_verified_fix(tmp_path: Path) 
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)}
-    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=600,
+    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=600, check=False,
                           cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,13 +97,14 @@ def test_healthy_model_has_no_error_finding() -> None:
     import onnxdoctor
 
     torch.manual_seed(0)
-    result = onnxdoctor.diagnose(_Healthy().eval(), (torch.randn(2, 4),), timeout=300)
+    # The TorchScript exporter: the cheaper export, and the `exporter` argument reaches the worker.
+    result = onnxdoctor.diagnose(_Healthy().eval(), (torch.randn(2, 4),), exporter="torchscript", timeout=300)
     assert isinstance(result, onnxdoctor.Diagnosis)
     assert result.healthy and result.errors == ()
     assert [s.status.value for s in result.stages] == ["passed"] * 6
     document = result.to_dict()
     assert document["healthy"] is True and document["target"] == "_Healthy (test_api.py)"
-    assert [r["exporter"] for r in document["runs"]] == ["dynamo"]
+    assert [r["exporter"] for r in document["runs"]] == ["torchscript"]
 
 
 @pytest.mark.slow
@@ -145,28 +146,26 @@ def test_importing_onnxdoctor_and_its_api_names_imports_no_torch() -> None:
         onnxdoctor.diagnose, onnxdoctor.Diagnosis, onnxdoctor.testing.assert_exportable
         print(sorted(m for m in ("torch", "onnxruntime", "onnx", "numpy") if m in sys.modules))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
-def _define_op() -> None:
-    @torch.library.custom_op("apitest::nomapping", mutates_args=())
-    def nomapping(x: torch.Tensor) -> torch.Tensor:
-        return x.abs() + 1
-
-    @nomapping.register_fake
-    def _(x: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(x)
-
-    globals()["nomapping"] = nomapping
+# An op in an importable module (this one): the worker imports the module again to have it.
+@torch.library.custom_op("apitest::nomapping", mutates_args=())
+def nomapping(x: torch.Tensor) -> torch.Tensor:
+    return x.abs() + 1
 
 
-class _NoMapping(__import__("torch").nn.Module):
-    def forward(self, x):  # noqa: ANN001, ANN201 - a model as users write it
-        return nomapping(x)  # noqa: F821 - defined by _define_op
+@nomapping.register_fake
+def _nomapping_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
 
 
-_define_op()
+class _NoMapping(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nomapping(x)
+
+
 _NOMAPPING_LINE = _line_of("return nomapping(x)", Path(__file__).read_text("utf-8"))
