@@ -13,13 +13,13 @@ __all__ = ["Diagnosis", "__version__", "diagnose", "testing"]
 
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: the API's modules load on first use, so the command line never pays for them.
+    # PEP 562: the API's modules load on first use, so the command line never pays for them. By
+    # then this package is initialised: the modules below may import `__version__` from it
+    # without forming an import-time circle, which is why they are named, not imported, here.
+    import importlib
+
     if name in ("diagnose", "Diagnosis"):
-        from onnxdoctor import api
-
-        return getattr(api, name)
+        return getattr(importlib.import_module("onnxdoctor.api"), name)
     if name == "testing":
-        import importlib
-
         return importlib.import_module("onnxdoctor.testing")
     raise AttributeError(f"module 'onnxdoctor' has no attribute {name!r}")
