@@ -27,7 +27,7 @@ def failure_message(diagnoses: tuple[Diagnosis, ...]) -> str:
         warnings = [f.code for f in diagnosis.findings if f.severity is Severity.WARNING]
         if warnings:
             lines.append(f"  warnings: {', '.join(warnings)}")
-    lines.append("  (onnxdoctor explain CODE says more; onnxdoctor.diagnose(..., fix=True) verifies fixes)")
+    lines.append("  (`onnxdoctor explain CODE` says more about each code)")
     return "\n".join(lines)
 
 
@@ -45,5 +45,5 @@ def _finding(finding: Finding) -> list[str]:
     check = fix.check
     figures = f", max abs diff {check.max_abs_diff:.2g}" if check and check.max_abs_diff is not None else ""
     lines.append(f"    best verified fix{figures}: {printable(fix.title, one_line=True)}")
-    lines.extend(f"      {printable(line)}" for line in fix.snippet.rstrip().splitlines())
+    lines.extend(f"      {printable(line)}".rstrip() for line in fix.snippet.rstrip().splitlines())
     return lines
