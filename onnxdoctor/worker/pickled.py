@@ -14,6 +14,7 @@ the model refers to travel as their names (pickle's persistent ids).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pickle
 import sys
@@ -223,7 +224,10 @@ def load_model(script: str) -> LoadedPayload:
             if entry not in sys.path:
                 sys.path.append(entry)
         for module in header["modules"]:
-            importlib.import_module(module)
+            # A library the caller had imported for another model must not fail this one: if
+            # this model needs it, unpickling imports it again and says why it cannot.
+            with contextlib.suppress(Exception):
+                importlib.import_module(module)
         for definition in header["ops"]:
             _register(definition)
         body = unpickler.load()
