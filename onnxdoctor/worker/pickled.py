@@ -48,7 +48,7 @@ class _OpDefinition:
 
     qualname: str
     schema: str
-    tags: tuple[Any, ...]
+    tags: tuple[str, ...]  # torch.Tag names (pybind enums do not pickle)
     init_fn: Any
     fake_fn: Any = None
     backward_fn: Any = None
@@ -128,7 +128,7 @@ def _op_definitions() -> tuple[list[str], list[_OpDefinition]]:
                 modules.append(module)
             continue
         definitions.append(_OpDefinition(
-            qualname=qualname, schema=definition._schema, tags=tuple(definition._tags),
+            qualname=qualname, schema=definition._schema, tags=tuple(t.name for t in definition._tags),
             init_fn=definition._init_fn, fake_fn=definition._abstract_fn,
             backward_fn=definition._backward_fn, setup_context_fn=definition._setup_context_fn,
             vmap_fn=definition._vmap_fn,
@@ -242,7 +242,8 @@ def _register(definition: _OpDefinition) -> None:
     schema = torch._C.parse_schema(definition.qualname + definition.schema)
     mutated = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     op = torch.library.custom_op(definition.qualname, definition.init_fn, mutates_args=mutated,
-                                 schema=definition.schema, tags=definition.tags or None)
+                                 schema=definition.schema,
+                                 tags=tuple(getattr(torch.Tag, t) for t in definition.tags) or None)
     for device, kernel in definition.kernels.items():
         op.register_kernel(device, kernel)
     if definition.fake_fn is not None:
