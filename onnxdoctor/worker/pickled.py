@@ -9,7 +9,8 @@ the worker, from the caller's `sys.path`.
 torch.library custom ops cannot be pickled (they are dispatcher registrations, not objects):
 each op defined in `__main__` travels as its definition (schema, Python body, fake, autograd,
 kernels) and is registered again in the worker before the model is unpickled; the op objects
-the model refers to travel as their names (pickle's persistent ids).
+the model refers to travel as their names (pickle's persistent ids). TorchScript symbolics
+`__main__` registered are registered again too.
 """
 
 from __future__ import annotations
@@ -137,6 +138,22 @@ def _op_definitions() -> tuple[list[str], list[_OpDefinition]]:
     return modules, definitions
 
 
+def _main_symbolics() -> list[tuple[str, int, Any]]:
+    """TorchScript symbolics the caller's `__main__` registered (`register_custom_op_symbolic`):
+    (op, opset, function), registered again in the worker before the export."""
+    try:
+        from torch.onnx._internal.torchscript_exporter import registration
+    except ImportError:
+        return []
+    found: list[tuple[str, int, Any]] = []
+    for name, group in list(registration.registry._registry.items()):
+        overrides = getattr(getattr(group, "_functions", None), "_overrides", None) or {}
+        for opset, function in overrides.items():
+            if getattr(function, "__module__", None) == "__main__" and _picklable(function):
+                found.append((name, opset, function))
+    return found
+
+
 def _main_names() -> dict[str, Any]:
     """The classes, functions and custom ops the caller's `__main__` defines, by name: fix checks
     run snippets (`myselu._init_fn`) and look up autograd.Functions in the script's globals."""
@@ -196,7 +213,7 @@ def dump_model(folder: Path, model: Any, args: Any, kwargs: dict[str, Any] | Non
     # "" on sys.path is the caller's working folder (a notebook, `python -c`); the worker's differs.
     paths = [str(Path(p or ".").absolute()) for p in sys.path]
     header = {"sys_path": [p for p in paths if Path(p).is_dir()], "modules": modules,
-              "ops": definitions}
+              "ops": definitions, "symbolics": _main_symbolics()}
     body = {"model": model, "args": args if isinstance(args, tuple) else (args,) if not isinstance(args, list)
             else tuple(args), "kwargs": dict(kwargs or {}), "dynamic_shapes": dynamic_shapes,
             "names": _main_names()}
@@ -230,6 +247,8 @@ def load_model(script: str) -> LoadedPayload:
                 importlib.import_module(module)
         for definition in header["ops"]:
             _register(definition)
+        for name, opset, function in header.get("symbolics", ()):
+            torch.onnx.register_custom_op_symbolic(name, function, opset)
         body = unpickler.load()
     return LoadedPayload(model=body["model"], args=body["args"], kwargs=body["kwargs"],
                          dynamic_shapes=body["dynamic_shapes"], names=body["names"])
