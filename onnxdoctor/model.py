@@ -280,3 +280,6 @@ class DiagnoseOptions:
     max_memory_mb: int | None = None
     # When the whole command must end (time.monotonic()); None: --timeout from when diagnose starts.
     deadline: float | None = None
+    # The file holding the user's model code when the target is a script onnxdoctor generated (the
+    # Python API, docs/api.md): findings' source lines point there. None: the target itself.
+    source_file: str | None = None

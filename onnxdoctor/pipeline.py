@@ -246,6 +246,7 @@ def _request(
         expected_fingerprint=expected_fingerprint,
         targets=_worker_targets(options.targets),
         max_memory_mb=memory_cap(options),
+        source_file=options.source_file,
     )
 
 

@@ -59,6 +59,9 @@ class WorkerRequest:
     targets: tuple[str, ...] = ()
     # The cap on the worker's memory in MB (0: none); the parent sets it, the worker names it.
     max_memory_mb: int = 0
+    # The file the user's code is in, when the target is a script onnxdoctor wrote (the Python
+    # API, docs/api.md): source lines point there; None: the target itself.
+    source_file: str | None = None
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""

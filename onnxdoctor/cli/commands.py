@@ -7,6 +7,7 @@ Heavy imports (onnx, pydot, the pipeline) happen inside commands so that `--help
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import signal
 import sys
@@ -47,7 +48,7 @@ def _guarded(func: Callable[..., None]) -> Callable[..., None]:
             if os.environ.get("ONNXDOCTOR_DEBUG") == "1":
                 raise
             typer.echo(f"onnxdoctor: error: {printable(str(exc), one_line=True)}", err=True)
-            if kwargs.get("json_out"):
+            if kwargs.get("json_out") or kwargs.get("output_format") == "json":
                 print_json_error(error_code(exc), str(exc))
             raise typer.Exit(exc.exit_code) from None
 
@@ -80,7 +81,9 @@ def print_json_error(code: str, message: str) -> None:
 def _wants_json(argv: list[str]) -> bool:
     """`--json` among the options (not after `--`, where it would be an argument)."""
     options = argv[: argv.index("--")] if "--" in argv else argv
-    return "--json" in options
+    formats = [b for a, b in itertools.pairwise(options) if a == "--format"]
+    formats += [a.split("=", 1)[1] for a in options if a.startswith("--format=")]
+    return "--json" in options or "json" in formats
 
 
 def _quiet_broken_pipe() -> int:
@@ -150,7 +153,11 @@ def diagnose(
         help="Seconds to search for a mismatch's first diverging value (0: skip the search).",
     ),
     write_fix: Path | None = typer.Option(None, "--write-fix", help="Write the best verified fix here."),
-    json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 2) and nothing else."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON result (schema 2) and nothing else (= --format json)."),
+    output_format: str | None = typer.Option(
+        None, "--format", metavar="FORMAT",
+        help="console (default) | json | markdown | github (workflow annotations) | sarif (SARIF 2.1.0).",
+    ),
     report: Path | None = typer.Option(None, "--report", help="Also write a Markdown report here."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds for the whole command, fix checks included; workers still running then are killed."),
     max_memory_mb: int | None = typer.Option(
@@ -166,8 +173,17 @@ def diagnose(
     ),
 ) -> None:
     """Export, check, load, run and compare a model; name the first thing that breaks."""
-    from onnxdoctor.cli.diagnose import Outputs, View, input_bytes, parse_input_shapes, run_diagnose
+    from onnxdoctor.cli.diagnose import (
+        Outputs,
+        View,
+        input_bytes,
+        output_format_of,
+        parse_input_shapes,
+        run_diagnose,
+    )
     from onnxdoctor.model import DiagnoseOptions
+
+    chosen = output_format_of(output_format, json_out=json_out)
 
     options = DiagnoseOptions(
         exporter=exporter,
@@ -189,7 +205,7 @@ def diagnose(
         target,
         options,
         Outputs(output=output, report=report, write_fix=write_fix, force=force),
-        View(json_out=json_out, quiet=quiet, verbose=verbose),
+        View(json_out=chosen == "json", quiet=quiet, verbose=verbose, format=chosen),
     )
     raise typer.Exit(code)
 

@@ -56,6 +56,20 @@ class Outputs:
     force: bool = False
 
 
+FORMATS = ("console", "json", "markdown", "github", "sarif")
+
+
+def output_format_of(name: str | None, *, json_out: bool) -> str:
+    """--format's value (--json is `--format json`); one usage error for anything else."""
+    if name is None:
+        return "json" if json_out else "console"
+    if name not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {name!r}")
+    if json_out and name != "json":
+        raise UsageError(f"--json is --format json; it cannot go with --format {name}")
+    return name
+
+
 @dataclass(frozen=True)
 class View:
     """How the result is printed."""
@@ -63,6 +77,12 @@ class View:
     json_out: bool = False
     quiet: bool = False
     verbose: bool = False
+    format: str = "console"  # one of FORMATS; json_out means "json"
+
+    @property
+    def chosen(self) -> str:
+        """The format to print: --json wins over the default."""
+        return "json" if self.json_out else self.format
 
 
 def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: View) -> int:
@@ -94,13 +114,17 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     # --timeout after the workers is for rendering, not for importing rich.
     threading.Thread(target=_load_renderers, name="onnxdoctor-warm", daemon=True).start()
     try:
-        with _progress(enabled=not view.json_out and not view.quiet) as progress:
+        with _progress(enabled=view.chosen == "console" and not view.quiet) as progress:
             diagnoses = diagnose(target, options, progress=progress, workdir=workdir)
         wrote, notes, failures = _keep_files(diagnoses, outputs, protected, parsed)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    if not view.json_out:
+    if view.chosen in ("github", "sarif", "markdown"):
+        # Machine-read output alone on stdout; what was written is said on stderr.
+        _print_document(diagnoses, view.chosen, str(parsed.path))
+        notes[:0] = wrote
+    elif not view.json_out:
         _print_result(diagnoses, view, wrote=wrote)
     if outputs.report is not None:
         from onnxdoctor.render.markdown import to_markdown
@@ -121,6 +145,23 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
         return 2
     has_errors = any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings)
     return 1 if has_errors else 0
+
+
+def _print_document(diagnoses: tuple[Diagnosis, ...], chosen: str, script: str) -> None:
+    """--format markdown, github or sarif on stdout; `script` places findings in files."""
+    if chosen == "github":
+        from onnxdoctor.render.github import to_github
+
+        text = to_github(diagnoses, script)
+    elif chosen == "sarif":
+        from onnxdoctor.render.sarif import to_sarif
+
+        text = to_sarif(diagnoses, script) + "\n"
+    else:
+        from onnxdoctor.render.markdown import to_markdown
+
+        text = to_markdown(diagnoses)
+    sys.stdout.write(text)
 
 
 def _load_renderers() -> None:

@@ -101,15 +101,15 @@ def to_json(diagnoses: tuple[Diagnosis, ...], error: dict[str, str] | None = Non
     }
     if error is not None:
         document["error"] = dict(error)
-    return json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
+    return json.dumps(finite(document), indent=2, default=str, allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
-    """NaN and infinities are not JSON: they become null."""
+def finite(value: Any) -> Any:
+    """NaN and infinities are not JSON: they become null (in dicts and lists, at any depth)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value

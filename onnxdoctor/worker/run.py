@@ -99,6 +99,9 @@ class Runner:
     def __init__(self, request: WorkerRequest) -> None:
         self.request = request
         self.target = Path(request.target)
+        # Where the user's code is, for source lines: the script, or for the Python API the file
+        # the model was defined in (its generated script is not the user's code; docs/api.md).
+        self.code = Path(request.source_file) if request.source_file else self.target
         self.workdir = Path(request.workdir)
         self._kernels_registered: set[str] = set()
         # Called with each stage's name before it runs (the worker starts OpenVINO's import there).
@@ -238,7 +241,7 @@ class Runner:
             raise StageFailed(
                 f"{self.target.name} raised {type(exc).__name__} {where_in_script(exc, self.target)}: {exc}",
                 "OD104",
-                source=user_frame(exc, self.target),
+                source=user_frame(exc, self.code),
                 raised=info["type"],
                 **extension_build_facts(info),
             ) from exc
@@ -267,7 +270,7 @@ class Runner:
             "settings": {k: jsonable(v) for k, v in loaded.settings.items()},
             "inputs": [describe_tensor(t) for t in tensor_leaves((loaded.args, loaded.kwargs))],
         }
-        facts["custom_symbolics"] = find_custom_symbolics(self.target.resolve().parent)
+        facts["custom_symbolics"] = find_custom_symbolics(self.code.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         facts.update(quantized_facts(model))  # quantized modules (torch.ao)
         facts.update(recurrent_facts(model))  # LSTM options the exporters miss
@@ -288,7 +291,7 @@ class Runner:
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
                 "OD108",
-                source=user_frame(exc, self.target),
+                source=user_frame(exc, self.code),
                 **facts,
             ) from exc
         state["torch_outputs"] = tensor_leaves(outputs)
@@ -395,12 +398,12 @@ class Runner:
         try:
             with quiet_torch_logs(), (
                 eager_export(loaded, eager.functions, eager.not_in_export) if eager else contextlib.nullcontext()
-            ), (contextlib.nullcontext() if dynamo else recording_torchscript(self.target)) as recorder:
+            ), (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            facts.update(export_failure_facts(exc, loaded, dynamo, self.target, gather=self.request.gather_facts))
+            facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
             if recorder is not None and recorder.failure:
                 facts["symbolic_attribute"] = recorder.failure
             raise StageFailed(exception_text(exc), None, **facts) from exc
@@ -422,10 +425,10 @@ class Runner:
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(model_facts(model))
         facts["onnx_path"] = str(path)
-        sources = node_source_lines(model, self.target)
+        sources = node_source_lines(model, self.code)
         with contextlib.suppress(Exception):
             # Which code wrote each node (docs/ARCHITECTURE.md, "Node provenance").
-            table = dynamo_table(model, self.target) if dynamo else recorder.table(model) if recorder else []
+            table = dynamo_table(model, self.code) if dynamo else recorder.table(model) if recorder else []
             facts["provenance"] = [row.to_dict() for row in table]
             state["provenance"] = table
             sources.update({row.node: row.source for row in table if row.source and row.node not in sources})
@@ -605,7 +608,7 @@ class Runner:
                         # then the modules; dynamo: every intermediate value.
                         found = first_diverging_symbolic(state, atol, rtol) if torchscript else None
                         if found is None and report["code"] == "OD601":
-                            found = (first_diverging_module(state, atol, rtol, self.target) if torchscript
+                            found = (first_diverging_module(state, atol, rtol, self.code) if torchscript
                                      else first_diverging_value(state, atol, rtol))
                         facts["diverging"] = found
                 except OutOfTime:
@@ -617,7 +620,7 @@ class Runner:
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):
                 report["second_inputs"] = second_input_check(
-                    state, self.request.atol, self.request.rtol, self._retrace(state), self.target)
+                    state, self.request.atol, self.request.rtol, self._retrace(state), self.code)
         return report
 
     def _retrace(self, state: dict[str, Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Path] | None:
