@@ -75,12 +75,17 @@ def _verdict(verdict: str, codes: Sequence[str]) -> str:
     return VERDICT_NAMES.get(verdict, verdict) + (f" ({', '.join(codes)})" if codes else "")
 
 
+def _md_code(name: str) -> str:
+    # A table splits its row at every `|`, inside code spans too, unless it is escaped.
+    return markdown_code(name).replace("|", "\\|")
+
+
 def _md_cell(cell: _Cell) -> str:
     if cell.names:
         more = [f"and {cell.more} more"] if cell.more else []
-        return ", ".join([*(markdown_code(n) for n in cell.names), *more])
+        return ", ".join([*(_md_code(n) for n in cell.names), *more])
     if cell.code:
-        return markdown_code(cell.text)
+        return _md_code(cell.text)
     # Our own words and figures need no escaping ("36.1" is no list item inside a table).
     return markdown_text(cell.text) if cell.user else cell.text
 

@@ -64,7 +64,7 @@ def _expand(item: str, base: Path, *, seen_lists: tuple[Path, ...]) -> list[tupl
     if stat.S_ISDIR(info.st_mode):
         if factory:
             raise UsageError(f"sweep: {item}: a ':factory' applies to a script, not a folder")
-        return [(str(p), os.path.join(shown, p.name)) for p in _folder_models(path)]
+        return [(str(p), os.path.normpath(os.path.join(shown, p.name))) for p in _folder_models(path)]
     if not stat.S_ISREG(info.st_mode):
         raise UsageError(f"sweep: {item} is not a regular file or a folder")
     suffix = path.suffix.lower()

@@ -45,10 +45,10 @@ def run_ray(specs: Sequence[JobSpec], jobs: int, address: str | None,
         return
     ray = require_ray()
     if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     else:
         ray.init(num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False, logging_level=logging.WARNING)
+                 log_to_driver=False, logging_level=logging.ERROR)
     pending: dict[Any, JobSpec] = {}
     try:
         task = ray.remote(num_cpus=CPUS_PER_TASK, max_retries=0)(_task)
