@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
+    from onnxdoctor.model import DiagnoseOptions
     from onnxdoctor.sweep.record import Comparison, SweepResult
     from onnxdoctor.sweep.summary import Summary
 
@@ -70,7 +71,7 @@ def sweep_command(
     raise typer.Exit(code)
 
 
-def run_sweep_command(items: tuple[str, ...], options: Any, *, jobs: int, engine: str, ray_address: str | None,
+def run_sweep_command(items: tuple[str, ...], options: DiagnoseOptions, *, jobs: int, engine: str, ray_address: str | None,
                       results: Path | None, report: Path | None, compare_with: Path | None, force: bool,
                       quiet: bool) -> int:
     """Plan, check every path, run, write the report; the exit code (0 all healthy, 1 not all
@@ -81,6 +82,7 @@ def run_sweep_command(items: tuple[str, ...], options: Any, *, jobs: int, engine
     """
     from onnxdoctor.errors import UsageError
     from onnxdoctor.outputs import check_output, open_append
+    from onnxdoctor.safetext import printable
     from onnxdoctor.sweep.run import SweepRequest, plan_sweep, run_sweep
     from onnxdoctor.sweep.store import Stored, latest_per_model, read_results
 
@@ -110,10 +112,10 @@ def run_sweep_command(items: tuple[str, ...], options: Any, *, jobs: int, engine
         require_ray()
     log = open_append(results, what="--results", protected=protected) if results is not None else None
     if stored.unreadable:
-        print(f"onnxdoctor: --results {results}: {stored.unreadable} line(s) that are not results "
+        print(f"onnxdoctor: --results {printable(str(results), one_line=True)}: {stored.unreadable} line(s) that are not results "
               "were skipped (a sweep killed while writing?)", file=sys.stderr)
     todo = len(plan.to_run)
-    print(f"onnxdoctor sweep: {len(plan.jobs)} models, {len(plan.kept)} already in {results}, {todo} to run"
+    print(f"onnxdoctor sweep: {len(plan.jobs)} models, {len(plan.kept)} already in {printable(str(results), one_line=True)}, {todo} to run"
           if plan.kept else f"onnxdoctor sweep: {len(plan.jobs)} models to run", file=sys.stderr)
     from onnxdoctor.render.sweep import result_line
 
@@ -153,6 +155,7 @@ def _finish(results: tuple[SweepResult, ...], old: tuple[SweepResult, ...] | Non
     from onnxdoctor.errors import RefusedWrite
     from onnxdoctor.outputs import OutputError, write_file
     from onnxdoctor.render.sweep import summary_lines, sweep_html, sweep_markdown
+    from onnxdoctor.safetext import printable
     from onnxdoctor.sweep.compare import compare
     from onnxdoctor.sweep.summary import summarize
 
@@ -161,7 +164,7 @@ def _finish(results: tuple[SweepResult, ...], old: tuple[SweepResult, ...] | Non
     for line in summary_lines(summary, comparison):
         print(line)
     if wrote is not None:
-        print(f"results appended to {wrote}")
+        print(f"results appended to {printable(str(wrote), one_line=True)}")
     if interrupted:
         print(f"onnxdoctor: interrupted: {not_run} model(s) not run; the same command resumes "
               "(no report written)", file=sys.stderr)
@@ -172,9 +175,9 @@ def _finish(results: tuple[SweepResult, ...], old: tuple[SweepResult, ...] | Non
         try:
             write_file(report, render(summary, comparison), force=force, what="--report",
                        protected=tuple(p for p in protected if p is not None))
-            print(f"wrote {report}")
+            print(f"wrote {printable(str(report), one_line=True)}")
         except (RefusedWrite, OutputError) as exc:
-            print(f"onnxdoctor: {exc}", file=sys.stderr)
+            print(f"onnxdoctor: {printable(str(exc), one_line=True)}", file=sys.stderr)
             return 2
     return code
 

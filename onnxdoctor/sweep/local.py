@@ -32,6 +32,7 @@ def _serve(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGTERM unwinds (finally blocks kill the worker's group) instead of dying on the spot.
     signal.signal(signal.SIGTERM, lambda number, _frame: sys.exit(128 + number))
+    _end_with_parent()
     while True:
         try:
             spec = conn.recv()
@@ -40,6 +41,18 @@ def _serve(conn: Connection) -> None:
         if spec is None:
             return
         conn.send(run_job(spec))
+
+
+def _end_with_parent() -> None:
+    """Linux: a sweep killed outright (SIGKILL) sends its runners SIGTERM, so none diagnoses on."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class _Runner:
