@@ -240,3 +240,57 @@ def test_the_ray_engine_without_ray_is_one_line(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "onnxdoctor: error: --engine ray needs Ray: pip install 'onnxdoctor[ray]'"
+
+
+def test_a_finished_sweeps_results_make_a_report_and_a_comparison(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from onnxdoctor.cli.commands import app
+
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text(_result("/m/a.py", "healthy").to_line() + "\n" + _result("/m/b.py", "healthy").to_line() + "\n")
+    new.write_text(_result("/m/a.py", "failing", ("OD401",)).to_line() + "\n"
+                   + _result("/m/b.py", "healthy").to_line() + "\n")
+    result = CliRunner().invoke(app, ["sweep", "--results", str(new), "--compare", str(old),
+                                      "--report", str(tmp_path / "r.html")])
+    assert result.exit_code == 1, result.output
+    assert "/m/a.py: healthy -> failing (OD401)" in result.output
+    page = (tmp_path / "r.html").read_text()
+    assert "<td>healthy</td><td>1</td>" in page and "<td>failing</td><td>1</td>" in page
+    again = CliRunner().invoke(app, ["sweep", "--results", str(new), "--report", str(tmp_path / "r.html")])
+    assert again.exit_code == 2 and "exists; pass --force" in again.output  # never overwritten silently
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_whole_lines_and_no_process(tmp_path: Path) -> None:
+    import signal
+
+    from onnxdoctor.proctree import descendants, proc_stat
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "a_no_model.py").write_text("x = 1\n")  # OD105 in a few seconds
+    (models / "b_hangs.py").write_text(HANG)
+    results = tmp_path / "r.jsonl"
+    # As a terminal's Ctrl-C finds it: SIGINT raising KeyboardInterrupt (a background job would
+    # inherit it ignored).
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "sys.argv = ['onnxdoctor', 'sweep', 'models', '--no-fix', '--timeout', '300', '--jobs', '2', "
+            f"'--results', {str(results)!r}]\n"
+            "from onnxdoctor.entry import main\nmain()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (results.exists() and results.read_text().endswith("\n")):
+        time.sleep(0.2)
+    tree = descendants(proc.pid)
+    assert tree, "the runners and the hanging model's worker are running"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: 1 model(s) not run" in err
+    stored = read_results(results)
+    assert [Path(r.target).name for r in stored.results] == ["a_no_model.py"] and stored.unreadable == 0
+    time.sleep(1)  # a worker sees its runner gone within a second
+    alive = [pid for pid in tree if (stat := proc_stat(pid)) is not None and stat[2] not in ("Z", "X")]
+    assert alive == []  # (a zombie is dead: this container's init may reap it late)
