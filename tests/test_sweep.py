@@ -34,7 +34,9 @@ FIXTURES = REPO / "fixtures"
 HEALTHY = FIXTURES / "healthy" / "mlp.py"
 FAILING = FIXTURES / "export" / "od203_custom_op_myselu.py"
 HANG = '"""Never returns a model; sleeps, so the timeout costs no CPU."""\nimport time\n\n\ndef get_model():\n    time.sleep(3600)\n'
-TIMEOUT = 45  # each model's; the two real ones need ~10 s alone, more on a busy machine
+# Each model's --timeout: the two real ones need ~10 s alone, over 45 s on a machine loaded 4x over.
+# The hang holds its runner this long (asleep), while the lone diagnose and the other runner work.
+TIMEOUT = 90
 VERSIONS = {"onnxdoctor": "0", "torch": "1"}
 
 
@@ -153,14 +155,23 @@ print(json.dumps({"exit_code": result.exit_code, "output": result.output, "heavy
 """
 
 
-def _sweep_in_child(args: list[str], cwd: Path) -> tuple[dict[str, Any], float]:
-    """The command in a fresh process (CliRunner there), and which heavy modules it imported."""
-    started = time.monotonic()
+def _start_sweep(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """The command in a fresh process (CliRunner there), which reports the heavy modules it imported."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), time.monotonic() - started
+    return subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
+
+
+def _outcome(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def _sweep_in_child(args: list[str], cwd: Path) -> tuple[dict[str, Any], float]:
+    started = time.monotonic()
+    outcome = _outcome(_start_sweep(args, cwd))
+    return outcome, time.monotonic() - started
 
 
 @pytest.fixture(scope="module")
@@ -170,26 +181,32 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     models.mkdir()
     shutil.copy(HEALTHY, models / HEALTHY.name)
     shutil.copy(FAILING, models / FAILING.name)
-    (models / "sleeps_forever.py").write_text(HANG)
+    (models / "a_sleeps_forever.py").write_text(HANG)  # first in name order: the first runner takes it
     args = ["sweep", "models", "--no-fix", "--timeout", str(TIMEOUT), "--jobs", "2",
             "--results", "r.jsonl", "--report", "r.md"]
-    first, first_s = _sweep_in_child(args, root)
+    started = time.monotonic()
+    running = _start_sweep(args, root)
+    # The lone diagnose to compare with runs meanwhile (the sweep spends most of TIMEOUT waiting), in
+    # a process of its own: a diagnosis ends every process its process started after its worker.
+    lone = subprocess.run([sys.executable, "-m", "onnxdoctor", "diagnose", str(FAILING), "--no-fix", "--json"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          timeout=600, check=False)
+    first = _outcome(running)
+    first_s = time.monotonic() - started
     second, second_s = _sweep_in_child([*args, "--force"], root)
     return {"root": root, "first": first, "first_s": first_s, "second": second, "second_s": second_s,
+            "lone": tuple(dict.fromkeys(f["code"] for f in json.loads(lone.stdout)["findings"])),
             "results": {Path(r.target).name: r for r in read_results(root / "r.jsonl").results}}
 
 
 @pytest.mark.slow
 def test_a_sweep_gives_one_result_per_model_with_a_lone_diagnose_codes(swept: dict[str, Any]) -> None:
-    from onnxdoctor.pipeline import diagnose
-
     results = swept["results"]
     assert swept["first"]["exit_code"] == 1, swept["first"]["output"]
     assert swept["first"]["heavy"] == []  # the models ran in runners' workers, not in the command
-    assert sorted(results) == ["mlp.py", "od203_custom_op_myselu.py", "sleeps_forever.py"]
+    assert sorted(results) == ["a_sleeps_forever.py", "mlp.py", "od203_custom_op_myselu.py"]
     assert len(read_results(swept["root"] / "r.jsonl").results) == 3  # the rerun appended nothing
-    lone = diagnose(str(FAILING), DiagnoseOptions(fix=False, timeout=300))
-    assert results["od203_custom_op_myselu.py"].codes == tuple(dict.fromkeys(f.code for d in lone for f in d.findings))
+    assert swept["lone"] and results["od203_custom_op_myselu.py"].codes == swept["lone"]
     assert results["od203_custom_op_myselu.py"].verdict == "failing"
     assert results["mlp.py"].verdict == "healthy" and results["mlp.py"].codes == ()
     assert results["od203_custom_op_myselu.py"].diagnosis["schema"] == 2
@@ -197,7 +214,7 @@ def test_a_sweep_gives_one_result_per_model_with_a_lone_diagnose_codes(swept: di
 
 @pytest.mark.slow
 def test_a_hang_times_out_without_holding_the_others(swept: dict[str, Any]) -> None:
-    hang = swept["results"]["sleeps_forever.py"]
+    hang = swept["results"]["a_sleeps_forever.py"]
     assert hang.verdict == "timed_out" and "OD902" in hang.codes
     assert hang.seconds < TIMEOUT + 5
     # With two runners, the hang held one; the other two models finished on the other meanwhile.
