@@ -312,3 +312,16 @@ def test_ctrl_c_leaves_whole_lines_and_no_process(tmp_path: Path) -> None:
     time.sleep(1)  # a worker sees its runner gone within a second
     alive = [pid for pid in tree if (stat := proc_stat(pid)) is not None and stat[2] not in ("Z", "X")]
     assert alive == []  # (a zombie is dead: this container's init may reap it late)
+
+
+def test_only_the_ray_engine_imports_ray() -> None:
+    import ast
+
+    importers = set()
+    for path in (REPO / "onnxdoctor").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "ray" or n.startswith("ray.") for n in names):
+                importers.add(path.relative_to(REPO).as_posix())
+    assert importers == {"onnxdoctor/sweep/ray_engine.py"}
