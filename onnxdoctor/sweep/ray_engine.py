@@ -1,7 +1,8 @@
 """The Ray engine: each job a Ray task running the same `run_job` as a local runner.
 
 Ray is optional (`pip install 'onnxdoctor[ray]'`) and imported here only. Without an address a
-private Ray starts on this machine (loopback only, no dashboard, `--jobs` CPUs); with one, the
+private Ray starts on this machine (node address 127.0.0.1, no dashboard, `--jobs` CPUs; Ray's
+services listen on every interface all the same, behind its token authentication); with one, the
 tasks go to that cluster, where onnxdoctor and the stack must be installed on every node and the
 model paths must be readable there (a shared file system). Each task reserves one CPU; Ray runs a
 task in a worker process of its own, so a diagnosis there owns its process tree as it does in a
@@ -44,11 +45,15 @@ def run_ray(specs: Sequence[JobSpec], jobs: int, address: str | None,
     if not specs:
         return
     ray = require_ray()
-    if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    else:
-        ray.init(num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+        else:
+            ray.init(num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     log_to_driver=False, logging_level=logging.ERROR)
+    except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        raise UsageError(f"--engine ray: cannot start or reach {where}: {exc}") from None
     pending: dict[Any, JobSpec] = {}
     try:
         task = ray.remote(num_cpus=CPUS_PER_TASK, max_retries=0)(_task)
