@@ -256,3 +256,73 @@ def install_folder(
         _usual_mode(staging / name)
         install(staging / name, folder / name, force=force, what=what, protected=protected)
     return names
+
+
+class AppendLog:
+    """A file that only grows by whole lines, each on disk (flush + fsync) before the next starts,
+    so an interrupted writer leaves every line it finished (`sweep --results`)."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd = fd
+        self.path = path
+
+    def append(self, line: str) -> None:
+        """Write `line` and a line end, then fsync.
+
+        Raises:
+            OutputError: the write failed (a full disk).
+        """
+        data = line.encode("utf-8", errors="backslashreplace") + b"\n"
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise OutputError(f"cannot write {self.path}: {_describe(exc)}") from None
+
+    def close(self) -> None:
+        """Close the file (once; later calls do nothing)."""
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+
+def open_append(path: Path, *, what: str, protected: Sequence[Path] = ()) -> AppendLog:
+    """Open `path` to add lines at its end, creating it if absent: the one output that is extended
+    rather than replaced, so it needs no `force`. Never a file being read, never through a link,
+    never anything but a regular file. A last line cut short (a killed writer) is ended first, so
+    the next line starts on its own.
+
+    Raises:
+        RefusedWrite: a protected file, a link, a folder, a device, FIFO or socket.
+        UsageError: the folder is missing or not writable.
+    """
+    if is_protected(path, protected):
+        raise RefusedWrite(f"{what} {path} is a file onnxdoctor reads; choose another path")
+    info = _lstat(path, what)
+    if info is not None:
+        if stat.S_ISLNK(info.st_mode):
+            raise RefusedWrite(f"{what} {path} is a link; give the file itself")
+        if not stat.S_ISREG(info.st_mode):
+            raise RefusedWrite(f"{what} {path} is not a regular file; onnxdoctor writes only files")
+    check_folder(path.parent, what=f"{what} {path}:")
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {_describe(exc)}") from None
+    log = AppendLog(fd, path)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RefusedWrite(f"{what} {path} is not a regular file; onnxdoctor writes only files")
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            log.append("")
+    except OSError as exc:
+        log.close()
+        raise OutputError(f"cannot write {path}: {_describe(exc)}") from None
+    except BaseException:
+        log.close()
+        raise
+    return log

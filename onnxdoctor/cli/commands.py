@@ -21,6 +21,7 @@ from typer.exceptions import Abort, TyperException
 from onnxdoctor import __version__
 from onnxdoctor.cli.graph import graph_command
 from onnxdoctor.cli.scaffold import scaffold_command
+from onnxdoctor.cli.sweep import sweep_command
 from onnxdoctor.errors import OnnxDoctorError
 from onnxdoctor.safetext import printable
 
@@ -213,6 +214,7 @@ def diagnose(
 # Registered after `diagnose`, so that `--help` lists the main command first (the README's order).
 app.command("graph")(_guarded(graph_command))
 app.command("scaffold")(_guarded(scaffold_command))
+app.command("sweep")(_guarded(sweep_command))
 
 
 @app.command()
