@@ -28,7 +28,9 @@ USAGE_ERRORS = {"load/od101_does_not_exist.py", "load/od102_directory", "load/od
 
 def _run(fixture: Any) -> Diagnosis:
     target = str(FIXTURES / fixture.path) + SUFFIX.get(fixture.path, "")
-    timeout = 15.0 if fixture.path in SHORT_TIMEOUT else 180.0
+    # 10 s: the worker reaches get_model() (torch imported) before it is killed; the grandchild's
+    # end is checked in test_cli_diagnose and test_output_safety.
+    timeout = 10.0 if fixture.path in SHORT_TIMEOUT else 180.0
     # Hostile files that allocate without bound are only ever run under a small cap.
     cap = 512 if fixture.path.startswith("tool/") and fixture.path.endswith(".onnx") else None
     return diagnose(target, DiagnoseOptions(fix=False, timeout=timeout, max_memory_mb=cap))[0]
