@@ -312,11 +312,11 @@ def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(
     ],
 )
 def test_dynamic_shapes_corrections_are_verified(path: str, correction: str, tmp_path: Path,
-                                                 request: pytest.FixtureRequest) -> None:
+                                                 needs_bounds_diagnosis: Diagnosis) -> None:
+    # Asked for by name (not looked up inside) so tests/conftest.py sees the shared fixture.
     if path == NEEDS_BOUNDS:
-        diagnosis: Diagnosis = request.getfixturevalue("needs_bounds_diagnosis")
-        assert diagnosis.findings, "the fixture should fail"
-        fixes = {fix.kind: fix for fix in diagnosis.findings[0].fixes}
+        assert needs_bounds_diagnosis.findings, "the fixture should fail"
+        fixes = {fix.kind: fix for fix in needs_bounds_diagnosis.findings[0].fixes}
     else:
         fixes = _fixes(path)
     fix = fixes["dynamic_shapes"]
