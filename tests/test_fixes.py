@@ -16,7 +16,7 @@ from fix_programs import run_fix_program
 from typer.testing import CliRunner
 
 from onnxdoctor.cli import app
-from onnxdoctor.model import DiagnoseOptions, Fix, Stage, Status
+from onnxdoctor.model import DiagnoseOptions, Diagnosis, Fix, Stage, Status
 from onnxdoctor.pipeline import diagnose
 from onnxdoctor.recipe import (
     CastAround,
@@ -31,6 +31,7 @@ from onnxdoctor.recipe import (
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+NEEDS_BOUNDS = "export/od208_dynamic_shapes_needs_bounds.py"
 
 
 def _fixes(path: str, **options: object) -> dict[str, Fix]:
@@ -39,8 +40,24 @@ def _fixes(path: str, **options: object) -> dict[str, Fix]:
     return {fix.kind: fix for fix in diagnosis.findings[0].fixes}
 
 
-def test_custom_op_fixes_are_verified_end_to_end(tmp_path: Path) -> None:
-    fixes = _fixes("export/od203_custom_op_myselu.py", all_fixes=True)
+# One diagnosis shared by the tests that read it (tests/conftest.py keeps them on one worker).
+@pytest.fixture(scope="module")
+def myselu_all_fixes() -> dict[str, Fix]:
+    return _fixes("export/od203_custom_op_myselu.py", all_fixes=True)
+
+
+@pytest.fixture(scope="module")
+def grid_sampler_all_fixes() -> dict[str, Fix]:
+    return _fixes("export/od201_grid_sampler_opset11.py", all_fixes=True)
+
+
+@pytest.fixture(scope="module")
+def needs_bounds_diagnosis() -> Diagnosis:
+    return diagnose(str(FIXTURES / NEEDS_BOUNDS), DiagnoseOptions(fix=True))[0]
+
+
+def test_custom_op_fixes_are_verified_end_to_end(myselu_all_fixes: dict[str, Fix], tmp_path: Path) -> None:
+    fixes = myselu_all_fixes
     # Each verified route, as --write-fix hands it over: fix.py runs as written and matches.
     for kind in ("decompose", "custom_op_dynamo", "custom_op_torchscript"):
         run_fix_program(fixes[kind], FIXTURES / "export/od203_custom_op_myselu.py", tmp_path / kind)
@@ -117,17 +134,17 @@ def test_a_function_whose_forward_needs_a_rewrite_is_fixed_by_a_chain() -> None:
     assert best.recipe is not None and best.recipe.chain[0] == "function_forward"
 
 
-def test_lowest_supporting_opset_is_found_and_verified(tmp_path: Path) -> None:
-    fixes = _fixes("export/od201_grid_sampler_opset11.py")
+def test_lowest_supporting_opset_is_found_and_verified(grid_sampler_all_fixes: dict[str, Fix], tmp_path: Path) -> None:
+    # With --all-fixes every route is tried; the opset route and its verdict are the same as alone.
+    fixes = grid_sampler_all_fixes
     run_fix_program(fixes["opset"], FIXTURES / "export/od201_grid_sampler_opset11.py", tmp_path / "opset")
     opset = fixes["opset"]
     assert opset.recipe and opset.recipe.first(UseOpset) == UseOpset(16)  # grid_sampler's TorchScript symbolic starts at 16
     assert opset.verified is True, opset.check
 
 
-def test_contrib_op_route_for_onnxruntime_is_verified() -> None:
-    fixes = _fixes("export/od201_grid_sampler_opset11.py", all_fixes=True)
-    contrib = fixes["contrib_ops"]
+def test_contrib_op_route_for_onnxruntime_is_verified(grid_sampler_all_fixes: dict[str, Fix]) -> None:
+    contrib = grid_sampler_all_fixes["contrib_ops"]
     assert contrib.verified is True, contrib.check
 
 
@@ -235,12 +252,12 @@ def test_custom_domain_routes_follow_the_schema(path: str) -> None:
         assert fixes[kind].verified is True, (kind, fixes[kind].check)
 
 
-def test_pasted_decomposition_snippet_exports_a_model_that_runs(tmp_path: Path) -> None:
+def test_pasted_decomposition_snippet_exports_a_model_that_runs(myselu_all_fixes: dict[str, Fix], tmp_path: Path) -> None:
     """A new user pasting the best fix under their script gets a model ONNX Runtime runs."""
     import subprocess
     import sys
 
-    fixes = _fixes("export/od203_custom_op_myselu.py")
+    fixes = myselu_all_fixes  # the snippet is the proposal's own text: --all-fixes does not change it
     snippet = fixes["decompose"].snippet.replace("'model.onnx'", repr(str(tmp_path / "fixed.onnx")))
     script = tmp_path / "user_script.py"
     script.write_text((FIXTURES / "export/od203_custom_op_myselu.py").read_text()
@@ -291,11 +308,17 @@ def test_runtime_refusals_of_a_file_are_fixed_by_verified_rewrites(
     ("path", "correction"),
     [
         ("export/od208_dynamic_shapes_wrong_name.py", "rename"),
-        ("export/od208_dynamic_shapes_needs_bounds.py", "suggested"),
+        (NEEDS_BOUNDS, "suggested"),
     ],
 )
-def test_dynamic_shapes_corrections_are_verified(path: str, correction: str, tmp_path: Path) -> None:
-    fixes = _fixes(path)
+def test_dynamic_shapes_corrections_are_verified(path: str, correction: str, tmp_path: Path,
+                                                 needs_bounds_diagnosis: Diagnosis) -> None:
+    # Asked for by name (not looked up inside) so tests/conftest.py sees the shared fixture.
+    if path == NEEDS_BOUNDS:
+        assert needs_bounds_diagnosis.findings, "the fixture should fail"
+        fixes = {fix.kind: fix for fix in needs_bounds_diagnosis.findings[0].fixes}
+    else:
+        fixes = _fixes(path)
     fix = fixes["dynamic_shapes"]
     run_fix_program(fix, FIXTURES / path, tmp_path / "shapes")
     assert fix.recipe and getattr(_step(fix.recipe, DynamicShapes), correction)
@@ -306,8 +329,8 @@ def test_dynamic_shapes_corrections_are_verified(path: str, correction: str, tmp
     assert "exporter" not in fixes  # TorchScript ignores dynamic_shapes: switching would not fix them
 
 
-def test_needs_bounds_finding_names_the_guard_torch_drops() -> None:
-    diagnosis = diagnose(str(FIXTURES / "export/od208_dynamic_shapes_needs_bounds.py"), DiagnoseOptions(fix=False))[0]
+def test_needs_bounds_finding_names_the_guard_torch_drops(needs_bounds_diagnosis: Diagnosis) -> None:
+    diagnosis = needs_bounds_diagnosis  # the finding's message does not depend on fixing
     [finding] = [f for f in diagnosis.findings if f.code == "OD208"]
     assert "5 <= x.shape[0]" in finding.message and "L['x']" not in finding.message
 
