@@ -16,7 +16,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 @pytest.mark.slow
 def test_a_decoder_returning_its_cache_is_OD211_fixed_by_its_own_switch(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
-    options = DiagnoseOptions(all_fixes=True, timeout=600)
+    # Three isolated fix workers, each importing transformers: more than the default --fix-budget
+    # on a busy machine.
+    options = DiagnoseOptions(all_fixes=True, timeout=900, fix_budget=900)
     (diagnosis,) = diagnose(str(FIXTURES / "export/od211_transformers_cache.py"), options)
     (finding,) = [f for f in diagnosis.findings if f.code == "OD211"]
     assert "DynamicCache" in finding.message and finding.source is None  # not "<string>:1"
