@@ -216,10 +216,17 @@ class DecodeCheck:
     `steps` decode steps, each feeding the presents back as the past; the eager reference is the
     exported module's `model` attribute (the transformers model) run on the whole sequence without
     a cache. The tokens must be equal and the last position's logits within the tolerances.
+
+    `encoder`: an encoder-decoder, whose exported module is its decoder (inputs
+    `decoder_input_ids`, `encoder_hidden_states`, `attention_mask`, the past and `cross_key_<i>`/
+    `cross_value_<i>`); its `encoder_export()` gives the encoder's export (module, inputs, options),
+    which writes `encoder_hidden_states` and the cross-attention cache. The prompt is then the
+    encoder's input and the decoder starts from `decoder_start_token_id`.
     """
 
     prompt_lengths: tuple[int, ...] = (4, 9)
     steps: int = 3
+    encoder: bool = False
 
 
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType

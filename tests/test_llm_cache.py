@@ -15,6 +15,7 @@ from onnxdoctor.recipe import DecodeCheck, LoadCode, Recipe, UseExporter
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GPT2 = FIXTURES / "export/od211_gpt2_cache.py"
+BART = FIXTURES / "export/od211_bart_cache.py"
 
 
 def _od211_fixes(**load_facts: object) -> dict[str, object]:
@@ -37,15 +38,20 @@ def test_a_decoder_only_model_with_a_cache_switch_gets_the_flat_cache_fix_beside
     assert Recipe.from_dict(recipe.to_dict()) == recipe  # crosses the process seam
 
 
-def test_no_flat_cache_fix_for_an_encoder_decoder_or_a_model_without_a_cache_switch() -> None:
-    assert "flat_cache" not in _od211_fixes(config_use_cache=True, config_is_encoder_decoder=True)
-    assert "flat_cache" not in _od211_fixes(config_use_cache=None)
+def test_an_encoder_decoder_gets_the_two_file_cache_fix_and_a_model_without_the_switch_none() -> None:
+    fixes = _od211_fixes(config_use_cache=True, config_is_encoder_decoder=True)
+    assert "flat_cache" not in fixes
+    recipe = fixes["flat_cache_seq2seq"].recipe
+    assert recipe is not None and recipe.first(DecodeCheck) == DecodeCheck(encoder=True)
+    assert "model.encoder_export()" in fixes["flat_cache_seq2seq"].snippet
+    none = _od211_fixes(config_use_cache=None)
+    assert "flat_cache" not in none and "flat_cache_seq2seq" not in none
 
 
 def test_the_written_fix_program_runs_the_decode_check() -> None:
     fix = _od211_fixes(config_use_cache=True, config_is_encoder_decoder=False)["flat_cache"]
     program = fix_program(fix, str(GPT2), None, "script")
-    assert "fixkit.decode_check(OUTPUT, loaded, DecodeCheck(prompt_lengths=(4, 9), steps=3))" in program
+    assert "fixkit.decode_check(OUTPUT, loaded, DecodeCheck(prompt_lengths=(4, 9), steps=3, encoder=False))" in program
     assert "dynamo=True" in program and "fixkit.apply_load_code(" in program
     compile(program, "fix.py", "exec")
 
@@ -77,3 +83,22 @@ def test_a_gpt2_exported_with_its_cache_decodes_to_eager_tokens_and_other_weight
     with pytest.raises(StageFailed) as failed:
         greedy_decode(session, other, DecodeCheck(), 1e-4, 1e-3)
     assert failed.value.code == "OD601" and "at a prompt of 4 tokens, the prefill" in failed.value.message
+
+
+@pytest.mark.slow
+def test_a_bart_decoder_with_both_caches_and_its_encoder_decode_like_eager(tmp_path: Path) -> None:
+    """The encoder-decoder route: fix.py writes the decoder and, beside it, the encoder that
+    computes the cross-attention cache, and decodes with both in ONNX Runtime."""
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    fix = _od211_fixes(config_use_cache=True, config_is_encoder_decoder=True)["flat_cache_seq2seq"]
+    printed = run_fix_program(fix, BART, tmp_path / "fix")
+    assert "greedy decoding with the cache gives eager PyTorch's tokens (prompts of 4 and 9 tokens" in printed
+    import onnx
+
+    decoder = onnx.load(str(tmp_path / "fix" / "fixed.onnx"), load_external_data=False)
+    encoder = onnx.load(str(tmp_path / "fix" / "fixed-encoder.onnx"), load_external_data=False)
+    assert [o.name for o in encoder.graph.output] == [
+        "encoder_hidden_states", "cross_key_0", "cross_value_0", "cross_key_1", "cross_value_1"]
+    inputs = [i.name for i in decoder.graph.input]
+    assert inputs[0] == "decoder_input_ids" and "past_key_1" in inputs and "cross_value_1" in inputs
+    assert decoder.graph.output[0].name == "logits"

@@ -172,14 +172,18 @@ def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, at
     Raises:
         SystemExit: the tokens or logits differ, or the model lacks the flat-cache interface.
     """
-    from onnxdoctor.worker.llm_cache import greedy_decode
+    from onnxdoctor.worker.llm_cache import check_decoding
     from onnxdoctor.worker.runtime import cpu_session
     from onnxdoctor.worker.tracebacks import StageFailed
 
+    path = Path(path)
+    encoder = path.with_name(path.stem + "-encoder.onnx")  # an encoder-decoder's second file
     try:
-        facts = greedy_decode(cpu_session(str(path), ()), getattr(loaded.model, "model", None), step, atol, rtol)
+        facts = check_decoding(cpu_session(str(path), ()), loaded.model, step, atol, rtol, encoder)
     except StageFailed as exc:
         raise SystemExit(f"{path}: {exc.message}") from None
+    if step.encoder:
+        print(f"{encoder}: the encoder, with the cross-attention cache the decoder takes")
     lengths = " and ".join(str(n) for n in facts["prompt_lengths"])
     print(f"{path}: greedy decoding with the cache gives eager PyTorch's tokens (prompts of {lengths} "
           f"tokens, a prefill and {facts['steps']} decode steps each; max abs diff of logits "

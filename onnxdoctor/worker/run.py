@@ -60,7 +60,7 @@ from onnxdoctor.worker.facts import (
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
 from onnxdoctor.worker.fixkit import apply_load_code, reference_call
-from onnxdoctor.worker.llm_cache import cache_facts, greedy_decode
+from onnxdoctor.worker.llm_cache import cache_facts, check_decoding
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
     OutOfTime,
@@ -620,8 +620,9 @@ class Runner:
             match step:
                 case DecodeCheck():
                     # A decoder exported with its cache: generation, not one forward pass, is the test.
-                    report["decode"] = greedy_decode(state["session"], getattr(state["loaded"].model, "model", None),
-                                                     step, self.request.atol, self.request.rtol)
+                    encoder = self.workdir / f"encoder-{os.getpid()}-{time.monotonic_ns()}.onnx"
+                    report["decode"] = check_decoding(state["session"], state["loaded"].model, step,
+                                                      self.request.atol, self.request.rtol, encoder)
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):
