@@ -14,7 +14,6 @@ from onnxdoctor.model import Stage, StageOutcome, Status
 from onnxdoctor.recipe import DecodeCheck, LoadCode, Recipe, UseExporter
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-GPT2 = FIXTURES / "export/od211_gpt2_cache.py"
 BART = FIXTURES / "export/od211_bart_cache.py"
 
 
@@ -50,39 +49,84 @@ def test_an_encoder_decoder_gets_the_two_file_cache_fix_and_a_model_without_the_
 
 def test_the_written_fix_program_runs_the_decode_check() -> None:
     fix = _od211_fixes(config_use_cache=True, config_is_encoder_decoder=False)["flat_cache"]
-    program = fix_program(fix, str(GPT2), None, "script")
+    program = fix_program(fix, str(FIXTURES / "export/od211_gpt2_cache.py"), None, "script")
     assert "fixkit.decode_check(OUTPUT, loaded, DecodeCheck(prompt_lengths=(4, 9), steps=3, encoder=False))" in program
     assert "dynamo=True" in program and "fixkit.apply_load_code(" in program
     compile(program, "fix.py", "exec")
 
 
-@pytest.mark.slow
-def test_a_gpt2_exported_with_its_cache_decodes_to_eager_tokens_and_other_weights_do_not(tmp_path: Path) -> None:
-    """fix.py (`--write-fix`) exports GPT-2 with its cache and runs the decode check the worker runs
-    (the worker's own run of it, on Llama: tests/test_real_models.py); the same file against a GPT-2
-    with other weights fails that check."""
-    pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
-    fix = _od211_fixes(config_use_cache=True, config_is_encoder_decoder=False)["flat_cache"]
-    printed = run_fix_program(fix, GPT2, tmp_path / "fix")
-    assert "greedy decoding with the cache gives eager PyTorch's tokens (prompts of 4 and 9 tokens" in printed
+def _next_token_model(path: Path) -> None:
+    """A hand-built ONNX model with the flat-cache interface: each present is the past with the new
+    tokens appended, and the logits pick the token (past + new length) % 5."""
+    import onnx
+    from onnx import TensorProto, helper
 
+    def dims(*names: object) -> list[object]:
+        return list(names)
+
+    nodes = [
+        helper.make_node("Constant", [], ["five"], value=helper.make_tensor("five", TensorProto.INT64, [], [5])),
+        helper.make_node("Constant", [], ["hot"], value=helper.make_tensor("hot", TensorProto.FLOAT, [2], [0, 1])),
+        helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("axes", TensorProto.INT64, [2], [1, 3])),
+        helper.make_node("Cast", ["input_ids"], ["ids"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["ids", "axes"], ["column"]),
+        helper.make_node("Concat", ["column", "column"], ["new"], axis=3),
+        *[helper.make_node("Concat", [f"past_{kv}_0", "new"], [f"present_{kv}_0"], axis=2) for kv in ("key", "value")],
+        # The next token is the length of past + new tokens, mod 5: right only when the past came back.
+        helper.make_node("Shape", ["present_key_0"], ["length"], start=2, end=3),
+        helper.make_node("Mod", ["length", "five"], ["next_one"]),
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Expand", ["next_one", "ids_shape"], ["next"]),
+        helper.make_node("OneHot", ["next", "five", "hot"], ["logits"], axis=-1),
+    ]
+    past = [helper.make_tensor_value_info(f"past_{kv}_0", TensorProto.FLOAT, dims("batch", 1, "past", 2))
+            for kv in ("key", "value")]
+    present = [helper.make_tensor_value_info(f"present_{kv}_0", TensorProto.FLOAT, dims("batch", 1, "total", 2))
+               for kv in ("key", "value")]
+    graph = helper.make_graph(
+        nodes, "next_token",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, dims("batch", "sequence")),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, dims("batch", "total")), *past],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, dims("batch", "sequence", 5)), *present])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+
+
+def test_the_decode_check_feeds_the_cache_back_and_fails_on_another_token(tmp_path: Path) -> None:
     import onnxruntime as ort
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     from onnxdoctor.worker.llm_cache import greedy_decode
     from onnxdoctor.worker.tracebacks import StageFailed
 
-    session = ort.InferenceSession(str(tmp_path / "fix" / "fixed.onnx"), providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    assert names == ["input_ids", "attention_mask", "past_key_0", "past_value_0", "past_key_1", "past_value_1"]
-    assert session.get_inputs()[2].shape == ["batch", 4, "past_sequence", 8]  # dynamic past, fixed heads
-    torch.manual_seed(1)
-    other = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                       initializer_range=0.2)).eval()
+    class Config:
+        vocab_size = 5
+
+        def get_text_config(self, decoder: bool = False) -> Config:
+            return self
+
+    class Output:
+        def __init__(self, logits: torch.Tensor) -> None:
+            self.logits = logits
+
+    class Eager(torch.nn.Module):
+        def __init__(self, shift: int) -> None:
+            super().__init__()
+            self.config, self.shift = Config(), shift
+
+        def forward(self, input_ids: torch.Tensor, use_cache: bool = False) -> Output:
+            # The whole sequence's length (mod 5), plus a shift that makes another model of it.
+            picked = torch.full_like(input_ids, (input_ids.shape[1] + self.shift) % 5)
+            return Output(torch.nn.functional.one_hot(picked, 5).float())
+
+    _next_token_model(tmp_path / "next.onnx")
+    session = ort.InferenceSession(str(tmp_path / "next.onnx"), providers=["CPUExecutionProvider"])
+    facts = greedy_decode(session, Eager(0), DecodeCheck(prompt_lengths=(2, 3), steps=3), 1e-4, 1e-3)
+    assert facts["tokens_equal"] and facts["max_abs_diff"] == 0.0
+    # The past grew by one each step: lengths 2..5 and 3..6, mod 5.
+    assert [run["onnx_tokens"] for run in facts["runs"]] == [[2, 3, 4, 0], [3, 4, 0, 1]]
     with pytest.raises(StageFailed) as failed:
-        greedy_decode(session, other, DecodeCheck(), 1e-4, 1e-3)
-    assert failed.value.code == "OD601" and "at a prompt of 4 tokens, the prefill" in failed.value.message
+        greedy_decode(session, Eager(1), DecodeCheck(prompt_lengths=(2, 3), steps=3), 1e-4, 1e-3)
+    assert failed.value.code == "OD601" and "at a prompt of 2 tokens, the prefill picks token" in failed.value.message
 
 
 @pytest.mark.slow
