@@ -12,7 +12,7 @@ transformers 5.25 and torch 2.13 the ONNX export of a model called with one fail
 decomposition ("Constant tensor lifted_tensor_4 is not in the constants dictionary"), and its
 flattened inputs would carry pytree-derived names. The wrapper exports and is named.
 
-An encoder-decoder (BART, T5) gets two files: its decoder with the self-attention cache and the
+An encoder-decoder (BART) gets two files: its decoder with the self-attention cache and the
 cross-attention cache as tensors (the cross-attention keys/values are reused, not recomputed per
 token), and its encoder, which computes the encoder's output and that cross-attention cache once
 per source.
