@@ -206,11 +206,34 @@ class QuantizeOnnx:
     tolerance: float = 0.05
 
 
+@dataclass(frozen=True)
+class DecodeCheck:
+    """After PARITY, a greedy decode with the exported key/value cache against eager PyTorch.
+
+    For a decoder exported with its cache as flat tensors (the `flat_cache` fix): ONNX inputs
+    `input_ids`, `attention_mask` and `past_key_<i>`/`past_value_<i>`, outputs `logits` and
+    `present_key_<i>`/`present_value_<i>`. At each prompt length, a prefill (empty past) and
+    `steps` decode steps, each feeding the presents back as the past; the eager reference is the
+    exported module's `model` attribute (the transformers model) run on the whole sequence without
+    a cache. The tokens must be equal and the last position's logits within the tolerances.
+
+    `encoder`: an encoder-decoder, whose exported module is its decoder (inputs
+    `decoder_input_ids`, `encoder_hidden_states`, `attention_mask`, the past and `cross_key_<i>`/
+    `cross_value_<i>`); its `encoder_export()` gives the encoder's export (module, inputs, options),
+    which writes `encoder_hidden_states` and the cross-attention cache. The prompt is then the
+    encoder's input and the decoder starts from `decoder_start_token_id`.
+    """
+
+    prompt_lengths: tuple[int, ...] = (4, 9)
+    steps: int = 3
+    encoder: bool = False
+
+
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
-        | DynamicShapes | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx)
+        | DynamicShapes | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, QuantizeOnnx)
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, QuantizeOnnx, DecodeCheck)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
@@ -218,7 +241,7 @@ _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
-                DynamicShapes, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx)
+                DynamicShapes, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck)
 }
 
 S = TypeVar("S")

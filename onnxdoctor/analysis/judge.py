@@ -271,6 +271,15 @@ def _still_wrong(findings: list[Finding], numbers: dict[str, Any]) -> tuple[str 
 
 def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
     if final is Stage.PARITY:
+        decode = (outcome.facts if outcome else {}).get("decode")
+        if isinstance(decode, dict) and decode.get("tokens_equal"):
+            lengths = " and ".join(str(n) for n in decode.get("prompt_lengths", ()))
+            cache = ("the exported caches (and the exported encoder's cross-attention cache)" if decode.get("encoder_decoder")
+                     else "the exported cache")
+            return (f"exports, loads, runs and matches PyTorch; greedy decoding with {cache} in "
+                    f"ONNX Runtime gives eager PyTorch's tokens (prompts of {lengths} tokens, a prefill and "
+                    f"{decode.get('steps')} decode steps each, max abs diff of logits "
+                    f"{float(decode.get('max_abs_diff', 0.0)):.3g})")
         return "exports, loads, runs and matches PyTorch"
     detail = "passes the checker, loads and runs in ONNX Runtime"
     numbers = outcome.facts if outcome else {}

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.recipe import DynamicShapes, QuantizeOnnx, RewriteOnnx
+from onnxdoctor.recipe import DecodeCheck, DynamicShapes, QuantizeOnnx, RewriteOnnx
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
@@ -52,11 +52,15 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
 def apply_load_code(code: str, loaded: LoadedModel, name: str, folder: Path | None = None) -> None:
     """Apply a LOAD fix's code (a wrapper, a switch) as if pasted into the script: the `model` it
     leaves is the one exported, and a setting it defines (`output_names`) is the script's setting
-    from then on."""
+    from then on. Code that defines `example_inputs` anew (a wrapper with other inputs) replaces
+    the example: those positional inputs, and `example_kwargs` if it defines that too."""
     from onnxdoctor.worker.loader import SETTING_NAMES
 
     namespace = run_code(code, loaded, name, folder)
     loaded.model = namespace.get("model", loaded.model)
+    if namespace.get("example_inputs", loaded.args) is not loaded.args:
+        loaded.args = tuple(namespace["example_inputs"])
+        loaded.kwargs = dict(namespace.get("example_kwargs") or {})
     for setting in SETTING_NAMES:
         if setting in namespace and namespace[setting] is not loaded.namespace.get(setting):
             loaded.settings[setting] = namespace[setting]
@@ -158,6 +162,33 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
         raise SystemExit(f"{path}: {report['message']}")
     print(f"{path}: matches PyTorch (max abs diff {report['max_abs_diff']:.3g})")
     return report["max_abs_diff"]
+
+
+def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, atol: float = 1e-4,
+                 rtol: float = 1e-3) -> dict[str, Any]:
+    """Greedy decoding with the written model's cache in ONNX Runtime, against eager PyTorch (the
+    check the worker ran when it verified a flat-cache fix).
+
+    Raises:
+        SystemExit: the tokens or logits differ, or the model lacks the flat-cache interface.
+    """
+    from onnxdoctor.worker.llm_cache import check_decoding
+    from onnxdoctor.worker.runtime import cpu_session
+    from onnxdoctor.worker.tracebacks import StageFailed
+
+    path = Path(path)
+    encoder = path.with_name(path.stem + "-encoder.onnx")  # an encoder-decoder's second file
+    try:
+        facts = check_decoding(cpu_session(str(path), ()), loaded.model, step, atol, rtol, encoder)
+    except StageFailed as exc:
+        raise SystemExit(f"{path}: {exc.message}") from None
+    if step.encoder:
+        print(f"{encoder}: the encoder, with the cross-attention cache the decoder takes")
+    lengths = " and ".join(str(n) for n in facts["prompt_lengths"])
+    print(f"{path}: greedy decoding with the cache gives eager PyTorch's tokens (prompts of {lengths} "
+          f"tokens, a prefill and {facts['steps']} decode steps each; max abs diff of logits "
+          f"{facts['max_abs_diff']:.3g})")
+    return facts
 
 
 @contextlib.contextmanager

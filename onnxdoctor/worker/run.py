@@ -29,6 +29,7 @@ from onnxdoctor.protocol import (
 )
 from onnxdoctor.recipe import (
     CustomOpsets,
+    DecodeCheck,
     DynamicShapes,
     EagerExport,
     EvalMode,
@@ -59,6 +60,7 @@ from onnxdoctor.worker.facts import (
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
 from onnxdoctor.worker.fixkit import apply_load_code, reference_call
+from onnxdoctor.worker.llm_cache import cache_facts, check_decoding
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
     OutOfTime,
@@ -274,6 +276,7 @@ class Runner:
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         facts.update(quantized_facts(model))  # quantized modules (torch.ao)
         facts.update(recurrent_facts(model))  # LSTM options the exporters miss
+        facts.update(cache_facts(model))  # a transformers model's cache (decoder-only or not)
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint
         if expected is not None and facts["fingerprint"]["hash"] != expected:
@@ -616,6 +619,13 @@ class Runner:
                 except Exception:  # best effort: the mismatch itself is reported either way
                     pass
             raise StageFailed(report["message"], report["code"], **facts)
+        for step in state["recipe"].steps:
+            match step:
+                case DecodeCheck():
+                    # A decoder exported with its cache: generation, not one forward pass, is the test.
+                    encoder = self.workdir / f"encoder-{os.getpid()}-{time.monotonic_ns()}.onnx"
+                    report["decode"] = check_decoding(state["session"], state["loaded"].model, step,
+                                                      self.request.atol, self.request.rtol, encoder)
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):

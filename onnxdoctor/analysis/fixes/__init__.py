@@ -26,6 +26,7 @@ from onnxdoctor.analysis.fixes import (
     exporter,
     fake_kernel,
     inference_noops,
+    llm_cache,
     onnx_file,
     opset,
     outputs,
@@ -43,7 +44,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, quantized, recurrent, exporter, runtime, aten_fallback, outputs,
-    target_gaps,
+    llm_cache, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

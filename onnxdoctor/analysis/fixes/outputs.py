@@ -75,8 +75,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             title="Turn the model's cache off: model.config.use_cache = False",
             snippet=USE_CACHE_OFF + EXPORT,
             applicability=Applicability.SAFE,
-            cost="the ONNX model recomputes past keys and values each call (export the cache "
-                 "explicitly, e.g. with optimum, for fast generation)",
+            cost="the ONNX model recomputes past keys and values each call: for generation, export the "
+                 "cache as tensors (the flat-cache fix, verified with --all-fixes)",
             recipe=Recipe("use_cache_off", (LoadCode(USE_CACHE_OFF),), isolated=True),
         ))
     fixes.append(Fix(

@@ -124,7 +124,11 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     if quantize is not None:
         lines.append(f"fixkit.quantize_file(OUTPUT, {quantize!r}).replace(OUTPUT)  # ONNX Runtime's quantization")
         tolerance = f", atol=fixkit.quantization_atol(reference, {quantize.tolerance!r}), rtol=0.0"
-    return "\n".join([*lines, *_after_export(recipe, "reference, loaded", tolerance)]) + "\n"
+    lines += _after_export(recipe, "reference, loaded", tolerance)
+    decode = recipe.first(steps.DecodeCheck)
+    if decode is not None:  # generation with the exported cache, as the worker checked it
+        lines.append(f"fixkit.decode_check(OUTPUT, loaded, {decode!r})")
+    return "\n".join(lines) + "\n"
 
 
 def _file_program(recipe: Recipe, target: str) -> str:
