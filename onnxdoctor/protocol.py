@@ -59,6 +59,9 @@ class WorkerRequest:
     targets: tuple[str, ...] = ()
     # The cap on the worker's memory in MB (0: none); the parent sets it, the worker names it.
     max_memory_mb: int = 0
+    # `onnxdoctor reduce`: instead of the pipeline, search for the smallest model that fails the
+    # same way (docs/reduce.md); None for every other request.
+    reduce: ReduceSpec | None = None
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
@@ -75,7 +78,74 @@ class WorkerRequest:
         data["verify_fixes"] = tuple(Recipe.from_dict(r) for r in data.get("verify_fixes", ()))
         data["apply_fix"] = Recipe.from_dict(data["apply_fix"]) if data.get("apply_fix") else None
         data["targets"] = tuple(data.get("targets", ()))
+        data["reduce"] = ReduceSpec(**data["reduce"]) if data.get("reduce") else None
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ReduceSpec:
+    """What `onnxdoctor reduce` asks of its worker: where to write and how long to search."""
+
+    output: str  # the reduced model (or script) the worker writes, inside the run's folder
+    budget: float = 300.0  # seconds for the search; the best candidate so far is kept when it ends
+
+
+# ReduceOutcome.status values.
+REDUCED = "reduced"  # a smaller model fails the same way (it may be the whole model: nothing to cut)
+HEALTHY = "healthy"  # the model does not fail at all: nothing to reduce
+NOT_REDUCED = "not_reduced"  # no smaller candidate failed the same way
+
+
+@dataclass(frozen=True)
+class ReduceOutcome:
+    """The worker's answer to a reduce request (the event `reduced`).
+
+    `code`, `stage`, `op`, `node`: the failure the original model has, which every kept candidate
+    reproduced; `before` / `after`: sizes (ONNX nodes; for a script, parameters); `what_before` /
+    `what_after`: the same in words ("6 blocks, 1.2 M parameters"); `frozen`: boundary tensors
+    given the values a run of the part before computed; `tried`: candidates run; `path`: the
+    written result (empty unless REDUCED); `budget_spent`: the search stopped at --budget.
+    """
+
+    status: str
+    code: str = ""
+    stage: str = ""
+    op: str = ""
+    node: str = ""
+    message: str = ""
+    before: int = 0
+    after: int = 0
+    what_before: str = ""
+    what_after: str = ""
+    frozen: tuple[str, ...] = ()
+    tried: int = 0
+    path: str = ""
+    extra_files: tuple[str, ...] = ()
+    budget_spent: bool = False
+    verified: bool = False
+    seconds: float = 0.0
+
+    def to_event(self) -> dict[str, Any]:
+        """The outcome as an event line."""
+        return {"event": "reduced", **asdict(self)}
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> ReduceOutcome:
+        """The outcome from its event line; unknown or malformed fields are dropped, never raised on."""
+        known = {f: event[f] for f in cls.__dataclass_fields__ if f in event}
+        for name in ("frozen", "extra_files"):
+            value = known.get(name)
+            known[name] = tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
+        for name in ("before", "after", "tried"):
+            if not isinstance(known.get(name, 0), int):
+                known[name] = 0
+        for name in ("status", "code", "stage", "op", "node", "message", "what_before", "what_after", "path"):
+            if name in known and not isinstance(known[name], str):
+                known[name] = str(known[name])
+        known["budget_spent"] = bool(known.get("budget_spent", False))
+        known["verified"] = bool(known.get("verified", False))
+        known["seconds"] = float(known.get("seconds") or 0.0)
+        return cls(**known)
 
 
 def memory_limiter(megabytes: int) -> Callable[[], None] | None:

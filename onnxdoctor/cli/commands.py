@@ -19,6 +19,7 @@ from typer.exceptions import Abort, TyperException
 
 from onnxdoctor import __version__
 from onnxdoctor.cli.graph import graph_command
+from onnxdoctor.cli.reduce import reduce_command
 from onnxdoctor.cli.scaffold import scaffold_command
 from onnxdoctor.errors import OnnxDoctorError
 from onnxdoctor.safetext import printable
@@ -197,6 +198,7 @@ def diagnose(
 # Registered after `diagnose`, so that `--help` lists the main command first (the README's order).
 app.command("graph")(_guarded(graph_command))
 app.command("scaffold")(_guarded(scaffold_command))
+app.command("reduce")(_guarded(reduce_command))
 
 
 @app.command()

@@ -1,0 +1,141 @@
+"""Run a reduce worker for a model script or an ONNX file, then write its result for the user."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from onnxdoctor.errors import UsageError
+from onnxdoctor.protocol import REDUCED, ReduceOutcome, ReduceSpec, WorkerRequest, WorkerResult
+from onnxdoctor.target import Target, parse_target
+
+# Seconds beyond --budget the worker gets: the original run before the search, writing, verifying.
+SLACK = 120.0
+# ReduceOutcome.status when the worker itself died or ran out of time.
+WORKER_FAILED = "worker_failed"
+
+
+@dataclass(frozen=True)
+class ReduceOptions:
+    """What `reduce` should do: the CLI's flags, as the library takes them."""
+
+    budget: float = 300.0
+    exporter: str | None = None
+    opset: int | None = None
+    custom_op_libraries: tuple[str, ...] = ()
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    max_memory_mb: int | None = None
+
+
+def output_suffix(target: Target) -> str:
+    """The suffix the result must have: `.onnx` for a file, `.py` for a script."""
+    return ".onnx" if target.kind == "onnx" else ".py"
+
+
+def check_reduce_output(target: Target, output: Path, *, force: bool) -> None:
+    """Refuse a bad -o before any work (wrong suffix, the model itself, an existing file)."""
+    from onnxdoctor.outputs import check_output
+
+    if output.suffix.lower() != output_suffix(target):
+        raise UsageError(f"-o {output}: a reduced {'ONNX file' if target.kind == 'onnx' else 'script'} "
+                         f"is written as {output_suffix(target)}")
+    check_output(output, force=force, what="-o", protected=(target.path,))
+    if target.kind == "script":  # the values a repro needs are saved beside it
+        check_output(output.with_suffix(".pt"), force=force, what="-o (its values)", protected=(target.path,))
+
+
+def reduce(
+    target_text: str,
+    output: Path,
+    options: ReduceOptions,
+    *,
+    force: bool = False,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> ReduceOutcome:
+    """Find the smallest model that fails the way the target does and write it to `output`.
+
+    Returns the worker's outcome; its `path` is `output` once written. A worker that dies or runs
+    out of time is an outcome too (status `worker_failed`), never an exception.
+
+    Raises:
+        UsageError, RefusedWrite: bad target or output path (before any work).
+    """
+    from onnxdoctor.outputs import write_file
+    from onnxdoctor.pipeline import memory_cap
+    from onnxdoctor.supervise import make_workdir, run_worker
+
+    target = parse_target(target_text)
+    if not target.path.is_file():
+        raise UsageError(f"{target.path}: no such file")
+    check_reduce_output(target, output, force=force)
+    workdir = make_workdir()
+    try:
+        result_path = workdir / f"reduced{output_suffix(target)}"
+        from onnxdoctor.model import DiagnoseOptions
+
+        request = WorkerRequest(
+            target=str(target.path), kind=target.kind, workdir=str(workdir),
+            events_path=str(workdir / "events.jsonl"), factory=target.factory, exporter=options.exporter,
+            opset=options.opset,
+            custom_op_libraries=tuple(str(Path(p).absolute()) for p in options.custom_op_libraries),
+            atol=options.atol, rtol=options.rtol, input_shapes=dict(options.input_shapes),
+            gather_facts=False, localize_budget=0.0,
+            max_memory_mb=memory_cap(DiagnoseOptions(max_memory_mb=options.max_memory_mb)),
+            reduce=ReduceSpec(output=str(result_path), budget=options.budget),
+        )
+        parent = target.path.parent
+        result = run_worker(request, timeout=options.budget + SLACK, cwd=parent if parent.is_dir() else Path.cwd(),
+                            on_event=progress)
+        outcome = outcome_of(result)
+        if outcome.status == REDUCED and Path(outcome.path).is_file():
+            write_file(output, Path(outcome.path).read_bytes(), force=force, what="-o", protected=(target.path,))
+            extra = []
+            for name in outcome.extra_files:  # repro.pt beside repro.py
+                source = Path(name)
+                if source.is_file():
+                    beside = output.with_suffix(source.suffix)
+                    write_file(beside, source.read_bytes(), force=force, what="-o (its values)",
+                               protected=(target.path,))
+                    extra.append(str(beside))
+            outcome = replace(outcome, path=str(output), extra_files=tuple(extra))
+        return outcome
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def outcome_of(result: WorkerResult) -> ReduceOutcome:
+    """The worker's `reduced` event, or why there is none (it died, or ran out of time)."""
+    event = next((e for e in reversed(result.events) if e.get("event") == "reduced"), None)
+    if event is not None:
+        return ReduceOutcome.from_event(event)
+    if result.timed_out:
+        why = f"the reduce worker was still running after {result.seconds:.0f} s and was killed (raise --budget)"
+    elif result.signal_name:
+        why = f"the reduce worker died ({result.signal_name}) before it had a result"
+    else:
+        last = result.stderr_tail.strip().splitlines()[-1:] or ["no output"]
+        why = f"the reduce worker ended (exit {result.returncode}) without a result: {last[0]}"
+    return ReduceOutcome(WORKER_FAILED, message=why, seconds=round(result.seconds, 3))
+
+
+def describe(outcome: ReduceOutcome) -> list[str]:
+    """The outcome as lines for a terminal (escaped: names come from the user's model)."""
+    from onnxdoctor.safetext import printable
+
+    lines: list[str] = []
+    failure = f"{outcome.code} at {outcome.stage}" + (f" ({outcome.op})" if outcome.op else "")
+    if outcome.status == REDUCED:
+        lines.append(f"reduced: {outcome.what_before} -> {outcome.what_after}; fails the same way: {failure}")
+        if outcome.frozen:
+            lines.append(f"  values from a run of the part before: {', '.join(outcome.frozen)}")
+        lines.append(f"  {outcome.tried} candidate(s) tried in {outcome.seconds:.1f} s"
+                     + ("; the --budget ran out (the best so far is kept)" if outcome.budget_spent else ""))
+        lines.append(f"  wrote {outcome.path}" + "".join(f", {p}" for p in outcome.extra_files))
+    else:
+        lines.append(f"not reduced: {outcome.message}")
+    return [printable(line, one_line=True) for line in lines]
