@@ -90,6 +90,50 @@ class ReduceSpec:
     budget: float = 300.0  # seconds for the search; the best candidate so far is kept when it ends
 
 
+@dataclass(frozen=True)
+class ReproSpec:
+    """What a script's reduce worker found for the repro (the event `repro`); the parent writes it.
+
+    `classes`: the script's classes the submodule is made of (qualified names), whose source the
+    repro copies; `call`: the expression that builds the submodule (`Block(64, 256, gated=True)`);
+    `training` / `modes`: its mode and the submodules whose mode differs from it; `inputs`: the
+    captured positional inputs' shapes and dtypes (`kwarg_inputs` the keyword ones); `state_path`:
+    its weights and captured inputs (torch.save), for when random ones do not reproduce.
+    """
+
+    script: str
+    module_path: str
+    classes: tuple[str, ...]
+    call: str
+    training: bool
+    modes: tuple[tuple[str, bool], ...] = ()
+    inputs: tuple[tuple[tuple[int, ...], str], ...] = ()
+    kwarg_inputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()
+    opset: int | None = None
+    dynamo: bool | None = None
+    state_path: str = ""
+
+    def to_event(self) -> dict[str, Any]:
+        """The spec as an event line."""
+        return {"event": "repro", **asdict(self)}
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> ReproSpec:
+        """The spec from its event line (JSON lists back to tuples)."""
+        return cls(
+            script=str(event.get("script", "")), module_path=str(event.get("module_path", "")),
+            classes=tuple(str(c) for c in event.get("classes") or ()), call=str(event.get("call", "")),
+            training=bool(event.get("training")),
+            modes=tuple((str(n), bool(t)) for n, t in event.get("modes") or ()),
+            inputs=tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in event.get("inputs") or ()),
+            kwarg_inputs=tuple((str(k), tuple(int(d) for d in shape), str(dtype))
+                               for k, shape, dtype in event.get("kwarg_inputs") or ()),
+            opset=event.get("opset") if isinstance(event.get("opset"), int) else None,
+            dynamo=event.get("dynamo") if isinstance(event.get("dynamo"), bool) else None,
+            state_path=str(event.get("state_path", "")),
+        )
+
+
 # ReduceOutcome.status values.
 REDUCED = "reduced"  # a smaller model fails the same way (it may be the whole model: nothing to cut)
 HEALTHY = "healthy"  # the model does not fail at all: nothing to reduce

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.errors import UsageError
-from onnxdoctor.protocol import REDUCED, ReduceOutcome, ReduceSpec, WorkerRequest, WorkerResult
+from onnxdoctor.protocol import (
+    REDUCED,
+    ReduceOutcome,
+    ReduceSpec,
+    ReproSpec,
+    WorkerRequest,
+    WorkerResult,
+)
 from onnxdoctor.target import Target, parse_target
 
 # Seconds beyond --budget the worker gets: the original run before the search, writing, verifying.
@@ -92,20 +99,64 @@ def reduce(
         result = run_worker(request, timeout=options.budget + SLACK, cwd=parent if parent.is_dir() else Path.cwd(),
                             on_event=progress)
         outcome = outcome_of(result)
-        if outcome.status == REDUCED and Path(outcome.path).is_file():
+        if outcome.status == REDUCED and target.kind == "script":
+            outcome = _write_repro(result, outcome, target, output, options, force=force, workdir=workdir)
+        elif outcome.status == REDUCED and Path(outcome.path).is_file():
             write_file(output, Path(outcome.path).read_bytes(), force=force, what="-o", protected=(target.path,))
-            extra = []
-            for name in outcome.extra_files:  # repro.pt beside repro.py
-                source = Path(name)
-                if source.is_file():
-                    beside = output.with_suffix(source.suffix)
-                    write_file(beside, source.read_bytes(), force=force, what="-o (its values)",
-                               protected=(target.path,))
-                    extra.append(str(beside))
-            outcome = replace(outcome, path=str(output), extra_files=tuple(extra))
+            outcome = replace(outcome, path=str(output))
         return outcome
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _write_repro(result: WorkerResult, outcome: ReduceOutcome, target: Target, output: Path,
+                 options: ReduceOptions, *, force: bool, workdir: Path) -> ReduceOutcome:
+    """Write the repro script in a folder of its own, check in a fresh worker that it fails the
+    same way (random inputs first, then the captured weights and inputs), then install it."""
+    from onnxdoctor.outputs import write_file
+    from onnxdoctor.reduce.script import repro_text
+    from onnxdoctor.safetext import printable
+
+    event = next((e for e in result.events if e.get("event") == "repro"), None)
+    if event is None:
+        return replace(outcome, status=WORKER_FAILED, message="the reduce worker gave no repro")
+    spec = ReproSpec.from_event(event)
+    folder = workdir / "repro"  # not the script's folder: the repro must run without it
+    folder.mkdir(exist_ok=True)
+    script = folder / output.name
+    command = f"onnxdoctor reduce {target.display} -o {printable(output.name, one_line=True)}"
+    shown = replace(outcome, message=printable(outcome.message, one_line=True))
+    for with_values in (False, True):
+        script.write_text(repro_text(spec, shown, command, with_values=with_values), "utf-8")
+        if with_values:
+            script.with_suffix(".pt").write_bytes(Path(spec.state_path).read_bytes())
+        again = verify(script, outcome, options)
+        if again:
+            break
+    write_file(output, script.read_bytes(), force=force, what="-o", protected=(target.path,))
+    extra: tuple[str, ...] = ()
+    if with_values:
+        beside = output.with_suffix(".pt")
+        write_file(beside, script.with_suffix(".pt").read_bytes(), force=force, what="-o (its values)",
+                   protected=(target.path,))
+        extra = (str(beside),)
+    return replace(outcome, path=str(output), extra_files=extra, verified=again)
+
+
+def verify(script: Path, outcome: ReduceOutcome, options: ReduceOptions) -> bool:
+    """Diagnose the repro in a fresh worker (no fixes): does it fail with the same code, stage and
+    op (a mismatch: the same code; its first diverging node is the cut's own)?"""
+    from onnxdoctor.model import DiagnoseOptions, Severity
+    from onnxdoctor.pipeline import diagnose
+
+    diagnosis = diagnose(str(script), DiagnoseOptions(
+        exporter=options.exporter, opset=options.opset, custom_op_libraries=options.custom_op_libraries,
+        atol=options.atol, rtol=options.rtol, fix=False, localize_budget=0.0, timeout=max(120.0, options.budget / 2),
+        max_memory_mb=options.max_memory_mb))[0]
+    found = next((f for f in diagnosis.findings if f.severity is Severity.ERROR), None)
+    if found is None or (found.code, found.stage.value) != (outcome.code, outcome.stage):
+        return False
+    return outcome.stage == "parity" or (found.op or "") == outcome.op
 
 
 def outcome_of(result: WorkerResult) -> ReduceOutcome:

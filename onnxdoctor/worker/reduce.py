@@ -38,6 +38,7 @@ class Failure:
     op: str
     node: str
     message: str
+    source: str = ""  # the user's line, `model.py:42`, when known
 
     def same_as(self, other: Failure | None) -> bool:
         """Same code and op (node names and messages may change with the cut)."""
@@ -59,7 +60,7 @@ def first_failure(request: WorkerRequest, run_id: str = "main") -> Failure | Non
     found = next((f for f in findings if f.severity is Severity.ERROR), None)
     if found is None:
         return None
-    return Failure(found.code, found.stage.value, found.op or "", found.node or "", found.message)
+    return Failure(found.code, found.stage.value, found.op or "", found.node or "", found.message, found.source or "")
 
 
 def run_reduce(request: WorkerRequest) -> None:
