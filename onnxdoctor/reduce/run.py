@@ -186,6 +186,9 @@ def describe(outcome: ReduceOutcome) -> list[str]:
             lines.append(f"  values from a run of the part before: {', '.join(outcome.frozen)}")
         lines.append(f"  {outcome.tried} candidate(s) tried in {outcome.seconds:.1f} s"
                      + ("; the --budget ran out (the best so far is kept)" if outcome.budget_spent else ""))
+        if outcome.path.endswith(".py"):
+            lines.append("  checked in a fresh worker: the repro fails the same way" if outcome.verified else
+                         "  NOT confirmed: in a fresh worker the repro did not fail the same way")
         lines.append(f"  wrote {outcome.path}" + "".join(f", {p}" for p in outcome.extra_files))
     else:
         lines.append(f"not reduced: {outcome.message}")

@@ -186,9 +186,11 @@ def main(argv: list[str]) -> int:
     request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
     _die_with_parent(request.workdir)
     if request.reduce is not None:  # `onnxdoctor reduce`: a search instead of the pipeline
-        from onnxdoctor.worker.reduce import run_reduce
+        from onnxdoctor.worker.reduce import finish, reduce_onnx
+        from onnxdoctor.worker.reduce_script import reduce_script
 
-        run_reduce(request)
+        started = time.monotonic()
+        finish(request, (reduce_onnx if request.kind == "onnx" else reduce_script)(request, started), started)
         append_event(request.events_path, {"event": "done"})
         return 0
     runner = Runner(request)

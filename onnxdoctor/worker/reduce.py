@@ -63,15 +63,13 @@ def first_failure(request: WorkerRequest, run_id: str = "main") -> Failure | Non
     return Failure(found.code, found.stage.value, found.op or "", found.node or "", found.message, found.source or "")
 
 
-def run_reduce(request: WorkerRequest) -> None:
-    """Answer a reduce request with one `reduced` event (worker/process.py dispatches here)."""
-    started = time.monotonic()
-    if request.kind == "onnx":
-        outcome = _OnnxReducer(request, started).reduce()
-    else:
-        from onnxdoctor.worker.reduce_script import reduce_script
+def reduce_onnx(request: WorkerRequest, started: float) -> ReduceOutcome:
+    """Answer a reduce request for an ONNX file (worker/process.py dispatches here)."""
+    return _OnnxReducer(request, started).reduce()
 
-        outcome = reduce_script(request, started)
+
+def finish(request: WorkerRequest, outcome: ReduceOutcome, started: float) -> None:
+    """Write the one `reduced` event that answers a reduce request."""
     append_event(request.events_path, replace(outcome, seconds=round(time.monotonic() - started, 3)).to_event())
 
 
