@@ -147,7 +147,7 @@ def reduce_script(request: WorkerRequest, started: float) -> ReduceOutcome:
     exporter = next((r.facts.get("exporter") for r in records if r.stage == "export"), None)
     model = loaded.model
     captured = _capture(model, loaded.args, loaded.kwargs)
-    search = _Search(main, runner, loaded, target, captured, ends)
+    search = _Search(main, runner, loaded, target, captured, ends, shown=request)
     path, tried = search.walk(model)
     if not path:
         return replace(base, tried=tried, budget_spent=time.monotonic() >= ends, what_before=_words(model),
@@ -167,8 +167,9 @@ class _Search:
     """Top-down through the module tree: enter the first child that fails the same way."""
 
     def __init__(self, request: WorkerRequest, runner: Runner, loaded: Any, target: Failure,
-                 captured: dict[str, Any], ends: float) -> None:
+                 captured: dict[str, Any], ends: float, *, shown: WorkerRequest) -> None:
         self.request, self.runner, self.loaded, self.target = request, runner, loaded, target
+        self.shown = shown  # the request whose events the parent reads: progress goes there
         self.captured, self.ends = captured, ends
         self.tried = 0
         self.hints = _hints(loaded.model, target)
@@ -196,9 +197,12 @@ class _Search:
         """The children that were called on the example; a container never called itself
         (a ModuleList iterated in forward) stands for its own children."""
         found: list[tuple[str, Any]] = []
+        import torch
+
+        containers = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
         for name, child in module.named_children():
             path = f"{prefix}{name}"
-            if path in self.captured:
+            if path in self.captured and not isinstance(child, containers):
                 found.append((path, child))
             else:
                 found += self._called_children(child, path + ".")
@@ -220,7 +224,7 @@ class _Search:
         self.runner.run_once(run_id, reuse=reuse)
         failure = first_failure(self.request, run_id)
         same = _same(self.target, failure)
-        progress(self.request, self.tried, _size(module), same, f"parameters ({path})")
+        progress(self.shown, self.tried, _size(module), same, f"parameters ({path})")
         return same
 
 
@@ -236,16 +240,24 @@ def _hints(model: Any, target: Failure) -> list[str]:
     training mode inside a model in eval mode (a mismatch's usual cause)."""
     hints = [name for name, m in model.named_modules() if name and m.training and not model.training]
     line = _source_line(target.source)
+    file = target.source.rpartition(":")[0]
     for name, module in model.named_modules():
-        if not name or line is None:
-            continue
-        try:
-            lines, start = inspect.getsourcelines(type(module))
-        except (OSError, TypeError):
-            continue
-        if start <= line < start + len(lines):
+        if name and line is not None and _holds_line(type(module), file, line):
             hints.append(name)
     return hints
+
+
+def _holds_line(kind: type, file: str, line: int) -> bool:
+    """Whether one of the class's own functions spans `file:line` (from their code objects:
+    the script's module has no source file inspect can find)."""
+    for value in vars(kind).values():
+        code = getattr(value, "__code__", None)
+        if code is None or Path(code.co_filename).name != Path(file).name:
+            continue
+        lines = [number for _start, _end, number in code.co_lines() if number is not None]
+        if lines and min(code.co_firstlineno, *lines) <= line <= max(lines):
+            return True
+    return False
 
 
 def _source_line(source: str) -> int | None:
