@@ -165,6 +165,8 @@ def diagnose(
         [], "--target", metavar="NAME",
         help="Deployment target: ort-cpu (default), ort-cuda, openvino, tensorrt, coreml, ort-web, or all; repeatable.",
     ),
+    reduce: bool = typer.Option(False, "--reduce", help="On a failure, write a minimal repro beside --report (docs/reduce.md)."),
+    reduce_budget: float = typer.Option(300.0, "--reduce-budget", metavar="SECONDS", help="Seconds for --reduce's search."),
 ) -> None:
     """Export, check, load, run and compare a model; name the first thing that breaks."""
     from onnxdoctor.cli.diagnose import Outputs, View, input_bytes, parse_input_shapes, run_diagnose
@@ -189,7 +191,8 @@ def diagnose(
     code = run_diagnose(
         target,
         options,
-        Outputs(output=output, report=report, write_fix=write_fix, force=force),
+        Outputs(output=output, report=report, write_fix=write_fix, force=force, reduce=reduce,
+                reduce_budget=reduce_budget),
         View(json_out=json_out, quiet=quiet, verbose=verbose),
     )
     raise typer.Exit(code)
