@@ -128,3 +128,46 @@ def test_a_deep_model_reduces_to_the_block_with_the_custom_op_and_runs_elsewhere
     again = _cli("diagnose", str(moved), "--no-fix", "--json", cwd=elsewhere)
     first = json.loads(again.stdout)["findings"][0]
     assert (first["code"], first["op"]) == ("OD203", "reducefix::softclamp")
+
+
+def test_the_issue_body_holds_the_error_the_repro_and_the_versions_in_one_block() -> None:
+    from onnxdoctor.model import Diagnosis, Finding, Severity, Stage, StageOutcome, Status
+    from onnxdoctor.render.markdown import Repro, to_markdown
+
+    finding = Finding("OD203", Stage.EXPORT, Severity.ERROR, "custom op x::y has no ONNX export mapping",
+                      op="x::y", evidence=("DispatchError: ```no```",))
+    diagnosis = Diagnosis("model.py", "dynamo", (StageOutcome(Stage.EXPORT, Status.FAILED),), (finding,),
+                          versions={"torch": "2.13.0", "onnx": "1.23.2"})
+    repro = Repro("model.repro.py", "import torch\n```\nx = 1\n", "python", "Net -> Gate", True)
+    text = to_markdown((diagnosis,), command="onnxdoctor diagnose model.py", repro=repro)
+    body = text.split("## Issue body (ready to paste)\n\n", 1)[1]
+    fence = body.splitlines()[0].removesuffix("markdown")
+    inside = body.split("\n" + fence + "\n", 1)[0]
+    assert len(fence) >= 4 and "x = 1" in inside and "- torch: 2.13.0" in inside
+    assert "onnxdoctor diagnose model.repro.py" in inside and "fails the same way when run alone" in inside
+    # without the command (a library caller), the report is as before
+    assert "Issue body" not in to_markdown((diagnosis,))
+
+
+def test_diagnose_reduce_needs_a_report_and_refuses_before_any_work(tmp_path: Path) -> None:
+    from onnxdoctor.cli.diagnose import Outputs, repro_path_for
+    from onnxdoctor.errors import UsageError
+    from onnxdoctor.target import parse_target
+
+    with pytest.raises(UsageError, match="--report"):
+        repro_path_for(parse_target(str(CHAIN)), Outputs(reduce=True))
+    (tmp_path / "r.repro.onnx").write_bytes(b"mine")
+    done = _cli("diagnose", str(CHAIN), "--reduce", "--report", str(tmp_path / "r.md"), cwd=tmp_path)
+    assert done.returncode == 2 and "--force" in done.stderr
+    assert (tmp_path / "r.repro.onnx").read_bytes() == b"mine" and not (tmp_path / "r.md").exists()
+
+
+@pytest.mark.slow
+def test_a_batchnorm_left_in_training_mode_reduces_to_it_and_reproduces_the_mismatch(tmp_path: Path) -> None:
+    out = tmp_path / "repro.py"
+    done = _cli("reduce", str(FIXTURES / "cnn_bn_training.py"), "-o", str(out), "--json", cwd=tmp_path)
+    outcome = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert (outcome["code"], outcome["stage"], outcome["verified"]) == ("OD601", "parity", True)
+    assert outcome["what_after"].startswith("stages.1.second")  # the stage holding that BatchNorm, or it
+    assert "class SmallCnn" not in out.read_text()

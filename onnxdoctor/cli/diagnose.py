@@ -86,7 +86,7 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     onnx_model = _read_quietly(parsed.path) if parsed.kind == "onnx" else None
     protected = protected_paths(parsed.path, onnx_model)
     _check_outputs(outputs, protected)
-    repro_path = _repro_path(parsed, outputs)
+    repro_path = repro_path_for(parsed, outputs)
     if options.input_shapes and onnx_model is not None:
         _check_input_names(onnx_model, options.input_shapes)
 
@@ -130,7 +130,7 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     return 1 if has_errors else 0
 
 
-def _repro_path(target: Target, outputs: Outputs) -> Path | None:
+def repro_path_for(target: Target, outputs: Outputs) -> Path | None:
     """Where --reduce writes the repro: beside the report, `REPORT.repro.py` (or `.onnx`), checked
     now, before any work."""
     if not outputs.reduce:
