@@ -33,6 +33,7 @@ def reduce_command(
     from onnxdoctor.cli.diagnose import parse_input_shapes
     from onnxdoctor.errors import UsageError
     from onnxdoctor.reduce.run import ReduceOptions, describe, reduce
+    from onnxdoctor.safetext import printable
 
     if budget <= 0:
         raise UsageError("--budget must be a positive number of seconds")
@@ -52,8 +53,7 @@ def reduce_command(
         for line in describe(outcome):
             typer.echo(line)
         if outcome.status == REDUCED:
-            run = f"onnxdoctor diagnose {outcome.path}" if outcome.path.endswith(".onnx") else f"python -m onnxdoctor diagnose {outcome.path}"
-            typer.echo(f"  check it: {run}")
+            typer.echo(printable(f"  check it: onnxdoctor diagnose {outcome.path}", one_line=True))
     raise typer.Exit(0 if outcome.status == REDUCED else 1)
 
 

@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 from onnxdoctor.protocol import ReduceOutcome, ReproSpec
+from onnxdoctor.safetext import comment_safe, printable
 
 # Names the protocol reads from a script: the repro defines its own, never the user's.
 PROTOCOL_NAMES = frozenset({"get_model", "get_inputs", "get_inputs2", "model", "example_inputs", "opset_version",
@@ -88,17 +89,15 @@ def repro_text(spec: ReproSpec, outcome: ReduceOutcome, command: str, *, with_va
     source = Path(spec.script).read_text("utf-8")
     body = needed_source(source, spec.classes)
     header = [
-        f'"""Standalone repro written by `{command}`.',
+        f'"""Standalone repro written by `{comment_safe(command)}`.',
         "",
-        f"Original failure: {outcome.code} at {outcome.stage}" + (f" ({outcome.op})" if outcome.op else ""),
-        f"    {outcome.message[:300]}",
-        f"Reduced: {outcome.what_before} -> {outcome.what_after}",
+        f"Original failure: {outcome.code} at {outcome.stage}" + (f" ({comment_safe(outcome.op)})" if outcome.op else ""),
+        f"    {comment_safe(printable(outcome.message, one_line=True)[:300])}",
+        f"Reduced: {comment_safe(outcome.what_before)} -> {comment_safe(outcome.what_after)}",
         "",
-        "Run it: python -m onnxdoctor diagnose THIS_FILE.py  (or python THIS_FILE.py to export it)",
+        "Run it: onnxdoctor diagnose THIS_FILE.py  (or python THIS_FILE.py to export it)",
         '"""',
     ]
-    header = [line.replace('"""', "'''").replace("\\", "\\\\") if 0 < i < len(header) - 1 else line
-              for i, line in enumerate(header)]
     build = [f"    model = {spec.call}", f"    model.train({spec.training})"]
     build += [f"    model.get_submodule({name!r}).train({mode})" for name, mode in spec.modes]
     if with_values:

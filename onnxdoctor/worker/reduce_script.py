@@ -149,16 +149,17 @@ def reduce_script(request: WorkerRequest, started: float) -> ReduceOutcome:
     captured = _capture(model, loaded.args, loaded.kwargs)
     search = _Search(main, runner, loaded, target, captured, ends, shown=request)
     path, tried = search.walk(model)
-    if not path:
-        return replace(base, tried=tried, budget_spent=time.monotonic() >= ends, what_before=_words(model),
-                       message=f"no submodule fails the same way on its own ({tried} tried)")
-    module = model.get_submodule(path)
-    spec = _spec(request, loaded, module, path, captured[path], constructors, exporter)
+    # No submodule fails alone: the repro is the whole model, still without the user's script.
+    module = model.get_submodule(path) if path else model
+    inputs = captured[path] if path else (tuple(loaded.args), dict(loaded.kwargs))
+    spec = _spec(request, loaded, module, path, inputs, constructors, exporter)
     if isinstance(spec, str):
-        return replace(base, tried=tried, message=f"submodule {path} fails the same way, but {spec}")
+        where = f"submodule {path} fails the same way" if path else "no submodule fails the same way alone"
+        return replace(base, tried=tried, what_before=_words(model), message=f"{where}, but {spec}")
     append_event(request.events_path, spec.to_event())
     return replace(base, status=REDUCED, before=_size(model), after=_size(module), tried=tried,
-                   what_before=_words(model), what_after=f"{path}: " + _words(module),
+                   what_before=_words(model),
+                   what_after=f"{path}: " + _words(module) if path else "the whole model (no submodule fails alone)",
                    budget_spent=time.monotonic() >= ends, path=request.reduce.output if request.reduce else "",
                    extra_files=(spec.state_path,))
 
