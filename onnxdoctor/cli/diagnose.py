@@ -158,11 +158,16 @@ def _reduce_beside(target: str, path: Path, options: DiagnoseOptions, outputs: O
                                    custom_op_libraries=options.custom_op_libraries, atol=options.atol,
                                    rtol=options.rtol, input_shapes=dict(options.input_shapes),
                                    max_memory_mb=options.max_memory_mb)
+    from onnxdoctor.render.reduce_progress import ReduceProgress
+
+    show = ReduceProgress(enabled=not view.json_out and not view.quiet and sys.stderr.isatty())
     try:
-        outcome = reduce(target, path, reduce_options, force=outputs.force)
+        outcome = reduce(target, path, reduce_options, force=outputs.force, progress=show)
     except (RefusedWrite, OutputError) as exc:
         notes.append(str(exc))
         return None
+    finally:
+        show.close()
     if not view.json_out:
         for line in describe(outcome):
             print(line, file=sys.stderr)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -42,7 +41,9 @@ def reduce_command(
     options = ReduceOptions(budget=budget, exporter=exporter, opset=opset,
                             custom_op_libraries=tuple(str(p) for p in custom_op_library),
                             input_shapes=parse_input_shapes(tuple(input_shape)), atol=atol, rtol=rtol)
-    show = _Progress(enabled=not json_out and sys.stderr.isatty())
+    from onnxdoctor.render.reduce_progress import ReduceProgress
+
+    show = ReduceProgress(enabled=not json_out and sys.stderr.isatty())
     try:
         outcome = reduce(target, output, options, force=force, progress=show)
     finally:
@@ -55,28 +56,3 @@ def reduce_command(
         if outcome.status == REDUCED:
             typer.echo(printable(f"  check it: onnxdoctor diagnose {outcome.path}", one_line=True))
     raise typer.Exit(0 if outcome.status == REDUCED else 1)
-
-
-class _Progress:
-    """One status line on a terminal (rich), updated from the worker's `reduce_try` events."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        self.status: Any = None
-        if enabled:
-            from rich.console import Console
-
-            self.status = Console(stderr=True).status("reduce: running the original model")
-            self.status.start()
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        if self.status is None:
-            return
-        if event.get("event") == "reduce_try":
-            verdict = "fails the same way" if event.get("same") else "does not"
-            self.status.update(f"reduce: candidate {event.get('tried')} ({event.get('size')} {event.get('unit')}): {verdict}")
-        elif event.get("event") == "start" and event.get("run") == "main":
-            self.status.update(f"reduce: {event.get('stage')}")
-
-    def close(self) -> None:
-        if self.status is not None:
-            self.status.stop()
