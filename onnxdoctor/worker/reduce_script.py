@@ -68,9 +68,14 @@ class _Constructors:
             if outer is not None:
                 with_values = inspect.getargvalues(outer)
                 local = with_values.locals
-                positional = tuple(local[n] for n in with_values.args[1:] if n in local)
+                code = outer.f_code
+                # getargvalues lists keyword-only parameters with the positional ones: split them.
+                named = code.co_varnames[1:code.co_argcount]
+                only = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+                positional = tuple(local[n] for n in named if n in local)
                 extra = tuple(local.get(with_values.varargs, ())) if with_values.varargs else ()
-                keywords = dict(local.get(with_values.keywords, {})) if with_values.keywords else {}
+                keywords = {n: local[n] for n in only if n in local}
+                keywords.update(dict(local.get(with_values.keywords, {})) if with_values.keywords else {})
                 try:
                     calls[module] = ((*positional, *extra), keywords)
                 except TypeError:
