@@ -174,3 +174,18 @@ def test_a_batchnorm_left_in_training_mode_reduces_to_it_and_reproduces_the_mism
     assert (outcome["code"], outcome["stage"], outcome["verified"]) == ("OD601", "parity", True)
     assert outcome["what_after"].startswith("stages.1.second")  # the stage holding that BatchNorm, or it
     assert "class SmallCnn" not in out.read_text()
+
+
+def test_the_repro_script_compiles_whatever_the_message_holds() -> None:
+    from onnxdoctor.protocol import ReduceOutcome, ReproSpec
+    from onnxdoctor.reduce.script import repro_text
+
+    spec = ReproSpec(script=str(FIXTURES / "deep_custom_op.py"), module_path="stages.1.blocks.1.gate",
+                     classes=("Gate",), call="Gate(3.0)", training=False, inputs=(((4, 64), "float32"),),
+                     dynamo=True)
+    outcome = ReduceOutcome("reduced", code="OD203", stage="export", op="reducefix::softclamp",
+                            message='boom """ \\ \x1b[31m\n# not a comment', what_before="DeepNet", what_after="Gate")
+    text = repro_text(spec, outcome, "onnxdoctor reduce m.py -o r.py", with_values=False)
+    tree = compile(text, "repro.py", "exec", flags=0x400, dont_inherit=True)  # ast only: torch not needed
+    assert tree is not None and "\x1b" not in text and "class Gate" in text and "dynamo = True" in text
+    assert "get_model" in text and "class DeepNet" not in text

@@ -119,6 +119,10 @@ def repro_text(spec: ReproSpec, outcome: ReduceOutcome, command: str, *, with_va
             "    torch.onnx.export(model, inputs, Path(__file__).with_suffix('.onnx'), kwargs=kwargs"
             + (f", opset_version={spec.opset}" if spec.opset is not None else "")
             + (f", dynamo={spec.dynamo}" if spec.dynamo is not None else "") + ")"]
-    parts = ["\n".join(header), "from __future__ import annotations\n\nfrom pathlib import Path\n\nimport torch", body, "\n".join(settings),
+    imports = "from __future__ import annotations\n\nfrom pathlib import Path\n\nimport torch"
+    builder = spec.call.partition("(")[0]
+    if "." in builder and builder.split(".")[0] not in spec.classes:  # a library's module, not the script's
+        imports += f"\nimport {builder.rpartition('.')[0]}"
+    parts = ["\n".join(header), imports, body, "\n".join(settings),
              "def get_model():\n    torch.manual_seed(0)\n" + "\n".join(build), "\n".join(main)]
     return "\n\n\n".join(p for p in parts if p.strip()) + "\n"
