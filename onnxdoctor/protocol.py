@@ -78,7 +78,12 @@ class WorkerRequest:
         data["verify_fixes"] = tuple(Recipe.from_dict(r) for r in data.get("verify_fixes", ()))
         data["apply_fix"] = Recipe.from_dict(data["apply_fix"]) if data.get("apply_fix") else None
         data["targets"] = tuple(data.get("targets", ()))
-        data["reduce"] = ReduceSpec(**data["reduce"]) if data.get("reduce") else None
+        if data.get("reduce"):
+            spec = dict(data["reduce"])
+            spec["crashed"] = tuple(tuple(int(i) for i in c) for c in spec.get("crashed") or ())
+            data["reduce"] = ReduceSpec(**spec)
+        else:
+            data["reduce"] = None
         return cls(**data)
 
 
@@ -88,6 +93,8 @@ class ReduceSpec:
 
     output: str  # the reduced model (or script) the worker writes, inside the run's folder
     budget: float = 300.0  # seconds for the search; the best candidate so far is kept when it ends
+    # ONNX candidates (their node indices) that killed an earlier worker: not run again.
+    crashed: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

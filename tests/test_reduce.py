@@ -189,3 +189,19 @@ def test_the_repro_script_compiles_whatever_the_message_holds() -> None:
     tree = compile(text, "repro.py", "exec", flags=0x400, dont_inherit=True)  # ast only: torch not needed
     assert tree is not None and "\x1b" not in text and "class Gate" in text and "dynamo = True" in text
     assert "get_model" in text and "class DeepNet" not in text
+
+
+def test_a_candidate_that_killed_the_worker_is_named_for_the_next_attempt() -> None:
+    from onnxdoctor.protocol import WorkerResult
+    from onnxdoctor.reduce.run import crashed_candidate
+    from onnxdoctor.target import parse_target
+
+    events = [{"event": "reduce_candidate", "nodes": [3]}, {"event": "reduce_try", "tried": 1},
+              {"event": "reduce_candidate", "nodes": [5, 7]}]
+    died = WorkerResult(events=events, returncode=-11, ended_at=0.0, timed_out=False, seconds=1.0)
+    assert crashed_candidate(died, parse_target(str(CHAIN))) == (5, 7)
+    # a worker that ended between candidates, or that was killed at the deadline, names none
+    between = WorkerResult(events=events[:2], returncode=-11, ended_at=0.0, timed_out=False, seconds=1.0)
+    late = WorkerResult(events=events, returncode=-9, ended_at=0.0, timed_out=True, seconds=1.0)
+    assert crashed_candidate(between, parse_target(str(CHAIN))) is None
+    assert crashed_candidate(late, parse_target(str(CHAIN))) is None

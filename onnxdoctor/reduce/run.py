@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +22,8 @@ from onnxdoctor.target import Target, parse_target
 
 # Seconds beyond --budget the worker gets: the original run before the search, writing, verifying.
 SLACK = 120.0
+# How many times a search is started again after a candidate crashed its worker.
+MAX_RETRIES = 3
 # ReduceOutcome.status when the worker itself died or ran out of time.
 WORKER_FAILED = "worker_failed"
 
@@ -96,9 +99,19 @@ def reduce(
             reduce=ReduceSpec(output=str(result_path), budget=options.budget),
         )
         parent = target.path.parent
-        result = run_worker(request, timeout=options.budget + SLACK, cwd=parent if parent.is_dir() else Path.cwd(),
-                            on_event=progress)
-        outcome = outcome_of(result)
+        started = time.monotonic()
+        for _attempt in range(MAX_RETRIES + 1):
+            left = options.budget - (time.monotonic() - started)
+            spec = replace(request.reduce, budget=max(left, 1.0)) if request.reduce else None
+            result = run_worker(replace(request, reduce=spec, events_path=str(workdir / f"events-{_attempt}.jsonl")),
+                                timeout=max(left, 1.0) + SLACK, cwd=parent if parent.is_dir() else Path.cwd(),
+                                on_event=progress)
+            outcome = outcome_of(result)
+            crashed = crashed_candidate(result, target)
+            if outcome.status != WORKER_FAILED or crashed is None or left <= 1.0 or request.reduce is None:
+                break
+            # A candidate crashed ONNX Runtime (the original did not): search again without it.
+            request = replace(request, reduce=replace(request.reduce, crashed=(*request.reduce.crashed, crashed)))
         if outcome.status == REDUCED and target.kind == "script":
             outcome = _write_repro(result, outcome, target, output, options, force=force, workdir=workdir)
         elif outcome.status == REDUCED and Path(outcome.path).is_file():
@@ -157,6 +170,17 @@ def verify(script: Path, outcome: ReduceOutcome, options: ReduceOptions) -> bool
     if found is None or (found.code, found.stage.value) != (outcome.code, outcome.stage):
         return False
     return outcome.stage == "parity" or (found.op or "") == outcome.op
+
+
+def crashed_candidate(result: WorkerResult, target: Target) -> tuple[int, ...] | None:
+    """The ONNX candidate a worker died on (killed by a signal mid-candidate), if any."""
+    if target.kind != "onnx" or result.signal_name is None or result.timed_out:
+        return None
+    last = next((e for e in reversed(result.events) if e.get("event") in ("reduce_candidate", "reduce_try")), None)
+    if last is None or last.get("event") != "reduce_candidate":
+        return None
+    nodes = last.get("nodes")
+    return tuple(int(i) for i in nodes) if isinstance(nodes, list) else None
 
 
 def outcome_of(result: WorkerResult) -> ReduceOutcome:

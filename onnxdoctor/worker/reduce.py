@@ -135,6 +135,12 @@ class _OnnxReducer:
 
         if time.monotonic() >= self.ends:
             raise OutOfBudget
+        key = tuple(sorted(keep))
+        if self.spec is not None and key in self.spec.crashed:
+            # It killed an earlier worker: the original did not crash, so this is another failure.
+            progress(self.request, self.tried, len(keep), False, "nodes")
+            return False
+        append_event(self.request.events_path, {"event": "reduce_candidate", "nodes": list(key)})
         same = self._try(keep, outputs, {})
         if not same and self.target is not None and self.target.stage == "ort_run":
             # A run failure can need the values the part before computes (an index, a shape):
