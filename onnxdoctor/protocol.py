@@ -119,6 +119,10 @@ class ReproSpec:
     opset: int | None = None
     dynamo: bool | None = None
     state_path: str = ""
+    # The failing custom op (`ns::name`) and its call's arguments on the submodule's inputs, for a
+    # repro that calls just that op: ("tensor", shape, dtype) or ("literal", repr text) each.
+    op: str = ""
+    op_args: tuple[tuple[Any, ...], ...] = ()
 
     def to_event(self) -> dict[str, Any]:
         """The spec as an event line."""
@@ -138,6 +142,9 @@ class ReproSpec:
             opset=event.get("opset") if isinstance(event.get("opset"), int) else None,
             dynamo=event.get("dynamo") if isinstance(event.get("dynamo"), bool) else None,
             state_path=str(event.get("state_path", "")),
+            op=str(event.get("op", "")),
+            op_args=tuple(tuple(tuple(v) if isinstance(v, list) else v for v in a) for a in event.get("op_args") or ()
+                          if isinstance(a, list | tuple) and a),
         )
 
 

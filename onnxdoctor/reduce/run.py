@@ -139,13 +139,20 @@ def _write_repro(result: WorkerResult, outcome: ReduceOutcome, target: Target, o
     script = folder / output.name
     command = f"onnxdoctor reduce {target.display} -o {printable(output.name, one_line=True)}"
     shown = replace(outcome, message=printable(outcome.message, one_line=True))
-    for with_values in (False, True):
-        script.write_text(repro_text(spec, shown, command, with_values=with_values), "utf-8")
+    # Smallest first: the custom op alone, then the submodule with random values, then with its
+    # captured weights and inputs.
+    attempts = [(True, False)] if spec.op and spec.op_args else []
+    attempts += [(False, False), (False, True)]
+    again, with_values, op_alone = False, False, False
+    for op_alone, with_values in attempts:
+        script.write_text(repro_text(spec, shown, command, with_values=with_values, op_alone=op_alone), "utf-8")
         if with_values:
             script.with_suffix(".pt").write_bytes(Path(spec.state_path).read_bytes())
         again = verify(script, outcome, options)
         if again:
             break
+    if again and op_alone:
+        outcome = replace(outcome, what_after=f"{outcome.what_after}; written as {spec.op} alone", after=0)
     write_file(output, script.read_bytes(), force=force, what="-o", protected=(target.path,))
     extra: tuple[str, ...] = ()
     if with_values:

@@ -39,17 +39,29 @@ def _is_main_guard(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and "__name__" in _uses(node)
 
 
-def needed_source(source: str, roots: tuple[str, ...]) -> str:
+def _mentions(node: ast.stmt, strings: tuple[str, ...]) -> bool:
+    """Whether a statement holds one of `strings` as a string constant (or a schema starting so):
+    how a custom op's definition names it (`custom_op("ns::name", ...)`, `define("ns::name(...)")`)."""
+    texts = [i.value for i in ast.walk(node) if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+    return any(t == s or t.startswith((s + "(", s + ".")) for t in texts for s in strings)
+
+
+def needed_source(source: str, roots: tuple[str, ...], strings: tuple[str, ...] = ()) -> str:
     """The script's top-level statements that `roots` (class or function names) need, in order.
 
-    A statement is kept when it defines a needed name (which makes the names it uses needed), or
-    when it is a bare call that uses a needed name (a registration: `register_fake`,
+    A statement is kept when it names one of `strings` (a custom op's qualified name), when it
+    defines a needed name (which makes the names it uses needed), or when it is a bare call or a
+    decorated function that uses a needed name (a registration: `register_fake`,
     `register_custom_op_symbolic(...)`). The protocol's own names and the main guard are left out.
     """
     tree = ast.parse(source)
     body = [s for s in tree.body if not _is_main_guard(s) and not (_defines(s) & PROTOCOL_NAMES)]
     needed = {r.split(".")[0] for r in roots}
     keep: set[int] = set()
+    for index, statement in enumerate(body):
+        if strings and _mentions(statement, strings):
+            keep.add(index)
+            needed |= _uses(statement) | _defines(statement)
     changed = True
     while changed:
         changed = False
@@ -84,10 +96,12 @@ def _tensor(shape: tuple[int, ...], dtype: str) -> str:
     return f"torch.randint(0, 4, ({dims}), dtype=torch.{dtype})"
 
 
-def repro_text(spec: ReproSpec, outcome: ReduceOutcome, command: str, *, with_values: bool) -> str:
-    """The repro script. `with_values`: load the captured weights and inputs from the .pt beside it."""
+def repro_text(spec: ReproSpec, outcome: ReduceOutcome, command: str, *, with_values: bool,
+               op_alone: bool = False) -> str:
+    """The repro script. `with_values`: load the captured weights and inputs from the .pt beside
+    it; `op_alone`: a module that calls just the failing custom op (spec.op) with its arguments."""
     source = Path(spec.script).read_text("utf-8")
-    body = needed_source(source, spec.classes)
+    body = needed_source(source, () if op_alone else spec.classes, (spec.op,) if op_alone else ())
     header = [
         f'"""Standalone repro written by `{comment_safe(command)}`.',
         "",
@@ -98,6 +112,8 @@ def repro_text(spec: ReproSpec, outcome: ReduceOutcome, command: str, *, with_va
         "Run it: onnxdoctor diagnose THIS_FILE.py  (or python THIS_FILE.py to export it)",
         '"""',
     ]
+    if op_alone:
+        return _op_alone_text(spec, header, body)
     build = [f"    model = {spec.call}", f"    model.train({spec.training})"]
     build += [f"    model.get_submodule({name!r}).train({mode})" for name, mode in spec.modes]
     if with_values:
@@ -125,4 +141,43 @@ def repro_text(spec: ReproSpec, outcome: ReduceOutcome, command: str, *, with_va
         imports += f"\nimport {builder.rpartition('.')[0]}"
     parts = ["\n".join(header), imports, body, "\n".join(settings),
              "def get_model():\n    torch.manual_seed(0)\n" + "\n".join(build), "\n".join(main)]
+    return "\n\n\n".join(p for p in parts if p.strip()) + "\n"
+
+
+def _op_alone_text(spec: ReproSpec, header: list[str], body: str) -> str:
+    """The repro as a module whose forward calls just the failing custom op."""
+    namespace, _sep, name = spec.op.partition("::")
+    tensors = [a for a in spec.op_args if a[0] == "tensor"]
+    arguments, position = [], 0
+    for item in spec.op_args:
+        if item[0] == "tensor":
+            arguments.append(f"inputs[{position}]")
+            position += 1
+        else:
+            arguments.append(str(item[1]))
+    op_text = f"getattr(getattr(torch.ops, {namespace!r}), {name!r})"
+    module = "\n".join([
+        "class OpAlone(torch.nn.Module):",
+        f'    """Calls just {comment_safe(spec.op)}, with the arguments the failing submodule gave it."""',
+        "",
+        "    def forward(self, *inputs):",
+        f"        return {op_text}({', '.join(arguments)})",
+    ])
+    settings = "\n".join([*([f"opset_version = {spec.opset}"] if spec.opset is not None else []),
+                          *([f"dynamo = {spec.dynamo}"] if spec.dynamo is not None else [])])
+    build = "\n".join([
+        "def get_model():",
+        "    torch.manual_seed(0)",
+        f"    inputs = ({''.join(_tensor(tuple(t[1]), str(t[2])) + ', ' for t in tensors)})",
+        "    return OpAlone(), inputs, {}",
+    ])
+    main = "\n".join([
+        "if __name__ == '__main__':",
+        "    model, inputs, kwargs = get_model()",
+        "    torch.onnx.export(model, inputs, Path(__file__).with_suffix('.onnx')"
+        + (f", opset_version={spec.opset}" if spec.opset is not None else "")
+        + (f", dynamo={spec.dynamo}" if spec.dynamo is not None else "") + ")",
+    ])
+    imports = "from __future__ import annotations\n\nfrom pathlib import Path\n\nimport torch"
+    parts = ["\n".join(header), imports, body, module, settings, build, main]
     return "\n\n\n".join(p for p in parts if p.strip()) + "\n"

@@ -158,6 +158,8 @@ def reduce_script(request: WorkerRequest, started: float) -> ReduceOutcome:
     module = model.get_submodule(path) if path else model
     inputs = captured[path] if path else (tuple(loaded.args), dict(loaded.kwargs))
     spec = _spec(request, loaded, module, path, inputs, constructors, exporter)
+    if not isinstance(spec, str) and "::" in target.op and target.stage == "export":
+        spec = replace(spec, **_op_call(module, inputs, target.op))
     if isinstance(spec, str):
         where = f"submodule {path} fails the same way" if path else "no submodule fails the same way alone"
         return replace(base, tried=tried, what_before=_words(model), message=f"{where}, but {spec}")
@@ -270,6 +272,40 @@ def _source_line(source: str) -> int | None:
     """The line number of a finding's `model.py:42` source, if it has one."""
     _file, _sep, number = source.rpartition(":")
     return int(number) if number.isdigit() else None
+
+
+def _op_call(module: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], op: str) -> dict[str, Any]:
+    """The failing custom op's first call on the submodule's inputs, as ReproSpec fields (none when
+    it is not seen, or takes what a script cannot write: only tensors and literals)."""
+    import copy
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[tuple[Any, ...]] = []
+
+    class Catch(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if not seen and func.name() == op and not kwargs:
+                seen.append(tuple(args))
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with torch.no_grad(), Catch():
+            copy.deepcopy(module)(*inputs[0], **inputs[1])
+    except Exception:
+        return {}
+    if not seen:
+        return {}
+    described: list[tuple[Any, ...]] = []
+    for value in seen[0]:
+        if isinstance(value, torch.Tensor):
+            described.append(("tensor", tuple(value.shape), str(value.dtype).removeprefix("torch.")))
+        elif _literal(value):
+            described.append(("literal", repr(value)))
+        else:
+            return {}
+    return {"op": op, "op_args": tuple(described)}
 
 
 def _spec(request: WorkerRequest, loaded: Any, module: Any, path: str, inputs: tuple[tuple[Any, ...], dict[str, Any]],
