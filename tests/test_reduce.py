@@ -124,6 +124,7 @@ def test_a_deep_model_reduces_to_the_block_with_the_custom_op_and_runs_elsewhere
     assert (outcome["code"], outcome["op"], outcome["verified"]) == ("OD203", "reducefix::softclamp", True)
     text = out.read_text()
     assert "class DeepNet" not in text and "deep_custom_op" not in text.split('"""', 2)[2]
+    assert "class OpAlone" in text and "def softclamp" in text  # the custom op alone, with its definition
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     moved = elsewhere / "repro.py"
