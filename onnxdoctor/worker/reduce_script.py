@@ -151,7 +151,11 @@ def reduce_script(request: WorkerRequest, started: float) -> ReduceOutcome:
         return replace(base, message=f"the script fails before there is a model ({target.message})")
     exporter = next((r.facts.get("exporter") for r in records if r.stage == "export"), None)
     model = loaded.model
-    captured = _capture(model, loaded.args, loaded.kwargs)
+    try:
+        captured = _capture(model, loaded.args, loaded.kwargs)
+    except Exception as exc:  # a model that cannot be copied or hooked: say so, as a finding would
+        return replace(base, what_before=_words(model),
+                       message=f"the submodules' inputs could not be captured ({type(exc).__name__}: {exc})")
     search = _Search(main, runner, loaded, target, captured, ends, shown=request)
     path, tried = search.walk(model)
     # No submodule fails alone: the repro is the whole model, still without the user's script.
