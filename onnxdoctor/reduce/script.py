@@ -20,6 +20,10 @@ PROTOCOL_NAMES = frozenset({"get_model", "get_inputs", "get_inputs2", "model", "
                             "targets"})
 
 
+# What every repro imports itself: the script's own copies of these lines are left out.
+OWN_IMPORTS = frozenset({"import torch", "from pathlib import Path", "from __future__ import annotations"})
+
+
 def _defines(node: ast.stmt) -> set[str]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
@@ -83,7 +87,9 @@ def needed_source(source: str, roots: tuple[str, ...], strings: tuple[str, ...] 
         if isinstance(statement, ast.ImportFrom) and statement.module == "__future__":
             continue  # the repro has its own, first
         first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
-        parts.append("\n".join(lines[first - 1 : statement.end_lineno]))
+        text = "\n".join(lines[first - 1 : statement.end_lineno])
+        if text.strip() not in OWN_IMPORTS:
+            parts.append(text)
     return "\n\n".join(dict.fromkeys(parts))
 
 
