@@ -145,7 +145,8 @@ def _write_repro(result: WorkerResult, outcome: ReduceOutcome, target: Target, o
     attempts += [(False, False), (False, True)]
     again, with_values, op_alone = False, False, False
     for op_alone, with_values in attempts:
-        script.write_text(repro_text(spec, shown, command, with_values=with_values, op_alone=op_alone), "utf-8")
+        said = replace(shown, what_after=f"{shown.what_after}; written as {spec.op} alone") if op_alone else shown
+        script.write_text(repro_text(spec, said, command, with_values=with_values, op_alone=op_alone), "utf-8")
         if with_values:
             script.with_suffix(".pt").write_bytes(Path(spec.state_path).read_bytes())
         again = verify(script, outcome, options)
