@@ -62,6 +62,9 @@ class WorkerRequest:
     # The file the user's code is in, when the target is a script onnxdoctor wrote (the Python
     # API, docs/api.md): source lines point there; None: the target itself.
     source_file: str | None = None
+    # `onnxdoctor reduce`: instead of the pipeline, search for the smallest model that fails the
+    # same way (docs/reduce.md); None for every other request.
+    reduce: ReduceSpec | None = None
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
@@ -78,7 +81,132 @@ class WorkerRequest:
         data["verify_fixes"] = tuple(Recipe.from_dict(r) for r in data.get("verify_fixes", ()))
         data["apply_fix"] = Recipe.from_dict(data["apply_fix"]) if data.get("apply_fix") else None
         data["targets"] = tuple(data.get("targets", ()))
+        if data.get("reduce"):
+            spec = dict(data["reduce"])
+            spec["crashed"] = tuple(tuple(int(i) for i in c) for c in spec.get("crashed") or ())
+            data["reduce"] = ReduceSpec(**spec)
+        else:
+            data["reduce"] = None
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ReduceSpec:
+    """What `onnxdoctor reduce` asks of its worker: where to write and how long to search."""
+
+    output: str  # the reduced model (or script) the worker writes, inside the run's folder
+    budget: float = 300.0  # seconds for the search; the best candidate so far is kept when it ends
+    # ONNX candidates (their node indices) that killed an earlier worker: not run again.
+    crashed: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReproSpec:
+    """What a script's reduce worker found for the repro (the event `repro`); the parent writes it.
+
+    `classes`: the script's classes the submodule is made of (qualified names), whose source the
+    repro copies; `call`: the expression that builds the submodule (`Block(64, 256, gated=True)`);
+    `training` / `modes`: its mode and the submodules whose mode differs from it; `inputs`: the
+    captured positional inputs' shapes and dtypes (`kwarg_inputs` the keyword ones); `state_path`:
+    its weights and captured inputs (torch.save), for when random ones do not reproduce.
+    """
+
+    script: str
+    module_path: str
+    classes: tuple[str, ...]
+    call: str
+    training: bool
+    modes: tuple[tuple[str, bool], ...] = ()
+    inputs: tuple[tuple[tuple[int, ...], str], ...] = ()
+    kwarg_inputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()
+    opset: int | None = None
+    dynamo: bool | None = None
+    state_path: str = ""
+    # The failing custom op (`ns::name`) and its call's arguments on the submodule's inputs, for a
+    # repro that calls just that op: ("tensor", shape, dtype) or ("literal", repr text) each.
+    op: str = ""
+    op_args: tuple[tuple[Any, ...], ...] = ()
+
+    def to_event(self) -> dict[str, Any]:
+        """The spec as an event line."""
+        return {"event": "repro", **asdict(self)}
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> ReproSpec:
+        """The spec from its event line (JSON lists back to tuples)."""
+        return cls(
+            script=str(event.get("script", "")), module_path=str(event.get("module_path", "")),
+            classes=tuple(str(c) for c in event.get("classes") or ()), call=str(event.get("call", "")),
+            training=bool(event.get("training")),
+            modes=tuple((str(n), bool(t)) for n, t in event.get("modes") or ()),
+            inputs=tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in event.get("inputs") or ()),
+            kwarg_inputs=tuple((str(k), tuple(int(d) for d in shape), str(dtype))
+                               for k, shape, dtype in event.get("kwarg_inputs") or ()),
+            opset=event.get("opset") if isinstance(event.get("opset"), int) else None,
+            dynamo=event.get("dynamo") if isinstance(event.get("dynamo"), bool) else None,
+            state_path=str(event.get("state_path", "")),
+            op=str(event.get("op", "")),
+            op_args=tuple(tuple(tuple(v) if isinstance(v, list) else v for v in a) for a in event.get("op_args") or ()
+                          if isinstance(a, list | tuple) and a),
+        )
+
+
+# ReduceOutcome.status values.
+REDUCED = "reduced"  # a smaller model fails the same way (it may be the whole model: nothing to cut)
+HEALTHY = "healthy"  # the model does not fail at all: nothing to reduce
+NOT_REDUCED = "not_reduced"  # no smaller candidate failed the same way
+
+
+@dataclass(frozen=True)
+class ReduceOutcome:
+    """The worker's answer to a reduce request (the event `reduced`).
+
+    `code`, `stage`, `op`, `node`: the failure the original model has, which every kept candidate
+    reproduced; `before` / `after`: sizes (ONNX nodes; for a script, parameters); `what_before` /
+    `what_after`: the same in words ("6 blocks, 1.2 M parameters"); `frozen`: boundary tensors
+    given the values a run of the part before computed; `tried`: candidates run; `path`: the
+    written result (empty unless REDUCED); `budget_spent`: the search stopped at --budget.
+    """
+
+    status: str
+    code: str = ""
+    stage: str = ""
+    op: str = ""
+    node: str = ""
+    message: str = ""
+    before: int = 0
+    after: int = 0
+    what_before: str = ""
+    what_after: str = ""
+    frozen: tuple[str, ...] = ()
+    tried: int = 0
+    path: str = ""
+    extra_files: tuple[str, ...] = ()
+    budget_spent: bool = False
+    verified: bool = False
+    seconds: float = 0.0
+
+    def to_event(self) -> dict[str, Any]:
+        """The outcome as an event line."""
+        return {"event": "reduced", **asdict(self)}
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> ReduceOutcome:
+        """The outcome from its event line; unknown or malformed fields are dropped, never raised on."""
+        known = {f: event[f] for f in cls.__dataclass_fields__ if f in event}
+        for name in ("frozen", "extra_files"):
+            value = known.get(name)
+            known[name] = tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
+        for name in ("before", "after", "tried"):
+            if not isinstance(known.get(name, 0), int):
+                known[name] = 0
+        for name in ("status", "code", "stage", "op", "node", "message", "what_before", "what_after", "path"):
+            if name in known and not isinstance(known[name], str):
+                known[name] = str(known[name])
+        known["budget_spent"] = bool(known.get("budget_spent", False))
+        known["verified"] = bool(known.get("verified", False))
+        known["seconds"] = float(known.get("seconds") or 0.0)
+        return cls(**known)
 
 
 def memory_limiter(megabytes: int) -> Callable[[], None] | None:

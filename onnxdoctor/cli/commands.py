@@ -20,6 +20,7 @@ from typer.exceptions import Abort, TyperException
 
 from onnxdoctor import __version__
 from onnxdoctor.cli.graph import graph_command
+from onnxdoctor.cli.reduce import reduce_command
 from onnxdoctor.cli.scaffold import scaffold_command
 from onnxdoctor.cli.sweep import sweep_command
 from onnxdoctor.errors import OnnxDoctorError
@@ -172,6 +173,8 @@ def diagnose(
         [], "--target", metavar="NAME",
         help="Deployment target: ort-cpu (default), ort-cuda, openvino, tensorrt, coreml, ort-web, or all; repeatable.",
     ),
+    reduce: bool = typer.Option(False, "--reduce", help="On a failure, write a minimal repro beside --report (docs/reduce.md)."),
+    reduce_budget: float = typer.Option(300.0, "--reduce-budget", metavar="SECONDS", help="Seconds for --reduce's search."),
 ) -> None:
     """Export, check, load, run and compare a model; name the first thing that breaks."""
     from onnxdoctor.cli.diagnose import (
@@ -205,7 +208,8 @@ def diagnose(
     code = run_diagnose(
         target,
         options,
-        Outputs(output=output, report=report, write_fix=write_fix, force=force),
+        Outputs(output=output, report=report, write_fix=write_fix, force=force, reduce=reduce,
+                reduce_budget=reduce_budget),
         View(json_out=chosen == "json", quiet=quiet, verbose=verbose, format=chosen),
     )
     raise typer.Exit(code)
@@ -215,6 +219,7 @@ def diagnose(
 app.command("graph")(_guarded(graph_command))
 app.command("scaffold")(_guarded(scaffold_command))
 app.command("sweep")(_guarded(sweep_command))
+app.command("reduce")(_guarded(reduce_command))
 
 
 @app.command()

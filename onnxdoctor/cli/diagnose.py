@@ -54,6 +54,8 @@ class Outputs:
     report: Path | None = None  # --report: the Markdown report
     write_fix: Path | None = None  # --write-fix: the best verified fix, as files
     force: bool = False
+    reduce: bool = False  # --reduce: a repro beside the report (docs/reduce.md)
+    reduce_budget: float = 300.0
 
 
 FORMATS = ("console", "json", "markdown", "github", "sarif")
@@ -104,6 +106,7 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
     onnx_model = _read_quietly(parsed.path) if parsed.kind == "onnx" else None
     protected = protected_paths(parsed.path, onnx_model)
     _check_outputs(outputs, protected)
+    repro_path = repro_path_for(parsed, outputs)
     if options.input_shapes and onnx_model is not None:
         _check_input_names(onnx_model, options.input_shapes)
 
@@ -126,12 +129,16 @@ def run_diagnose(target: str, options: DiagnoseOptions, outputs: Outputs, view: 
         notes[:0] = wrote
     elif not view.json_out:
         _print_result(diagnoses, view, wrote=wrote)
+    repro = None
+    if repro_path is not None and any(f.severity is Severity.ERROR for d in diagnoses for f in d.findings):
+        repro = _reduce_beside(target, repro_path, options, outputs, view, notes)
     if outputs.report is not None:
         from onnxdoctor.render.markdown import to_markdown
 
         try:
-            write_file(outputs.report, to_markdown(diagnoses), force=outputs.force, what="--report",
-                       protected=protected)
+            command = f"onnxdoctor diagnose {parsed.display}"
+            write_file(outputs.report, to_markdown(diagnoses, command=command, repro=repro), force=outputs.force,
+                       what="--report", protected=protected)
         except (RefusedWrite, OutputError) as exc:
             notes.append(str(exc))
             failures.append(str(exc))
@@ -162,6 +169,62 @@ def _print_document(diagnoses: tuple[Diagnosis, ...], chosen: str, script: str) 
 
         text = to_markdown(diagnoses)
     sys.stdout.write(text)
+
+
+def repro_path_for(target: Target, outputs: Outputs) -> Path | None:
+    """Where --reduce writes the repro: beside the report, `REPORT.repro.py` (or `.onnx`), checked
+    now, before any work."""
+    if not outputs.reduce:
+        return None
+    if outputs.report is None:
+        raise UsageError("--reduce writes the repro beside the report: give --report too")
+    if not math.isfinite(outputs.reduce_budget) or outputs.reduce_budget <= 0:
+        raise UsageError("--reduce-budget must be a positive number of seconds")
+    from onnxdoctor.reduce.run import check_reduce_output, output_suffix
+
+    path = outputs.report.with_name(outputs.report.stem + ".repro" + output_suffix(target))
+    check_reduce_output(target, path, force=outputs.force)
+    return path
+
+
+def _reduce_beside(target: str, path: Path, options: DiagnoseOptions, outputs: Outputs, view: View,
+                   notes: list[str]) -> Any:
+    """Run `reduce` for the failure just diagnosed; the Markdown report's repro, or None."""
+    from onnxdoctor.protocol import REDUCED
+    from onnxdoctor.reduce.run import ReduceOptions, describe, reduce
+    from onnxdoctor.render.markdown import Repro
+
+    exporter = options.exporter if options.exporter in ("dynamo", "torchscript") else None
+    reduce_options = ReduceOptions(budget=outputs.reduce_budget, exporter=exporter, opset=options.opset,
+                                   custom_op_libraries=options.custom_op_libraries, atol=options.atol,
+                                   rtol=options.rtol, input_shapes=dict(options.input_shapes),
+                                   max_memory_mb=options.max_memory_mb)
+    from onnxdoctor.render.reduce_progress import ReduceProgress
+
+    show = ReduceProgress(enabled=not view.json_out and not view.quiet and sys.stderr.isatty())
+    try:
+        outcome = reduce(target, path, reduce_options, force=outputs.force, progress=show)
+    except (RefusedWrite, OutputError) as exc:
+        notes.append(str(exc))
+        return None
+    finally:
+        show.close()
+    if not view.json_out:
+        for line in describe(outcome):
+            print(line, file=sys.stderr)
+    if outcome.status != REDUCED:
+        return None
+    written = Path(outcome.path)
+    if written.suffix == ".onnx":
+        import onnx
+        import onnx.printer
+
+        text, language = onnx.printer.to_text(onnx.load(str(written))), "text"
+    else:
+        text, language = written.read_text("utf-8"), "python"
+    return Repro(name=written.name, text=text, language=language,
+                 summary=f"{outcome.what_before} -> {outcome.what_after}",
+                 confirmed=outcome.verified)
 
 
 def _load_renderers() -> None:

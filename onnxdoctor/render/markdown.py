@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from onnxdoctor import __version__
 from onnxdoctor.codes import slug
-from onnxdoctor.model import Diagnosis, Finding, Status
+from onnxdoctor.model import Diagnosis, Finding, Severity, Status
 from onnxdoctor.safetext import markdown_code, markdown_fence, markdown_text, printable
 
 
-def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
-    """Render every run as one Markdown document."""
+@dataclass(frozen=True)
+class Repro:
+    """A repro `diagnose --reduce` wrote beside the report (docs/reduce.md), for the issue body.
+
+    `name`: its file name; `text`: what to paste (the script, or an ONNX file's text form);
+    `language`: the code block's; `summary`: what was reduced; `confirmed`: it was checked to
+    fail the same way in a fresh worker.
+    """
+
+    name: str
+    text: str
+    language: str
+    summary: str
+    confirmed: bool
+
+
+def to_markdown(diagnoses: tuple[Diagnosis, ...], *, command: str = "", repro: Repro | None = None) -> str:
+    """Render every run as one Markdown document.
+
+    Given the `command` that ran, and with an error finding, the document ends with a
+    ready-to-paste issue body: the error, the repro (when `repro` is given), the command, and
+    the versions.
+    """
     # Names and messages come from the model and the script: each is made safe for Markdown where
     # it lands (text, code span, code block), so none can open a heading, HTML or a fence.
     lines: list[str] = [f"# onnxdoctor report: {markdown_code(diagnoses[0].target)}", ""]
@@ -40,8 +63,38 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...]) -> str:
             lines += ["Healthy: exports, passes the checker, loads and runs in ONNX Runtime, matches PyTorch.", ""]
         for finding in diagnosis.findings:
             lines += _finding(finding)
+    lines += issue_body(diagnoses, command=command, repro=repro)
     lines.append(f"_onnxdoctor {__version__}_")
     return "\n".join(lines) + "\n"
+
+
+def issue_body(diagnoses: tuple[Diagnosis, ...], *, command: str = "", repro: Repro | None = None) -> list[str]:
+    """The report's "Issue body" section: Markdown to paste into an upstream issue, inside one
+    code block (so it is copied as written); nothing when no run has an error, or without the
+    command that found it."""
+    found = next(((d, f) for d in diagnoses for f in d.findings if f.severity is Severity.ERROR), None)
+    if found is None or not command:
+        return []
+    diagnosis, finding = found
+    where = f" ({printable(finding.op, one_line=True)})" if finding.op else ""
+    body = [f"### {finding.code} at {finding.stage.value}{where}: {printable(finding.message, one_line=True)[:160]}", ""]
+    error = [printable(finding.message), *(printable(e) for e in finding.evidence[:2])]
+    opening, closing = markdown_fence("\n".join(error), "text")
+    body += ["**Error**", "", opening, *error, closing, ""]
+    if repro is not None:
+        state = "fails the same way when run alone" if repro.confirmed else "not confirmed to fail the same way alone"
+        body += [f"**Repro** ({markdown_code(repro.name)}, {printable(repro.summary, one_line=True)}; {state})", ""]
+        opening, closing = markdown_fence(repro.text, repro.language)
+        body += [opening, *printable(repro.text.rstrip()).split("\n"), closing, ""]
+    if command:
+        run = f"onnxdoctor diagnose {repro.name}" if repro is not None else command
+        body += ["**Command**", "", "```bash", printable(run, one_line=True), "```", ""]
+    versions = diagnosis.versions
+    if versions:
+        body += ["**Versions**", "", *(f"- {k}: {v}" for k, v in versions.items()), ""]
+    text = "\n".join(body)
+    outer, outer_close = markdown_fence(text, "markdown")
+    return ["## Issue body (ready to paste)", "", outer, *body, outer_close, ""]
 
 
 def _finding(finding: Finding) -> list[str]:

@@ -185,6 +185,14 @@ def main(argv: list[str]) -> int:
     become_subreaper()  # the script's daemons stay in this worker's tree (see _die_with_parent)
     request = WorkerRequest.from_json(Path(argv[0]).read_text("utf-8"))
     _die_with_parent(request.workdir)
+    if request.reduce is not None:  # `onnxdoctor reduce`: a search instead of the pipeline
+        from onnxdoctor.worker.reduce import finish, reduce_onnx
+        from onnxdoctor.worker.reduce_script import reduce_script
+
+        started = time.monotonic()
+        finish(request, (reduce_onnx if request.kind == "onnx" else reduce_script)(request, started), started)
+        append_event(request.events_path, {"event": "done"})
+        return 0
     runner = Runner(request)
     beside = _OpenVinoBeside(request, runner)
     runner.before_stage = beside.before_stage
