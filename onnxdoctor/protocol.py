@@ -59,6 +59,10 @@ class WorkerRequest:
     targets: tuple[str, ...] = ()
     # The cap on the worker's memory in MB (0: none); the parent sets it, the worker names it.
     max_memory_mb: int = 0
+    # The SHAPES stage after PARITY (--no-shapes turns it off); `size_sets`: --shapes, each set
+    # {input name: shape}, checked instead of the sizes the stage would choose.
+    check_shapes: bool = True
+    size_sets: tuple[dict[str, list[int]], ...] = ()
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
@@ -75,6 +79,7 @@ class WorkerRequest:
         data["verify_fixes"] = tuple(Recipe.from_dict(r) for r in data.get("verify_fixes", ()))
         data["apply_fix"] = Recipe.from_dict(data["apply_fix"]) if data.get("apply_fix") else None
         data["targets"] = tuple(data.get("targets", ()))
+        data["size_sets"] = tuple(data.get("size_sets", ()))
         return cls(**data)
 
 

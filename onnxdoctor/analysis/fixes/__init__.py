@@ -34,6 +34,7 @@ from onnxdoctor.analysis.fixes import (
     rewrite,
     runtime,
     scripted,
+    shapes,
     target_gaps,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -43,7 +44,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, quantized, recurrent, exporter, runtime, aten_fallback, outputs,
-    target_gaps,
+    target_gaps, shapes,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
