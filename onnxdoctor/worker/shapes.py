@@ -170,7 +170,7 @@ def _runtime_reason(text: str) -> str:
 
 def _one_line(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-    return re.sub(r"\s+", " ", text)[:400]
+    return re.sub(r"\s+", " ", text)[:1500]
 
 
 # ---- which dimensions --------------------------------------------------------------------------

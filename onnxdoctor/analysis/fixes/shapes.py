@@ -49,9 +49,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         ))
     rewrite = rewrite_snippet(detail)
     if rewrite:
+        branch = all(kind == "branch" for _s, kind, _t in detail.lines)
         fixes.append(Fix(
             kind="rewrite_size",
-            title="Keep the size symbolic in your code (x.shape[0] without int(), view(-1, ...), torch.arange)",
+            title=("Put both branches in the graph: torch.cond on the size (or torch.where)" if branch else
+                   "Keep the size symbolic in your code (x.shape[0] without int(), view(-1, ...), torch.arange)"),
             snippet=rewrite,
             applicability=Applicability.DISPLAY_ONLY,
             cost="none; the export then computes the size from the input (a Shape node) instead of storing it",
@@ -99,6 +101,8 @@ def rewrite_snippet(detail: FrozenSize) -> str:
     """The user's lines that freeze a size, each with its rewrite, as a diff-like snippet."""
     out: list[str] = []
     for source, kind, text in detail.lines:
+        if kind in ("range", "numpy", "branch"):
+            text = text.split("  #", 1)[0].rstrip()
         new = text
         if kind == "int":
             new = _INT_OF_SIZE.sub(r"\1", text)
