@@ -57,10 +57,16 @@ def check_sizes(
     examples = [leaves[p] for p in tensor_positions[: len(names)]]
     example_shapes = {n: list(t.shape) for n, t in zip(names, examples)}
     onnx_dims = {i.name: [d if isinstance(d, int) else (d or "?") for d in i.shape] for i in inputs}
-    declared = _declared(loaded, names, dynamo) + [
+    # What the export was given (a fix's corrected or added declaration included), else the script's.
+    export_kwargs = (state.get("export_call") or (None, {}))[1]
+    declared = _declared(loaded, names, dynamo, export_kwargs) + [
         {"input": r[0], "dim": r[1], "name": r[2], "min": r[3], "max": r[4]} for r in declared_extra
     ]
-    declared = [d for d in declared if d["input"] in example_shapes and d["dim"] < len(example_shapes[d["input"]])]
+    unique: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in declared:
+        if row["input"] in example_shapes and row["dim"] < len(example_shapes[row["input"]]):
+            unique.setdefault((row["input"], row["dim"]), row)
+    declared = list(unique.values())
     ranges = _inferred_ranges(state, names) if dynamo else {}
     facts: dict[str, Any] = {
         "example": example_shapes,
@@ -176,9 +182,10 @@ def _one_line(exc: BaseException) -> str:
 # ---- which dimensions --------------------------------------------------------------------------
 
 
-def _declared(loaded: Any, names: list[str], dynamo: bool) -> list[dict[str, Any]]:
-    """The dimensions the script declared dynamic, as (input, dim, name, min, max) rows."""
-    settings = loaded.settings
+def _declared(loaded: Any, names: list[str], dynamo: bool, export_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dimensions declared dynamic in the export, as (input, dim, name, min, max) rows."""
+    settings = {**loaded.settings, **{k: export_kwargs[k] for k in ("dynamic_shapes", "dynamic_axes")
+                                      if export_kwargs.get(k) is not None}}
     rows: list[dict[str, Any]] = []
     if dynamo and settings.get("dynamic_shapes") is not None:
         spec = settings["dynamic_shapes"]
