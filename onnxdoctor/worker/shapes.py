@@ -16,6 +16,7 @@ import copy
 import inspect
 import re
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 # How many sizes are checked besides the example's, and how many eager probes may be spent.
 SIZE_SETS = 3
 MAX_PROBES = 8
+# No new eager or ONNX Runtime run starts after this many seconds of the stage (a slow model).
+TIME_BUDGET = 20.0
 # ONNX Runtime's words for an input whose shape the graph declares otherwise, and for a node
 # that failed while running.
 _INPUT_REFUSED = re.compile(r"Got invalid dimensions for input|Invalid rank for input")
@@ -76,7 +79,12 @@ def check_sizes(
         "exporter": "dynamo" if dynamo else "torchscript",
     }
 
+    started = time.monotonic()
+
     def call(shapes: dict[str, list[int]], seed: int) -> tuple[list[Any], list[Any]]:
+        if time.monotonic() - started > TIME_BUDGET:
+            facts["stopped"] = f"over the stage's {TIME_BUDGET:g} s budget"
+            raise _OutOfTime
         new = list(leaves)
         tensors = []
         generator = torch.Generator().manual_seed(seed)
@@ -120,6 +128,8 @@ def check_sizes(
         varied = [[n, d] for n in names for d, (a, b) in enumerate(zip(full[n], example_shapes[n])) if a != b]
         try:
             tensors, expected = call(full, 1000 + index)
+        except _OutOfTime:
+            break
         except Exception as exc:  # PyTorch itself refuses this size: not the export's fault
             facts["eager_refused"].append({"inputs": full, "error": _one_line(exc)})
             continue
@@ -149,6 +159,10 @@ def check_sizes(
         facts["frozen_nodes"] = _frozen_constants(state, example_shapes, failing)
         facts["size_code"] = size_code_lines(loaded.model)
     return facts
+
+
+class _OutOfTime(Exception):
+    """The stage's time budget ran out: no further size is started."""
 
 
 def _like(example: Any, shape: list[int], generator: Any) -> Any:
@@ -289,6 +303,8 @@ def _probe(example: dict[str, list[int]],
             shapes[name][dim] = size + 1
         try:
             call(shapes, 999)
+        except _OutOfTime:
+            return False
         except Exception:
             probes.append({"dims": members, "accepted": False})
             return False
@@ -318,7 +334,8 @@ def _size_sets(groups: list[Group], example: dict[str, list[int]]) -> list[dict[
         name, dim = members[0]
         size = example[name][dim]
         picks: list[int] = []
-        for value in (size + 1, 2 * size, size + 3, size - 1, size + 5, 2):
+        # Small steps for large dims (an image's 224 becomes 225, 232, 227): the stage stays cheap.
+        for value in (size + 1, 2 * size if size <= 16 else size + 8, size + 3, size - 1, size + 5, 2):
             if value == size or value < 2 or value in picks:
                 continue
             if (low is not None and value < low) or (high is not None and value > high):
