@@ -144,7 +144,7 @@ def test_renderers_show_the_size_matrix_and_json_stays_additive() -> None:
 
 
 @pytest.mark.slow
-def test_declaring_the_dims_is_verified_at_every_checked_size() -> None:
+def test_declaring_the_dims_is_verified_at_every_checked_size(tmp_path: Path) -> None:
     options = DiagnoseOptions(all_fixes=True, max_fix_checks=1, localize_budget=0)
     [diagnosis] = diagnose(str(FIXTURES / "od801_fixed_batch_torchscript.py"), options)
     finding = next(f for f in diagnosis.findings if f.code == "OD801")
@@ -153,6 +153,10 @@ def test_declaring_the_dims_is_verified_at_every_checked_size() -> None:
     assert fix.check is not None and fix.check.sizes == tuple(
         " ".join(f"{n}={'x'.join(map(str, s))}" for n, s in c.inputs) for c in diagnosis.shapes)
     assert len(fix.check.sizes) >= 3 and all(c.status == "refused" for c in diagnosis.shapes)
+    # --write-fix's fix.py exports with the same declaration and checks it against PyTorch.
+    from fix_programs import run_fix_program
+
+    run_fix_program(fix, FIXTURES / "od801_fixed_batch_torchscript.py", tmp_path / "fix")
 
 
 @pytest.mark.slow

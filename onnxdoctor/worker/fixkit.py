@@ -236,12 +236,9 @@ def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
                 bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
                 made[label] = torch.export.Dim(str(label), **bounds)
             shapes.setdefault(name, {})[int(dim)] = made[label]
-        return {"dynamic_shapes": shapes}
+        return {"dynamic_shapes": shapes, "input_names": settings.get("input_names")}
     axes: dict[str, dict[int, str]] = {k: dict(v) if isinstance(v, dict) else {d: f"{k}_{d}" for d in v}
                                        for k, v in (settings.get("dynamic_axes") or {}).items()}
     for name, dim, label, _low, _high in declare.dims:
         axes.setdefault(name, {})[int(dim)] = str(label)
-    extra: dict[str, Any] = {"dynamic_axes": axes}
-    if not settings.get("input_names") and declare.inputs:
-        extra["input_names"] = list(declare.inputs)
-    return extra
+    return {"dynamic_axes": axes, "input_names": settings.get("input_names") or list(declare.inputs) or None}
