@@ -156,6 +156,12 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
     if code == "OD803" and not source:
         branch = next((line for line in lines if line.get("kind") == "branch"), None)
         source = branch["source"] if branch else None
+    guard = next((line for line in lines if line.get("kind") in ("int", "len", "numpy", "range", "branch")), None)
+    if code == "OD804" and guard is not None:
+        # The guard's line (what fixed the size), rather than the node's that then holds it.
+        if source and node:
+            evidence.append(f"{op} node {node} comes from {source}")
+        source = guard["source"]
     if not source and lines:
         source = lines[0]["source"]
     return make_finding(code, Stage.SHAPES, message, op=op, node=node, source=source, evidence=tuple(evidence),

@@ -200,7 +200,11 @@ class Runner:
                     self.before_stage(name, state)
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
                 state[f"{name}_warnings"] = records[-1].warnings
+        # Sizes are checked for the diagnosis's own runs (one per exporter) and for fixes that
+        # declare dims; other fix checks keep their cost (they are judged at the example's size).
+        own_run = self.request.gather_facts and not run_id.startswith("plan")
         if (self.request.kind == "script" and self.request.check_shapes and "parity" not in left_out
+                and (fix is None or own_run or recipe.first(DeclareDynamic) is not None)
                 and records and all(r.status == PASSED for r in records) and records[-1].stage == "parity"):
             # After PARITY, never part of the ladder: a size problem is a finding of its own.
             self.stage("shapes", lambda: self._stage_shapes(state), run_id)
