@@ -390,10 +390,10 @@ def _frozen_constants(state: dict[str, Any], example: dict[str, list[int]],
     for node in model.graph.node:
         if node.op_type not in _SHAPE_OPS:
             continue
-        held = [v for name in node.input[1:] for v in constants.get(name, ()) if v in sizes]
-        if node.op_type in ("Reshape", "Expand", "ConstantOfShape", "Tile") or node.op_type == "Slice":
-            held = held or [v for v in constants.get(node.input[0] if node.op_type == "ConstantOfShape" else "", ())
-                            if v in sizes]
+        # The shape, repeats, bounds or other operand: every input but the data (ConstantOfShape's
+        # only input is its shape).
+        operands = node.input if node.op_type == "ConstantOfShape" else node.input[1:]
+        held = [v for name in operands for v in constants.get(name, ()) if v in sizes]
         if held:
             found.append({"node": node.name, "op": node.op_type, "value": held[0]})
         if len(found) >= 4:
