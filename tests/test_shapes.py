@@ -172,3 +172,25 @@ def test_explicit_sizes_and_no_shapes_through_the_cli() -> None:
     assert [f["code"] for f in document["findings"]] == ["OD801"]
     skipped = runner.invoke(app, ["diagnose", target, "--json", "--no-fix", "--no-shapes"])
     assert json.loads(skipped.output)["shapes"] == []
+
+
+class _Frozen:
+    """forward() with each way a trace freezes a size (read as source, never run)."""
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        b = int(x.shape[0])
+        y = x.view(b, 3, -1)
+        for _i in range(x.shape[1]):
+            pass
+        if x.size(0) > 2:
+            return y
+        return y * 2
+
+
+def test_the_lines_that_turn_a_size_into_a_python_value_are_found() -> None:
+    from onnxdoctor.worker.shapes import size_code_lines
+
+    kinds = [(line["kind"], line["text"]) for line in size_code_lines(_Frozen())]
+    assert kinds == [("int", "b = int(x.shape[0])"), ("view", "y = x.view(b, 3, -1)"),
+                     ("range", "for _i in range(x.shape[1]):"), ("branch", "if x.size(0) > 2:")]
+    assert all(line["source"].startswith("test_shapes.py:") for line in size_code_lines(_Frozen()))
