@@ -41,16 +41,21 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = Fa
             console.print(_size_matrix(diagnosis))
         if diagnosis.targets:
             console.print(_target_matrix(diagnosis))
-    if not diagnosis.findings:
+    # Healthy with warnings only (a fixed-size export, OD801) still says so, then the warnings.
+    if not diagnosis.findings or (diagnosis.healthy and not quiet):
         if diagnosis.exporter is None:
             verdict = "healthy: passes the checker, loads and runs in ONNX Runtime"
         else:
             verdict = ("healthy: exports, passes the checker, loads and runs in ONNX Runtime, "
                        "and matches PyTorch")
-            if diagnosis.shapes:
-                verdict += f" (at {len(diagnosis.shapes) + 1} input sizes)"
+            sizes = 1 + sum(c.status == "passed" for c in diagnosis.shapes)
+            if sizes > 1:
+                verdict += f" (at {sizes} input sizes)"
+        if diagnosis.findings:
+            verdict += f"; {len(diagnosis.findings)} warning(s):"
         console.print(Text(verdict, style="green"))
-        return
+        if not diagnosis.findings:
+            return
     for finding in diagnosis.findings:
         console.print()
         console.print(_finding(finding, verbose=verbose))
