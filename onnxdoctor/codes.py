@@ -23,7 +23,7 @@ class Code:
 
 E, W = Severity.ERROR, Severity.WARNING
 L, X, C, R, U, P = PIPELINE_STAGES  # load, export, check, ort_load, ort_run, parity
-G, T = Stage.TARGET, Stage.TOOL
+G, T, S = Stage.TARGET, Stage.TOOL, Stage.SHAPES
 
 CODES: tuple[Code, ...] = (
     # 0xx: environment (reported against the tool stage)
@@ -97,6 +97,12 @@ CODES: tuple[Code, ...] = (
     Code("OD706", "target-op-restricted", G, W, "A node violates a restriction of the target's operator table (dtype, attribute, constant input, rank)"),
     Code("OD707", "target-runtime-missing", G, W, "The target's runtime is not installed here; the target was not checked", no_fixture_reason="depends on what is installed: the test environment has OpenVINO, and uninstalling it inside a test would change the environment of every other test"),
     Code("OD799", "target-other", G, E, "A deployment target failed for another reason", no_fixture_reason="a catch-all for target failures no other code describes; none is known to produce it"),
+    # 8xx: other input sizes (the SHAPES stage, after parity)
+    Code("OD801", "fixed-size-export", S, W, "Nothing was declared dynamic, and the export runs only at the example's sizes where PyTorch runs others"),
+    Code("OD802", "frozen-size", S, E, "A dimension declared dynamic is frozen to the example's size inside the graph"),
+    Code("OD803", "size-divergence", S, E, "At another input size the exported model runs, and its numbers differ from PyTorch's"),
+    Code("OD804", "dynamo-specialised", S, E, "The dynamo exporter specialised a dimension declared dynamic to one value (a guard fixed it)"),
+    Code("OD899", "shapes-other", S, W, "Checking other input sizes failed for another reason", no_fixture_reason="a catch-all for a size check that could not complete; none is known to produce it"),
     # 9xx: the tool itself
     Code("OD901", "worker-crashed", T, E, "The worker process died from a signal"),
     Code("OD902", "worker-timed-out", T, E, "The worker exceeded the time limit and was killed"),
@@ -142,6 +148,7 @@ def catch_all(stage: Stage) -> str:
         Stage.ORT_RUN: "OD599",
         Stage.PARITY: "OD699",
         Stage.TARGET: "OD799",
+        Stage.SHAPES: "OD899",
         Stage.TOOL: "OD999",
     }[stage]
 

@@ -18,6 +18,9 @@ class Stage(str, Enum):
     ORT_LOAD = "ort_load"
     ORT_RUN = "ort_run"
     PARITY = "parity"
+    # The exported model at other input sizes (after PARITY passed); never part of the ladder, so a
+    # size problem is a finding and never a failed export.
+    SHAPES = "shapes"
     # A deployment target's own verdict (docs/targets.md); runs after the pipeline, never ends it.
     TARGET = "target"
     TOOL = "tool"
@@ -120,6 +123,8 @@ class FixCheck:
     # The fixed model against each requested deployment target: (target, verdict) pairs, e.g.
     # ("ort-cpu", "parity"), ("tensorrt", "refuses 2 nodes") (docs/targets.md).
     targets: tuple[tuple[str, str], ...] = ()
+    # The input sizes the fixed model passed at besides the example's ("x=4x3x16"), in order.
+    sizes: tuple[str, ...] = ()
 
     @property
     def failure(self) -> str:
@@ -210,8 +215,35 @@ class TargetGap:
     model_opset: int | None = None
 
 
+@dataclass(frozen=True)
+class SizeCheck:
+    """The exported model at one other set of input sizes, against eager PyTorch.
+
+    `inputs`: (input name, shape) pairs; `status`: "passed", "failed" (a node failed or the numbers
+    differ) or "refused" (ONNX Runtime refused the input's shape at the graph's boundary).
+    """
+
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    status: str
+    max_abs_diff: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FrozenSize:
+    """A SHAPES finding's figures for the fix families: the dims to declare dynamic, as
+    (input, dim, name, min, max) rows, the size sets checked, and the user's lines that turn a
+    size into a Python value, as (source, kind, text)."""
+
+    dims: tuple[tuple[str, int, str, int | None, int | None], ...] = ()
+    sizes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
+    inputs: tuple[str, ...] = ()
+    lines: tuple[tuple[str, str, str], ...] = ()
+    exporter: str = ""
+
+
 # What a classifier read from a library's message, kept as data for the fix families.
-FindingDetail = IrTooNew | DynamicShapesKeys | SecondInputs | TargetGap
+FindingDetail = IrTooNew | DynamicShapesKeys | SecondInputs | TargetGap | FrozenSize
 
 
 @dataclass(frozen=True)
@@ -246,6 +278,8 @@ class Diagnosis:
     facts: dict[str, Any] = field(default_factory=dict)
     # One onnxdoctor.targets.TargetResult per requested deployment target (empty: ort-cpu only).
     targets: tuple[Any, ...] = ()
+    # The SHAPES stage: one SizeCheck per other input size checked (empty: not run or no sizes).
+    shapes: tuple[SizeCheck, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -283,3 +317,7 @@ class DiagnoseOptions:
     # The file holding the user's model code when the target is a script onnxdoctor generated (the
     # Python API, docs/api.md): findings' source lines point there. None: the target itself.
     source_file: str | None = None
+    # The SHAPES stage (--no-shapes: False); `size_sets`: --shapes, each {input name: shape}, the
+    # sizes checked instead of the ones the stage chooses (input_shapes above is for .onnx files).
+    check_shapes: bool = True
+    size_sets: tuple[dict[str, list[int]], ...] = ()

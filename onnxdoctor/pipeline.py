@@ -19,8 +19,10 @@ from onnxdoctor.analysis.judge import (
     fix_check,
     outcomes_for_run,
     prepare_findings,
+    shapes_outcome,
     to_try,
 )
+from onnxdoctor.analysis.shapes import size_checks
 from onnxdoctor.errors import UsageError
 from onnxdoctor.model import (
     PIPELINE_STAGES,
@@ -111,7 +113,8 @@ def _diagnose(
             continue  # the main run never got past LOAD: there is no second run to report
         outcomes, tool_findings = outcomes_for_run(result, run_id, target, first_run=run_id == "main")
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
-        findings = prepare_findings(outcomes, tool_findings, target, options, exporter)
+        shapes = shapes_outcome(result, run_id)
+        findings = prepare_findings(outcomes, tool_findings, target, options, exporter, shapes)
         if options.fix:
             planned = verifier.planned(result) if run_id == "main" else None
             findings = verifier.search_chains(verifier.verify(findings, planned))
@@ -136,9 +139,12 @@ def _diagnose(
                 findings=tuple(_rank_fixes(f) for f in findings),
                 versions=_versions(),
                 facts={"worker_seconds": round(result.seconds, 3),
+                       **({"shapes_seconds": shapes.seconds, "shapes_origin": shapes.facts.get("origin")}
+                          if shapes is not None else {}),
                        "onnx_path": next((o.facts.get("onnx_path") for o in outcomes
                                           if o.stage is Stage.EXPORT and o.status is Status.PASSED), None)},
                 targets=targets,
+                shapes=size_checks(shapes),
             )
         )
     return tuple(diagnoses)
@@ -247,6 +253,8 @@ def _request(
         targets=_worker_targets(options.targets),
         max_memory_mb=memory_cap(options),
         source_file=options.source_file,
+        check_shapes=options.check_shapes,
+        size_sets=tuple(options.size_sets),
     )
 
 
@@ -282,6 +290,7 @@ _STAGE_LABELS = {
     "ort_load": "loading in ONNX Runtime",
     "ort_run": "running in ONNX Runtime",
     "parity": "comparing with PyTorch",
+    "shapes": "checking other input sizes",
 }
 
 
@@ -462,7 +471,8 @@ class _Verifier:
         if tool:
             return None
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
-        findings = prepare_findings(outcomes, tool, self.target, self.options, exporter)
+        findings = prepare_findings(outcomes, tool, self.target, self.options, exporter,
+                                    shapes_outcome(result, run_id))
         return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None)
 
 

@@ -65,6 +65,10 @@ class WorkerRequest:
     # `onnxdoctor reduce`: instead of the pipeline, search for the smallest model that fails the
     # same way (docs/reduce.md); None for every other request.
     reduce: ReduceSpec | None = None
+    # The SHAPES stage after PARITY (--no-shapes turns it off); `size_sets`: --shapes, each set
+    # {input name: shape}, checked instead of the sizes the stage would choose.
+    check_shapes: bool = True
+    size_sets: tuple[dict[str, list[int]], ...] = ()
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""
@@ -87,6 +91,7 @@ class WorkerRequest:
             data["reduce"] = ReduceSpec(**spec)
         else:
             data["reduce"] = None
+        data["size_sets"] = tuple(data.get("size_sets", ()))
         return cls(**data)
 
 

@@ -169,6 +169,21 @@ class DynamicShapes:
 
 
 @dataclass(frozen=True)
+class DeclareDynamic:
+    """Export with these dimensions declared dynamic, and check the model at these sizes.
+
+    `dims`: (input name, dim, dim name, min, max) rows, a `dynamic_shapes` spec of named Dims for
+    the dynamo exporter, `dynamic_axes` for TorchScript; `sizes`: the size sets ({input: shape})
+    the SHAPES stage checks the fixed model at (the main run's), each as (name, shape) pairs.
+    """
+
+    dims: tuple[tuple[Any, ...], ...] = ()
+    sizes: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...] = ()
+    # The model's input names in order (TorchScript's input_names, when the script sets none).
+    inputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RewriteOnnx:
     """Rewrite the exported (or given) file before checking and running it."""
 
@@ -230,10 +245,10 @@ class DecodeCheck:
 
 
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
-        | DynamicShapes | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck)
+        | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, QuantizeOnnx, DecodeCheck)
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
@@ -241,7 +256,7 @@ _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
-                DynamicShapes, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck)
+                DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck)
 }
 
 S = TypeVar("S")

@@ -28,6 +28,7 @@ STAGE_OF_DIGIT = {
     "5": Stage.ORT_RUN,
     "6": Stage.PARITY,
     "7": Stage.TARGET,
+    "8": Stage.SHAPES,
     "9": Stage.TOOL,
 }
 

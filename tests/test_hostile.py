@@ -431,7 +431,8 @@ def test_a_targets_setting_that_cannot_be_read_is_a_finding_not_a_crash(tmp_path
         "targets = [Bad(), 'nosuchtarget']\ndynamo = False\n\n"
         "def get_model():\n    return torch.nn.Linear(2, 2).eval(), (torch.randn(1, 2),)\n")
     diagnosis = diagnose(str(script), DiagnoseOptions(fix=False, max_memory_mb=4096))[0]
-    assert [f.code for f in diagnosis.findings] == ["OD799", "OD799"], diagnosis.findings
+    # (OD801, the SHAPES stage's fixed-size warning for a model with nothing declared dynamic, aside)
+    assert [f.code for f in diagnosis.findings if f.stage.value != "shapes"] == ["OD799", "OD799"], diagnosis.findings
     assert all(s.status.value == "passed" for s in diagnosis.stages)
     assert "script" not in [t.target for t in diagnosis.targets]
 

@@ -334,7 +334,7 @@ def test_openvino_output_that_differs_from_pytorch_is_od704(tmp_path: Path) -> N
     assert openvino.max_abs_diff is not None and openvino.max_abs_diff > 0.05  # far above f32 rounding
     assert [f.code for f in openvino.findings] == ["OD704"]
     assert by_name["ort-cuda"].findings == () and by_name["ort-cuda"].counts == {"supported": 1}
-    assert [f.code for f in diagnosis.findings] == ["OD704"]
+    assert [f.code for f in diagnosis.findings if f.stage.value != "shapes"] == ["OD704"]  # OD801 aside
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from typing import Any
 
 from onnxdoctor.analysis.classify import classify
 from onnxdoctor.analysis.normalize import first_line, normalize_message
+from onnxdoctor.analysis.shapes import classify_shapes, size_checks, size_label
 from onnxdoctor.model import (
     ONNX_FILE_STAGES,
     PIPELINE_STAGES,
@@ -130,15 +131,30 @@ def _stderr_excerpt(text: str) -> str:
     return normalize_message("\n".join(lines)[-4000:], limit=2000)
 
 
+def shapes_outcome(result: WorkerResult, run_id: str) -> StageOutcome | None:
+    """The SHAPES stage of one run (after PARITY, outside the ladder); None when it did not run.
+
+    A worker that died during it leaves a start and no record: that is the tool finding's to say
+    (the ladder itself passed), so no outcome here.
+    """
+    record = result.records(run_id).get(Stage.SHAPES.value)
+    if record is None or record.status == "skipped":
+        return None
+    return StageOutcome(stage=Stage.SHAPES, status=Status(record.status), seconds=record.seconds,
+                        error=ErrorInfo.from_dict(record.error), facts=record.facts, warnings=record.warnings)
+
+
 def prepare_findings(
     outcomes: list[StageOutcome],
     tool_findings: list[Finding],
     target: Target,
     options: DiagnoseOptions,
     exporter: str | None,
+    shapes: StageOutcome | None = None,
 ) -> list[Finding]:
-    """Classify a run and attach its fixes; the worker calls this too, to plan fix checks."""
-    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool_findings
+    """Classify a run (its SHAPES stage too, when given) and attach its fixes; the worker calls
+    this too, to plan fix checks."""
+    findings = classify(outcomes, base_dir=str(target.path.parent)) + classify_shapes(shapes, outcomes) + tool_findings
     return attach_fixes(findings, outcomes, target, options, exporter)
 
 
@@ -167,8 +183,10 @@ def attach_fixes(
 
 def to_try(finding: Finding, options: DiagnoseOptions) -> list[tuple[int, Fix]]:
     """The fixes of an error finding that will be tried, best first."""
-    # A target's warning (a node ONNX Runtime's CUDA provider leaves to the CPU) is worth a fix too.
-    if finding.severity is not Severity.ERROR and finding.stage is not Stage.TARGET:
+    # A target's warning (a node ONNX Runtime's CUDA provider leaves to the CPU) is worth a fix too;
+    # a fixed-size export's (OD801) only when asked: it costs an export, and the size may be meant.
+    wanted = finding.stage is Stage.TARGET or (finding.stage is Stage.SHAPES and options.all_fixes)
+    if finding.severity is not Severity.ERROR and not wanted:
         return []
     candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and fix.check is None]
     return candidates if options.all_fixes else candidates[: options.max_fix_checks]
@@ -203,12 +221,16 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
     numbers = next((o for o in outcomes if o.stage is final and o.status is not Status.SKIPPED), None)
     producer = next((o for o in outcomes if o.stage in (Stage.EXPORT, Stage.LOAD) and o.facts.get("onnx_path")
                      and o.status is Status.PASSED), None)
-    findings = classify(outcomes, base_dir=str(target.path.parent)) + tool
+    shapes = shapes_outcome(result, run_id)
+    findings = classify(outcomes, base_dir=str(target.path.parent)) + classify_shapes(shapes, outcomes) + tool
     numbers_checked = True
     if failed is None and not tool and reached is final:
         problem, text = _still_wrong(findings, numbers.facts if numbers else {})
         numbers_checked = problem != _UNCHECKED
         status, detail = (Status.FAILED, text) if text else (Status.PASSED, _passed_detail(final, numbers))
+        passed_sizes = [size_label(c.inputs) for c in size_checks(shapes) if c.status == "passed"]
+        if status is Status.PASSED and passed_sizes:
+            detail += f"; and at {', '.join(passed_sizes)}"
         frozen = next((f.detail for f in findings if f.code == "OD210" and isinstance(f.detail, SecondInputs)), None)
         if status is Status.PASSED and frozen is not None:
             # Verified for these inputs only: the trace froze a value, which other inputs may need.
@@ -230,6 +252,7 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
         failed_at=failed.stage if failed else None,
         problem=problem,
         numbers_checked=numbers_checked,
+        sizes=tuple(size_label(c.inputs) for c in size_checks(shapes) if c.status == "passed"),
     )
 
 

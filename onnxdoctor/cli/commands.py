@@ -141,6 +141,13 @@ def diagnose(
     input_shape: list[str] = typer.Option(
         [], "--input-shape", metavar="NAME=DIMS", help="For .onnx targets: name=1,3,224,224 (repeatable)."
     ),
+    shapes: list[str] = typer.Option(
+        [], "--shapes", metavar="NAME=DIMS",
+        help="Check the export at these input sizes (name=4,3,16; several inputs: 'x=4,16;mask=4,16'); repeatable.",
+    ),
+    check_shapes: bool = typer.Option(
+        True, "--shapes-check/--no-shapes", help="Run the exported model at other input sizes after parity.",
+    ),
     max_input_mb: float = typer.Option(
         256.0, "--max-input-mb", metavar="MB", help="For .onnx targets: cap on the generated inputs, all together."
     ),
@@ -183,6 +190,7 @@ def diagnose(
         input_bytes,
         output_format_of,
         parse_input_shapes,
+        parse_size_sets,
         run_diagnose,
     )
     from onnxdoctor.model import DiagnoseOptions
@@ -204,6 +212,8 @@ def diagnose(
         localize_budget=localize_budget,
         targets=tuple(target_names),
         max_memory_mb=max_memory_mb,
+        check_shapes=check_shapes,
+        size_sets=parse_size_sets(tuple(shapes)),
     )
     code = run_diagnose(
         target,

@@ -46,6 +46,30 @@ def parse_input_shapes(items: tuple[str, ...]) -> dict[str, list[int]]:
     return shapes
 
 
+def parse_size_sets(items: tuple[str, ...]) -> tuple[dict[str, list[int]], ...]:
+    """`--shapes` values, one size set each: `x=4,3,16` or, for several inputs at once,
+    `x=4,16;mask=4,16` (or space-separated); one clear error for a malformed item."""
+    sets: list[dict[str, list[int]]] = []
+    for item in items:
+        shapes: dict[str, list[int]] = {}
+        for part in item.replace(";", " ").split():
+            name, sep, dims = part.partition("=")
+            try:
+                if not sep or not name.strip():
+                    raise ValueError
+                values = [int(d) for d in dims.split(",")]
+                if any(v < 0 for v in values):
+                    raise ValueError
+            except ValueError:
+                raise UsageError(f"--shapes {item!r}: expected NAME=D1,D2,... (several inputs: "
+                                 "'x=4,16;mask=4,16') with non-negative integers") from None
+            shapes[name.strip()] = values
+        if not shapes:
+            raise UsageError(f"--shapes {item!r}: expected NAME=D1,D2,...")
+        sets.append(shapes)
+    return tuple(sets)
+
+
 @dataclass(frozen=True)
 class Outputs:
     """The files `diagnose` writes besides what it prints."""

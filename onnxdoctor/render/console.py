@@ -10,6 +10,7 @@ from rich.text import Text
 
 from onnxdoctor.codes import slug
 from onnxdoctor.model import Diagnosis, Finding, Fix, Status
+from onnxdoctor.render.sizes import size_rows
 from onnxdoctor.safetext import printable
 
 _MARKS = {
@@ -36,16 +37,25 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = Fa
     if not quiet:
         console.print(Text.assemble(("onnxdoctor diagnose ", "bold"), (printable(diagnosis.target, one_line=True), "bold cyan"), exporter))
         console.print(_ladder(diagnosis))
+        if diagnosis.shapes:
+            console.print(_size_matrix(diagnosis))
         if diagnosis.targets:
             console.print(_target_matrix(diagnosis))
-    if not diagnosis.findings:
+    # Healthy with warnings only (a fixed-size export, OD801) still says so, then the warnings.
+    if not diagnosis.findings or (diagnosis.healthy and not quiet):
         if diagnosis.exporter is None:
             verdict = "healthy: passes the checker, loads and runs in ONNX Runtime"
         else:
             verdict = ("healthy: exports, passes the checker, loads and runs in ONNX Runtime, "
                        "and matches PyTorch")
+            sizes = 1 + sum(c.status == "passed" for c in diagnosis.shapes)
+            if sizes > 1:
+                verdict += f" (at {sizes} input sizes)"
+        if diagnosis.findings:
+            verdict += f"; {len(diagnosis.findings)} warning(s):"
         console.print(Text(verdict, style="green"))
-        return
+        if not diagnosis.findings:
+            return
     for finding in diagnosis.findings:
         console.print()
         console.print(_finding(finding, verbose=verbose))
@@ -61,6 +71,31 @@ def _ladder(diagnosis: Diagnosis) -> Text:
         text.append(f"{outcome.stage.value:<9}", style="bold" if outcome.status is not Status.SKIPPED else "dim")
         text.append(f" {seconds}  ", style="dim")
         text.append(label + "\n", style=style)
+    text.rstrip()
+    return text
+
+
+_SIZE_STYLES = {"passed": "green", "failed": "red", "refused": "yellow"}
+
+
+def _size_matrix(diagnosis: Diagnosis) -> Text:
+    names, rows = size_rows(diagnosis)
+    widths = [max(len(printable(n, one_line=True)), *(len(r[i]) for r in rows)) for i, n in enumerate(names)]
+    seconds = diagnosis.facts.get("shapes_seconds")
+    origin = {"declared": "declared dynamic dims", "probed": "dims PyTorch runs at other sizes",
+              "explicit": "--shapes", "fix": "a fix's sizes"}.get(str(diagnosis.facts.get("shapes_origin")), "")
+    title = "\n  sizes" + (f" ({origin})" if origin else "") + (f"  {seconds:.2f}s" if isinstance(seconds, float) else "")
+    text = Text(title + "\n", style="bold")
+    text.append("    " + "  ".join(printable(n, one_line=True).ljust(w) for n, w in zip(names, widths))
+                + "  status   max abs diff\n", style="dim")
+    for row in rows:
+        status = row[len(names)]
+        text.append("    " + "  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  ")
+        text.append(f"{status:<8}", style=_SIZE_STYLES.get(status, "dim"))
+        text.append(f" {row[len(names) + 1]:<12}")
+        if row[-1]:
+            text.append("  " + printable(row[-1], one_line=True)[:90], style="dim")
+        text.append("\n")
     text.rstrip()
     return text
 
@@ -132,6 +167,9 @@ def _fix(number: int, fix: Fix, *, show_snippet: bool) -> list[object]:
     parts: list[object] = [_indented(line, 3)]
     if check is not None and not check.works and check.detail:
         parts.append(_indented(Text(printable(check.detail, one_line=True), style="dim"), 6))
+    elif check is not None and check.works and check.sizes:
+        parts.append(_indented(Text("sizes: example, " + printable(", ".join(check.sizes), one_line=True),
+                                    style="dim"), 6))
     elif check is not None and check.works and "; " in check.detail:
         # What a verified fix was checked at beyond the example (other input sets): its proof.
         parts.append(_indented(Text(printable(check.detail.split("; ", 1)[1], one_line=True), style="dim"), 6))

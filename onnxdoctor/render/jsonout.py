@@ -8,7 +8,7 @@ from typing import Any
 
 from onnxdoctor import __version__
 from onnxdoctor.codes import slug
-from onnxdoctor.model import Diagnosis, Finding, Fix, StageOutcome
+from onnxdoctor.model import Diagnosis, Finding, Fix, SizeCheck, StageOutcome
 from onnxdoctor.targets.matrix import target_dict
 
 SCHEMA_VERSION = 2  # 2 added `targets` (README: output contract)
@@ -40,6 +40,8 @@ def fix_dict(fix: Fix) -> dict[str, Any]:
         "targets": dict(check.targets) if check else {},
         # A chain's steps' kinds, in the order found (empty for a single fix).
         "steps": list(fix.steps),
+        # The other input sizes the fixed model passed at (the SHAPES stage), e.g. "x=4x12".
+        "sizes": list(check.sizes) if check else [],
     }
 
 
@@ -69,7 +71,15 @@ def diagnosis_dict(diagnosis: Diagnosis) -> dict[str, Any]:
         "healthy": diagnosis.healthy,
         "stages": [stage_dict(s) for s in diagnosis.stages],
         "findings": [finding_dict(f) for f in diagnosis.findings],
+        "shapes": [size_dict(c) for c in diagnosis.shapes],
     }
+
+
+def size_dict(check: SizeCheck) -> dict[str, Any]:
+    """One size the SHAPES stage checked: `inputs` ({name: shape}), `status` ("passed", "failed",
+    "refused"), `max_abs_diff`, `error`."""
+    return {"inputs": {name: list(shape) for name, shape in check.inputs}, "status": check.status,
+            "max_abs_diff": check.max_abs_diff, "error": check.error}
 
 
 def error_json(code: str, message: str) -> str:

@@ -48,6 +48,14 @@ def to_markdown(diagnoses: tuple[Diagnosis, ...], *, command: str = "", repro: R
             status = "not reached" if outcome.status is Status.SKIPPED else outcome.status.value
             lines.append(f"| {outcome.stage.value} | {status} | {seconds} |")
         lines.append("")
+        if diagnosis.shapes:
+            from onnxdoctor.render.sizes import size_rows
+
+            names, rows = size_rows(diagnosis)
+            lines += ["| " + " | ".join(markdown_text(n) for n in names) + " | status | max abs diff | error |",
+                      "|" + "---|" * (len(names) + 3)]
+            lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in rows]
+            lines.append("")
         if diagnosis.targets:
             from onnxdoctor.targets.matrix import STATIC_LINE, document_lines, matrix_rows
 
@@ -117,6 +125,8 @@ def _finding(finding: Finding) -> list[str]:
         elif check.works:
             diff = f", max abs diff {check.max_abs_diff:.2g}" if check.max_abs_diff is not None else ""
             status = f"verified: reached {check.reached.value if check.reached else '?'}{diff} in {check.seconds:.1f} s"
+            if check.sizes:
+                status += f", and at {markdown_text(', '.join(check.sizes))}"
         else:
             status = f"tried: {check.failure} ({markdown_text(check.detail)})"
         lines += [f"{number}. **{markdown_text(fix.title)}** — {status}", ""]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.recipe import DecodeCheck, DynamicShapes, QuantizeOnnx, RewriteOnnx
+from onnxdoctor.recipe import DecodeCheck, DeclareDynamic, DynamicShapes, QuantizeOnnx, RewriteOnnx
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
@@ -247,3 +247,29 @@ def quantization_atol(reference: list[Any], tolerance: float) -> float:
     largest = max((float(t.detach().abs().max()) for t in reference
                    if isinstance(t, torch.Tensor) and t.numel() and t.is_floating_point()), default=1.0)
     return tolerance * max(largest, 1e-6)
+
+
+def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
+                     settings: dict[str, Any]) -> dict[str, Any]:
+    """torch.onnx.export's arguments for a fix that declares dimensions dynamic: `dynamic_shapes`
+    of named Dims (one Dim per name, shared by every input that uses it) on top of the script's
+    own, or `dynamic_axes` (and `input_names` where the script gives none) for TorchScript."""
+    import torch
+
+    if dynamo:
+        made: dict[str, Any] = {}
+        spec = settings.get("dynamic_shapes")
+        shapes: dict[str, dict[int, Any]] = (
+            {k: dict(v) if isinstance(v, dict) else dict(enumerate(v or ())) for k, v in spec.items()}
+            if isinstance(spec, dict) else {})
+        for name, dim, label, low, high in declare.dims:
+            if label not in made:
+                bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
+                made[label] = torch.export.Dim(str(label), **bounds)
+            shapes.setdefault(name, {})[int(dim)] = made[label]
+        return {"dynamic_shapes": shapes, "input_names": settings.get("input_names")}
+    axes: dict[str, dict[int, str]] = {k: dict(v) if isinstance(v, dict) else {d: f"{k}_{d}" for d in v}
+                                       for k, v in (settings.get("dynamic_axes") or {}).items()}
+    for name, dim, label, _low, _high in declare.dims:
+        axes.setdefault(name, {})[int(dim)] = str(label)
+    return {"dynamic_axes": axes, "input_names": settings.get("input_names") or list(declare.inputs) or None}

@@ -24,6 +24,7 @@ SETTING_NAMES = (
     "input_names",
     "output_names",
     "dynamic_shapes",
+    "dynamic_axes",  # the TorchScript exporter's form (the dynamo exporter reads dynamic_shapes)
     "custom_op_libraries",
     "targets",  # deployment targets (docs/targets.md); --target overrides
 )

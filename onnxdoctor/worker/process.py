@@ -42,14 +42,21 @@ def _result_so_far(request: WorkerRequest) -> WorkerResult:
 
 def _plan(request: WorkerRequest) -> list[Recipe]:
     """The parent's own fix proposals for the main run, computed here (pure code, no second import)."""
-    from onnxdoctor.analysis.judge import outcomes_for_run, prepare_findings, shared_fix_plan
+    from onnxdoctor.analysis.judge import (
+        outcomes_for_run,
+        prepare_findings,
+        shapes_outcome,
+        shared_fix_plan,
+    )
     from onnxdoctor.model import DiagnoseOptions
 
     target = _target(request)
     options = DiagnoseOptions(exporter=request.exporter, opset=request.opset, all_fixes=request.all_fixes)
-    outcomes, tool = outcomes_for_run(_result_so_far(request), "main", target, first_run=False)
+    result = _result_so_far(request)
+    outcomes, tool = outcomes_for_run(result, "main", target, first_run=False)
     exporter = next((o.facts.get("exporter") for o in outcomes if o.stage.value == "export"), None)
-    return shared_fix_plan(prepare_findings(outcomes, tool, target, options, exporter), options)
+    findings = prepare_findings(outcomes, tool, target, options, exporter, shapes_outcome(result, "main"))
+    return shared_fix_plan(findings, options)
 
 
 def _die_with_parent(workdir: str) -> None:

@@ -30,6 +30,7 @@ from onnxdoctor.protocol import (
 from onnxdoctor.recipe import (
     CustomOpsets,
     DecodeCheck,
+    DeclareDynamic,
     DynamicShapes,
     EagerExport,
     EvalMode,
@@ -204,6 +205,14 @@ class Runner:
                     self.before_stage(name, state)
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
                 state[f"{name}_warnings"] = records[-1].warnings
+        # Sizes are checked for the diagnosis's own runs (one per exporter) and for fixes that
+        # declare dims; other fix checks keep their cost (they are judged at the example's size).
+        own_run = self.request.gather_facts and not run_id.startswith("plan")
+        if (self.request.kind == "script" and self.request.check_shapes and "parity" not in left_out
+                and (fix is None or own_run or recipe.first(DeclareDynamic) is not None)
+                and records and all(r.status == PASSED for r in records) and records[-1].stage == "parity"):
+            # After PARITY, never part of the ladder: a size problem is a finding of its own.
+            self.stage("shapes", lambda: self._stage_shapes(state), run_id)
         self.emit({"event": "run_done", "run": run_id})
         return records, state
 
@@ -369,6 +378,13 @@ class Runner:
         }
         if dynamo:
             kwargs["dynamic_shapes"] = settings.get("dynamic_shapes")
+        elif settings.get("dynamic_axes") is not None:
+            kwargs["dynamic_axes"] = settings.get("dynamic_axes")
+        declare = recipe.first(DeclareDynamic)
+        if declare is not None:
+            from onnxdoctor.worker.fixkit import declared_dynamic
+
+            kwargs.update(declared_dynamic(loaded, declare, dynamo, settings))
         model_or_program: Any = loaded.model
         for step in recipe.steps:
             match step:
@@ -632,6 +648,19 @@ class Runner:
                 report["second_inputs"] = second_input_check(
                     state, self.request.atol, self.request.rtol, self._retrace(state), self.code)
         return report
+
+    # ---- SHAPES --------------------------------------------------------------------------
+
+    def _stage_shapes(self, state: dict[str, Any]) -> dict[str, Any]:
+        from onnxdoctor.worker.shapes import check_sizes
+
+        declare = state["recipe"].first(DeclareDynamic)
+        return check_sizes(
+            state, atol=self.request.atol, rtol=self.request.rtol, explicit=self.request.size_sets,
+            dynamo=state.get("exporter") == "dynamo",
+            declared_extra=declare.dims if declare else (),
+            sizes_from_fix=tuple({n: list(v) for n, v in s} for s in declare.sizes) if declare else (),
+        )
 
     def _retrace(self, state: dict[str, Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Path] | None:
         """The export of this run again, traced at other inputs (None where it cannot be redone)."""

@@ -35,6 +35,7 @@ from onnxdoctor.analysis.fixes import (
     rewrite,
     runtime,
     scripted,
+    shapes,
     target_gaps,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -44,7 +45,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, quantized, recurrent, exporter, runtime, aten_fallback, outputs,
-    llm_cache, target_gaps,
+    llm_cache, target_gaps, shapes,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

@@ -107,9 +107,17 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
             case steps.OperatorExportType(name=name):
                 options.append(f"operator_export_type=torch.onnx.OperatorExportTypes.{name}")
     shapes = recipe.first(steps.DynamicShapes)
-    if dynamo != "False":
+    declare = recipe.first(steps.DeclareDynamic)
+    if declare is not None:
+        # The dims the fix declares, on top of the script's: dynamic_shapes of named Dims, or
+        # dynamic_axes with input_names for TorchScript (fixkit builds both as the check did).
+        options = [o for o in options if not o.startswith("input_names=")]
+        options.append(f"**fixkit.declared_dynamic(loaded, {declare!r}, {dynamo}, loaded.settings)")
+    elif dynamo != "False":
         options.append(f"dynamic_shapes=fixkit.dynamic_shapes(loaded.settings, {shapes!r})"
                        if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
+    if declare is None and dynamo == "False":
+        options.append("dynamic_axes=loaded.settings.get('dynamic_axes')")  # the script's, as exported
     joined = ",\n    ".join(options)
     eager = recipe.first(EagerExport)
     if eager:

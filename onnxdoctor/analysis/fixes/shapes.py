@@ -1,0 +1,126 @@
+"""Fixes for sizes the export froze (OD801-OD804): declare the dims, switch exporter, rewrite the line.
+
+Each recipe carries the size sets the main run checked (`DeclareDynamic.sizes`): the fixed model
+is verified at the example's size (PARITY) and at every one of them (SHAPES), and its FixCheck
+lists the sizes it passed at.
+"""
+
+from __future__ import annotations
+
+import re
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize
+from onnxdoctor.recipe import DeclareDynamic, Recipe, UseExporter
+
+CODES = ("OD801", "OD802", "OD803", "OD804")
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Declared dims (dynamic_shapes / dynamic_axes), the other exporter, the user's line rewritten."""
+    detail = finding.detail
+    if not isinstance(detail, FrozenSize) or ctx.target_kind != "script":
+        return []
+    exporter = detail.exporter or ctx.exporter or "dynamo"
+    declare = DeclareDynamic(dims=detail.dims, sizes=detail.sizes, inputs=detail.inputs)
+    fixes: list[Fix] = []
+    if finding.code == "OD801" and detail.dims:
+        fixes.append(Fix(
+            kind="declare_dynamic",
+            title=("Declare the dimensions dynamic: dynamic_shapes with named Dims" if exporter == "dynamo"
+                   else "Declare the dimensions dynamic: dynamic_axes"),
+            snippet=declaration_snippet(detail, exporter),
+            applicability=Applicability.SAFE,
+            cost="none at run time; the bounds are from the sizes seen here, widen them to what you deploy",
+            recipe=Recipe("declare_dynamic", (declare, UseExporter(exporter))),
+        ))
+    if finding.code in ("OD802", "OD803", "OD804") and detail.dims:
+        other = "torchscript" if exporter == "dynamo" else "dynamo"
+        fixes.append(Fix(
+            kind="exporter",
+            title=f"Use the {other} exporter with the same dimensions declared dynamic",
+            snippet=declaration_snippet(detail, other),
+            applicability=Applicability.SAFE,
+            cost=("the TorchScript exporter is deprecated and traces: a size it turns into a number is frozen too"
+                  if other == "torchscript" else
+                  "the dynamo exporter keeps x.shape[0] symbolic, but a size turned into a Python int is fixed "
+                  "by a guard there too"),
+            recipe=Recipe("exporter", (UseExporter(other), declare)),
+        ))
+    rewrite = rewrite_snippet(detail)
+    if rewrite:
+        branch = all(kind == "branch" for _s, kind, _t in detail.lines)
+        fixes.append(Fix(
+            kind="rewrite_size",
+            title=("Put both branches in the graph: torch.cond on the size (or torch.where)" if branch else
+                   "Keep the size symbolic in your code (x.shape[0] without int(), view(-1, ...), torch.arange)"),
+            snippet=rewrite,
+            applicability=Applicability.DISPLAY_ONLY,
+            cost="none; the export then computes the size from the input (a Shape node) instead of storing it",
+        ))
+    return fixes
+
+
+def declaration_snippet(detail: FrozenSize, exporter: str) -> str:
+    """The `dynamic_shapes` (named Dims with bounds) or `dynamic_axes` that declares the dims."""
+    by_input: dict[str, list[tuple[int, str]]] = {}
+    bounds: dict[str, tuple[int | None, int | None]] = {}
+    for name, dim, label, low, high in detail.dims:
+        by_input.setdefault(name, []).append((dim, label))
+        bounds.setdefault(label, (low, high))
+    if exporter == "dynamo":
+        lines = ["from torch.export import Dim", ""]
+        for label, (low, high) in bounds.items():
+            args = ", ".join(f"{k}={v}" for k, v in (("min", low), ("max", high)) if v is not None)
+            lines.append(f"{_identifier(label)} = Dim({label!r}{', ' + args if args else ''})")
+        spec = ", ".join(f"{name!r}: {{{', '.join(f'{d}: {_identifier(label)}' for d, label in dims)}}}"
+                         for name, dims in by_input.items())
+        lines += [f"dynamic_shapes = {{{spec}}}",
+                  "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True, dynamic_shapes=dynamic_shapes)"]
+        return "\n".join(lines) + "\n"
+    spec = ", ".join(f"{name!r}: {{{', '.join(f'{d}: {label!r}' for d, label in dims)}}}"
+                     for name, dims in by_input.items())
+    names = list(detail.inputs) or list(by_input)
+    return (f"dynamic_axes = {{{spec}}}\n"
+            f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False,\n"
+            f"                  input_names={names!r}, dynamic_axes=dynamic_axes)\n")
+
+
+def _identifier(label: str) -> str:
+    name = re.sub(r"\W", "_", label)
+    return name if name and not name[0].isdigit() else f"d_{name}"
+
+
+_INT_OF_SIZE = re.compile(r"\bint\(\s*([\w.]+\s*(?:\.shape\s*\[\s*-?\d+\s*\]|\.size\(\s*-?\d*\s*\)))\s*\)")
+_LEN = re.compile(r"\blen\(\s*([\w.]+)\s*\)")
+_RANGE = re.compile(r"\brange\(")
+_VIEW_FIRST = re.compile(r"\.(view|reshape)\(\s*([A-Za-z_]\w*|\d+)\s*,")
+
+
+def rewrite_snippet(detail: FrozenSize) -> str:
+    """The user's lines that freeze a size, each with its rewrite, as a diff-like snippet."""
+    out: list[str] = []
+    for source, kind, text in detail.lines:
+        if kind in ("range", "numpy", "branch"):
+            text = text.split("  #", 1)[0].rstrip()
+        new = text
+        if kind == "int":
+            new = _INT_OF_SIZE.sub(r"\1", text)
+        elif kind == "len":
+            new = _LEN.sub(r"\1.shape[0]", text)
+        elif kind == "range":
+            new = _RANGE.sub("torch.arange(", text) + "  # and vectorise the loop body over it"
+        elif kind == "numpy":
+            new = text + "  # compute this with torch ops on x.shape, not numpy/math"
+        elif kind == "branch":
+            new = text + "  # torch.cond(pred, true_fn, false_fn, (x,)) or torch.where: both branches in the graph"
+        elif kind == "view":
+            new = _VIEW_FIRST.sub(_minus_one, text, count=1)
+        if new == text:
+            continue
+        out += [f"# {source}", f"-    {text}", f"+    {new}"]
+    return "\n".join(out) + "\n" if out else ""
+
+
+def _minus_one(match: re.Match[str]) -> str:
+    return f".{match.group(1)}(-1,"
