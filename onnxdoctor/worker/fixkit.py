@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.recipe import DecodeCheck, DeclareDynamic, DynamicShapes, QuantizeOnnx, RewriteOnnx
+from onnxdoctor.recipe import DeclareDynamic, DecodeCheck, DynamicShapes, QuantizeOnnx, RewriteOnnx
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 

@@ -29,8 +29,8 @@ from onnxdoctor.protocol import (
 )
 from onnxdoctor.recipe import (
     CustomOpsets,
-    DecodeCheck,
     DeclareDynamic,
+    DecodeCheck,
     DynamicShapes,
     EagerExport,
     EvalMode,
