@@ -28,6 +28,7 @@ from onnxdoctor.analysis.fixes import (
     inference_noops,
     onnx_file,
     opset,
+    ort_options,
     outputs,
     quantized,
     recurrent,
@@ -42,8 +43,8 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
-    contrib_ops, scripted, down_converted, inference_noops, quantized, recurrent, exporter, runtime, aten_fallback, outputs,
-    target_gaps,
+    contrib_ops, scripted, down_converted, inference_noops, ort_options, quantized, recurrent, exporter, runtime,
+    aten_fallback, outputs, target_gaps,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
