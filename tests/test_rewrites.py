@@ -47,6 +47,11 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
     return a @ a.mT + n * torch.eye(n)
 
 
+def _svd_invariants(u: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """What does not depend on the singular vectors' signs: S, U S V^T, V U^T."""
+    return s, (u * s.unsqueeze(-2)) @ v.mT, v @ u.mT
+
+
 _LSTMP = torch.nn.LSTM(5, 6, proj_size=3, num_layers=2, bidirectional=True, batch_first=True).eval()
 BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
 
@@ -106,6 +111,11 @@ CASES: dict[str, Case] = {
         lambda x: (torch.linalg.slogdet(x), torch.logdet(x)), (_g(2, 3, 3, seed=5), -_spd(4, 1), _spd(2)),
     ),
     "aten::linalg_vander": Case(lambda x: torch.linalg.vander(x), (_g(5), torch.tensor([[0.0, -1.0, 2.0]]))),
+    # Singular vectors are unique up to sign: compared through what is invariant (S, U S V^T, V U^T).
+    "aten::svd": Case(
+        # 2 x 2 and 2 x 3 (wide: the transposed route) keep the unrolled graph, and the test, small.
+        lambda x: _svd_invariants(*torch.svd(x)), (_g(2, 2, 2, seed=11), _g(2, 3, seed=13)),
+    ),
     "aten::erfinv": Case(
         lambda x: torch.erfinv(x),
         (torch.linspace(-0.999, 0.999, 101), torch.tensor([-1.0, 1.0, 0.0, 1.5, NAN, -0.5])),
