@@ -32,14 +32,12 @@ def _load() -> tuple[Rewrite, ...]:
         elementwise,
         linalg,
         pooling,
-        recurrent,
         sorting,
         special,
     )
 
     found: list[Rewrite] = []
-    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise,
-                   recurrent):
+    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise):
         found.extend(module.REWRITES)
     return tuple(found)
 
