@@ -47,6 +47,13 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
     return a @ a.mT + n * torch.eye(n)
 
 
+def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """torch.complex, complex unsqueeze/squeeze/matmul (the real matmul goes through the table too)."""
+    z = torch.complex(x, x.flip(-1))
+    y = (z @ z.mT.unsqueeze(0)).squeeze(0)
+    return torch.view_as_real(y), x @ x.mT, x[0] @ x.mT
+
+
 def _svd_invariants(u: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """What does not depend on the singular vectors' signs: S, U S V^T, V U^T."""
     return s, (u * s.unsqueeze(-2)) @ v.mT, v @ u.mT
@@ -115,6 +122,7 @@ CASES: dict[str, Case] = {
         # 2 x 2 and 2 x 3 (wide: the transposed route) keep the unrolled graph, and the test, small.
         lambda x: _svd_invariants(*torch.svd(x)), (_g(2, 2, 2, seed=11), _g(2, 3, seed=13)),
     ),
+    "aten::complex": Case(lambda x: _complex_calls(x), (_g(3, 4, seed=14),)),
     "aten::erfinv": Case(
         lambda x: torch.erfinv(x),
         (torch.linspace(-0.999, 0.999, 101), torch.tensor([-1.0, 1.0, 0.0, 1.5, NAN, -0.5])),

@@ -27,6 +27,7 @@ from onnxdoctor.rewrites.entry import Exactness, Rewrite
 def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
         bitwise,
+        complex_pairs,
         cumulative,
         distance,
         elementwise,
@@ -37,7 +38,7 @@ def _load() -> tuple[Rewrite, ...]:
     )
 
     found: list[Rewrite] = []
-    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise):
+    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs):
         found.extend(module.REWRITES)
     return tuple(found)
 
