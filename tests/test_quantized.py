@@ -128,10 +128,11 @@ def test_a_fake_quantized_model_runs_with_ort_qdq_fusion_off(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_an_fx_quantized_model_is_exported_through_its_float_rebuild(tmp_path: Path) -> None:
+def test_an_fx_quantized_model_is_exported_through_its_float_rebuild() -> None:
     target = CORPUS / "quantized_permute_fx_pytorch_109425.py"
     finding = diagnose(str(target), DiagnoseOptions(fix=True))[0].findings[0]
     assert finding.code == "OD299"
     best = next(fix for fix in finding.fixes if fix.verified)
+    # Rounded to the model's own grids and run with the QDQ fusion off: the same numbers.
     assert best.kind == "quantized" and "float_model_of" in best.snippet
-    run_fix_program(best, target, tmp_path / "fix")
+    assert best.check.max_abs_diff < 1e-5  # type: ignore[union-attr]
