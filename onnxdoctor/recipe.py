@@ -210,15 +210,32 @@ class QuantizeOnnx:
     """Quantize the exported float model with ONNX Runtime's quantization tools, and compare it
     with the (quantized) PyTorch model at a quantization tolerance.
 
-    `weight_type`: onnxruntime.quantization.QuantType's name; `reduce_range`: 7-bit weights, as
-    PyTorch's fbgemm backend uses (8-bit ones saturate on CPUs without VNNI); `tolerance`: the
-    largest difference allowed, as a fraction of the largest output magnitude (the two models
-    round their activations separately).
+    `method`: "dynamic" runs `onnxruntime.quantization.quantize_dynamic` on the exported float
+    model (for dynamically quantized PyTorch models); "grid" quantizes nothing more: the export
+    already rounds activations to the PyTorch model's own grids (QuantizeLinear/DequantizeLinear,
+    for statically quantized ones). `weight_type`: onnxruntime.quantization.QuantType's name;
+    `reduce_range`: 7-bit weights, as PyTorch's fbgemm backend uses (8-bit ones saturate on CPUs
+    without VNNI); `tolerance`: the largest difference allowed, as a fraction of the largest output
+    magnitude (the two models round their activations separately); `op_types`: the ONNX ops
+    quantize_dynamic may quantize (those of the PyTorch model's quantized modules; empty: its
+    default set).
     """
 
+    method: str = "dynamic"
     weight_type: str = "QInt8"
     reduce_range: bool = True
     tolerance: float = 0.05
+    op_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """ONNX Runtime session configuration entries (`SessionOptions.add_session_config_entry`)
+    the model is run with: what a deployer sets beside the file, e.g.
+    ("session.disable_quant_qdq", "1") to run QuantizeLinear/DequantizeLinear pairs as written
+    instead of fusing them into integer kernels that round differently."""
+
+    entries: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -245,10 +262,11 @@ class DecodeCheck:
 
 
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
-        | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck)
+        | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
+        | SessionConfig)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck)
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
 
@@ -256,7 +274,7 @@ _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
-                DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck)
+                DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig)
 }
 
 S = TypeVar("S")

@@ -32,6 +32,9 @@ def _export_failure(message: str, kind: str = "torch.onnx.errors.SymbolicValueEr
          "aten::linalg_matrix_norm"),
         ("Unsupported: ONNX export of transpose for tensor of unknown rank.", "aten::transpose"),
         ("Exporting the operator 'aten::cumprod' to ONNX opset version 17 is not supported", "aten::cumprod"),
+        # An autograd.Function neither inlined nor exported: named by its class.
+        ("Couldn't export Python operator MultiScaleDeformableAttnFunction_fp32\n\nDefined at:",
+         "MultiScaleDeformableAttnFunction_fp32"),
     ],
 )
 def test_the_op_in_torchs_unsupported_messages_is_extracted(message: str, op: str) -> None:

@@ -46,6 +46,8 @@ _TS_SYMBOLIC_UNSUPPORTED = re.compile(
 _TS_TRY_OPSET = re.compile(r"in opset (\d+)\. Please try opset version (\d+)")
 # The TorchScript exporter's words when a node is left without a symbolic's output.
 _COULD_NOT_EXPORT = re.compile(r"Couldn't export operator ([\w.]+::[\w.]+)")
+# An autograd.Function the TorchScript exporter could neither inline nor export: its class name.
+_COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
@@ -116,7 +118,8 @@ def aten_name(name: str) -> str:
 
 def extract_op(text: str) -> str | None:
     """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
-    for pattern in (_NO_FAKE_KERNEL, _UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP, _COULD_NOT_EXPORT):
+    for pattern in (_NO_FAKE_KERNEL, _UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP, _COULD_NOT_EXPORT,
+                    _COULD_NOT_EXPORT_PYTHON):
         match = pattern.search(text)
         if match:
             return match.group(1)

@@ -27,19 +27,18 @@ from onnxdoctor.rewrites.entry import Exactness, Rewrite
 def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
         bitwise,
+        complex_pairs,
         cumulative,
         distance,
         elementwise,
         linalg,
         pooling,
-        recurrent,
         sorting,
         special,
     )
 
     found: list[Rewrite] = []
-    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise,
-                   recurrent):
+    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs):
         found.extend(module.REWRITES)
     return tuple(found)
 

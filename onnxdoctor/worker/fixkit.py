@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.recipe import DeclareDynamic, DecodeCheck, DynamicShapes, QuantizeOnnx, RewriteOnnx
+
+# A quantized fix's snippet (and its fix.py) imports float_model_of from here.
+from onnxdoctor.worker.dequantize import float_model_of  # noqa: F401
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
@@ -129,7 +132,7 @@ def rewrite_file(path: str | Path, rewrites: list[RewriteOnnx]) -> None:
 
 def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | None, *,
           libraries: tuple[str, ...] = (), extensions: bool = False, atol: float = 1e-4,
-          rtol: float = 1e-3) -> float | None:
+          rtol: float = 1e-3, config: tuple[tuple[str, str], ...] = ()) -> float | None:
     """Load and run the written model in ONNX Runtime; compare with PyTorch's outputs.
 
     Returns the largest absolute difference (None without a reference).
@@ -150,7 +153,7 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
         from onnxruntime_extensions import get_library_path
 
         libraries = (*libraries, get_library_path())
-    session = cpu_session(str(path), libraries)
+    session = cpu_session(str(path), libraries, config)
     if loaded is None:
         feeds, _described = random_feeds(session, {}, 256 * 1024 * 1024)
         run_session(session, feeds)
@@ -229,13 +232,16 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
 
 def quantize_file(path: str | Path, step: QuantizeOnnx) -> Path:
     """Quantize the float model at `path` with ONNX Runtime's dynamic quantization; return the
-    quantized file (beside it)."""
+    quantized file (beside it). A "grid" step leaves the file as it is: its export already rounds
+    to the PyTorch model's grids."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     source = Path(path)
+    if step.method == "grid":
+        return source
     quantized = source.with_name(source.stem + "-quantized.onnx")
     quantize_dynamic(str(source), str(quantized), weight_type=getattr(QuantType, step.weight_type),
-                     reduce_range=step.reduce_range)
+                     reduce_range=step.reduce_range, op_types_to_quantize=list(step.op_types) or None)
     return quantized
 
 

@@ -41,6 +41,7 @@ from onnxdoctor.recipe import (
     Recipe,
     RewriteOnnx,
     RuntimeKernels,
+    SessionConfig,
     UseExporter,
     UseOpset,
 )
@@ -514,6 +515,9 @@ class Runner:
         options = ort.SessionOptions()
         options.log_severity_level = 3
         recipe: Recipe = state["recipe"]
+        config = recipe.first(SessionConfig)
+        for key, value in config.entries if config else ():
+            options.add_session_config_entry(key, value)
         libraries = list(self.request.custom_op_libraries)
         loaded = state.get("loaded")
         if loaded is not None:
@@ -645,8 +649,8 @@ class Runner:
         if state.get("exporter") == "torchscript" and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())):
             # The tracer froze a value: a match at the example input says nothing about others.
             with contextlib.suppress(Exception):
-                report["second_inputs"] = second_input_check(
-                    state, self.request.atol, self.request.rtol, self._retrace(state), self.code)
+                # At the tolerance of this comparison (a quantized fix's, where there is one).
+                report["second_inputs"] = second_input_check(state, atol, rtol, self._retrace(state), self.code)
         return report
 
     # ---- SHAPES --------------------------------------------------------------------------

@@ -10,13 +10,16 @@ from typing import Any
 from onnxdoctor.worker.tracebacks import StageFailed, exception_text
 
 
-def cpu_session(source: str | bytes, libraries: tuple[str, ...] = ()) -> Any:
+def cpu_session(source: str | bytes, libraries: tuple[str, ...] = (),
+                config: tuple[tuple[str, str], ...] = ()) -> Any:
     """A quiet ONNX Runtime CPU session (errors only) of a file path or serialized model, with
-    custom-op libraries registered."""
+    custom-op libraries registered and session configuration entries set."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    for key, value in config:
+        options.add_session_config_entry(key, value)
     for library in libraries:
         options.register_custom_ops_library(str(library))
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

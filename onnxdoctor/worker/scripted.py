@@ -51,21 +51,17 @@ def _needs_arguments(cls: type) -> bool:
 
 
 def quantized_facts(model: Any) -> dict[str, Any]:
-    """LOAD facts for a model holding quantized modules: their names and classes (the quantized
-    fix family rebuilds float modules from dynamically quantized Linear layers)."""
-    import torch
+    """LOAD facts for a model holding quantized modules: their names and classes, whether all of
+    them quantize activations at run time, and what the float rebuild cannot handle (the
+    quantized fix family exports that float rebuild)."""
+    from onnxdoctor.worker.dequantize import is_dynamic, quantized_modules, unsupported
 
-    packed = torch.ao.nn.quantized.modules.linear.LinearPackedParams  # inside each quantized Linear
-    found = [
-        {"name": name, "class": f"{type(module).__module__}.{type(module).__qualname__}"}
-        for name, module in model.named_modules()
-        if type(module).__module__.startswith("torch.ao.nn.quantized") and not isinstance(module, packed)
-    ]
+    found = [{"name": name, "class": f"{type(module).__module__}.{type(module).__qualname__}"}
+             for name, module in quantized_modules(model)]
     if not found:
         return {}
-    dynamic_linear = torch.ao.nn.quantized.dynamic.Linear
-    return {"quantized_modules": found[:50], "quantized_dynamic_linear_only": all(
-        isinstance(model.get_submodule(m["name"]), dynamic_linear) for m in found)}
+    return {"quantized_modules": found[:50], "quantized_dynamic": is_dynamic(model),
+            "quantized_unsupported": unsupported(model)[:20]}
 
 
 def recurrent_facts(model: Any) -> dict[str, Any]:

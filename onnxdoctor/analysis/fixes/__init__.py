@@ -29,6 +29,7 @@ from onnxdoctor.analysis.fixes import (
     llm_cache,
     onnx_file,
     opset,
+    ort_options,
     outputs,
     quantized,
     recurrent,
@@ -44,8 +45,8 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
-    contrib_ops, scripted, down_converted, inference_noops, quantized, recurrent, exporter, runtime, aten_fallback, outputs,
-    llm_cache, target_gaps, shapes,
+    contrib_ops, scripted, down_converted, inference_noops, ort_options, quantized, recurrent, exporter, runtime,
+    aten_fallback, outputs, llm_cache, target_gaps, shapes,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

@@ -163,6 +163,9 @@ def _after_export(recipe: Recipe, compared_with: str, tolerance: str = "") -> li
             scope = "loaded" if compared_with.endswith("loaded") else "None"
             lines.append(f"fixkit.run_code({_literal(kernels.python)}, {scope}, 'kernel')")
     extensions = any(k.extensions for k in recipe.all(RuntimeKernels))
+    config = recipe.first(steps.SessionConfig)
+    # The session configuration the model must be run with (a deployer sets the same entries).
+    configured = f", config={config.entries!r}" if config else ""
     lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions}"
-                 f"{tolerance})")
+                 f"{tolerance}{configured})")
     return lines

@@ -4,6 +4,8 @@ The TorchScript exporter refuses an LSTM with projections ("LSTMs with projectio
 dynamo exporter writes an ONNX LSTM node whose initial cell state has the projected size, which
 ONNX Runtime refuses at run time. The rewrite computes the same recurrence step by step with the
 same weights (gates, cell, projection) in ops both exporters map, verified against the model.
+The model keeps its exporter: the swap is made when the script's model is built (LoadCode), so
+the same fix answers the TorchScript refusal, the dynamo checker failure and the run-time error.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe
 
-CODES = ("OD299", "OD501", "OD601", "OD603")
+# OD303/OD304: the dynamo exporter's LSTM node with a projected cell state fails the checker.
+CODES = ("OD299", "OD303", "OD304", "OD501", "OD601", "OD603")
 
 UNROLLED = '''import torch
 
