@@ -47,13 +47,36 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
     return a @ a.mT + n * torch.eye(n)
 
 
+def _sym(n: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
+    a = _g(batch, n, n, seed=seed)
+    return a + a.mT
+
+
+def _unsigned(m: torch.Tensor) -> torch.Tensor:
+    """Columns of an eigen/singular vector matrix with their first nonzero entry made positive:
+    the sign is arbitrary (LAPACK's choice), so both sides are compared after this."""
+    first = torch.gather(m, -2, (m.abs() > 1e-6).to(torch.int64).argmax(-2, keepdim=True))
+    return m * torch.where(first < 0, -1.0, 1.0)
+
+
+def _svd(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    u, s, vh = torch.linalg.svd(a, full_matrices=False)
+    # svdvals of the transpose takes the wide-matrix path; torch.svd (V, not V^H) a 2 x 2 block.
+    u2, s2, v2 = torch.svd(a[..., :2, :2] * 2)
+    return _unsigned(u), s, _unsigned(vh.mT), torch.linalg.svdvals(a.mT), _unsigned(u2), s2, _unsigned(v2)
+
+
+_IDX = torch.tensor([[0, 1, 2, 0], [1, 0, 2, 2]])
+_RRELU = torch.nn.RReLU(0.05, 0.45).eval()
+_EDGES = torch.linspace(-1.0, 1.0, 9)
 _LSTMP = torch.nn.LSTM(5, 6, proj_size=3, num_layers=2, bidirectional=True, batch_first=True).eval()
 BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
 
 CASES: dict[str, Case] = {
     "aten::searchsorted": Case(
         lambda x: (torch.searchsorted(BOUNDARIES, x), torch.searchsorted(BOUNDARIES, x, right=True),
-                   torch.searchsorted(BOUNDARIES.expand(x.shape[0], 5).contiguous(), x, side="right")),
+                   torch.searchsorted(BOUNDARIES.expand(x.shape[0], 5).contiguous(), x, side="right"),
+                   torch.searchsorted(BOUNDARIES, 0.0), torch.searchsorted(BOUNDARIES, 2.75, out_int32=True)),
         (torch.tensor([[-2.0, -1.0, 0.0, 0.5], [1.0, 2.5, 3.0, INF]]), _g(3, 7), torch.empty(0, 4)),
     ),
     "aten::kthvalue": Case(
@@ -160,6 +183,65 @@ CASES: dict[str, Case] = {
     ),
     # Projection, two layers, both directions, batch_first: every branch of the unrolled cell.
     "aten::lstm": Case(lambda x: _LSTMP(x), (_g(2, 4, 5, seed=9),)),
+    "aten::scatter_reduce.two": Case(
+        lambda x: (x.scatter_reduce(0, _IDX, x * 2 - 1, "mean"), x.scatter_reduce(1, _IDX, x[:2] * 3, "mean", include_self=False)),
+        (_g(3, 4), torch.tensor([[1, -2, 3, 0], [5, 1, 2, 3], [-1, 4, 5, 6]])),
+    ),
+    "aten::scatter.reduce": Case(
+        lambda x: (x.scatter(0, _IDX, x * 10, reduce="add"), x.scatter(1, _IDX, x[:2] + 1, reduce="multiply"),
+                   x.scatter(0, _IDX, 2.5, reduce="add"), x.scatter(0, _IDX.flip(-1), -3.0, reduce="multiply")),
+        (_g(3, 4), torch.tensor([[1.0, -2.0, INF, 0.0], [NAN, 1.0, 2.0, 3.0], [-0.0, 4.0, 5.0, 6.0]])),
+    ),
+    "aten::index_reduce": Case(
+        lambda x: (x.index_reduce(0, _IDX[0, :3], x[[2, 0, 1]] * 3, "prod"),
+                   x.index_reduce(0, _IDX[1, :3], x * 2, "mean"),
+                   x.index_reduce(1, _IDX[1], -x, "amax", include_self=False),
+                   x.index_reduce(1, _IDX[0], x + 1, "amin")),
+        (_g(3, 4), torch.tensor([[1.0, -2.0, 3.0, 0.0], [5.0, 1.0, 2.0, 3.0], [-1.0, 4.0, 5.0, 6.0]])),
+    ),
+    "aten::unique_consecutive": Case(
+        lambda x: (torch.unique_consecutive(x), torch.unique_consecutive(x, return_inverse=True, return_counts=True),
+                   torch.unique_consecutive(x, return_counts=True, dim=0)),
+        (torch.tensor([[1.0, 1.0, 2.0], [2.0, 2.0, 3.0], [2.0, 2.0, 3.0], [0.0, 0.0, 0.0]]),
+         torch.tensor([[5, 5], [5, 5], [-1, 7]])),
+    ),
+    "aten::masked_select": Case(
+        lambda x: (torch.masked_select(x, x > 0), torch.masked_select(x, torch.tensor([True, False, True, True]))),
+        (_g(3, 4), torch.tensor([[-1.0, 0.0, 2.0, NAN]]), -torch.ones(2, 4)),
+    ),
+    "aten::histc": Case(
+        lambda x: (torch.histc(x, 5), torch.histc(x, 8, -1.0, 1.0), torch.histc(x, 3, 0.5, 0.5)),
+        (_g(40), torch.cat([_EDGES, torch.nextafter(_EDGES, _EDGES + 1), torch.nextafter(_EDGES, _EDGES - 1)]),
+         torch.full((5,), 2.0)),
+        atol=0.0, rtol=0.0,
+    ),
+    "aten::linalg_eigh": Case(
+        # One batch: random symmetric, diagonal (nothing to rotate), and only the upper triangle
+        # filled in (UPLO="U" must mirror it).
+        lambda a: (*(lambda w, v: (w, _unsigned(v)))(*torch.linalg.eigh(a.triu() + a.triu(1).mT)),
+                   torch.linalg.eigvalsh(a * 2, UPLO="U")),
+        (torch.cat([_sym(3, 2), torch.diag(torch.tensor([3.0, -1.0, 2.0]))[None], _sym(3, seed=2).triu()]),),
+    ),
+    "aten::linalg_svd": Case(lambda a: _svd(a), (_g(2, 4, 3, seed=3),)),
+    "aten::linalg_solve_triangular": Case(
+        lambda a: (torch.linalg.solve_triangular(a.triu(), a.mT, upper=True),
+                   torch.linalg.solve_triangular(a, a[..., :2, :] * 2, upper=False, left=False),
+                   torch.linalg.solve_triangular(a, a.mT, upper=False, unitriangular=True),
+                   torch.triangular_solve(a[..., :1].exp(), a, upper=True)[0]),
+        (_g(2, 3, 3, seed=6) + 3 * torch.eye(3), _spd(4, 1)),
+    ),
+    "aten::adaptive_avg_pool3d": Case(
+        lambda x: (torch.nn.functional.adaptive_avg_pool3d(x, (2, 3, 2)), torch.nn.functional.adaptive_avg_pool3d(x, 1)),
+        (_g(1, 2, 3, 5, 4), _g(2, 1, 2, 2, 7, seed=1)),
+    ),
+    "aten::adaptive_max_pool3d": Case(
+        lambda x: torch.nn.functional.adaptive_max_pool3d(x, (2, 3, 2), return_indices=True),
+        (_g(1, 2, 3, 5, 4), _g(2, 1, 2, 4, 7, seed=1)),
+    ),
+    "aten::rrelu_with_noise": Case(
+        lambda x: (torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), _RRELU(x)),
+        (_g(3, 4), torch.tensor([-INF, -1.0, -0.0, 0.0, 2.0, NAN])),
+    ),
     "aten::pdist": Case(lambda x: (torch.pdist(x), torch.pdist(x, p=3.0)), (_g(5, 3), _g(2, 4, seed=8))),
 }
 

@@ -26,20 +26,27 @@ from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
+        activation,
         bitwise,
         cumulative,
         distance,
+        eig,
         elementwise,
+        histogram,
         linalg,
         pooling,
+        pooling3d,
         recurrent,
+        scatter,
         sorting,
         special,
+        triangular,
+        unique,
     )
 
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise,
-                   recurrent):
+                   recurrent, scatter, unique, histogram, eig, triangular, pooling3d, activation):
         found.extend(module.REWRITES)
     return tuple(found)
 
