@@ -419,10 +419,10 @@ def rank() -> list[Ranked]:
         # (the exported program keeps linalg_svd where the registry lists _linalg_svd).
         names = names_for.get(key, set()) | {key.split("[")[0]}
         by_name = {r.op for n in names for r in find_rewrites(n if n.startswith("aten::") else f"aten::{n}")}
-        if key in ts_gaps or any(o in ts_gaps for o in overloads):
-            covered = "exporter"
-        elif all(o.split("[")[0] in rewritten for o in overloads) or by_name:
+        if all(o.split("[")[0] in rewritten for o in overloads) or by_name:
             covered = "rewrite"
+        elif key in ts_gaps or any(o in ts_gaps for o in overloads):
+            covered = "exporter"
         else:
             covered = ""
         ranked.append(Ranked(key, tuple(overloads), counts, covered))

@@ -242,6 +242,13 @@ CASES: dict[str, Case] = {
         lambda x: (torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), _RRELU(x)),
         (_g(3, 4), torch.tensor([-INF, -1.0, -0.0, 0.0, 2.0, NAN])),
     ),
+    "aten::hamming_window": Case(
+        lambda x: (x[:8] * torch.hamming_window(8), x[:5] * torch.hamming_window(5, periodic=False),
+                   x[:6] * torch.hamming_window(6, True, 0.5), x[:7] * torch.hamming_window(7, False, 0.6, 0.3),
+                   x[:1] * torch.hamming_window(1)),
+        (torch.ones(8), _g(8)),
+        atol=1e-6,
+    ),
     "aten::pdist": Case(lambda x: (torch.pdist(x), torch.pdist(x, p=3.0)), (_g(5, 3), _g(2, 4, seed=8))),
 }
 

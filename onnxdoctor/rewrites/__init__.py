@@ -42,11 +42,12 @@ def _load() -> tuple[Rewrite, ...]:
         special,
         triangular,
         unique,
+        window,
     )
 
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise,
-                   recurrent, scatter, unique, histogram, eig, triangular, pooling3d, activation):
+                   recurrent, scatter, unique, histogram, eig, triangular, pooling3d, activation, window):
         found.extend(module.REWRITES)
     return tuple(found)
 

@@ -30,6 +30,6 @@ REWRITES = (
         error="the same values: torch's inference slope (lower + upper) / 2",
         limits="inference (training=False, a model in eval()): in training the slopes are random "
         "and no export can reproduce them",
-        reported_as=("aten::rrelu",),
+        reported_as=("aten::rrelu", "aten::rrelu_with_noise_functional"),
     ),
 )
