@@ -440,6 +440,11 @@ def _probe_scope() -> dict[str, object]:
     }
 
 
+def _random(op: str) -> bool:
+    """A probe whose numbers are random or uninitialised: only shapes can be compared."""
+    return op in PROBES and any(w in PROBES[op] for w in ("rand", "bernoulli", "empty"))
+
+
 def check(op: str, dynamo: bool) -> str:
     """Export PROBES[op] with one exporter and run it in ONNX Runtime: "ok", "wrong" (runs,
     differs from eager) or "fails" (the export or the session raised)."""
@@ -470,8 +475,7 @@ def check(op: str, dynamo: bool) -> str:
         except Exception:  # noqa: BLE001  (any failure is the answer)
             return "fails"
         expected = [t for t in torch.utils._pytree.tree_leaves(Probe()(x)) if isinstance(t, torch.Tensor)]
-        random = any(w in PROBES[op] for w in ("rand", "bernoulli", "empty"))
-        if random:  # a random op's numbers cannot match: shapes only
+        if _random(op):  # a random op's numbers cannot match: shapes only
             same = all(g.shape == tuple(e.shape) for g, e in zip(got, expected, strict=False))
         else:
             same = len(got) == len(expected) and all(
@@ -488,10 +492,11 @@ def status(entry: Ranked, checks: dict[str, tuple[str, str]]) -> str:
         return "not covered: " + NOT_COVERED[entry.op]
     if entry.op in checks:
         dynamo, torchscript = checks[entry.op]
+        random = "; random: shapes only" if _random(entry.op) else ""
         if dynamo == "ok" and torchscript == "ok":
-            return "exports as is (both exporters, checked)"
+            return f"exports as is (both exporters, checked{random})"
         if dynamo == "ok":
-            return f"exporter: dynamo exports it (checked); TorchScript {torchscript}"
+            return f"exporter: dynamo exports it (checked{random}); TorchScript {torchscript}"
         return f"not covered: dynamo {dynamo}, TorchScript {torchscript}"
     return entry.covered or "not covered (no probe)"
 
@@ -502,7 +507,8 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true", help="a Markdown table (docs/rewrites.md)")
     parser.add_argument("--check", action="store_true",
                         help="export each shown op's probe with both exporters (a few seconds each)")
-    parser.add_argument("--uncalled", nargs="*", default=list(SILENTLY_WRONG),
+    parser.add_argument("--uncalled", nargs="*",
+                        default=[*SILENTLY_WRONG, "aten::scatter.reduce", "aten::index_reduce"],
                         help="ops to show after the ranking even with no call site")
     args = parser.parse_args()
     everything = rank()

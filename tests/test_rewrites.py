@@ -61,9 +61,10 @@ def _unsigned(m: torch.Tensor) -> torch.Tensor:
 
 def _svd(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
     u, s, vh = torch.linalg.svd(a, full_matrices=False)
-    # svdvals of the transpose takes the wide-matrix path; torch.svd (V, not V^H) a 2 x 2 block.
+    # svdvals of a 2 x 3 block takes the wide-matrix path; torch.svd (V, not V^H) a 2 x 2 block
+    # (2 x 2 Gram matrices: cheap to export).
     u2, s2, v2 = torch.svd(a[..., :2, :2] * 2)
-    return _unsigned(u), s, _unsigned(vh.mT), torch.linalg.svdvals(a.mT), _unsigned(u2), s2, _unsigned(v2)
+    return _unsigned(u), s, _unsigned(vh.mT), torch.linalg.svdvals(a[..., :2, :]), _unsigned(u2), s2, _unsigned(v2)
 
 
 _IDX = torch.tensor([[0, 1, 2, 0], [1, 0, 2, 2]])
