@@ -340,6 +340,10 @@ def test_failure_spellings_find_the_rewrite() -> None:
     assert "aten::linalg_inv" in [r.op for r in find_rewrites("aten::linalg_inv_ex")]
     assert "aten::median.dim" in [r.op for r in find_rewrites("aten::median")]
     assert "aten::adaptive_max_pool2d" in [r.op for r in find_rewrites("adaptive_max_pool2d")]
+    # dynamo names the kernel it reached, not the Python API's op
+    assert [r.op for r in find_rewrites("aten::_linalg_eigh")] == ["aten::linalg_eigh"]
+    assert [r.op for r in find_rewrites("aten::rrelu_with_noise_functional")] == ["aten::rrelu_with_noise"]
+    assert [r.op for r in find_rewrites("aten::_adaptive_avg_pool3d")] == ["aten::adaptive_avg_pool3d"]
     assert find_rewrites("aten::relu") == () and find_rewrites(None) == ()
 
 
@@ -360,3 +364,15 @@ def test_rewrite_exports_and_matches_pytorch_in_onnx_runtime(rewrite: Rewrite, t
     feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), case.inputs, strict=False)}
     got = session.run(None, feeds)
     _compare(rewrite, case, got, model)
+
+
+def test_scatter_reduce_rewrite_replaces_mean_and_leaves_the_modes_the_exporter_maps() -> None:
+    # The dynamo exporter maps sum/prod/amax/amin correctly and gets "mean" wrong: the rewrite
+    # returns NotImplemented for the others, so run_decompositions keeps them as they are.
+    (rewrite,) = find_rewrites("aten::scatter_reduce.two")
+    model = _Calls(lambda x: (x.scatter_reduce(0, _IDX, x[:2], "amax"), x.scatter_reduce(0, _IDX, x[:2], "mean")))
+    program = torch.export.export(model.eval(), (_g(3, 4),)).run_decompositions(_table(rewrite))
+    modes = [n.args[4] for n in program.graph.nodes if str(n.target) == "aten.scatter_reduce.two"]
+    assert modes == ["amax"]
+    x = _g(3, 4, seed=1)
+    assert torch.allclose(program.module()(x)[0][1], model(x)[0][1])
