@@ -1,9 +1,9 @@
 """The op-rewrite library against eager PyTorch: exported for real, run in ONNX Runtime.
 
-Each rewrite gets one model that applies the op to several inputs (shapes and edge values: empty,
-ties, negatives, inf/NaN where the op defines them); the model is exported with the rewrite
-through run_decompositions and the dynamo exporter, run in an ONNX Runtime session, and every
-output is compared with PyTorch's own kernel. The torch-free parts (metadata, lookup, snippets)
+Each rewrite gets a case that applies the op to several inputs (shapes and edge values: empty,
+ties, negatives, inf/NaN where the op defines them); the cases of one op family share a model,
+exported once with their rewrites through run_decompositions and the dynamo exporter, run in an
+ONNX Runtime session, and every output is compared with PyTorch's own kernel. The torch-free parts (metadata, lookup, snippets)
 are checked without exporting.
 """
 
