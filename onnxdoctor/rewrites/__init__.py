@@ -26,19 +26,28 @@ from onnxdoctor.rewrites.entry import Exactness, Rewrite
 
 def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
+        activation,
         bitwise,
         complex_pairs,
         cumulative,
         distance,
+        eig,
         elementwise,
+        histogram,
         linalg,
         pooling,
+        pooling3d,
+        scatter,
         sorting,
         special,
+        triangular,
+        unique,
+        window,
     )
 
     found: list[Rewrite] = []
-    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs):
+    for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
+                   scatter, unique, histogram, eig, triangular, pooling3d, activation, window):
         found.extend(module.REWRITES)
     return tuple(found)
 

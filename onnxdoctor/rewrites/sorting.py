@@ -18,6 +18,12 @@ def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=
     above = (boundaries > values.unsqueeze(-1)) if right else (boundaries >= values.unsqueeze(-1))
     index = sequence.shape[-1] - above.to(torch.int64).sum(-1)
     return index.to(torch.int32 if out_int32 else torch.int64)
+
+
+def searchsorted_scalar(sorted_sequence, value, *, out_int32=False, right=False, side=None, sorter=None):
+    """torch.searchsorted with a Python number as the value: a 0-d result."""
+    values = torch.full((), value, dtype=sorted_sequence.dtype, device=sorted_sequence.device)
+    return searchsorted(sorted_sequence, values, out_int32=out_int32, right=right, side=side, sorter=sorter)
 '''
 
 KTHVALUE = r'''
@@ -139,13 +145,14 @@ REWRITES = (
     Rewrite(
         op="aten::searchsorted",
         family="sorting",
-        targets=("aten.searchsorted.Tensor",),
+        targets=("aten.searchsorted.Tensor", "aten.searchsorted.Scalar"),
+        functions=("searchsorted", "searchsorted_scalar"),
         function="searchsorted",
         source=SEARCHSORTED,
         exactness=Exactness.EXACT,
         error="same indices",
         limits="memory grows as values x boundaries; NaN inside sorted_sequence is not supported; "
-        "a Python-number `values` (searchsorted.Scalar) is not covered",
+        "a Python-number value (searchsorted.Scalar) needs a 1-D sorted_sequence",
     ),
     Rewrite(
         op="aten::kthvalue",

@@ -1,0 +1,52 @@
+"""Window functions the dynamo exporter gets wrong: hamming_window."""
+
+from __future__ import annotations
+
+from onnxdoctor.rewrites.entry import Exactness, Rewrite
+
+HAMMING = r'''
+def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None, layout=None,
+                   device=None, pin_memory=None):
+    """torch.hamming_window: alpha - beta cos(2 pi n / N), N = window_length for a periodic
+    window and window_length - 1 for a symmetric one (torch's defaults 0.54 / 0.46)."""
+    dtype = dtype or torch.get_default_dtype()
+    if window_length == 1:
+        return torch.ones(1, dtype=dtype, device=device)
+    period = window_length if periodic else window_length - 1
+    n = torch.arange(window_length, dtype=dtype, device=device)
+    return alpha - beta * torch.cos(n * (2 * math.pi / period))
+
+
+def hamming_window_default(window_length, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """torch.hamming_window(N) (periodic)."""
+    return hamming_window(window_length, dtype=dtype, device=device)
+
+
+def hamming_window_periodic(window_length, periodic, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """torch.hamming_window(N, periodic)."""
+    return hamming_window(window_length, periodic, dtype=dtype, device=device)
+
+
+def hamming_window_alpha(window_length, periodic, alpha, *, dtype=None, layout=None, device=None,
+                         pin_memory=None):
+    """torch.hamming_window(N, periodic, alpha): beta stays 0.46, as torch's."""
+    return hamming_window(window_length, periodic, alpha, dtype=dtype, device=device)
+'''
+
+REWRITES = (
+    Rewrite(
+        op="aten::hamming_window",
+        family="window",
+        targets=("aten.hamming_window.default", "aten.hamming_window.periodic",
+                 "aten.hamming_window.periodic_alpha", "aten.hamming_window.periodic_alpha_beta"),
+        functions=("hamming_window_default", "hamming_window_periodic", "hamming_window_alpha",
+                   "hamming_window"),
+        function="hamming_window",
+        source=HAMMING,
+        exactness=Exactness.ROUNDING,
+        error="torch's formula; cos rounded by another library (about 1e-7). The dynamo exporter "
+        "of torch 2.13 writes this window with alpha = 25/46, beta = 21/46 whatever torch was "
+        "given: wrong numbers (up to 0.007 at the defaults) and no error",
+        limits="float windows; window_length a Python int (it is in torch's signature)",
+    ),
+)
