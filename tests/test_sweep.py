@@ -208,7 +208,8 @@ def test_a_sweep_gives_one_result_per_model_with_a_lone_diagnose_codes(swept: di
     assert len(read_results(swept["root"] / "r.jsonl").results) == 3  # the rerun appended nothing
     assert swept["lone"] and results["od203_custom_op_myselu.py"].codes == swept["lone"]
     assert results["od203_custom_op_myselu.py"].verdict == "failing"
-    assert results["mlp.py"].verdict == "healthy" and results["mlp.py"].codes == ()
+    # Healthy; nothing in mlp.py is declared dynamic, so the SHAPES stage's fixed-size warning may be there.
+    assert results["mlp.py"].verdict == "healthy" and set(results["mlp.py"].codes) <= {"OD801"}
     assert results["od203_custom_op_myselu.py"].diagnosis["schema"] == 2
 
 
