@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from onnxdoctor.analysis.fixes.shapes import declaration_snippet, rewrite_snippet
+from onnxdoctor.analysis.fixes.shapes import code_edits, declaration_snippet, rewrite_snippet
 from onnxdoctor.analysis.shapes import classify_shapes, size_checks
 from onnxdoctor.cli.commands import app
 from onnxdoctor.cli.diagnose import parse_size_sets
@@ -194,3 +194,47 @@ def test_the_lines_that_turn_a_size_into_a_python_value_are_found() -> None:
     assert kinds == [("int", "b = int(x.shape[0])"), ("view", "y = x.view(b, 3, -1)"),
                      ("range", "for _i in range(x.shape[1]):"), ("branch", "if x.size(0) > 2:")]
     assert all(line["source"].startswith("test_shapes.py:") for line in size_code_lines(_Frozen()))
+
+
+def test_the_rewrite_applied_to_forward_keeps_the_size_symbolic_in_a_trace() -> None:
+    """What the rewrite_size fix runs in its worker: the fixture's forward with its lines rewritten.
+    Traced at batch 2, the original holds the 2 (batch 3 fails in view); the rewritten one does not."""
+    import runpy
+    import warnings
+
+    import torch
+
+    from onnxdoctor.worker.shapes import size_code_lines
+    from onnxdoctor.worker.sizepatch import rewrite_forward
+
+    x = torch.randn(3, 12)
+
+    def traced_at_other_batch(module: torch.nn.Module) -> torch.Tensor:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tracer's own warning about int(): the point here
+            return torch.jit.trace(module, (torch.randn(2, 12),))(x)
+
+    script = runpy.run_path(str(FIXTURES / "od802_int_batch_reshape.py"))
+    model, _ = script["get_model"]()
+    lines = tuple((r["source"], r["kind"], r["text"]) for r in size_code_lines(model))
+    with pytest.raises(RuntimeError, match="shape"):
+        traced_at_other_batch(model)
+    edits = code_edits(FrozenSize(lines=lines))
+    assert [(old, new) for _n, old, new in edits] == [("b = int(x.shape[0])", "b = x.shape[0]"),
+                                                      ("return self.proj(x).view(b, 3, 4).sum(dim=2)",
+                                                       "return self.proj(x).view(-1, 3, 4).sum(dim=2)")]
+    assert rewrite_forward(model, edits) == 2
+    with torch.no_grad():
+        assert torch.allclose(traced_at_other_batch(model), model(x), atol=1e-6)
+    with pytest.raises(RuntimeError, match="none of the recorded lines"):
+        rewrite_forward(model, [(1, "not in forward", "x")])
+
+
+@pytest.mark.slow
+def test_the_users_line_rewritten_is_verified_at_every_checked_size() -> None:
+    [diagnosis] = diagnose(str(FIXTURES / "od802_int_batch_reshape.py"), DiagnoseOptions(localize_budget=0))
+    finding = next(f for f in diagnosis.findings if f.code == "OD802")
+    fix = next(f for f in finding.fixes if f.kind == "rewrite_size")
+    assert fix.verified, fix.check
+    assert fix.check is not None and len(fix.check.sizes) >= 3
+    assert "+    b = x.shape[0]" in fix.snippet

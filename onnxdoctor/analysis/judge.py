@@ -154,8 +154,17 @@ def prepare_findings(
 ) -> list[Finding]:
     """Classify a run (its SHAPES stage too, when given) and attach its fixes; the worker calls
     this too, to plan fix checks."""
-    findings = classify(outcomes, base_dir=str(target.path.parent)) + classify_shapes(shapes, outcomes) + tool_findings
-    return attach_fixes(findings, outcomes, target, options, exporter)
+    sized = classify_shapes(shapes, outcomes)
+    findings = classify(outcomes, base_dir=str(target.path.parent))
+    if any(f.code in FROZEN_SIZE_CODES for f in sized):
+        # OD210 says the tracer's frozen value matched at other inputs of the same size; a size
+        # the SHAPES stage found frozen says it mattered: that finding is the one to act on.
+        findings = [f for f in findings if f.code != "OD210"]
+    return attach_fixes(findings + sized + tool_findings, outcomes, target, options, exporter)
+
+
+# SHAPES findings that name a size the export holds as a constant.
+FROZEN_SIZE_CODES = ("OD802", "OD804")
 
 
 def attach_fixes(

@@ -11,7 +11,7 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize
-from onnxdoctor.recipe import DeclareDynamic, Recipe, UseExporter
+from onnxdoctor.recipe import DeclareDynamic, LoadCode, Recipe, UseExporter
 
 CODES = ("OD801", "OD802", "OD803", "OD804")
 
@@ -50,15 +50,41 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     rewrite = rewrite_snippet(detail)
     if rewrite:
         branch = all(kind == "branch" for _s, kind, _t in detail.lines)
+        edits = code_edits(detail)
         fixes.append(Fix(
             kind="rewrite_size",
             title=("Put both branches in the graph: torch.cond on the size (or torch.where)" if branch else
                    "Keep the size symbolic in your code (x.shape[0] without int(), view(-1, ...), torch.arange)"),
             snippet=rewrite,
-            applicability=Applicability.DISPLAY_ONLY,
+            applicability=Applicability.SAFE if edits else Applicability.DISPLAY_ONLY,
             cost="none; the export then computes the size from the input (a Shape node) instead of storing it",
+            # Verified by applying the same rewrite to forward() in the fix's own worker (a class
+            # patch: process-wide state, hence isolated), at the example and every checked size.
+            recipe=Recipe("rewrite_size", (LoadCode(_patch_code(edits)), declare, UseExporter(exporter)),
+                          isolated=True) if edits else None,
         ))
     return fixes
+
+
+def code_edits(detail: FrozenSize) -> list[tuple[int, str, str]]:
+    """The snippet's rewrites that are code (not advice in a comment), as (line, old, new) rows
+    for `worker.sizepatch.rewrite_forward`: `int()` and `len()` of a size, `view(-1, ...)`."""
+    edits = []
+    for source, kind, text in detail.lines:
+        line = source.rsplit(":", 1)[-1]
+        if kind not in ("int", "len", "view") or not line.isdigit():
+            continue
+        new = _rewritten(kind, text)
+        if new != text:
+            edits.append((int(line), text, new))
+    return edits
+
+
+def _patch_code(edits: list[tuple[int, str, str]]) -> str:
+    rows = "".join(f"    ({line}, {old!r}, {new!r}),\n" for line, old, new in edits)
+    return ("from onnxdoctor.worker.sizepatch import rewrite_forward\n\n"
+            "# Your forward() with these lines rewritten (the fix's snippet), applied to its class:\n"
+            f"rewrite_forward(model, [\n{rows}])\n")
 
 
 def declaration_snippet(detail: FrozenSize, exporter: str) -> str:
@@ -103,23 +129,29 @@ def rewrite_snippet(detail: FrozenSize) -> str:
     for source, kind, text in detail.lines:
         if kind in ("range", "numpy", "branch"):
             text = text.split("  #", 1)[0].rstrip()
-        new = text
-        if kind == "int":
-            new = _INT_OF_SIZE.sub(r"\1", text)
-        elif kind == "len":
-            new = _LEN.sub(r"\1.shape[0]", text)
-        elif kind == "range":
+        new = _rewritten(kind, text)
+        if kind == "range":
             new = _RANGE.sub("torch.arange(", text) + "  # and vectorise the loop body over it"
         elif kind == "numpy":
             new = text + "  # compute this with torch ops on x.shape, not numpy/math"
         elif kind == "branch":
             new = text + "  # torch.cond(pred, true_fn, false_fn, (x,)) or torch.where: both branches in the graph"
-        elif kind == "view":
-            new = _VIEW_FIRST.sub(_minus_one, text, count=1)
         if new == text:
             continue
         out += [f"# {source}", f"-    {text}", f"+    {new}"]
     return "\n".join(out) + "\n" if out else ""
+
+
+def _rewritten(kind: str, text: str) -> str:
+    """A line that turns a size into a Python value, with the size kept symbolic (unchanged when
+    the kind is not one that code can rewrite)."""
+    if kind == "int":
+        return _INT_OF_SIZE.sub(r"\1", text)
+    if kind == "len":
+        return _LEN.sub(r"\1.shape[0]", text)
+    if kind == "view":
+        return _VIEW_FIRST.sub(_minus_one, text, count=1)
+    return text
 
 
 def _minus_one(match: re.Match[str]) -> str:
