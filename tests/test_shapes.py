@@ -238,3 +238,17 @@ def test_the_users_line_rewritten_is_verified_at_every_checked_size() -> None:
     assert fix.verified, fix.check
     assert fix.check is not None and len(fix.check.sizes) >= 3
     assert "+    b = x.shape[0]" in fix.snippet
+
+
+@pytest.mark.slow
+def test_a_branch_on_the_size_is_kept_by_scripting_and_verified_at_every_size(tmp_path: Path) -> None:
+    [diagnosis] = diagnose(str(FIXTURES / "od803_branch_on_batch_dynamo.py"), DiagnoseOptions(localize_budget=0))
+    finding = next(f for f in diagnosis.findings if f.code == "OD803")
+    fix = next(f for f in finding.fixes if f.kind == "script_branch")
+    assert fix.verified, fix.check
+    assert fix.check is not None and len(fix.check.sizes) >= 3
+    # The traced alternative records the example's branch: tried, and honestly not verified.
+    assert not next(f for f in finding.fixes if f.kind == "exporter").verified
+    from fix_programs import run_fix_program
+
+    run_fix_program(fix, FIXTURES / "od803_branch_on_batch_dynamo.py", tmp_path / "fix")

@@ -15,6 +15,8 @@ from onnxdoctor.recipe import DeclareDynamic, LoadCode, Recipe, UseExporter
 
 CODES = ("OD801", "OD802", "OD803", "OD804")
 
+SCRIPT_FORWARD = "model = torch.jit.script(model)  # the branch on the size becomes an ONNX If\n"
+
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """Declared dims (dynamic_shapes / dynamic_axes), the other exporter, the user's line rewritten."""
@@ -33,6 +35,21 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             applicability=Applicability.SAFE,
             cost="none at run time; the bounds are from the sizes seen here, widen them to what you deploy",
             recipe=Recipe("declare_dynamic", (declare, UseExporter(exporter))),
+        ))
+    if finding.code == "OD803" and detail.dims and any(kind == "branch" for _s, kind, _t in detail.lines):
+        # A scripted forward keeps a branch on a size as an ONNX If that reads the input's shape
+        # at run time; a trace or torch.export records the branch the example took.
+        fixes.append(Fix(
+            kind="script_branch",
+            title="Script forward so the branch on the size stays a branch (an ONNX If): torch.jit.script",
+            snippet=("scripted = torch.jit.script(model)  # the branch on the size becomes an ONNX If\n"
+                     + declaration_snippet(detail, "torchscript").replace("torch.onnx.export(model,",
+                                                                          "torch.onnx.export(scripted,")),
+            applicability=Applicability.SAFE,
+            cost=("TorchScript (torch.jit.script and the TorchScript exporter) is deprecated; forward must be "
+                  "scriptable (type annotations, no unsupported Python)"),
+            recipe=Recipe("script_branch", (LoadCode(SCRIPT_FORWARD), declare, UseExporter("torchscript")),
+                          isolated=True),
         ))
     if finding.code in ("OD802", "OD803", "OD804") and detail.dims:
         other = "torchscript" if exporter == "dynamo" else "dynamo"
