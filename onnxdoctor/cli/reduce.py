@@ -8,8 +8,6 @@ from pathlib import Path
 
 import typer
 
-from onnxdoctor.protocol import REDUCED
-
 
 def reduce_command(
     target: str = typer.Argument(..., metavar="TARGET", help="model.py[:factory] or model.onnx"),
@@ -31,6 +29,7 @@ def reduce_command(
 
     from onnxdoctor.cli.diagnose import parse_input_shapes
     from onnxdoctor.errors import UsageError
+    from onnxdoctor.protocol import REDUCED  # protocol imports recipe: not on the start-up path
     from onnxdoctor.reduce.run import ReduceOptions, describe, reduce
     from onnxdoctor.safetext import printable
 
