@@ -79,8 +79,11 @@ def diagnose(
 
 def render_reserve(timeout: float) -> float:
     """Seconds of --timeout kept back from the workers for what follows them: judging fixed
-    models, rendering, writing files (a tenth, from one second up to five; at most a quarter)."""
-    return min(5.0, max(1.0, 0.1 * timeout), timeout / 4)
+    models, rendering, writing files (a tenth, from two seconds up to five; at most a quarter).
+
+    Two seconds at least: after a killed worker the parent still reaps it and imports the renderer
+    (~0.4 s on an idle machine), and on a loaded two-core CI runner one second was not enough."""
+    return min(5.0, max(2.0, 0.1 * timeout), timeout / 4)
 
 
 def _diagnose(
