@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from onnxdoctor.forkserver import OWNER_FILE, Adopted, spawn_worker
 from onnxdoctor.guarded import Guarded, default_memory_mb, guarded_call  # noqa: F401 - re-exported
 from onnxdoctor.proctree import become_subreaper, end_descendants, proc_stat
 from onnxdoctor.protocol import (
@@ -24,7 +25,6 @@ from onnxdoctor.protocol import (
     read_events,
 )
 
-OWNER_FILE = "owner.pid"
 HEAD_BYTES = 8 * 1024
 TAIL_BYTES = 32 * 1024
 
@@ -90,15 +90,7 @@ def run_worker(
     env = _worker_env(request)
     become_subreaper()
     started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "onnxdoctor.worker", str(request_path)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=str(cwd),
-        env=env,
-        start_new_session=True,
-    )
+    process = _start(request, request_path, env, cwd, timeout)
     assert process.stdout is not None and process.stderr is not None
     stat = proc_stat(process.pid)
     born = stat[1] if stat else None
@@ -149,6 +141,26 @@ def run_worker(
         stderr_tail=err.tail_text(),
         output_bytes=out.total + err.total,
         extra={"max_memory_mb": request.max_memory_mb},
+    )
+
+
+def _start(request: WorkerRequest, request_path: Path, env: dict[str, str], cwd: Path,
+           timeout: float) -> subprocess.Popen[bytes] | Adopted:
+    """The worker: forked from the fork server for a model script (torch is imported there once
+    for every worker, onnxdoctor/forkserver.py), else a fresh interpreter. An ONNX file's worker
+    never waits for the server's torch import."""
+    if request.kind == "script":
+        adopted = spawn_worker([str(request_path)], env, str(cwd), seconds=timeout)
+        if adopted is not None:
+            return adopted
+    return subprocess.Popen(
+        [sys.executable, "-m", "onnxdoctor.worker", str(request_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=str(cwd),
+        env=env,
+        start_new_session=True,
     )
 
 

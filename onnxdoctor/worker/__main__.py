@@ -16,7 +16,9 @@ def _safe_streams() -> None:
             reconfigure(encoding="utf-8", errors="backslashreplace")
 
 
-if __name__ == "__main__":
+def entry(argv: list[str]) -> int:
+    """The worker's whole life, from a fresh interpreter or from a fork of the fork server
+    (onnxdoctor/worker/zygote.py); the caller ends the process with the code returned."""
     _safe_streams()
     # The memory cap first, before torch or the script allocate anything (children inherit it).
     limit = memory_limiter(int(os.environ.pop(MEMORY_CAP_ENV, "0") or 0))
@@ -24,8 +26,12 @@ if __name__ == "__main__":
         limit()
     from onnxdoctor.worker.process import main
 
-    code = main(sys.argv[1:])
+    code = main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
     # A script's non-daemon threads or blocking atexit hooks must not keep the worker alive.
-    os._exit(code)
+    os._exit(entry(sys.argv[1:]))

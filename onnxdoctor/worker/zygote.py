@@ -1,0 +1,215 @@
+"""The worker fork server: `python -m onnxdoctor.worker.zygote FD` (docs/ARCHITECTURE.md, "Fork
+server"; the parent's side is onnxdoctor/forkserver.py).
+
+It imports what every worker imports, warms the dynamo exporter with a tiny export (so that workers
+start with the exporter's lazy modules loaded), says it is ready, and then forks one worker per
+request. Each worker is forked twice (the middle process
+exits at once) so that it is adopted by the parent, which waits for it and kills it as it would a
+worker it had started itself. The server never runs a parallel region or an ONNX Runtime session,
+so no thread pool exists to be lost in the fork: each worker builds its own, as a fresh one would.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+from onnxdoctor.forkserver import receive_message, send_message
+
+
+class _Preloaded:
+    """What the server loaded and what each worker must get back as a fresh interpreter has it."""
+
+    def __init__(self) -> None:
+        import onnx  # noqa: F401 - loaded here once for every worker
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+        import torch
+        import torch.onnx
+
+        import onnxdoctor.worker.process
+        import onnxdoctor.worker.run  # noqa: F401
+
+        self.torch = torch
+        self.threads = torch.get_num_threads()
+        # torch's default generator starts from a fixed seed: a worker must draw the same example
+        # inputs as a fresh interpreter would, whatever the warm-up drew.
+        self.rng = torch.get_rng_state()
+
+    def warm(self) -> None:
+        """One tiny dynamo export (single-threaded, no progress thread), its lazy imports kept."""
+        torch = self.torch
+        try:
+            import tqdm
+
+            tqdm.tqdm.monitor_interval = 0  # tqdm's monitor thread would not survive a fork
+        except ImportError:
+            pass
+        torch.set_num_threads(1)
+        try:
+            from onnxdoctor.worker.facts import quiet_torch_logs
+
+            model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LayerNorm(144),
+                                        torch.nn.GELU(), torch.nn.Linear(144, 2), torch.nn.Softmax(-1))
+            with quiet_torch_logs(), _silenced():
+                program = torch.onnx.export(model.eval(), (torch.zeros(1, 3, 8, 8),), dynamo=True,
+                                            verbose=False)
+                import onnx
+
+                proto = program.model_proto
+                onnx.checker.check_model(proto)
+                onnx.shape_inference.infer_shapes(proto)
+        except Exception:  # a warm-up that fails only leaves the modules unloaded
+            pass
+        finally:
+            torch.set_num_threads(self.threads)
+            torch.set_rng_state(self.rng)
+            torch._dynamo.reset()
+
+    def restore(self) -> None:
+        """In the forked worker: the generator and thread count a fresh interpreter starts with."""
+        self.torch.set_rng_state(self.rng)
+        self.torch.set_num_threads(self.threads)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed()  # a fresh interpreter seeds numpy's global generator from the OS
+
+
+class _silenced:
+    """fd 1 and 2 point at /dev/null already; Python-level prints are dropped too."""
+
+    def __enter__(self) -> None:
+        self.saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = io.StringIO()
+
+    def __exit__(self, *_exc: object) -> None:
+        sys.stdout, sys.stderr = self.saved
+
+
+def _become_worker(request: dict[str, Any], fds: list[int], sock: socket.socket, preloaded: _Preloaded,
+                   middle: int) -> None:
+    """In the forked worker: become what `python -m onnxdoctor.worker` would be, run, and exit."""
+    code = 1
+    try:
+        sock.close()
+        # The parent adopts this process once the middle one has exited (it is a subreaper).
+        while os.getppid() == middle:
+            time.sleep(0.0005)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for fd in (devnull, *fds):
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import tempfile
+
+        tempfile.tempdir = None  # TMPDIR is the run's private folder now
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8",
+                                      errors="backslashreplace")
+        sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
+                                      errors="backslashreplace", line_buffering=True)
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # `python -m` puts the working folder first on the path.
+        sys.path[0] = os.getcwd()
+        argv = list(request["argv"])
+        import onnxdoctor.worker.__main__ as worker_main
+
+        sys.argv = [worker_main.__file__, *argv]
+        preloaded.restore()
+        code = worker_main.entry(argv)
+    except BaseException:  # nothing may return into the server's loop
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _fork_worker(request: dict[str, Any], fds: list[int], sock: socket.socket, preloaded: _Preloaded) -> int:
+    """Fork twice; the worker's pid once it leads its own session and its middle parent is gone."""
+    report_read, report_write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            # Taken before the second fork: once the middle process is gone, the worker's
+            # getppid() is already the adopting parent.
+            middle_pid = os.getpid()
+            worker = os.fork()
+            if worker == 0:
+                os.close(report_read)
+                os.setsid()  # its own session and group: the parent kills the group at the deadline
+                os.write(report_write, str(os.getpid()).encode())
+                os.close(report_write)
+                _become_worker(request, fds, sock, preloaded, middle_pid)
+        finally:
+            os._exit(0)
+    os.close(report_write)
+    try:
+        data = b""
+        while True:
+            chunk = os.read(report_read, 64)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(report_read)
+        os.waitpid(middle, 0)
+    return int(data) if data else -1
+
+
+def _remove_own_tmp() -> None:
+    """The private temporary folder the parent made for this server (onnxdoctor/forkserver.py);
+    anything else TMPDIR might name is left alone."""
+    import shutil
+
+    folder = os.environ.get("TMPDIR", "")
+    if os.path.basename(folder).startswith("onnxdoctor-forkserver-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    """Serve fork requests on the socket given by descriptor until the parent closes it."""
+    # The parent's Ctrl-C is for the parent: the server ends when its socket does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=int(argv[0]))
+    preloaded = _Preloaded()
+    # Warmed before the first worker, which would otherwise load the same lazy modules itself:
+    # warming later would compete with that worker for the cores.
+    preloaded.warm()
+    send_message(sock, {"ready": True})
+    while True:
+        try:
+            message = receive_message(sock, max_fds=2)
+        except (OSError, ValueError):
+            message = None
+        if message is None:  # the parent closed the socket or died: remove our temporary folder
+            _remove_own_tmp()
+            return 0
+        request, fds = message
+        try:
+            pid = _fork_worker(request, fds, sock, preloaded) if len(fds) == 2 else -1
+        except OSError as exc:
+            send_message(sock, {"error": str(exc)})
+            pid = None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if pid is not None:
+            send_message(sock, {"pid": pid} if pid > 0 else {"error": "the worker did not start"})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
