@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import shutil
 import socket
 import struct
@@ -38,7 +39,7 @@ from typing import IO, Any
 PER_RUN_KEYS = frozenset({"ONNXDOCTOR_MAX_MEMORY_MB", "TMPDIR", "PYTEST_CURRENT_TEST"})
 SWITCH_ENV = "ONNXDOCTOR_FORKSERVER"
 # How long a starting server may take to import torch and the rest before the caller gives up on
-# it for this process's lifetime.
+# it for this process's lifetime (a request with less time left than that waits only its own time).
 START_SECONDS = 120.0
 # The file in an `onnxdoctor-*` temporary folder naming the process that owns it: a folder whose
 # owner has ended is removed by the next command (supervise.sweep_stale_workdirs).
@@ -148,18 +149,23 @@ class ForkServer:
         finally:
             theirs.close()
         self.ready = False
+        self.started = time.monotonic()
 
-    def wait_ready(self, seconds: float) -> bool:
-        """Wait for the server's imports; False when it failed or took longer than `seconds`."""
+    def wait_ready(self, seconds: float) -> bool | None:
+        """Wait up to `seconds` for the server's imports: True once it is ready, False when it
+        failed (or has taken more than START_SECONDS), None while it is still starting."""
         if self.ready:
             return True
-        self.sock.settimeout(max(seconds, 0.01))
+        try:
+            readable, _, _ = select.select([self.sock], [], [], max(seconds, 0.0))
+        except (OSError, ValueError):
+            return False
+        if not readable:
+            return None if time.monotonic() - self.started < START_SECONDS else False
         try:
             message = receive_message(self.sock)
         except (OSError, ValueError):
             message = None
-        finally:
-            self.sock.settimeout(None)
         self.ready = message is not None and message[0].get("ready") is True
         return self.ready
 
@@ -239,10 +245,16 @@ def spawn_worker(argv: list[str], env: dict[str, str], cwd: str, *, seconds: flo
         server = _server
     if retired is not None:
         retired.close()
-    if not server.wait_ready(min(seconds, START_SECONDS)):
+    ready = server.wait_ready(min(seconds, START_SECONDS))
+    if ready is None:
+        # Still importing when this run's own time is up (a short --timeout on a loaded machine):
+        # this worker is a fresh interpreter, and the server stays for the next one.
+        return None
+    if not ready:
         with _guard:
             _broken = True
-            _server = None
+            if _server is server:
+                _server = None
         server.close()
         return None
     adopted = server.spawn(argv, env, cwd)
