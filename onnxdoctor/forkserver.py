@@ -190,16 +190,16 @@ class ForkServer:
         return Adopted(pid, os.fdopen(out_read, "rb", buffering=0), os.fdopen(err_read, "rb", buffering=0))
 
     def close(self) -> None:
-        """End the server: it exits when its socket closes; killed if it does not at once."""
+        """End the server now (a server whose parent dies ends when its socket closes)."""
         try:
             self.sock.close()
         except OSError:
             pass
-        try:
-            self.process.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
+        # Killed rather than waited for: it may be in the middle of its warm-up export, and it holds
+        # nothing but its temporary folder, removed here.
+        if self.process.poll() is None:
             self.process.kill()
-            self.process.wait()
+        self.process.wait()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

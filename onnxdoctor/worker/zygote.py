@@ -1,9 +1,10 @@
 """The worker fork server: `python -m onnxdoctor.worker.zygote FD` (docs/ARCHITECTURE.md, "Fork
 server"; the parent's side is onnxdoctor/forkserver.py).
 
-It imports what every worker imports, warms the dynamo exporter with a tiny export (so that workers
-start with the exporter's lazy modules loaded), says it is ready, and then forks one worker per
-request. Each worker is forked twice (the middle process
+It imports what a worker has loaded when it runs the user's script (torch, the worker's modules),
+says it is ready, and then forks one worker per request. After the first fork it imports onnx,
+onnxruntime and onnxscript and warms the dynamo exporter with a tiny export, so that later workers
+start with all of that loaded. Each worker is forked twice (the middle process
 exits at once) so that it is adopted by the parent, which waits for it and kills it as it would a
 worker it had started itself. The server never runs a parallel region or an ONNX Runtime session,
 so no thread pool exists to be lost in the fork: each worker builds its own, as a fresh one would.
@@ -27,11 +28,11 @@ class _Preloaded:
     """What the server loaded and what each worker must get back as a fresh interpreter has it."""
 
     def __init__(self) -> None:
-        import onnx  # noqa: F401 - loaded here once for every worker
-        import onnxruntime  # noqa: F401
-        import onnxscript  # noqa: F401
+        # What a fresh worker has loaded when it runs the user's script: torch and the worker's
+        # own modules. The rest (onnx, onnxruntime, onnxscript, torch.onnx) is loaded by warm(),
+        # after the first fork, so that the first worker starts the script no later than a fresh
+        # interpreter would.
         import torch
-        import torch.onnx
 
         import onnxdoctor.worker.process
         import onnxdoctor.worker.run  # noqa: F401
@@ -43,8 +44,16 @@ class _Preloaded:
         self.rng = torch.get_rng_state()
 
     def warm(self) -> None:
-        """One tiny dynamo export (single-threaded, no progress thread), its lazy imports kept."""
+        """The export's libraries, and one tiny dynamo export (single-threaded, no progress
+        thread) so that its lazy imports are kept too."""
         torch = self.torch
+        try:
+            import onnx
+            import onnxruntime  # noqa: F401
+            import onnxscript  # noqa: F401
+            import torch.onnx
+        except ImportError:  # a worker that needs them reports it as a fresh one would
+            return
         try:
             import tqdm
 
@@ -186,10 +195,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
     preloaded = _Preloaded()
-    # Warmed before the first worker, which would otherwise load the same lazy modules itself:
-    # warming later would compete with that worker for the cores.
-    preloaded.warm()
     send_message(sock, {"ready": True})
+    # The exporter is warmed once the first worker is on its way, not before: that worker reaches
+    # the user's script as soon as a fresh interpreter would (a short --timeout must still see it
+    # run), and later workers start warm.
+    warmed = False
     while True:
         try:
             message = receive_message(sock, max_fds=2)
@@ -209,6 +219,9 @@ def main(argv: list[str]) -> int:
                 os.close(fd)
         if pid is not None:
             send_message(sock, {"pid": pid} if pid > 0 else {"error": "the worker did not start"})
+        if not warmed:
+            preloaded.warm()
+            warmed = True
 
 
 if __name__ == "__main__":
