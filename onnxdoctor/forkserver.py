@@ -119,6 +119,33 @@ class Adopted:
         return self.returncode
 
 
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        """Both streams read to their end and the exit waited for, like Popen.communicate; at
+        `timeout` the worker's group is killed and TimeoutExpired raised."""
+        chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+
+        def drain(stream: IO[bytes], into: list[bytes]) -> None:
+            into.extend(iter(lambda: stream.read(65536), b""))
+
+        readers = [threading.Thread(target=drain, args=(stream, chunks[name]), daemon=True)
+                   for name, stream in (("out", self.stdout), ("err", self.stderr))]
+        for reader in readers:
+            reader.start()
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.pid, 9)
+            except OSError:
+                pass
+            self.wait()
+            raise
+        finally:
+            for reader in readers:
+                reader.join(5.0)
+        return b"".join(chunks["out"]), b"".join(chunks["err"])
+
+
 class ForkServer:
     """One running server: its process, the socket to it, and the environment it was started in."""
 
@@ -169,13 +196,17 @@ class ForkServer:
         self.ready = message is not None and message[0].get("ready") is True
         return self.ready
 
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: str) -> Adopted | None:
-        """Fork one worker; None when the server could not (the caller starts a fresh one)."""
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, script: str | None = None) -> Adopted | None:
+        """Fork one worker (or, with `script`, `python SCRIPT ARGV`); None when the server could
+        not (the caller starts a fresh interpreter)."""
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         try:
             with self.lock:
-                send_message(self.sock, {"argv": argv, "env": env, "cwd": cwd}, (out_write, err_write))
+                request: dict[str, Any] = {"argv": argv, "env": env, "cwd": cwd}
+                if script is not None:
+                    request["script"] = script
+                send_message(self.sock, request, (out_write, err_write))
                 reply = receive_message(self.sock)
         except (OSError, ValueError):
             reply = None
@@ -223,6 +254,18 @@ def spawn_worker(argv: list[str], env: dict[str, str], cwd: str, *, seconds: flo
     `seconds` bounds the wait for a server that is still importing (it counts against the
     caller's timeout, as a fresh worker's own imports would).
     """
+    return _spawn(argv, env, cwd, seconds, None)
+
+
+def spawn_script(script: str, argv: list[str], env: dict[str, str], cwd: str, *, seconds: float) -> Adopted | None:
+    """`python SCRIPT ARGV` in a fork of the server (torch and the export libraries already
+    imported), as its own session; None when a fresh interpreter must run it. The caller must be a
+    subreaper (proctree.become_subreaper) to wait for it. The test suite runs its raw-library
+    driver this way (tests/test_fixtures_raw.py)."""
+    return _spawn(argv, env, cwd, seconds, os.path.abspath(script))
+
+
+def _spawn(argv: list[str], env: dict[str, str], cwd: str, seconds: float, script: str | None) -> Adopted | None:
     global _server, _broken, forked
     if not enabled():
         return None
@@ -257,7 +300,7 @@ def spawn_worker(argv: list[str], env: dict[str, str], cwd: str, *, seconds: flo
                 _server = None
         server.close()
         return None
-    adopted = server.spawn(argv, env, cwd)
+    adopted = server.spawn(argv, env, cwd, script)
     with _guard:
         if adopted is not None:
             forked += 1

@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from onnxdoctor.forkserver import spawn_script
+from onnxdoctor.proctree import become_subreaper
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 import make_onnx  # noqa: E402
@@ -34,12 +37,22 @@ def _onnx_fixtures(stage: str) -> list[Fixture]:
 
 
 def _observe(target: str, exporter: str = "script", timeout: float = 240) -> list[dict[str, Any]]:
-    """Run fixtures/observe.py in a fresh interpreter; return its JSON records."""
-    out = subprocess.run(
-        [sys.executable, str(FIXTURES / "observe.py"), target, "--exporter", exporter, "--json"],
-        capture_output=True, text=True, timeout=timeout, cwd=FIXTURES.parent)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)
+    """Run fixtures/observe.py as a fresh interpreter would (a fork of onnxdoctor's fork server,
+    which has torch and the export libraries imported already, else a fresh interpreter); return
+    its JSON records."""
+    script, args = str(FIXTURES / "observe.py"), [target, "--exporter", exporter, "--json"]
+    become_subreaper()  # the forked run is adopted by this process
+    env = dict(os.environ, PYTHONPATH=str(FIXTURES.parent))
+    run = spawn_script(script, args, env, str(FIXTURES.parent), seconds=timeout)
+    if run is None:
+        out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=timeout,
+                             cwd=FIXTURES.parent)
+        code, stdout, stderr = out.returncode, out.stdout, out.stderr
+    else:
+        raw_out, raw_err = run.communicate(timeout)
+        code, stdout, stderr = run.returncode, raw_out.decode(), raw_err.decode(errors="replace")
+    assert code == 0, stderr[-2000:]
+    return json.loads(stdout)
 
 
 def _failed(record: dict[str, Any]) -> dict[str, Any]:

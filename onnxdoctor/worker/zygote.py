@@ -132,11 +132,14 @@ def _become_worker(request: dict[str, Any], fds: list[int], sock: socket.socket,
         # `python -m` puts the working folder first on the path.
         sys.path[0] = os.getcwd()
         argv = list(request["argv"])
-        import onnxdoctor.worker.__main__ as worker_main
-
-        sys.argv = [worker_main.__file__, *argv]
         preloaded.restore()
-        code = worker_main.entry(argv)
+        if request.get("script"):
+            code = _run_script(request["script"], argv)
+        else:
+            import onnxdoctor.worker.__main__ as worker_main
+
+            sys.argv = [worker_main.__file__, *argv]
+            code = worker_main.entry(argv)
     except BaseException:  # nothing may return into the server's loop
         try:
             traceback.print_exc()
@@ -145,6 +148,31 @@ def _become_worker(request: dict[str, Any], fds: list[int], sock: socket.socket,
             pass
     finally:
         os._exit(code)
+
+
+def _run_script(script: str, argv: list[str]) -> int:
+    """`python SCRIPT ARGV`: the script as __main__, its folder first on the path, its exit code
+    (an uncaught exception prints its traceback and gives 1, as the interpreter does)."""
+    import runpy
+
+    sys.argv = [script, *argv]
+    sys.path[0] = os.path.dirname(script)
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
 
 
 def _fork_worker(request: dict[str, Any], fds: list[int], sock: socket.socket, preloaded: _Preloaded) -> int:
