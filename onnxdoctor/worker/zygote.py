@@ -2,9 +2,9 @@
 server"; the parent's side is onnxdoctor/forkserver.py).
 
 It imports what a worker has loaded when it runs the user's script (torch, the worker's modules),
-says it is ready, and then forks one worker per request. After the first fork it imports onnx,
-onnxruntime and onnxscript and warms the dynamo exporter with a tiny export, so that later workers
-start with all of that loaded. Each worker is forked twice (the middle process
+says it is ready, and then forks one worker per request. Before the second fork it imports onnx,
+onnxruntime and onnxscript and warms the dynamo exporter with a tiny export, so that the second
+and later workers start with all of that loaded. Each worker is forked twice (the middle process
 exits at once) so that it is adopted by the parent, which waits for it and kills it as it would a
 worker it had started itself. The server never runs a parallel region or an ONNX Runtime session,
 so no thread pool exists to be lost in the fork: each worker builds its own, as a fresh one would.
@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -217,17 +218,28 @@ def _remove_own_tmp() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _end_with_parent(parent: int) -> None:
+    """End the server soon after its parent is gone, even in the middle of the warm-up export
+    (the main loop would only see the closed socket after it)."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    _remove_own_tmp()
+    os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     """Serve fork requests on the socket given by descriptor until the parent closes it."""
     # The parent's Ctrl-C is for the parent: the server ends when its socket does.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
+    threading.Thread(target=_end_with_parent, args=(os.getppid(),), daemon=True).start()
     preloaded = _Preloaded()
     send_message(sock, {"ready": True})
-    # The exporter is warmed once the first worker is on its way, not before: that worker reaches
+    # The exporter's libraries and warm-up wait for the second request: the first worker reaches
     # the user's script as soon as a fresh interpreter would (a short --timeout must still see it
-    # run), and later workers start warm.
-    warmed = False
+    # run), a command that starts one worker pays nothing for them, and the second worker waits
+    # about as long as it would have spent loading them itself.
+    served = 0
     while True:
         try:
             message = receive_message(sock, max_fds=2)
@@ -237,6 +249,9 @@ def main(argv: list[str]) -> int:
             _remove_own_tmp()
             return 0
         request, fds = message
+        if served == 1:
+            preloaded.warm()
+        served += 1
         try:
             pid = _fork_worker(request, fds, sock, preloaded) if len(fds) == 2 else -1
         except OSError as exc:
@@ -247,9 +262,6 @@ def main(argv: list[str]) -> int:
                 os.close(fd)
         if pid is not None:
             send_message(sock, {"pid": pid} if pid > 0 else {"error": "the worker did not start"})
-        if not warmed:
-            preloaded.warm()
-            warmed = True
 
 
 if __name__ == "__main__":
