@@ -110,3 +110,28 @@ def test_a_symbolic_body_shared_by_several_ops_is_named_by_the_node_being_conver
     exc = _export_error(Pool(), (torch.randn(1, 2, 8, 8),), tmp_path / "pool.onnx", 11)
     assert "adaptive_avg_pool2d" in str(exc)
     assert refusing_symbolic(exc) in ("aten::adaptive_avg_pool2d", None)
+
+
+@pytest.mark.slow
+def test_a_trace_stopped_inside_a_functional_names_the_functionals_op(tmp_path: Path) -> None:
+    # corpus max_unpool2d_enet_pytorch_25088: F.max_unpool2d's output-size check runs on traced
+    # values and raises from its private helpers; the public functional names the op.
+    from onnxdoctor.worker.failures import functional_frame_op
+
+    class Unpool(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = torch.nn.MaxPool2d(2, return_indices=True)
+            self.unpool = torch.nn.MaxUnpool2d(2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y, indices = self.pool(x)
+            return self.unpool(y, indices, output_size=x.size())
+
+    exc = _export_error(Unpool().eval(), (torch.randn(1, 2, 8, 8),), tmp_path / "u.onnx", 17)
+    assert functional_frame_op(exc) == "aten::max_unpool2d", exc
+    # Raised outside any functional: nothing is named.
+    try:
+        torch.zeros(2) + torch.zeros(3)
+    except RuntimeError as other:
+        assert functional_frame_op(other) is None

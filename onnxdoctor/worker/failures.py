@@ -75,6 +75,11 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     if not op:
         # Any failure inside a TorchScript symbolic: the torch op torch was converting names it.
         op = _converting(exc)
+    if not op:
+        # The trace stopped inside a torch.nn.functional wrapper, whose Python checks ran on traced
+        # values (F.max_unpool2d's output-size check): the functional's own aten op is what failed.
+        with contextlib.suppress(Exception):
+            op = functional_frame_op(exc)
     if op:
         facts["op"] = op
     if op and not symbolic:
@@ -111,6 +116,36 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
 
                 facts["unsupported_ops"] = unsupported_ops(loaded, target)
     return facts
+
+
+FUNCTIONAL_FILES = ("torch/nn/functional.py", "torch/functional.py")
+
+
+def functional_frame_op(exc: BaseException) -> str | None:
+    """`aten::NAME` when the exception (or what caused it) was raised inside the functional NAME
+    of torch/nn/functional.py or torch/functional.py, called from outside them (its private
+    helpers are passed over), and aten has an op of that name; None otherwise."""
+    import traceback
+
+    import torch
+
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        frames = traceback.extract_tb(link.__traceback__)
+        inside = [i for i, f in enumerate(frames) if f.filename.replace("\\", "/").endswith(FUNCTIONAL_FILES)]
+        if inside:
+            run = [inside[-1]]  # the innermost run of functional frames, outermost first
+            while run[0] - 1 in inside:
+                run.insert(0, run[0] - 1)
+            for index in run:
+                name = frames[index].name
+                if not name.startswith("_") and hasattr(torch.ops.aten, name):
+                    return f"aten::{name}"
+            return None
+        link = link.__cause__ or link.__context__
+    return None
 
 
 def _converting(exc: BaseException) -> str | None:
