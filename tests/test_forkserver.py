@@ -77,6 +77,13 @@ def test_the_server_serves_only_its_own_environment_and_is_replaced_when_it_dies
         assert b"no-such-request.json" in first.stderr.read()
         server = forkserver._server
         assert server is not None
+        # A script runs as `python SCRIPT ARGV` would: its argv, its folder on the path, its exit code.
+        script = tmp_path / "probe.py"
+        script.write_text("import sys\nprint(sys.argv[1:], sys.path[0])\nsys.exit(3)\n")
+        run = forkserver.spawn_script(str(script), ["a", "b"], _env(), str(tmp_path), seconds=120)
+        assert run is not None
+        out, _err = run.communicate(60)
+        assert run.returncode == 3 and out.decode().split() == ["['a',", "'b']", str(tmp_path)]
         # Per-run keys may differ and the same server serves; any other difference needs a server
         # whose imports ran in that environment.
         per_run = _env(TMPDIR=str(tmp_path), ONNXDOCTOR_MAX_MEMORY_MB="2048")
