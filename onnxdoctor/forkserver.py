@@ -11,7 +11,8 @@ The worker is adopted by this process (the server forks twice and this process i
 it is waited for, timed and killed exactly like a worker started with subprocess. A request in
 another environment than the server's gets a new server started in it. Whenever no server can serve
 a request the same as a fresh interpreter would (not Linux, a server that fails to start or
-refuses), the caller starts a fresh interpreter instead: the fork server only ever saves time. `ONNXDOCTOR_FORKSERVER=0` turns it off.
+refuses), the caller starts a fresh interpreter instead: the fork server only ever saves time.
+`ONNXDOCTOR_FORKSERVER=0` turns it off.
 
 Standard library only: the CLI process imports this module and must never import torch.
 """
@@ -23,6 +24,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -44,6 +46,8 @@ START_SECONDS = 120.0
 # The file in an `onnxdoctor-*` temporary folder naming the process that owns it: a folder whose
 # owner has ended is removed by the next command (supervise.sweep_stale_workdirs).
 OWNER_FILE = "owner.pid"
+# The server's private temporary folder; the server removes only a folder named so (worker/zygote.py).
+TMP_PREFIX = "onnxdoctor-forkserver-"
 _HEADER = struct.Struct("!I")
 _MAX_MESSAGE = 16 * 2**20
 
@@ -118,7 +122,6 @@ class Adopted:
         assert self.returncode is not None
         return self.returncode
 
-
     def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
         """Both streams read to their end and the exit waited for, like Popen.communicate; at
         `timeout` the worker's group is killed and TimeoutExpired raised."""
@@ -135,7 +138,7 @@ class Adopted:
             self.wait(timeout)
         except subprocess.TimeoutExpired:
             try:
-                os.killpg(self.pid, 9)
+                os.killpg(self.pid, signal.SIGKILL)
             except OSError:
                 pass
             self.wait()
@@ -153,7 +156,7 @@ class ForkServer:
         self.env = env
         # The server's own temporary files (torch's warm-up export writes some) go into a private
         # folder, removed when the server ends: never into the user's or a run's folder.
-        self.tmp = tempfile.mkdtemp(prefix="onnxdoctor-forkserver-")
+        self.tmp = tempfile.mkdtemp(prefix=TMP_PREFIX)
         Path(self.tmp, OWNER_FILE).write_text(str(os.getpid()))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
@@ -301,13 +304,14 @@ def _spawn(argv: list[str], env: dict[str, str], cwd: str, seconds: float, scrip
         server.close()
         return None
     adopted = server.spawn(argv, env, cwd, script)
-    with _guard:
-        if adopted is not None:
-            forked += 1
-        elif _server is server:
-            _server = None
-    if adopted is None:
+    if adopted is None:  # the server refused or is gone: the next request starts another
+        with _guard:
+            if _server is server:
+                _server = None
         server.close()
+        return None
+    with _guard:
+        forked += 1
     return adopted
 
 

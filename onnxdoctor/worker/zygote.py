@@ -22,7 +22,7 @@ import time
 import traceback
 from typing import Any
 
-from onnxdoctor.forkserver import receive_message, send_message
+from onnxdoctor.forkserver import TMP_PREFIX, receive_message, send_message
 
 
 class _Preloaded:
@@ -31,8 +31,8 @@ class _Preloaded:
     def __init__(self) -> None:
         # What a fresh worker has loaded when it runs the user's script: torch and the worker's
         # own modules. The rest (onnx, onnxruntime, onnxscript, torch.onnx) is loaded by warm(),
-        # after the first fork, so that the first worker starts the script no later than a fresh
-        # interpreter would.
+        # before the second fork, so that the first worker starts the script no later than a
+        # fresh interpreter would.
         import torch
 
         import onnxdoctor.worker.process
@@ -70,8 +70,6 @@ class _Preloaded:
             with quiet_torch_logs(), _silenced():
                 program = torch.onnx.export(model.eval(), (torch.zeros(1, 3, 8, 8),), dynamo=True,
                                             verbose=False)
-                import onnx
-
                 proto = program.model_proto
                 onnx.checker.check_model(proto)
                 onnx.shape_inference.infer_shapes(proto)
@@ -214,7 +212,7 @@ def _remove_own_tmp() -> None:
     import shutil
 
     folder = os.environ.get("TMPDIR", "")
-    if os.path.basename(folder).startswith("onnxdoctor-forkserver-"):
+    if os.path.basename(folder).startswith(TMP_PREFIX):
         shutil.rmtree(folder, ignore_errors=True)
 
 
