@@ -12,10 +12,20 @@ false alarm there is a bug). Prints one line per file, then the totals:
 Not part of the test suite (each file is a real export plus fix verification: minutes in all).
 
 Usage: python bench/corpus.py [--jobs N] [--only SUBSTRING] [--files A.py B.py ...] [--list FILE]
+                               [--record RUN.json] [--compare RUN.json]
 
 `--files` and `--list` (a text file, one corpus file a line, `#` comments allowed) run only those
 files and print the same totals for that subset: how the first-seen figure in
 fixtures/corpus/README.md is measured (the files added in one batch, before any code change).
+
+`--record RUN.json` keeps the run (commit, time, each file's outcome); `--compare RUN.json` prints,
+after this run, the files whose outcome changed since the recorded one and both totals. A batch's
+first-seen run is recorded beside its list (`first_seen_<date>.run.json`), so
+
+    python bench/corpus.py --list fixtures/corpus/first_seen_2026-12-04b.txt \
+        --compare fixtures/corpus/first_seen_2026-12-04b.run.json
+
+prints that batch's first-seen figure and its figure on today's code.
 """
 
 from __future__ import annotations
@@ -29,7 +39,8 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,6 +166,92 @@ def _selected(files: list[str], list_file: str | None) -> list[Path] | None:
     return sorted(set(paths))
 
 
+def verdict(o: Outcome) -> str:
+    """One file's outcome, as a line of the report."""
+    if o.expected.code is None:
+        return "healthy" if o.healthy else f"FALSE ALARM {','.join(o.codes) or o.error}"
+    return (
+        f"{','.join(o.codes) or '-'}{'' if o.code_matched else ' (expected ' + str(o.expected.code) + ')'}"
+        f" op={'/'.join(o.ops) or '-'}"
+        f"{'' if o.op_named or o.expected.op is None else ' (op NOT named)'} "
+        f"fix={'/'.join(o.verified_kinds) or 'none verified'}"
+        f"{'' if o.family_matched else ' (expected ' + ' or '.join(o.expected.families) + ')'}"
+    )
+
+
+def totals(outcomes: list[Outcome]) -> str:
+    """The two summary lines for a set of outcomes."""
+    failing = [o for o in outcomes if o.expected.code is not None]
+    healthy = [o for o in outcomes if o.expected.code is None]
+    # A parity mismatch or a bad dynamic_shapes spec has no op to name: counting those files as
+    # "not named" would hide a naming regression behind a fixed, unreachable shortfall.
+    naming = [o for o in failing if o.expected.op is not None]
+    return (
+        f"verified fix {sum(o.verified for o in failing)}/{len(failing)}, "
+        f"op named {sum(o.op_named for o in naming)}/{len(naming)}, "
+        f"expected family {sum(o.family_matched for o in failing)}/{len(failing)}, "
+        f"healthy {sum(o.healthy for o in healthy)}/{len(healthy)} (no false alarm)\n"
+        f"expected code {sum(o.code_matched for o in failing)}/{len(failing)}"
+    )
+
+
+def _commit() -> str:
+    proc = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                          check=False, capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
+def record(outcomes: list[Outcome], path: Path, started: datetime) -> None:
+    """Write the run to PATH: the commit, when, and each file's outcome (Expected as read then)."""
+    document = {
+        "commit": _commit(),
+        "started": started.isoformat(timespec="seconds"),
+        "ended": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "outcomes": [asdict(o) for o in outcomes],
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n", "utf-8")
+
+
+def recorded(path: Path) -> tuple[dict[str, str], list[Outcome]]:
+    """A run written by record(): its header and its outcomes."""
+    try:
+        document = json.loads(path.read_text("utf-8"))
+        outcomes = [
+            Outcome(**{**o, "expected": Expectation(**{k: tuple(v) if k == "families" else v
+                                                       for k, v in o["expected"].items()}),
+                       "codes": tuple(o["codes"]), "ops": tuple(o["ops"]),
+                       "verified_kinds": tuple(o["verified_kinds"])})
+            for o in document["outcomes"]
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--compare {path}: not a run written by --record ({exc})") from None
+    return {k: document.get(k, "?") for k in ("commit", "started", "ended")}, outcomes
+
+
+def compare(now: list[Outcome], path: Path) -> None:
+    """Print what changed since the run recorded at PATH, then both figures."""
+    header, then = recorded(path)
+    before = {o.name: o for o in then}
+    # The figures compare the same files: the recorded run's, as far as this run has them.
+    common = [o for o in now if o.name in before]
+    print()
+    print(f"Changed since the run recorded in {path.name} ({header['commit']}, {header['started']}):")
+    changed = [o for o in common if verdict(o) != verdict(before[o.name])]
+    for o in changed:
+        print(f"  {o.name:43s} then: {verdict(before[o.name])}")
+        print(f"  {'':43s} now:  {verdict(o)}")
+    if not changed:
+        print("  nothing")
+    missing = sorted(set(before) - {o.name for o in now})
+    if missing:
+        print(f"  not run now: {', '.join(missing)}")
+    print()
+    print(f"recorded ({header['commit']}):")
+    print(totals([before[o.name] for o in common]))
+    print("now:")
+    print(totals(common))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1, help="files diagnosed at once")
@@ -163,37 +260,27 @@ def main() -> int:
                         help="only these corpus files (names or paths)")
     parser.add_argument("--list", dest="list_file", metavar="FILE",
                         help="only the corpus files named in FILE, one a line")
+    parser.add_argument("--record", metavar="RUN.json", type=Path,
+                        help="write this run's outcomes (and commit) to RUN.json")
+    parser.add_argument("--compare", metavar="RUN.json", type=Path,
+                        help="after the run, print what changed since the run recorded in RUN.json")
     args = parser.parse_args()
+    if args.compare is not None:
+        recorded(args.compare)  # refuse a bad file before minutes of work
     chosen = _selected(args.files, args.list_file)
     pool_paths = chosen if chosen is not None else sorted(CORPUS.glob("*.py"))
     paths = [p for p in pool_paths if args.only in p.name]
+    started = datetime.now(timezone.utc)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         outcomes = list(pool.map(diagnose, paths))
-    failing = [o for o in outcomes if o.expected.code is not None]
-    healthy = [o for o in outcomes if o.expected.code is None]
     for o in outcomes:
-        if o.expected.code is None:
-            verdict = "healthy" if o.healthy else f"FALSE ALARM {','.join(o.codes) or o.error}"
-        else:
-            verdict = (
-                f"{','.join(o.codes) or '-'}{'' if o.code_matched else ' (expected ' + str(o.expected.code) + ')'}"
-                f" op={'/'.join(o.ops) or '-'}"
-                f"{'' if o.op_named or o.expected.op is None else ' (op NOT named)'} "
-                f"fix={'/'.join(o.verified_kinds) or 'none verified'}"
-                f"{'' if o.family_matched else ' (expected ' + ' or '.join(o.expected.families) + ')'}"
-            )
-        print(f"{o.name:45s} {o.seconds:6.1f}s  {verdict}{'  ' + o.error if o.error else ''}")
-    # A parity mismatch or a bad dynamic_shapes spec has no op to name: counting those files as
-    # "not named" would hide a naming regression behind a fixed, unreachable shortfall.
-    naming = [o for o in failing if o.expected.op is not None]
+        print(f"{o.name:45s} {o.seconds:6.1f}s  {verdict(o)}{'  ' + o.error if o.error else ''}")
     print()
-    print(
-        f"verified fix {sum(o.verified for o in failing)}/{len(failing)}, "
-        f"op named {sum(o.op_named for o in naming)}/{len(naming)}, "
-        f"expected family {sum(o.family_matched for o in failing)}/{len(failing)}, "
-        f"healthy {sum(o.healthy for o in healthy)}/{len(healthy)} (no false alarm)"
-    )
-    print(f"expected code {sum(o.code_matched for o in failing)}/{len(failing)}")
+    print(totals(outcomes))
+    if args.record is not None:
+        record(outcomes, args.record, started)
+    if args.compare is not None:
+        compare(outcomes, args.compare)
     return 0
 
 
