@@ -136,3 +136,32 @@ def test_an_fx_quantized_model_is_exported_through_its_float_rebuild() -> None:
     # Rounded to the model's own grids and run with the QDQ fusion off: the same numbers.
     assert best.kind == "quantized" and "float_model_of" in best.snippet
     assert best.check.max_abs_diff < 1e-5  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_small_outputs_are_judged_against_the_float_model() -> None:
+    # Two quantized Linear layers with outputs under 0.25: ONNX Runtime's quantized model differs
+    # from PyTorch's by more than 5% of the largest output, yet strays from the float model no
+    # further than twice PyTorch's own quantization error, which is what the fix then states.
+    (diagnosis,) = diagnose(str(CORPUS / "qlinear_dynamic_pytorch_123555.py"), DiagnoseOptions(fix=True))
+    [fix] = [f for f in diagnosis.findings[0].fixes if f.kind == "quantized"]
+    assert fix.verified is True, fix.check
+    assert fix.check is not None and fix.check.max_abs_diff is not None and fix.check.max_abs_diff > 0.012
+
+
+def test_the_float_anchor_fails_a_model_further_from_the_float_one() -> None:
+    from onnxdoctor.worker.fixkit import float_anchored
+    from onnxdoctor.worker.loader import LoadedModel
+
+    torch.manual_seed(0)
+    model = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(8, 4)).eval(),
+                                                   {torch.nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(3, 8)
+    quantized = model(x)
+    floating = model[0].weight().dequantize()
+    reference = (x @ floating.T + model[0].bias()).detach()
+    error = float((quantized - reference).abs().max())
+    assert error > 0
+    loaded = LoadedModel(model, (x,), {})
+    assert float_anchored(loaded, [quantized], [(reference + 1.5 * error).numpy()])["passed"]  # type: ignore[index]
+    assert not float_anchored(loaded, [quantized], [(reference + 4 * error).numpy()])["passed"]  # type: ignore[index]

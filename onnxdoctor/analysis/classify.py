@@ -463,17 +463,18 @@ def _parity_finding(
     if diverging:
         op, node = diverging.get("op"), diverging.get("node")
         module = (f", the output of module {diverging['module']!r} ({diverging.get('module_class')})"
-                  if diverging.get("module") else "")
+                  if diverging.get("module") else f", in module {diverging['scope']}" if diverging.get("scope") else "")
         mapped = f" for {diverging['torch_op']}" if diverging.get("torch_op") else ""
         written = f", written by your symbolic {diverging['symbolic']}{mapped}" if diverging.get("symbolic") else ""
+        op, verdict = _diverging_op(diverging)
         figures = (f"max abs {diverging['max_abs_diff']:.3g}, max rel {diverging['max_rel_diff']:.3g}"
                    if isinstance(diverging.get("max_abs_diff"), (int, float))
                    and isinstance(diverging.get("max_rel_diff"), (int, float))
                    else {"OD603": "its shape differs", "OD604": "its dtype differs"}.get(
                        str(diverging.get("code")), "it differs"))
         message += (
-            f"; the first value that differs is {diverging['value']!r} (node {node}, {op}{module}{written}): "
-            f"{figures}"
+            f"; the first value that differs is {diverging['value']!r} (node {node}, "
+            f"{diverging.get('op')}{module}{written}): {figures}{verdict}"
         )
     if facts.get("diverging_skipped"):
         message += f"; the first diverging value was not searched for: {facts['diverging_skipped']}"
@@ -500,6 +501,38 @@ def _parity_finding(
             message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
     return make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
                     node=node, source=source, evidence=tuple(rows) + evidence[:1])
+
+
+def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:
+    """The op a mismatch names, and what the search learnt about why that node differs.
+
+    The torch op the node was exported from is the user's handle on it (the line calls it, a
+    rewrite replaces it), unless the node is the runtime's doing: a random op (no two runs draw
+    the same numbers) or a node ONNX Runtime computes unlike ONNX's reference implementation.
+    A node written by the user's own symbolic keeps its ONNX op: the symbolic is what to read.
+    """
+    onnx_op, torch_op = diverging.get("op"), diverging.get("torch_op") or ""
+    if diverging.get("random"):
+        drawn = ", ".join(diverging["random"])
+        behind = f" (exported from {torch_op})" if torch_op else ""
+        return (drawn,
+                (f"; {drawn}{behind} draws random numbers in ONNX Runtime that PyTorch's generator never draws: "
+                 "outputs that depend on it cannot match (draw them outside the model and pass them in as an input)"))
+    if diverging.get("runtime_matches_reference") is False:
+        return onnx_op, (f"; on the same inputs ONNX's reference implementation computes this {onnx_op} "
+                         "otherwise than ONNX Runtime does: the runtime, not the export, departs from the "
+                         "ONNX specification here")
+    through = f" (exported from {torch_op})" if torch_op and not diverging.get("symbolic") else ""
+    if diverging.get("inputs_agree") is False:
+        through += "; some of its inputs come from nodes the search could not compare, so the difference may arise there"
+    if diverging.get("runtime_matches_reference") is True:
+        written = ", ".join(diverging.get("group_ops") or [str(onnx_op)])
+        through += (f"; its inputs agree with PyTorch and ONNX Runtime computes {written} as ONNX's reference "
+                    f"implementation does: the export of {torch_op or 'this code'} means something other than "
+                    "what PyTorch computes")
+    if torch_op and not torch_op.startswith("prim::") and not diverging.get("symbolic"):
+        return torch_op, through
+    return onnx_op, through
 
 
 def _blame_user_symbolic(found: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:

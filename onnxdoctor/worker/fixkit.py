@@ -21,7 +21,7 @@ from typing import Any
 from onnxdoctor.recipe import DeclareDynamic, DecodeCheck, DynamicShapes, QuantizeOnnx, RewriteOnnx
 
 # A quantized fix's snippet (and its fix.py) imports float_model_of from here.
-from onnxdoctor.worker.dequantize import float_model_of  # noqa: F401
+from onnxdoctor.worker.dequantize import float_model_of
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
@@ -253,6 +253,50 @@ def quantization_atol(reference: list[Any], tolerance: float) -> float:
     largest = max((float(t.detach().abs().max()) for t in reference
                    if isinstance(t, torch.Tensor) and t.numel() and t.is_floating_point()), default=1.0)
     return tolerance * max(largest, 1e-6)
+
+
+# How much further from the float model the quantized ONNX model may be than the quantized
+# PyTorch model is: each rounds its activations on its own (ONNX Runtime's dynamic quantization
+# uses 8-bit unsigned activations over the batch's range, fbgemm 7-bit ones), so their errors
+# differ in detail but not in size.
+FLOAT_ANCHOR_FACTOR = 2.0
+
+
+def float_anchored(loaded: LoadedModel, torch_outputs: list[Any], ort_outputs: list[Any]) -> dict[str, Any] | None:
+    """Both quantized models measured against the float model they were made from.
+
+    The quantized ONNX model passes when its largest error against the float model (rebuilt from
+    the dequantized weights) is at most FLOAT_ANCHOR_FACTOR times the quantized PyTorch model's
+    own: as faithful a quantization, where a fixed fraction of the output is too tight for small
+    outputs. None when the float model cannot be rebuilt or run.
+    """
+    import numpy as np
+    import torch
+
+    from onnxdoctor.worker.facts import tensor_leaves
+
+    try:
+        with torch.no_grad():
+            reference = tensor_leaves(float_model_of(loaded.model)(*loaded.args, **(loaded.kwargs or {})))
+    except Exception:  # a model float_model_of cannot rebuild: the fixed tolerance alone decides
+        return None
+    if len(reference) != len(torch_outputs) or len(reference) != len(ort_outputs):
+        return None
+
+    def error(outputs: list[Any]) -> float:
+        worst = 0.0
+        for ref, out in zip(reference, outputs, strict=True):
+            out = out.detach().float().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, dtype=np.float32)
+            ref_array = ref.detach().float().numpy()
+            if ref_array.shape != out.shape:
+                return float("inf")
+            if ref_array.size:
+                worst = max(worst, float(np.abs(ref_array - out).max()))
+        return worst
+
+    pytorch, runtime = error(torch_outputs), error(ort_outputs)
+    return {"pytorch_error": pytorch, "runtime_error": runtime,
+            "passed": runtime <= FLOAT_ANCHOR_FACTOR * pytorch + 1e-6}
 
 
 def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,

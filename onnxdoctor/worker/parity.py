@@ -183,10 +183,12 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
             state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
         )
     producers = {out: node for node in state["onnx_model"].graph.node for out in node.output}
+    rows = {r.node: r for r in state.get("provenance") or ()}
     for info in infos:
         if info.max_abs_diff > atol and info.max_rel_diff > rtol:
             node = producers.get(info.name)
-            return {
+            row = rows.get(node.name) if node is not None else None
+            found = {
                 "value": info.name,
                 "node": node.name if node is not None else None,
                 "op": node.op_type if node is not None else None,
@@ -194,6 +196,11 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
                 "max_rel_diff": float(info.max_rel_diff),
                 "compared": len(infos),
             }
+            if row is not None:  # the FX node it came from (torch's metadata on the node)
+                found.update({"torch_op": row.torch_op, "source": row.source or None, "scope": row.module or None})
+            if node is not None and node.op_type in RANDOM_OPS:
+                found["random"] = [node.op_type]
+            return found
     return None
 
 
@@ -579,3 +586,203 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
                 "compared": compared, "code": report["code"],
             }
     return None
+
+
+# ONNX ops that draw random numbers: ONNX Runtime's draws are not PyTorch's, whatever the seed.
+RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
+                        "Multinomial", "Bernoulli"})
+
+
+def _traced_values(loaded: Any) -> dict[str, list[list[Any]]] | None:
+    """PyTorch's value of every aten node of the model's trace, per op kind in trace order.
+
+    The trace the TorchScript exporter converts (`torch.jit._get_trace_graph`, inlined) is run
+    again with each node's tensor outputs gathered into one tuple: the values PyTorch computes for
+    exactly the nodes the symbolics converted. None when the trace cannot be rebuilt and run.
+    """
+    import torch
+
+    from onnxdoctor.worker.facts import tensor_leaves
+
+    with torch.no_grad(), quiet_torch_logs():
+        graph, _outputs = torch.jit._get_trace_graph(loaded.model, tuple(loaded.args), loaded.kwargs or None)
+    torch._C._jit_pass_inline(graph)
+    gathered: list[tuple[str, int, Any]] = []
+    for index, node in enumerate(list(graph.nodes())):
+        kind = str(node.kind())
+        if not kind.startswith("aten::"):
+            continue
+        # The exporter converts `add_` as `add` (it removes in-place ops first).
+        kind = kind[:-1] if kind.endswith("_") and not kind.endswith("__") else kind
+        after = node
+        for value in list(node.outputs()):
+            if value.type().kind() != "TensorType":
+                continue
+            # A copy taken right here: a later in-place op must not change the value compared.
+            none = graph.create("prim::Constant")
+            none.output().setType(torch._C.NoneType.get())
+            none.insertAfter(after)
+            copy = graph.create("aten::clone", [value, none.output()], 1)
+            copy.insertAfter(none)
+            copy.output().setType(value.type())
+            after = copy
+            gathered.append((kind, index, copy.output()))
+    if not gathered:
+        return None
+    while len(list(graph.outputs())):
+        graph.eraseOutput(0)
+    pack = graph.create("prim::TupleConstruct", [v for _k, _i, v in gathered], 1)
+    graph.appendNode(pack)
+    pack.output().setType(torch._C.TupleType([v.type() for _k, _i, v in gathered]))
+    graph.registerOutput(pack.output())
+    function = torch._C._create_function_from_graph("onnxdoctor_trace_values", graph)
+    inputs = tensor_leaves((tuple(loaded.args), loaded.kwargs or {}))
+    params = list(torch.jit._unique_state_dict(loaded.model, keep_vars=True).values())
+    if len(list(graph.inputs())) != len(inputs) + len(params):
+        return None
+    with torch.no_grad():
+        results = function(*inputs, *params)
+    values: dict[str, list[list[Any]]] = {}
+    node_of: dict[int, list[Any]] = {}
+    for (kind, index, _value), result in zip(gathered, results, strict=True):
+        if index not in node_of:
+            node_of[index] = []
+            values.setdefault(kind, []).append(node_of[index])
+        if isinstance(result, torch.Tensor):
+            node_of[index].append(result.detach().clone())
+    return values
+
+
+def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+    """TorchScript exports: the first aten op whose nodes compute a value PyTorch computes otherwise.
+
+    The provenance table numbers each symbolic call per torch op (the third aten::floor_divide
+    converted is call 2); the nodes one call wrote together produce its result (their outputs no
+    other node of the call reads). PyTorch's value of the same call is the same-numbered node of
+    that kind in the trace (`_traced_values`). Calls are compared in graph order, so the first
+    that differs is where the difference arises, not a consequence of it; a kind whose calls do
+    not line up (a shape that differs) is left out rather than blamed.
+    """
+    import onnx
+
+    from onnxdoctor.protocol import REGISTERED_SYMBOLIC, TORCH_SYMBOLIC
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
+
+    rows = [r for r in state.get("provenance") or ()
+            if r.call >= 0 and r.emitter in (TORCH_SYMBOLIC, REGISTERED_SYMBOLIC) and r.torch_op.startswith("aten::")]
+    if not rows:
+        return None
+    traced = _traced_values(state["loaded"])
+    if not traced:
+        return None
+    model = onnx.load(str(state["onnx_path"]))
+    position = {n.name: i for i, n in enumerate(model.graph.node)}
+    nodes = {n.name: n for n in model.graph.node}
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for row in rows:
+        if row.node in nodes:
+            groups.setdefault((row.torch_op, row.call), []).append(row)
+    produced: dict[tuple[str, int], list[str]] = {}
+    for key, members in groups.items():
+        protos = [nodes[r.node] for r in members]
+        read = {i for n in protos for i in n.input}
+        produced[key] = [o for n in protos for o in n.output if o and o not in read]
+    # The groups' inputs too: the reference evaluator reruns the diverging group on them.
+    initializers = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
+    read = [i for members in groups.values() for r in members for i in nodes[r.node].input
+            if i and i not in initializers]
+    wanted = list(dict.fromkeys([v for values in produced.values() for v in values] + read))
+    known = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
+    loaded = state["loaded"]
+    session = cpu_session(model.SerializeToString())
+    feeds = feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs)))
+    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    producers = {out: n for n in model.graph.node for out in n.output}
+    pairs: list[tuple[int, tuple[str, int], str, Any]] = []
+    misaligned: set[str] = set()
+    for (kind, call), outputs in produced.items():
+        calls = traced.get(kind) or []
+        if call >= len(calls) or len(outputs) != len(calls[call]):
+            continue
+        for name, expected in zip(outputs, calls[call], strict=True):
+            got = values.get(name)
+            if got is None:
+                continue
+            if tuple(got.shape) != tuple(expected.shape):
+                misaligned.add(kind)
+                continue
+            pairs.append((max(position[r.node] for r in groups[(kind, call)]), (kind, call), name, expected))
+    pairs.sort(key=lambda p: p[0])
+    compared = 0
+    # Values known to equal PyTorch's: the model's inputs, its constants, and each call that matched.
+    agreed = initializers | {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    for _at, key, name, expected in pairs:
+        if key[0] in misaligned:
+            continue
+        compared += 1
+        report = compare_outputs([expected], [values[name]], atol, rtol)
+        if report["code"] is None:
+            agreed.add(name)
+            continue
+        node = producers.get(name)
+        row = next((r for r in groups[key] if node is not None and r.node == node.name), groups[key][0])
+        members = [nodes[r.node] for r in groups[key]]
+        inside = {o for n in members for o in n.output}
+        # Only a call whose inputs all agree is where the difference arises; otherwise it may
+        # inherit it from nodes no call accounts for (the search says so rather than blame it).
+        inputs_agree = all(i in agreed or i in inside for n in members for i in n.input if i)
+        random = sorted({n.op_type for n in members if n.op_type in RANDOM_OPS})
+        return {
+            "value": name, "node": node.name if node is not None else None,
+            "op": row.op, "onnx_op": row.op, "torch_op": key[0], "source": row.source or None,
+            "scope": row.module or None,
+            "max_abs_diff": report["max_abs_diff"] if report["code"] == "OD601" else None,
+            "max_rel_diff": report["max_rel_diff"] if report["code"] == "OD601" else None,
+            "compared": compared, "code": report["code"], "inputs_agree": inputs_agree,
+            "group_ops": [n.op_type for n in members if n.op_type != "Constant"],
+            **({"random": random} if random
+               else runtime_against_reference(model, members, values, feeds, atol, rtol) if inputs_agree else {}),
+        }
+    return None
+
+
+def runtime_against_reference(model: Any, members: list[Any], values: dict[str, Any], feeds: dict[str, Any],
+                              atol: float, rtol: float) -> dict[str, Any]:
+    """Whether ONNX Runtime computes the diverging nodes as ONNX's reference evaluator does.
+
+    The nodes are run alone in onnx's reference implementation on ONNX Runtime's own values of
+    their inputs. Agreeing, the graph says something other than the PyTorch code did: the
+    export is at fault. Disagreeing, the runtime departs from the ONNX specification for these
+    nodes.
+    """
+    import onnx
+    from onnx import helper
+
+    produced = {o for n in members for o in n.output if o}
+    read = [i for n in members for i in n.input if i and i not in produced]
+    initializers = {t.name: t for t in model.graph.initializer}
+    known = {**feeds, **values}
+    inputs, constants = [], []
+    for name in dict.fromkeys(read):
+        if name in initializers:
+            constants.append(initializers[name])
+        elif name in known:
+            inputs.append(name)
+        else:
+            return {}
+    outputs = [o for o in produced if o in values and not any(o in n.input for n in members)]
+    if not outputs:
+        return {}
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        graph = helper.make_graph(list(members), "diverging", [onnx.ValueInfoProto(name=n) for n in inputs],
+                                  [onnx.ValueInfoProto(name=n) for n in outputs], list(constants))
+        small = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+        expected = ReferenceEvaluator(small).run(None, {n: np.asarray(known[n]) for n in inputs})
+    except Exception:  # an op the evaluator lacks, or nested graphs: no judgement
+        return {}
+    report = compare_outputs(list(expected), [values[o] for o in outputs], atol, rtol)
+    return {"runtime_matches_reference": report["code"] is None}

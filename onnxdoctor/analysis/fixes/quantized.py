@@ -66,8 +66,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             f"quantize_dynamic('model-float.onnx', 'model.onnx', weight_type=QuantType.{step.weight_type}, "
             f"reduce_range={step.reduce_range}, op_types_to_quantize={list(step.op_types) or None!r})\n"
         )
-        cost = (f"compared with the quantized PyTorch model within {step.tolerance:.0%} of the largest output "
-                "(each model quantizes its activations on its own, so results are close, not equal)")
+        cost = (f"compared with the quantized PyTorch model within {step.tolerance:.0%} of the largest output, "
+                "or, where outputs are small, no further from the float model than twice the quantized PyTorch "
+                "model's own error (each model quantizes its activations on its own, so results are close, "
+                "not equal)")
     else:
         title = ("Export the float model (rebuilt from the dequantized weights), rounding each activation to "
                  "the quantized model's own scale and zero point (QuantizeLinear/DequantizeLinear); run it "
