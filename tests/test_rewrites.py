@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from onnxdoctor.rewrites import REWRITES, Exactness, Rewrite, find_rewrites
 
@@ -82,6 +83,19 @@ _EDGES = torch.linspace(-1.0, 1.0, 9)
 BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
 
 CASES: dict[str, Case] = {
+    # 26 -> 64 is where ONNX Runtime's own Resize picks a neighbouring pixel (onnxruntime#12098).
+    "aten::upsample_nearest1d": Case(
+        lambda x: (F.interpolate(x, size=64), F.interpolate(x, scale_factor=2.5)), (_g(1, 2, 26),), atol=0.0, rtol=0.0,
+    ),
+    "aten::upsample_nearest2d": Case(
+        lambda x: (F.interpolate(x, size=(64, 40)), F.interpolate(x, scale_factor=2.5),
+                   F.interpolate(x, scale_factor=(1.7, 3.0))),
+        (_g(1, 2, 26, 26),), atol=0.0, rtol=0.0,
+    ),
+    "aten::upsample_nearest3d": Case(
+        lambda x: (F.interpolate(x, size=(1, 3, 64)), F.interpolate(x, scale_factor=(1.0, 2.0, 2.5))),
+        (_g(1, 1, 1, 2, 26),), atol=0.0, rtol=0.0,
+    ),
     "aten::searchsorted": Case(
         lambda x: (torch.searchsorted(BOUNDARIES, x), torch.searchsorted(BOUNDARIES, x, right=True),
                    torch.searchsorted(BOUNDARIES.expand(x.shape[0], 5).contiguous(), x, side="right"),

@@ -37,6 +37,7 @@ def _load() -> tuple[Rewrite, ...]:
         linalg,
         pooling,
         pooling3d,
+        resize,
         scatter,
         sorting,
         special,
@@ -47,7 +48,7 @@ def _load() -> tuple[Rewrite, ...]:
 
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
-                   scatter, unique, histogram, eig, triangular, pooling3d, activation, window):
+                   scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize):
         found.extend(module.REWRITES)
     return tuple(found)
 

@@ -9,13 +9,14 @@ builds, so what is verified is what the user pastes.
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import ExportCode, Recipe, UseExporter, UseOpset
 from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
 
-# Any finding that names an op: no exporter maps it (OD202), not at this opset (OD201), or a
-# failure only the message names (OD299).
-CODES = ("OD201", "OD202", "OD299")
+# Any finding that names an op: no exporter maps it (OD202), not at this opset (OD201), a
+# failure only the message names (OD299), or a mismatch located at the nodes exported for it
+# (OD601: the library's version of the op gives PyTorch's numbers where the export does not).
+CODES = ("OD201", "OD202", "OD299", "OD601")
 
 
 def program_code(rewrites: tuple[Rewrite, ...]) -> str:
@@ -41,14 +42,19 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The library's rewrite of the op, exported through run_decompositions (dynamo exporter)."""
     if ctx.target_kind != "script":
         return []
-    symbolic = _symbolic_rewrite(ctx)
-    if symbolic is not None:
-        return [symbolic]
-    # The worker lists every op the exporter has no function for; one program rewrites them all.
-    ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
-    rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op)))
-    if not find_rewrites(ctx.op):
-        return []
+    if finding.code == "OD601":
+        rewrites = find_rewrites(_diverging_torch_op(ctx))
+        if not rewrites:
+            return []
+    else:
+        symbolic = _symbolic_rewrite(ctx)
+        if symbolic is not None:
+            return [symbolic]
+        # The worker lists every op the exporter has no function for; one program rewrites them all.
+        ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
+        rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op)))
+        if not find_rewrites(ctx.op):
+            return []
     code = program_code(rewrites)
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     names = ", ".join(dict.fromkeys(r.op.split(".")[0] for r in rewrites))
@@ -64,6 +70,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         )
     ]
 
+
+def _diverging_torch_op(ctx: FixContext) -> str | None:
+    """The torch op whose exported nodes a mismatch's search found differing first, if any."""
+    for outcome in ctx.outcomes:
+        diverging = outcome.facts.get("diverging") if outcome.stage is Stage.PARITY else None
+        if isinstance(diverging, dict) and not diverging.get("random") and not diverging.get("symbolic"):
+            return diverging.get("torch_op") or None
+    return None
 
 
 # Ops that torch.export cannot trace at all (no fake kernel for quantized tensors), so the
