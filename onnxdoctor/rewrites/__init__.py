@@ -85,8 +85,9 @@ def coverage_markdown() -> str:
         "",
     ]
     for rewrite in REWRITES:
+        when = " Tried for a mismatch located at this op (the exporters map it)." if rewrite.mismatch_only else ""
         lines.append(f"- `{rewrite.op}` ({rewrite.family}, {rewrite.exactness.value}: {rewrite.error}). "
-                     f"Limits: {rewrite.limits}.")
+                     f"Limits: {rewrite.limits}.{when}")
     return "\n".join(lines) + "\n"
 
 

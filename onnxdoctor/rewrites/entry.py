@@ -32,6 +32,9 @@ class Rewrite:
     reported_as: tuple[str, ...] = ()
     # The function for each target, where they differ (an `_ex` overload returns extra outputs).
     functions: tuple[str, ...] = ()
+    # The exporters map the op; the rewrite is for where their export computes other numbers
+    # (a mismatch), not for an export that fails (a newer opset or the other exporter is the fix).
+    mismatch_only: bool = False
 
     def function_for(self, target: str) -> str:
         """The function the source defines for one of `targets`."""

@@ -72,6 +72,7 @@ REWRITES = tuple(
         exactness=Exactness.EXACT,
         error=_ERROR,
         limits=_LIMITS,
+        mismatch_only=True,
     )
     for rank in (1, 2, 3)
 )
