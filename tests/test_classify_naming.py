@@ -120,3 +120,13 @@ def test_a_torch_op_without_a_fake_kernel_is_not_called_a_custom_op() -> None:
     assert "custom op" not in finding.message
     [custom] = classify(_export_failure(text.replace("aten::", "mylib::"), "builtins.RuntimeError"))
     assert "custom op mylib::int_repr" in custom.message
+
+
+def test_a_custom_op_without_register_fake_is_od212_in_torch_library_s_wording_too() -> None:
+    # torch.library.custom_op words it differently from a C++ op without a Meta kernel.
+    text = ("There was no fake impl registered for <CustomOpDef(torch_cluster::knn)>. This is necessary "
+            "for torch.compile/export/fx tracing to work. Please use `knn.register_fake` to add an fake impl.")
+    assert extract_op(text) == "torch_cluster::knn"
+    [finding] = classify(_export_failure(text, "builtins.RuntimeError"))
+    assert (finding.code, finding.op) == ("OD212", "torch_cluster::knn")
+    assert "custom op torch_cluster::knn has no fake" in finding.message

@@ -68,7 +68,9 @@ _RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 # torch.export's fake tensors met an op with no fake kernel (torch.library op without register_fake).
-_NO_FAKE_KERNEL = re.compile(r"([\w.]+::[\w.]+): attempted to run this operator with Meta tensors")
+_NO_FAKE_KERNEL = re.compile(r"([\w.]+::[\w.]+): attempted to run this operator with Meta tensors"
+                             # a torch.library.custom_op without register_fake says it this way
+                             r"|There was no fake impl registered for <CustomOpDef\(([\w.]+::[\w.]+)\)>")
 _TORCH_NAMESPACES = ("aten", "prims", "quantized", "_quantized", "quantized_decomposed")
 # torch.export meeting a quantized module's packed weights (torch.classes.quantized.*PackedParamsBase).
 PACKED_WEIGHTS = re.compile(r"PackedParamsBase|torch\._C\.ScriptObject|__obj_flatten__")
@@ -122,7 +124,7 @@ def extract_op(text: str) -> str | None:
                     _COULD_NOT_EXPORT_PYTHON):
         match = pattern.search(text)
         if match:
-            return match.group(1)
+            return next(g for g in match.groups() if g)  # a pattern may have alternatives
     match = _TS_SYMBOLIC_UNSUPPORTED.search(text)
     if match:
         return aten_name(match.group(1))
@@ -337,13 +339,14 @@ def _classify_export(failure: _Failure) -> list[Finding]:
 
     match = _NO_FAKE_KERNEL.search(text)
     if match:
-        if match.group(1).split("::", 1)[0] in _TORCH_NAMESPACES:
+        name = match.group(1) or match.group(2)
+        if name.split("::", 1)[0] in _TORCH_NAMESPACES:
             # torch's own op (aten::int_repr on a quantized tensor, aten::to_mkldnn): not the user's
             # custom op, and not one they can register a fake kernel for.
-            return make("OD212", f"torch's op {match.group(1)} has no fake (meta) kernel for this call, so "
-                                 "torch.export cannot trace it (the op itself runs)", op=match.group(1))
-        return make("OD212", f"custom op {match.group(1)} has no fake (meta) kernel, so torch.export cannot "
-                             "trace it (the dynamo exporter needs one; the op itself runs)", op=match.group(1))
+            return make("OD212", f"torch's op {name} has no fake (meta) kernel for this call, so "
+                                 "torch.export cannot trace it (the op itself runs)", op=name)
+        return make("OD212", f"custom op {name} has no fake (meta) kernel, so torch.export cannot "
+                             "trace it (the dynamo exporter needs one; the op itself runs)", op=name)
     match = _UNRECOGNIZED_NS.search(text)
     if match:
         return make("OD203", f"custom op {match.group(1)} has no ONNX export mapping (TorchScript exporter)")
