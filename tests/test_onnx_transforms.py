@@ -139,6 +139,30 @@ def test_cast_around_refuses_when_nothing_needs_a_cast() -> None:
         cast_around(_det_model(TensorProto.DOUBLE), "Det", "complex-ish")
 
 
+def _maxpool_model(elem: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])], "g",
+        [helper.make_tensor_value_info("x", elem, (1, 1, 4, 4))], [helper.make_tensor_value_info("y", elem, (1, 1, 2, 2))],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_cast_around_exact_crosses_to_a_type_that_holds_every_value() -> None:
+    # MaxPool takes no int32 (the checker refuses it); double holds every int32 value exactly.
+    model = _maxpool_model(TensorProto.INT32)
+    with pytest.raises(Exception, match="unsupported type: tensor\\(int32\\)"):
+        onnx.checker.check_model(model, full_check=True)
+    fixed = cast_around(model, "MaxPool", "exact")
+    onnx.checker.check_model(fixed, full_check=True)
+    assert [n.op_type for n in fixed.graph.node] == ["Cast", "MaxPool", "Cast"]
+    assert fixed.graph.node[0].attribute[0].i == TensorProto.DOUBLE
+    x = np.array([[[[2**31 - 1, -(2**31), 7, 8], [1, 2, 3, 4], [5, 6, 2**30 + 1, 9], [0, 0, 0, 0]]]], dtype=np.int32)
+    (y,) = _run(fixed, x)
+    assert y.dtype == np.int32 and y.reshape(-1).tolist() == [2**31 - 1, 8, 6, 2**30 + 1]
+    with pytest.raises(TransformError, match="already has a type its schema allows"):
+        cast_around(_maxpool_model(TensorProto.FLOAT), "MaxPool", "exact")
+
+
 def test_ir_version_is_lowered_only_as_far_as_the_opsets_allow() -> None:
     model = _det_model(TensorProto.FLOAT)
     model.ir_version = 15

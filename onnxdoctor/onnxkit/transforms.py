@@ -375,16 +375,23 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
     Only inputs of the same family as `to` (floating point, or integer) that have another type are
     cast; an output is cast back to the type it had, so the rest of the graph is unchanged.
 
+    `to="exact"`: the type the op's schema allows that holds the refused input's values exactly
+    (int32 data for a MaxPool that takes no int32 runs in double), across families if need be.
+
     Raises:
         TransformError: no such node, `to` is not a tensor type, or no input needs a cast.
     """
     import numpy as np
 
-    try:
-        target = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(_NUMPY_NAMES.get(to, to)))
-    except TypeError:
-        raise TransformError(f"{to!r} is not a tensor element type") from None
     types = _value_types(model)
+    across = to == "exact"
+    if across:
+        target = _exact_target(model, op_type, types)
+    else:
+        try:
+            target = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(_NUMPY_NAMES.get(to, to)))
+        except TypeError:
+            raise TransformError(f"{to!r} is not a tensor element type") from None
     casts = 0
     takes_input, gives_output = _takes_type(model, op_type, target)
 
@@ -395,14 +402,14 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
         before, after = [], []
         for i, name in enumerate(node.input):
             elem = types[name].tensor_type.elem_type if name in types else 0
-            if (name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING)
+            if (name and elem and elem != target and (across or (elem in _FLOATING) == (target in _FLOATING))
                     and takes_input(i)):
                 cast = f"{prefix}/cast_in{i}"
                 before.append(onnx.helper.make_node("Cast", [name], [cast], name=cast, to=target))
                 rewritten.input[i] = cast
         for i, name in enumerate(node.output):
             elem = types[name].tensor_type.elem_type if name in types else 0
-            if (name and elem and elem != target and (elem in _FLOATING) == (target in _FLOATING)
+            if (name and elem and elem != target and (across or (elem in _FLOATING) == (target in _FLOATING))
                     and gives_output(i)):
                 inner = f"{prefix}/cast_out{i}"
                 rewritten.output[i] = inner
@@ -417,6 +424,49 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
 
 
 _NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16"}
+
+# Where each element type's values fit exactly, best first: wider integers of the same
+# signedness, then double (exact for every integer of 32 bits or fewer), then float.
+_EXACT_HOMES = {
+    onnx.TensorProto.INT8: ("INT16", "INT32", "INT64", "DOUBLE", "FLOAT", "FLOAT16"),
+    onnx.TensorProto.UINT8: ("UINT16", "UINT32", "UINT64", "INT16", "INT32", "INT64", "DOUBLE", "FLOAT", "FLOAT16"),
+    onnx.TensorProto.INT16: ("INT32", "INT64", "DOUBLE", "FLOAT"),
+    onnx.TensorProto.UINT16: ("UINT32", "UINT64", "INT32", "INT64", "DOUBLE", "FLOAT"),
+    onnx.TensorProto.INT32: ("INT64", "DOUBLE"),
+    onnx.TensorProto.UINT32: ("UINT64", "INT64", "DOUBLE"),
+    onnx.TensorProto.INT64: ("DOUBLE",),  # exact while |x| < 2**53
+    onnx.TensorProto.BOOL: ("UINT8", "INT8", "INT32", "INT64", "FLOAT"),
+    onnx.TensorProto.BFLOAT16: ("FLOAT", "DOUBLE"),
+    onnx.TensorProto.FLOAT16: ("FLOAT", "DOUBLE"),
+    onnx.TensorProto.FLOAT: ("DOUBLE",),
+}
+
+
+def _exact_target(model: onnx.ModelProto, op_type: str, types: dict[str, Any]) -> int:
+    """The type an `op_type` node's schema allows that holds its refused input's values exactly."""
+    try:
+        schema = onnx.defs.get_schema(op_type, _default_opset(model))
+    except Exception:  # noqa: BLE001 - a custom domain: no schema to choose from
+        raise TransformError(f"{op_type} has no ONNX schema to choose a type from") from None
+    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    node = next((n for n in model.graph.node if n.op_type == op_type), None)
+    if node is None:
+        raise TransformError(f"the model has no {op_type} node")
+    for index, name in enumerate(node.input):
+        elem = types[name].tensor_type.elem_type if name in types else 0
+        formals = list(schema.inputs)
+        if not elem or not formals:
+            continue
+        formal = formals[min(index, len(formals) - 1)]
+        allowed = constraints.get(formal.type_str) or {formal.type_str}
+        spelled = f"tensor({onnx.helper.tensor_dtype_to_string(elem).removeprefix('TensorProto.').lower()})"
+        if spelled in allowed:
+            continue
+        for home in _EXACT_HOMES.get(elem, ()):
+            if f"tensor({home.lower()})" in allowed:
+                return getattr(onnx.TensorProto, home)
+        raise TransformError(f"{op_type} takes no type that holds {spelled} exactly ({', '.join(sorted(allowed))})")
+    raise TransformError(f"every input of {op_type} already has a type its schema allows")
 
 
 def _takes_type(model: onnx.ModelProto, op_type: str, elem: int) -> tuple[Callable[[int], bool], Callable[[int], bool]]:

@@ -6,11 +6,17 @@ for a model script (applied to the fresh export, then compared with PyTorch) and
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, IrTooNew, Stage
 from onnxdoctor.recipe import CastAround, Recipe, Reference, RewriteOnnx, SetIrVersion, ToFloat32
 
-CODES = ("OD402", "OD403")
+# OD303/OD304: the checker or shape inference refuses a node's input type (a type constraint of
+# the op's schema), the same gap one stage earlier than OD402.
+CODES = ("OD402", "OD403", "OD303", "OD304")
+
+_REFUSED_TYPE = re.compile(r"has unsupported type: tensor\((\w+)\)")
 
 _TORCH_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "int64": "int64", "int32": "int32"}
 
@@ -24,7 +30,41 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
     if finding.code == "OD403" and isinstance(finding.detail, IrTooNew):
         return [_ir_fix(ctx, finding.detail.max_ir)]
+    refused = _REFUSED_TYPE.search(finding.message)
+    if finding.code in ("OD303", "OD304") and finding.op and "::" not in finding.op and refused:
+        return [_schema_cast_fix(finding.op, refused.group(1), ctx)]
     return []
+
+
+def _schema_cast_fix(op: str, refused: str, ctx: FixContext) -> Fix:
+    """Cast a node's input the schema refuses to a type it allows that holds the values exactly."""
+    if ctx.target_kind == "onnx":
+        # No PyTorch to compare with, and the original does not pass the checker: onnx's evaluator.
+        reference = Reference(required=True)
+        load = f"model = onnx.load({ctx.target_name!r})\n"
+        save = f"onnx.save(fixed, {ctx.target_name.removesuffix('.onnx') + '-cast.onnx'!r})\n"
+    else:
+        reference = None
+        load = "# after torch.onnx.export(..., 'model.onnx'):\nmodel = onnx.load('model.onnx')\n"
+        save = "onnx.save(fixed, 'model.onnx')\n"
+    snippet = (
+        "import onnx\n"
+        "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
+        f"{load}"
+        f"# {op}'s schema takes no {refused}: run it in the type it allows that holds the values exactly\n"
+        f"fixed = cast_around(model, {op!r}, to='exact')\n"
+        f"{save}"
+    )
+    return Fix(
+        kind="cast",
+        title=f"Run {op} in a type its ONNX schema allows (its {refused} input cast there and back)",
+        snippet=snippet,
+        # int64 data above 2**53 would round in double: the user decides there.
+        applicability=Applicability.UNSAFE if refused in ("int64", "uint64") else Applicability.SAFE,
+        cost=(f"{op} computes in a wider type that holds every {refused} value (double for 32-bit integers; "
+              "int64 beyond 2**53 would round), then casts back: two Casts per node"),
+        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, "exact"), reference),)),
+    )
 
 
 def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
