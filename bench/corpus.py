@@ -262,11 +262,12 @@ def main() -> int:
                         help="only the corpus files named in FILE, one a line")
     parser.add_argument("--record", metavar="RUN.json", type=Path,
                         help="write this run's outcomes (and commit) to RUN.json")
-    parser.add_argument("--compare", metavar="RUN.json", type=Path,
-                        help="after the run, print what changed since the run recorded in RUN.json")
+    parser.add_argument("--compare", metavar="RUN.json", type=Path, action="append", default=[],
+                        help="after the run, print what changed since the run recorded in RUN.json "
+                             "(repeatable; each compares the files both runs have)")
     args = parser.parse_args()
-    if args.compare is not None:
-        recorded(args.compare)  # refuse a bad file before minutes of work
+    for path in args.compare:
+        recorded(path)  # refuse a bad file before minutes of work
     chosen = _selected(args.files, args.list_file)
     pool_paths = chosen if chosen is not None else sorted(CORPUS.glob("*.py"))
     paths = [p for p in pool_paths if args.only in p.name]
@@ -279,8 +280,8 @@ def main() -> int:
     print(totals(outcomes))
     if args.record is not None:
         record(outcomes, args.record, started)
-    if args.compare is not None:
-        compare(outcomes, args.compare)
+    for path in args.compare:
+        compare(outcomes, path)
     return 0
 
 
