@@ -228,9 +228,10 @@ def test_cuda_kernel_matches_torch(tmp_path: Path) -> None:
     )
     lib = ctypes.CDLL(str(library))
     for dtype, suffix in ((torch.float32, "f32"), (torch.float16, "f16"), (torch.bfloat16, "bf16")):
-        for n in (0, 1, 1000, 1 << 20):
-            inputs = [t.cuda() for t in random_inputs((n,), dtype)]
-            out = torch.empty_like(inputs[0])
+        # 1003: 16-byte packs and a tail; offset 1: inputs not 16-byte aligned (no packs at all).
+        for n, offset in ((0, 0), (1, 0), (1000, 0), (1003, 0), (1003, 1), (1 << 20, 0)):
+            inputs = [t.cuda()[offset:] for t in random_inputs((n + offset,), dtype)]
+            out = torch.empty(n, dtype=dtype, device="cuda")
             launch = getattr(lib, "myselu_launch_" + suffix)
             status = launch(
                 *[ctypes.c_void_p(t.data_ptr()) for t in inputs], ctypes.c_void_p(out.data_ptr()),
