@@ -326,3 +326,20 @@ def test_only_the_ray_engine_imports_ray() -> None:
             if any(n == "ray" or n.startswith("ray.") for n in names):
                 importers.add(path.relative_to(REPO).as_posix())
     assert importers == {"onnxdoctor/sweep/ray_engine.py"}
+
+
+def test_a_ctrl_c_while_a_result_is_recorded_waits_until_it_is_written_and_counted() -> None:
+    # The line on disk and the count behind "N model(s) not run" must agree (a Ctrl-C once fell
+    # between them: the file held the result and the message said it had not run).
+    import signal
+
+    from onnxdoctor.sweep.run import _interrupt_deferred
+
+    steps: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupt_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("written")
+            steps.append("counted")
+    assert steps == ["written", "counted"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back as it was

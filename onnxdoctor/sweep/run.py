@@ -3,8 +3,11 @@ rest on an engine, and append each result to the file the moment it arrives."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from onnxdoctor.errors import UsageError
@@ -55,6 +58,29 @@ class SweepOutcome:
     interrupted: bool
 
 
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[None]:
+    """Hold a SIGINT that arrives inside the block and raise it as KeyboardInterrupt after it.
+
+    Only the main thread can install a handler; elsewhere (a Ray callback thread) the block runs
+    as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(signal.SIGINT, None)  # the handler that was there decides (default: raise)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
 def plan_sweep(request: SweepRequest, stored: Stored) -> Plan:
     """Discover the models and key them; a model whose (target, key) has a result is kept.
 
@@ -87,9 +113,12 @@ def run_sweep(request: SweepRequest, plan: Plan, log: AppendLog | None,
     finished: dict[str, SweepResult] = {}
 
     def record(result: SweepResult) -> None:
-        if log is not None:
-            log.append(result.to_line())
-        finished[result.target] = result
+        # A Ctrl-C between writing the line and counting it would make the "not run" message
+        # and the results file disagree: it waits until both are done.
+        with _interrupt_deferred():
+            if log is not None:
+                log.append(result.to_line())
+            finished[result.target] = result
         on_result(result)
 
     started = time.monotonic()
