@@ -464,7 +464,7 @@ def _parity_finding(
     diverging = facts.get("diverging")
     source = diverging.get("source") if diverging else None
     if diverging:
-        op, node = diverging.get("op"), diverging.get("node")
+        node = diverging.get("node")
         module = (f", the output of module {diverging['module']!r} ({diverging.get('module_class')})"
                   if diverging.get("module") else f", in module {diverging['scope']}" if diverging.get("scope") else "")
         mapped = f" for {diverging['torch_op']}" if diverging.get("torch_op") else ""

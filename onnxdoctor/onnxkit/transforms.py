@@ -448,22 +448,17 @@ def _exact_target(model: onnx.ModelProto, op_type: str, types: dict[str, Any]) -
         schema = onnx.defs.get_schema(op_type, _default_opset(model))
     except Exception:  # noqa: BLE001 - a custom domain: no schema to choose from
         raise TransformError(f"{op_type} has no ONNX schema to choose a type from") from None
-    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
     node = next((n for n in model.graph.node if n.op_type == op_type), None)
     if node is None:
         raise TransformError(f"the model has no {op_type} node")
     for index, name in enumerate(node.input):
         elem = types[name].tensor_type.elem_type if name in types else 0
-        formals = list(schema.inputs)
-        if not elem or not formals:
-            continue
-        formal = formals[min(index, len(formals) - 1)]
-        allowed = constraints.get(formal.type_str) or {formal.type_str}
-        spelled = f"tensor({onnx.helper.tensor_dtype_to_string(elem).removeprefix('TensorProto.').lower()})"
-        if spelled in allowed:
+        allowed = _formal_types(schema, list(schema.inputs), index)
+        spelled = _type_string(elem) if elem else ""
+        if allowed is None or not elem or spelled in allowed:
             continue
         for home in _EXACT_HOMES.get(elem, ()):
-            if f"tensor({home.lower()})" in allowed:
+            if _type_string(getattr(onnx.TensorProto, home)) in allowed:
                 return getattr(onnx.TensorProto, home)
         raise TransformError(f"{op_type} takes no type that holds {spelled} exactly ({', '.join(sorted(allowed))})")
     raise TransformError(f"every input of {op_type} already has a type its schema allows")
@@ -479,19 +474,29 @@ def _takes_type(model: onnx.ModelProto, op_type: str, elem: int) -> tuple[Callab
         schema = onnx.defs.get_schema(op_type, _default_opset(model))
     except Exception:  # noqa: BLE001 - no schema: nothing to go by
         return (lambda _i: True), (lambda _i: True)
-    wanted = f"tensor({onnx.helper.tensor_dtype_to_string(elem).removeprefix('TensorProto.').lower()})"
-    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    wanted = _type_string(elem)
 
     def allows(formals: list[Any]) -> Callable[[int], bool]:
         def check(index: int) -> bool:
-            if not formals:
-                return True
-            formal = formals[min(index, len(formals) - 1)]  # the last formal may be variadic
-            allowed = constraints.get(formal.type_str) or {formal.type_str}
-            return wanted in allowed
+            allowed = _formal_types(schema, formals, index)
+            return allowed is None or wanted in allowed
         return check
 
     return allows(list(schema.inputs)), allows(list(schema.outputs))
+
+
+def _type_string(elem: int) -> str:
+    """`tensor(int32)`: an element type as a schema's type constraints spell it."""
+    return f"tensor({onnx.helper.tensor_dtype_to_string(elem).removeprefix('TensorProto.').lower()})"
+
+
+def _formal_types(schema: Any, formals: list[Any], index: int) -> set[str] | None:
+    """The types the schema allows at input/output position `index` (None: it declares none)."""
+    if not formals:
+        return None
+    formal = formals[min(index, len(formals) - 1)]  # the last formal may be variadic
+    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    return constraints.get(formal.type_str) or {formal.type_str}
 
 
 def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -270,10 +270,10 @@ def float_anchored(loaded: LoadedModel, torch_outputs: list[Any], ort_outputs: l
     own: as faithful a quantization, where a fixed fraction of the output is too tight for small
     outputs. None when the float model cannot be rebuilt or run.
     """
-    import numpy as np
     import torch
 
     from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.parity import compare_outputs
 
     try:
         with torch.no_grad():
@@ -284,15 +284,9 @@ def float_anchored(loaded: LoadedModel, torch_outputs: list[Any], ort_outputs: l
         return None
 
     def error(outputs: list[Any]) -> float:
-        worst = 0.0
-        for ref, out in zip(reference, outputs, strict=True):
-            out = out.detach().float().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, dtype=np.float32)
-            ref_array = ref.detach().float().numpy()
-            if ref_array.shape != out.shape:
-                return float("inf")
-            if ref_array.size:
-                worst = max(worst, float(np.abs(ref_array - out).max()))
-        return worst
+        report = compare_outputs(reference, outputs, 0.0, 0.0)
+        # Another count, shape or dtype is no quantization error: never within the factor.
+        return float("inf") if report["code"] in ("OD602", "OD603", "OD604") else float(report["max_abs_diff"])
 
     pytorch, runtime = error(torch_outputs), error(ort_outputs)
     return {"pytorch_error": pytorch, "runtime_error": runtime,

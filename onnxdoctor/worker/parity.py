@@ -387,6 +387,30 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def run_exposing(model: Any, names: list[str], args: tuple[Any, ...],
+                 kwargs: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the model in ONNX Runtime with intermediate values `names` made graph outputs too.
+
+    Returns every output's value by name, and the feeds given. The model is changed in place.
+    """
+    import onnx
+
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
+
+    known = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names) if n not in known)
+    session = cpu_session(model.SerializeToString())
+    feeds = feeds_for_session(session, tensor_leaves((args, kwargs)))
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True)), feeds
+
+
+def call_outputs(protos: list[Any]) -> list[str]:
+    """What the nodes one symbolic call wrote give the rest of the graph: the outputs none of them reads."""
+    read = {i for n in protos for i in n.input}
+    return [o for n in protos for o in n.output if o and o not in read]
+
+
 def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, target: Any,
                            args: tuple[Any, ...] | None = None,
                            kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -403,7 +427,6 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
     import torch
 
     from onnxdoctor.worker.facts import tensor_leaves
-    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     model = onnx.load(str(state["onnx_path"]))
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -434,12 +457,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
             hook.remove()
     if not seen:
         return None
-    wanted = list(dict.fromkeys(last[name] for name, _m, _t in seen))
-    known = {o.name for o in model.graph.output}
-    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
-    session = cpu_session(model.SerializeToString())
-    feeds = feeds_for_session(session, tensor_leaves((args, kwargs)))
-    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    values, _feeds = run_exposing(model, [last[name] for name, _m, _t in seen], args, kwargs)
     for name, module, expected in seen:
         got = values.get(last[name])
         if got is None or tuple(got.shape) != tuple(expected.shape):
@@ -500,7 +518,6 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
     from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
     from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.loader import function_class
-    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     rows = [r for r in state.get("provenance") or ()
             if r.call >= 0 and (r.emitter == FUNCTION_SYMBOLIC and r.function_class
@@ -546,17 +563,10 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
     finally:
         for owner, original in undo:
             owner.forward = original
-    produced: dict[tuple[str, int], list[str]] = {}
-    for (key, call), members in groups.items():
-        protos = [nodes[r.node] for r in members if r.node in nodes]
-        read = {i for n in protos for i in n.input}
-        produced[(key, call)] = [o for n in protos for o in n.output if o and o not in read]
-    wanted = list(dict.fromkeys(v for values in produced.values() for v in values))
-    known = {o.name for o in model.graph.output}
-    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
-    session = cpu_session(model.SerializeToString())
-    feeds = feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs)))
-    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    produced = {key: call_outputs([nodes[r.node] for r in members if r.node in nodes])
+                for key, members in groups.items()}
+    values, _feeds = run_exposing(model, [v for outputs in produced.values() for v in outputs],
+                                  loaded.args, loaded.kwargs)
     producers = {out: n for n in model.graph.node for out in n.output}
     compared = 0
     for (key, call), outputs in produced.items():
@@ -666,8 +676,6 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
     import onnx
 
     from onnxdoctor.protocol import REGISTERED_SYMBOLIC, TORCH_SYMBOLIC
-    from onnxdoctor.worker.facts import tensor_leaves
-    from onnxdoctor.worker.runtime import cpu_session, feeds_for_session
 
     rows = [r for r in state.get("provenance") or ()
             if r.call >= 0 and r.emitter in (TORCH_SYMBOLIC, REGISTERED_SYMBOLIC) and r.torch_op.startswith("aten::")]
@@ -683,22 +691,14 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
     for row in rows:
         if row.node in nodes:
             groups.setdefault((row.torch_op, row.call), []).append(row)
-    produced: dict[tuple[str, int], list[str]] = {}
-    for key, members in groups.items():
-        protos = [nodes[r.node] for r in members]
-        read = {i for n in protos for i in n.input}
-        produced[key] = [o for n in protos for o in n.output if o and o not in read]
+    produced = {key: call_outputs([nodes[r.node] for r in members]) for key, members in groups.items()}
     # The groups' inputs too: the reference evaluator reruns the diverging group on them.
     initializers = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
     read = [i for members in groups.values() for r in members for i in nodes[r.node].input
             if i and i not in initializers]
-    wanted = list(dict.fromkeys([v for values in produced.values() for v in values] + read))
-    known = {o.name for o in model.graph.output}
-    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in known)
     loaded = state["loaded"]
-    session = cpu_session(model.SerializeToString())
-    feeds = feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs)))
-    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    values, feeds = run_exposing(model, [v for outputs in produced.values() for v in outputs] + read,
+                                 loaded.args, loaded.kwargs)
     producers = {out: n for n in model.graph.node for out in n.output}
     pairs: list[tuple[int, tuple[str, int], str, Any]] = []
     misaligned: set[str] = set()
@@ -736,8 +736,7 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
         random = sorted({n.op_type for n in members if n.op_type in RANDOM_OPS})
         return {
             "value": name, "node": node.name if node is not None else None,
-            "op": row.op, "onnx_op": row.op, "torch_op": key[0], "source": row.source or None,
-            "scope": row.module or None,
+            "op": row.op, "torch_op": key[0], "source": row.source or None, "scope": row.module or None,
             "max_abs_diff": report["max_abs_diff"] if report["code"] == "OD601" else None,
             "max_rel_diff": report["max_rel_diff"] if report["code"] == "OD601" else None,
             "compared": compared, "code": report["code"], "inputs_agree": inputs_agree,

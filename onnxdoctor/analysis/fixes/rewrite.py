@@ -50,11 +50,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         symbolic = _symbolic_rewrite(ctx)
         if symbolic is not None:
             return [symbolic]
+        if not any(not r.mismatch_only for r in find_rewrites(ctx.op)):
+            return []
         # The worker lists every op the exporter has no function for; one program rewrites them all.
         ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
         rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op) if not r.mismatch_only))
-        if not any(not r.mismatch_only for r in find_rewrites(ctx.op)):
-            return []
     code = program_code(rewrites)
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     names = ", ".join(dict.fromkeys(r.op.split(".")[0] for r in rewrites))

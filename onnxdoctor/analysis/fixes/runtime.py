@@ -36,24 +36,28 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     return []
 
 
+def _cast_files(ctx: FixContext) -> tuple[Reference | None, str, str]:
+    """What a cast fix compares with, the snippet's line loading the model, and the file it saves.
+
+    An ONNX file has no PyTorch to compare with, and the original is refused (by ONNX Runtime or
+    the checker): onnx's reference evaluator is the reference, and the fix goes beside the file.
+    """
+    if ctx.target_kind == "onnx":
+        return (Reference(required=True), f"model = onnx.load({ctx.target_name!r})\n",
+                ctx.target_name.removesuffix(".onnx") + "-cast.onnx")
+    return None, "# after torch.onnx.export(..., 'model.onnx'):\nmodel = onnx.load('model.onnx')\n", "model.onnx"
+
+
 def _schema_cast_fix(op: str, refused: str, ctx: FixContext) -> Fix:
     """Cast a node's input the schema refuses to a type it allows that holds the values exactly."""
-    if ctx.target_kind == "onnx":
-        # No PyTorch to compare with, and the original does not pass the checker: onnx's evaluator.
-        reference = Reference(required=True)
-        load = f"model = onnx.load({ctx.target_name!r})\n"
-        save = f"onnx.save(fixed, {ctx.target_name.removesuffix('.onnx') + '-cast.onnx'!r})\n"
-    else:
-        reference = None
-        load = "# after torch.onnx.export(..., 'model.onnx'):\nmodel = onnx.load('model.onnx')\n"
-        save = "onnx.save(fixed, 'model.onnx')\n"
+    reference, load, saved = _cast_files(ctx)
     snippet = (
         "import onnx\n"
         "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
         f"{load}"
         f"# {op}'s schema takes no {refused}: run it in the type it allows that holds the values exactly\n"
         f"fixed = cast_around(model, {op!r}, to='exact')\n"
-        f"{save}"
+        f"onnx.save(fixed, {saved!r})\n"
     )
     return Fix(
         kind="cast",
@@ -85,23 +89,11 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
     calls = "model"
     for each in ops:
         calls = f"cast_around({calls}, {each!r}, to={target!r})"
-    reference = None
-    if ctx.target_kind == "onnx":
-        # No PyTorch to compare with, and ONNX Runtime cannot run the original: onnx's evaluator can.
-        reference = Reference(required=True)
-        stem = ctx.target_name.removesuffix(".onnx")
-        snippet = rewrite + (
-            f"model = onnx.load({ctx.target_name!r})\n"
-            f"onnx.save({calls}, {stem + '-cast.onnx'!r})\n"
-        )
-    else:
+    reference, load, saved = _cast_files(ctx)
+    snippet = rewrite + load + f"onnx.save({calls}, {saved!r})\n"
+    if reference is None:
         torch_dtype = _TORCH_DTYPES.get(target, "float32")
-        snippet = rewrite + (
-            "# after torch.onnx.export(..., 'model.onnx'):\n"
-            "model = onnx.load('model.onnx')\n"
-            f"onnx.save({calls}, 'model.onnx')\n"
-            f"# or, in forward(), around the call: y = op(x.to(torch.{torch_dtype})).to(x.dtype)\n"
-        )
+        snippet += f"# or, in forward(), around the call: y = op(x.to(torch.{torch_dtype})).to(x.dtype)\n"
     return Fix(
         kind="cast",
         title=f"Run {named} in {target}, a type ONNX Runtime's CPU kernel has ({supported})",
