@@ -81,7 +81,12 @@ from onnxdoctor.worker.runtime import (
     run_session,
     runtime_source,
 )
-from onnxdoctor.worker.scripted import quantized_facts, recurrent_facts, script_module_facts
+from onnxdoctor.worker.scripted import (
+    autograd_watch,
+    quantized_facts,
+    recurrent_facts,
+    script_module_facts,
+)
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     error_info,
@@ -300,7 +305,8 @@ class Runner:
                 **facts,
             )
         try:
-            outputs = reference_call(loaded)
+            with autograd_watch() as backward_passes:
+                outputs = reference_call(loaded)
         except BaseException as exc:
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
@@ -308,6 +314,8 @@ class Runner:
                 source=user_frame(exc, self.code),
                 **facts,
             ) from exc
+        if backward_passes[0]:
+            facts["autograd_in_forward"] = backward_passes[0]  # torch.autograd.grad / backward in forward()
         state["torch_outputs"] = tensor_leaves(outputs)
         facts["outputs"] = [describe_tensor(t) for t in state["torch_outputs"]]
         facts["none_outputs"] = none_leaves(outputs)

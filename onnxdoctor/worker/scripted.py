@@ -1,9 +1,12 @@
 """LOAD facts about model kinds the exporters do not take as they are: ScriptModules, quantized
-modules, LSTMs with projections (for the scripted, quantized and recurrent fix families)."""
+modules, LSTMs with projections, forward() passes that differentiate (for the scripted,
+quantized, recurrent and autograd fix families)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -71,3 +74,31 @@ def recurrent_facts(model: Any) -> dict[str, Any]:
     found = [name for name, module in model.named_modules()
              if isinstance(module, torch.nn.LSTM) and getattr(module, "proj_size", 0) > 0]
     return {"projected_lstms": found[:50]} if found else {}
+
+
+@contextlib.contextmanager
+def autograd_watch() -> Iterator[list[int]]:
+    """Count the backward passes run inside the block (torch.autograd.grad, Tensor.backward).
+
+    A forward() that differentiates (forces from an energy, a gradient penalty, a Jacobian) is
+    refused by both exporters; the autograd fix family traces it with make_fx instead. Both public
+    entry points reach the engine through `torch.autograd._engine_run_backward` (torch 2.13), so
+    that one name is wrapped; a torch without it leaves the count at zero (no fact, no fix).
+    """
+    import torch.autograd
+
+    calls = [0]
+    original = getattr(torch.autograd, "_engine_run_backward", None)
+    if original is None:
+        yield calls
+        return
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    torch.autograd._engine_run_backward = counted
+    try:
+        yield calls
+    finally:
+        torch.autograd._engine_run_backward = original

@@ -15,6 +15,7 @@ from typing import Any
 
 from onnxdoctor.analysis.fixes import (
     aten_fallback,
+    autograd,
     contrib_ops,
     control_flow,
     custom_domain,
@@ -44,7 +45,7 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, dynamic_shapes, control_flow, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes,
 )

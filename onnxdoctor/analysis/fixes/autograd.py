@@ -1,0 +1,51 @@
+"""A forward() that differentiates (torch.autograd.grad, Tensor.backward): trace it with make_fx first.
+
+Interatomic potentials return forces as -d(energy)/d(positions), physics-informed networks and
+gradient penalties differentiate inside forward(). Neither exporter follows a backward pass:
+torch.export stops ("We found a fake tensor in the exported program constant's list") and the
+TorchScript tracer refuses the gradient ("Cannot insert a Tensor that requires grad as a
+constant"). make_fx (torch.fx.experimental.proxy_tensor) runs forward() once below autograd and
+records every aten op it reaches, the backward pass's ops included (mm, tanh_backward, ...), as a
+plain GraphModule; the dynamo exporter maps those ops (the TorchScript exporter has no symbolic
+for the *_backward ones). The worker's LOAD facts say whether forward() ran a backward pass
+(`autograd_in_forward`), so the fix is proposed only for such models.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import LoadCode, Recipe, UseExporter
+
+# Export refusals of either exporter, and a mismatch (a tracer that froze the gradient).
+CODES = ("OD201", "OD202", "OD203", "OD204", "OD205", "OD211", "OD299", "OD601", "OD603")
+
+TRACE = '''from torch.fx.experimental.proxy_tensor import make_fx
+
+# make_fx runs forward() once below autograd and records every aten op it reaches, those of the
+# gradient it computes included, as a plain graph the dynamo exporter can take.
+traced = make_fx(model)(*example_inputs)
+with torch.no_grad():  # the same numbers as your model at the example inputs
+    torch.testing.assert_close(traced(*example_inputs), model(*example_inputs))
+model = traced
+'''
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Export make_fx's trace of forward(), backward pass included, with the dynamo exporter."""
+    load = next((o.facts for o in ctx.outcomes if o.stage is Stage.LOAD), {})
+    if ctx.target_kind != "script" or not load.get("autograd_in_forward"):
+        return []
+    if finding.stage not in (Stage.EXPORT, Stage.PARITY):
+        return []
+    return [Fix(
+        kind="autograd_traced",
+        title="Trace forward() with make_fx, the gradient it computes included, and export that graph "
+              "with the dynamo exporter",
+        snippet="import torch\n" + TRACE + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+        applicability=Applicability.UNSAFE,
+        cost="the graph is traced at the example's shapes and takes the branches the example took "
+             "(Python control flow is frozen, as with the TorchScript tracer); export again for other "
+             "shapes",
+        recipe=Recipe("autograd_traced", (LoadCode(TRACE), UseExporter("dynamo")), isolated=True),
+    )]

@@ -1,0 +1,70 @@
+"""A forward() that differentiates (issue 22): the worker notices the backward pass, and make_fx's
+trace of forward(), gradient included, is exported and verified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from onnxdoctor.analysis.fixes.autograd import TRACE
+from onnxdoctor.model import DiagnoseOptions, Stage
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.worker.scripted import autograd_watch
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+class Forces(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.energy = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+    def forward(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.enable_grad():
+            pos = pos.detach().requires_grad_(True)
+            energy = self.energy(pos).sum()
+            return energy, -torch.autograd.grad(energy, pos, create_graph=True)[0]
+
+
+def test_the_watch_counts_grad_and_backward_and_puts_the_engine_back() -> None:
+    engine = torch.autograd._engine_run_backward
+    x = torch.randn(4, requires_grad=True)
+    with autograd_watch() as calls:
+        torch.autograd.grad((x * x).sum(), x)
+        (x * 3).sum().backward()
+        torch.tanh(x.detach())  # no backward pass
+    assert calls == [2]
+    assert torch.autograd._engine_run_backward is engine
+    with autograd_watch() as calls, torch.no_grad():
+        Forces().eval()(torch.randn(5, 3))
+    assert calls == [1]
+
+
+def test_the_traced_graph_computes_the_same_gradient_without_autograd() -> None:
+    torch.manual_seed(0)
+    model, pos = Forces().eval(), torch.randn(5, 3)
+    scope = {"torch": torch, "model": model, "example_inputs": (pos,)}
+    exec(TRACE, scope)  # noqa: S102 -- the fix's own code, as the worker runs it
+    traced = scope["model"]
+    assert isinstance(traced, torch.fx.GraphModule)
+    with autograd_watch() as calls, torch.no_grad():
+        energy, forces = traced(pos)
+    assert calls == [0]  # the backward pass is in the graph now, not in autograd
+    expected_energy, expected_forces = model(pos)
+    torch.testing.assert_close(forces, expected_forces)
+    torch.testing.assert_close(energy, expected_energy)
+
+
+@pytest.mark.slow
+def test_forces_from_autograd_grad_export_through_make_fx() -> None:
+    diagnosis = diagnose(str(CORPUS / "autograd_grad_forces_torchscript_pytorch_55747.py"),
+                         DiagnoseOptions(fix=True))[0]
+    load = next(o for o in diagnosis.stages if o.stage is Stage.LOAD)
+    assert load.facts["autograd_in_forward"] == 1
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD299"
+    best = finding.fixes[0]
+    assert best.kind == "autograd_traced" and best.verified is True, best.check
+    assert best.check is not None and best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-5
