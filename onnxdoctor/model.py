@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -321,3 +322,15 @@ class DiagnoseOptions:
     # sizes checked instead of the ones the stage chooses (input_shapes above is for .onnx files).
     check_shapes: bool = True
     size_sets: tuple[dict[str, list[int]], ...] = ()
+
+
+def drawn_in_distribution(stages: Iterable[StageOutcome]) -> str:
+    """How a model that draws random numbers matched PyTorch (its PARITY stage compared the
+    outputs over many runs, worker/randomness.py); empty for any other model."""
+    parity = next((o for o in stages if o.stage is Stage.PARITY and o.status is Status.PASSED), None)
+    drawn = parity.facts.get("random") if parity else None
+    if not isinstance(drawn, dict) or not drawn.get("matched"):
+        return ""
+    ops = ", ".join(str(op) for op in drawn.get("ops") or ())
+    return (f"it draws random numbers ({ops}), which ONNX Runtime never draws as PyTorch does, so the outputs "
+            f"were compared over {drawn.get('runs')} runs each: permutation test p={float(drawn.get('p_value') or 1.0):.2g}")

@@ -84,6 +84,11 @@ BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
 
 CASES: dict[str, Case] = {
     # 26 -> 64 is where ONNX Runtime's own Resize picks a neighbouring pixel (onnxruntime#12098).
+    # Random ops: their values are never PyTorch's; the family test compares them in distribution.
+    "aten::bernoulli": Case(lambda x: (torch.bernoulli(torch.sigmoid(x)), torch.empty_like(x).bernoulli_(0.3)),
+                            (_g(4, 8),), compare=()),
+    "aten::uniform": Case(lambda x: torch.empty_like(x).uniform_(-2.0, 5.0) + x, (_g(4, 8),), compare=()),
+    "aten::randperm": Case(lambda x: x[:, torch.randperm(x.shape[1])], (_g(3, 6),), compare=()),
     "aten::upsample_nearest1d": Case(
         lambda x: (F.interpolate(x, size=64), F.interpolate(x, scale_factor=2.5)), (_g(1, 2, 26),), atol=0.0, rtol=0.0,
     ),
@@ -410,8 +415,10 @@ def test_rewrites_of_a_family_export_and_match_pytorch_in_onnx_runtime(family: s
     inputs = tuple(x for case in cases for x in case.inputs)
     exported = torch.export.export(_Family(cases).eval(), inputs)
     table: dict[Any, Callable[..., Any]] = {}
+    # In-place calls (Tensor.uniform_) reach the table as their functional overloads.
+    called = _targets(exported) | _targets(exported.run_decompositions({}))
     for rewrite in rewrites:
-        assert _targets(exported) & set(rewrite.targets), f"the test model never calls {rewrite.targets}"
+        assert called & set(rewrite.targets), f"the test model never calls {rewrite.targets}"
         table.update(_table(rewrite))
     program = exported.run_decompositions(table)
     for rewrite in rewrites:
@@ -432,6 +439,26 @@ def test_rewrites_of_a_family_export_and_match_pytorch_in_onnx_runtime(family: s
         position += count
     assert position == len(got)
     assert not problems, "; ".join(problems)
+    if any(r.exactness is Exactness.DISTRIBUTION for r in rewrites):
+        _assert_same_distribution(_Family(cases).eval(), inputs, session, names)
+
+
+def _assert_same_distribution(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], session: Any,
+                              names: list[str]) -> None:
+    """Random rewrites: over many runs, ONNX Runtime's outputs are distributed as eager PyTorch's."""
+    import torch.utils._pytree as pytree
+
+    from onnxdoctor.worker.randomness import compare_in_distribution
+
+    feeds = {name: x.numpy() for name, x in zip(names, inputs, strict=True)}
+
+    def run_torch(seed: int) -> list[Any]:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return [t.numpy() for t in pytree.tree_leaves(model(*inputs))]
+
+    drawn = compare_in_distribution(run_torch, lambda: session.run(None, feeds), 60.0, 1e-4, 1e-3)
+    assert drawn["matched"] is True, drawn["message"]
 
 
 def test_scatter_reduce_rewrite_replaces_mean_and_leaves_the_modes_the_exporter_maps() -> None:

@@ -515,6 +515,11 @@ def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:
     A node written by the user's own symbolic keeps its ONNX op: the symbolic is what to read.
     """
     onnx_op, torch_op = diverging.get("op"), diverging.get("torch_op") or ""
+    if diverging.get("random") and diverging.get("in_distribution") is False and torch_op:
+        drawn = ", ".join(diverging["random"])
+        return (torch_op,
+                (f"; {drawn} (exported from {torch_op}) draws random numbers, and over many runs they are not "
+                 "distributed as PyTorch's either: ONNX Runtime samples something else here"))
     if diverging.get("random"):
         drawn = ", ".join(diverging["random"])
         behind = f" (exported from {torch_op})" if torch_op else ""

@@ -27,6 +27,7 @@ from onnxdoctor.model import (
     Stage,
     StageOutcome,
     Status,
+    drawn_in_distribution,
 )
 from onnxdoctor.protocol import NOT_REQUESTED, WorkerResult, out_of_memory_message
 from onnxdoctor.recipe import Recipe, UseExporter
@@ -312,7 +313,8 @@ def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
                     f"ONNX Runtime gives eager PyTorch's tokens (prompts of {lengths} tokens, a prefill and "
                     f"{decode.get('steps')} decode steps each, max abs diff of logits "
                     f"{float(decode.get('max_abs_diff', 0.0)):.3g})")
-        return "exports, loads, runs and matches PyTorch"
+        drawn = drawn_in_distribution((outcome,) if outcome else ())
+        return "exports, loads, runs and matches PyTorch" + (f" in distribution; {drawn}" if drawn else "")
     detail = "passes the checker, loads and runs in ONNX Runtime"
     numbers = outcome.facts if outcome else {}
     if numbers.get("reference"):
@@ -321,3 +323,4 @@ def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
             else f"matches {numbers['reference']}"
         )
     return detail
+

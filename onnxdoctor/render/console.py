@@ -9,7 +9,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from onnxdoctor.codes import slug
-from onnxdoctor.model import Diagnosis, Finding, Fix, Status
+from onnxdoctor.model import Diagnosis, Finding, Fix, Status, drawn_in_distribution
 from onnxdoctor.render.sizes import size_rows
 from onnxdoctor.safetext import printable
 
@@ -48,6 +48,9 @@ def render_diagnosis(console: Console, diagnosis: Diagnosis, *, quiet: bool = Fa
         else:
             verdict = ("healthy: exports, passes the checker, loads and runs in ONNX Runtime, "
                        "and matches PyTorch")
+            drawn = drawn_in_distribution(diagnosis.stages)
+            if drawn:
+                verdict += f" in distribution ({drawn})"
             sizes = 1 + sum(c.status == "passed" for c in diagnosis.shapes)
             if sizes > 1:
                 verdict += f" (at {sizes} input sizes)"

@@ -38,6 +38,7 @@ def _load() -> tuple[Rewrite, ...]:
         pooling,
         pooling3d,
         resize,
+        sampling,
         scatter,
         sorting,
         special,
@@ -48,7 +49,8 @@ def _load() -> tuple[Rewrite, ...]:
 
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
-                   scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize):
+                   scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize,
+                   sampling):
         found.extend(module.REWRITES)
     return tuple(found)
 

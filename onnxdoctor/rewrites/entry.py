@@ -12,6 +12,8 @@ class Exactness(str, Enum):
     EXACT = "exact"  # the same values, bit for bit, wherever the op is defined
     ROUNDING = "rounding"  # the same formula up to floating-point rounding (another summation order)
     APPROXIMATION = "approximation"  # a polynomial / series approximation with a stated error bound
+    # A random op: the same distribution as PyTorch's, other draws (judged over many runs).
+    DISTRIBUTION = "distribution"
 
 
 @dataclass(frozen=True)

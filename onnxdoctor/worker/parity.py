@@ -16,6 +16,7 @@ import numpy as np
 
 from onnxdoctor.recipe import Reference
 from onnxdoctor.worker.facts import quiet_torch_logs
+from onnxdoctor.worker.randomness import RANDOM_OPS
 from onnxdoctor.worker.tracebacks import exception_text
 
 
@@ -598,9 +599,6 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
     return None
 
 
-# ONNX ops that draw random numbers: ONNX Runtime's draws are not PyTorch's, whatever the seed.
-RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
-                        "Multinomial", "Bernoulli"})
 
 
 def _traced_values(loaded: Any) -> dict[str, list[list[Any]]] | None:

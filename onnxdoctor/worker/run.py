@@ -634,12 +634,22 @@ class Runner:
                         f"quantization: against the float model ONNX Runtime's quantized model errs by at most "
                         f"{anchored['runtime_error']:.3g}, PyTorch's by {anchored['pytorch_error']:.3g} "
                         f"(allowed: {FLOAT_ANCHOR_FACTOR:g}x PyTorch's)")
+        # A model in training mode with dropout or batch norm differs for that reason: the
+        # search for a diverging node would only find the first such module, at a high cost.
+        explained = bool(state.get("load_facts", {}).get("training")
+                         and state.get("load_facts", {}).get("mode_sensitive_modules"))
+        if report["code"] == "OD601" and not explained and quantize is None:
+            drawn = self._in_distribution(state, atol, rtol)
+            if drawn is not None:
+                report["random"] = drawn
+                if drawn["matched"]:
+                    # One run against one run says nothing when both draw: the runs agree in distribution.
+                    report.update(code=None, message="", max_abs_diff=None, max_rel_diff=None)
+                    state["random_parity"] = True
+                else:
+                    report["message"] += f"; {drawn['message']}"
         if report["code"]:
             facts = {k: v for k, v in report.items() if k not in ("code", "message")}
-            # A model in training mode with dropout or batch norm differs for that reason: the
-            # search for a diverging node would only find the first such module, at a high cost.
-            explained = bool(state.get("load_facts", {}).get("training")
-                             and state.get("load_facts", {}).get("mode_sensitive_modules"))
             searchable = state.get("onnx_program") is not None or (
                 state.get("exporter") == "torchscript" and state.get("onnx_path") is not None)
             torchscript = state.get("onnx_program") is None
@@ -658,6 +668,8 @@ class Runner:
                             found = found or first_diverging_module(state, atol, rtol, self.code)
                         elif found is None and report["code"] == "OD601":
                             found = first_diverging_value(state, atol, rtol)
+                        if isinstance(found, dict) and found.get("random") and "random" in report:
+                            found["in_distribution"] = report["random"].get("matched")
                         facts["diverging"] = found
                 except OutOfTime:
                     facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
@@ -677,6 +689,34 @@ class Runner:
                 # At the tolerance of this comparison (a quantized fix's, where there is one).
                 report["second_inputs"] = second_input_check(state, atol, rtol, self._retrace(state), self.code)
         return report
+
+    def _in_distribution(self, state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+        """The outputs compared over many runs, where the exported graph draws random numbers
+        (docs/ARCHITECTURE.md, "Random outputs"); None when it draws none."""
+        from onnxdoctor.worker.randomness import compare_in_distribution, random_ops
+        from onnxdoctor.worker.runtime import to_numpy
+
+        model = state.get("onnx_model")
+        drawn = random_ops(model) if model is not None else []
+        if not drawn:
+            return None
+        import torch
+
+        loaded = state["loaded"]
+        tensors = tensor_leaves((loaded.args, loaded.kwargs))
+        feeds = feeds_for_session(state["session"], tensors)
+
+        def run_torch(seed: int) -> list[Any]:
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                return [to_numpy(t) for t in tensor_leaves(loaded.model(*loaded.args, **loaded.kwargs))]
+
+        try:
+            found = compare_in_distribution(run_torch, lambda: run_session(state["session"], feeds),
+                                            min(self.request.localize_budget, 20.0), atol, rtol)
+        except Exception as exc:  # best effort: the one-run mismatch is reported as it was
+            return {"ops": drawn, "matched": None, "message": f"not compared in distribution: {exception_text(exc)}"}
+        return {"ops": drawn, **found}
 
     # ---- SHAPES --------------------------------------------------------------------------
 

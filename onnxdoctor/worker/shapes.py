@@ -151,7 +151,11 @@ def check_sizes(
             continue
         report = compare_outputs(expected, actual, atol, rtol)
         entry["max_abs_diff"] = report.get("max_abs_diff")
-        if report["code"]:
+        if report["code"] == "OD601" and state.get("random_parity"):
+            # Outputs that are random matched at the example only in distribution; one run at each
+            # size says nothing more, so only their shapes and dtypes are held to PyTorch's here.
+            entry.update(max_abs_diff=None, compared="shapes and dtypes (random outputs)")
+        elif report["code"]:
             entry.update(status="failed", kind="mismatch", error=report["message"][:300])
         facts["sizes"].append(entry)
     failing = [e for e in facts["sizes"] if e["status"] != "passed"]

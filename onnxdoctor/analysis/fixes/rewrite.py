@@ -75,7 +75,10 @@ def _diverging_torch_op(ctx: FixContext) -> str | None:
     """The torch op whose exported nodes a mismatch's search found differing first, if any."""
     for outcome in ctx.outcomes:
         diverging = outcome.facts.get("diverging") if outcome.stage is Stage.PARITY else None
-        if isinstance(diverging, dict) and not diverging.get("random") and not diverging.get("symbolic"):
+        # A random node whose draws differ only as draws do is no rewrite's business; one whose
+        # distribution differs too (the runtime samples something else) is.
+        drawn = diverging.get("random") and diverging.get("in_distribution") is not False if isinstance(diverging, dict) else True
+        if isinstance(diverging, dict) and not drawn and not diverging.get("symbolic"):
             return diverging.get("torch_op") or None
     return None
 

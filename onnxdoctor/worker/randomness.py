@@ -1,0 +1,164 @@
+"""Parity for models that draw random numbers: compared in distribution, over many runs.
+
+ONNX Runtime's RandomNormalLike, RandomUniform, Multinomial, ... never draw the numbers PyTorch's
+generator draws, whatever the seed, so a model that samples (noise in a vocoder, a Gumbel trick,
+a random start point) differs from PyTorch on every run even when its export is right. Comparing
+one run with one run says nothing; comparing what each produces over many runs does.
+
+The check: both run the example K times (PyTorch reseeded each time, ONNX Runtime drawing
+afresh). Elements that never vary in either must agree as in the ordinary comparison; an element
+that varies in one and not the other is a difference. The varying elements are compared three
+ways: their means and their spreads element by element, and the shape of their per-element
+standardised values (a Kolmogorov-Smirnov statistic). How large a difference chance alone makes
+is measured, not assumed: the run labels are shuffled and the statistics recomputed (a
+permutation test, the smallest of the three p-values counted three times). Shuffling whole runs
+keeps whatever ties the elements of one run together (a softmax over noise, one random start
+point), so the test stays honest for them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+# ONNX ops that draw random numbers: ONNX Runtime's draws are not PyTorch's, whatever the seed.
+RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
+                        "Multinomial", "Bernoulli"})
+
+MIN_RUNS = 16  # fewer runs cannot tell a wrong scale from chance
+MAX_RUNS = 48
+PERMUTATIONS = 499
+SIGNIFICANCE = 0.01
+MAX_ELEMENTS = 2048  # the varying elements compared (a seeded sample of them in larger outputs)
+SHAPE_ELEMENTS = 256  # of which the distributions' shapes are compared (sorting is the cost)
+
+
+def random_ops(model: Any) -> list[str]:
+    """The random ONNX ops in a model, subgraphs included, sorted."""
+    from onnxdoctor.onnxkit.walk import walk_nodes
+
+    return sorted({n.op_type for _, n in walk_nodes(model.graph) if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")})
+
+
+def compare_in_distribution(
+    run_torch: Callable[[int], list[Any]],
+    run_runtime: Callable[[], list[Any]],
+    budget_s: float,
+    atol: float,
+    rtol: float,
+) -> dict[str, Any]:
+    """Run both sides up to MAX_RUNS times within budget_s and compare their outputs' distributions.
+
+    `run_torch(seed)` returns PyTorch's outputs as numpy arrays with the generator seeded;
+    `run_runtime()` ONNX Runtime's. The result has `matched` (None when too slow to run
+    MIN_RUNS times), `runs`, `p_value`, `statistic` and a `message` fit for a report.
+    """
+    started = time.monotonic()
+    first_torch, first_runtime = run_torch(1), run_runtime()
+    each = max(time.monotonic() - started, 1e-4)
+    runs = min(MAX_RUNS, int(budget_s / each))
+    if runs < MIN_RUNS:
+        return {"matched": None, "runs": runs,
+                "message": f"not compared in distribution: one run of each takes {each:.2g} s, and "
+                           f"{MIN_RUNS} runs do not fit in {budget_s:g} s"}
+    torch_runs = [first_torch] + [run_torch(seed) for seed in range(2, runs + 1)]
+    runtime_runs = [first_runtime] + [run_runtime() for _ in range(runs - 1)]
+    return _compare(torch_runs, runtime_runs, atol, rtol)
+
+
+def _compare(torch_runs: list[list[Any]], runtime_runs: list[list[Any]], atol: float, rtol: float) -> dict[str, Any]:
+    runs = len(torch_runs)
+    varying_t: list[np.ndarray] = []
+    varying_r: list[np.ndarray] = []
+    picker = np.random.default_rng(0)
+    for index, (t_stack, r_stack) in enumerate(_stacks(torch_runs, runtime_runs)):
+        if t_stack.shape != r_stack.shape:
+            return _differs(runs, f"output {index}: shape {r_stack.shape[1:]} from ONNX Runtime, "
+                                  f"{t_stack.shape[1:]} from PyTorch")
+        t_moves, r_moves = _varies(t_stack, atol, rtol), _varies(r_stack, atol, rtol)
+        fixed = ~t_moves & ~r_moves
+        if fixed.any() and not np.allclose(r_stack[0][fixed], t_stack[0][fixed], atol=atol, rtol=rtol, equal_nan=True):
+            gap = float(np.nanmax(np.abs(r_stack[0][fixed] - t_stack[0][fixed])))
+            return _differs(runs, f"output {index}: elements that are the same on every run differ "
+                                  f"(max abs error {gap:.3g})")
+        if (t_moves != r_moves).any():
+            side = "ONNX Runtime" if (r_moves & ~t_moves).any() else "PyTorch"
+            return _differs(runs, f"output {index}: {int((t_moves != r_moves).sum())} elements vary from run "
+                                  f"to run in {side} only")
+        columns = np.flatnonzero(t_moves)
+        if columns.size > MAX_ELEMENTS:
+            columns = np.sort(picker.choice(columns, MAX_ELEMENTS, replace=False))
+        varying_t.append(t_stack[:, columns])
+        varying_r.append(r_stack[:, columns])
+    if not varying_t or sum(v.shape[1] for v in varying_t) == 0:
+        return {"matched": True, "runs": runs, "p_value": None, "statistic": 0.0,
+                "message": f"no output varies from run to run over {runs} runs; they agree"}
+    both = np.concatenate([np.concatenate(varying_t, axis=1), np.concatenate(varying_r, axis=1)])
+    both = np.nan_to_num(both)
+    shape_columns = np.sort(picker.choice(both.shape[1], min(both.shape[1], SHAPE_ELEMENTS), replace=False))
+    observed = _statistics(both, runs, shape_columns)
+    shuffler = np.random.default_rng(1)
+    as_large = np.zeros(len(observed))
+    for _ in range(PERMUTATIONS):
+        as_large += _statistics(both[shuffler.permutation(2 * runs)], runs, shape_columns) >= observed
+    # Three statistics, so three chances: the smallest p-value counts three times (Bonferroni).
+    p_values = (1 + as_large) / (1 + PERMUTATIONS)
+    worst = int(np.argmin(p_values))
+    p_value = float(min(1.0, len(p_values) * p_values[worst]))
+    matched = p_value > SIGNIFICANCE
+    figures = f"{runs} runs each, {both.shape[1]} varying elements, permutation test p={p_value:.2g}"
+    if not matched:
+        figures += f", the {_STATISTICS[worst]} differ"
+    return {"matched": matched, "runs": runs, "p_value": p_value, "statistic": _STATISTICS[worst],
+            "message": (f"outputs are random; ONNX Runtime's match PyTorch's in distribution ({figures})" if matched
+                        else f"outputs are random, and ONNX Runtime's differ from PyTorch's in distribution ({figures})")}
+
+
+_STATISTICS = ("per-element means", "per-element spreads", "distributions' shapes")
+
+
+def _stacks(torch_runs: list[list[Any]], runtime_runs: list[list[Any]]) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    for index in range(min(len(torch_runs[0]), len(runtime_runs[0]))):
+        t_stack = np.stack([_flat(run[index]) for run in torch_runs])
+        r_stack = np.stack([_flat(run[index]) for run in runtime_runs])
+        yield t_stack, r_stack
+
+
+def _flat(value: Any) -> np.ndarray:
+    return np.asarray(value).astype(np.float64).reshape(-1)
+
+
+def _varies(stack: np.ndarray, atol: float, rtol: float) -> np.ndarray:
+    """Elements whose value moves between runs by more than the comparison's tolerance."""
+    spread = np.nanmax(stack, axis=0) - np.nanmin(stack, axis=0)
+    return np.nan_to_num(spread, nan=0.0) > atol + rtol * np.abs(np.nan_to_num(stack[0]))
+
+
+def _statistics(both: np.ndarray, runs: int, shape_columns: np.ndarray) -> np.ndarray:
+    """How far the first `runs` rows are from the rest: per-element means (squared difference
+    over the pooled variance), spreads (log ratio of the variances), and the shape of the
+    per-element standardised values (Kolmogorov-Smirnov, on a sample of the elements). Means
+    and spreads are compared element by element, so opposite errors in two elements (an inverted
+    probability) cannot cancel as they would in one pooled distribution."""
+    first, second = both[:runs], both[runs:]
+    var_first, var_second = first.var(axis=0), second.var(axis=0)
+    pooled = (var_first + var_second) / 2 + 1e-300
+    means = float(np.mean((first.mean(axis=0) - second.mean(axis=0)) ** 2 / pooled))
+    floor = pooled * 1e-6
+    spreads = float(np.mean(np.abs(np.log((var_first + floor) / (var_second + floor)))))
+    sample = both[:, shape_columns]
+    spread = sample.std(axis=0)
+    spread[spread == 0] = 1.0
+    standard = (sample - sample.mean(axis=0)) / spread
+    a, b = np.sort(standard[:runs].ravel()), np.sort(standard[runs:].ravel())
+    grid = np.concatenate([a, b])
+    gap = np.max(np.abs(np.searchsorted(a, grid, side="right") / a.size - np.searchsorted(b, grid, side="right") / b.size))
+    return np.array([means, spreads, float(gap)])
+
+
+def _differs(runs: int, why: str) -> dict[str, Any]:
+    return {"matched": False, "runs": runs, "p_value": None, "statistic": None,
+            "message": f"outputs are random, and they differ beyond chance: {why} ({runs} runs each)"}
