@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 from onnxdoctor.analysis.findings import finding_from_record, make_finding
 from onnxdoctor.analysis.normalize import normalize_message
@@ -15,6 +16,7 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
+from onnxdoctor.protocol import provenance_table
 
 
 def caution_findings(stages: list[StageOutcome], base_dir: str | None) -> list[Finding]:
@@ -106,15 +108,45 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
             severity = Severity.ERROR
     else:
         message += ": other inputs can give wrong results without any error"
+    source = _warning_source(frozen[0], base_dir)
+    op, node = _frozen_op(export, second, source)
     found = make_finding(
         "OD210",
         Stage.EXPORT,
         message,
-        source=_warning_source(frozen[0], base_dir),
+        op=op,
+        node=node,
+        source=source,
         evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
         detail=detail,
     )
     return [replace(found, severity=severity)]
+
+
+# ONNX Runtime's run-time error names the node it was running: "running TopK node. Name:'/TopK'".
+_RUNNING_NODE = re.compile(r"running (\w+) node\. Name:'([^']+)'")
+
+
+def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None) -> tuple[str | None, str | None]:
+    """The op a frozen value hurts, and its node: where other inputs first differ (or the node
+    ONNX Runtime failed in there), else the op the warned line exported; the torch op the node
+    was exported from where provenance knows it."""
+    table = provenance_table(export.facts)
+    diverging = second.get("diverging") if isinstance(second.get("diverging"), dict) else {}
+    node = diverging.get("node")
+    failed = _RUNNING_NODE.search(str(second.get("message") or ""))
+    if node is None and failed:
+        node = failed.group(2)
+    row = table.get(str(node)) if node else None
+    if row is not None and row.torch_op and not row.torch_op.startswith("prim::"):
+        return row.torch_op, node
+    if node:
+        return diverging.get("op") or (failed.group(1) if failed else None), node
+    # No difference located: the first op exported from the line the tracer warned about.
+    line = source.rpartition(":")[2] if source else ""
+    on_line = [r for r in table.values() if line and r.source.endswith(f":{line}") and r.torch_op
+               and not r.torch_op.startswith("prim::")]
+    return (on_line[0].torch_op, on_line[0].node) if on_line else (None, None)
 
 
 def _first_difference(found: object) -> str | None:

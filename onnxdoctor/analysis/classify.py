@@ -48,6 +48,8 @@ _TS_TRY_OPSET = re.compile(r"in opset (\d+)\. Please try opset version (\d+)")
 _COULD_NOT_EXPORT = re.compile(r"Couldn't export operator ([\w.]+::[\w.]+)")
 # An autograd.Function the TorchScript exporter could neither inline nor export: its class name.
 _COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
+# The JIT's alias analysis meeting an aten call with argument types no schema has (Tensor * bool).
+_NO_SCHEMA_FOR = re.compile(r"We don't have an op for ((?:aten|prim)::\w+) but it isn't a special case")
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
@@ -121,7 +123,7 @@ def aten_name(name: str) -> str:
 def extract_op(text: str) -> str | None:
     """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
     for pattern in (_NO_FAKE_KERNEL, _UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP, _COULD_NOT_EXPORT,
-                    _COULD_NOT_EXPORT_PYTHON):
+                    _COULD_NOT_EXPORT_PYTHON, _NO_SCHEMA_FOR):
         match = pattern.search(text)
         if match:
             return next(g for g in match.groups() if g)  # a pattern may have alternatives
@@ -479,6 +481,8 @@ def _parity_finding(
             f"; the first value that differs is {diverging['value']!r} (node {node}, "
             f"{diverging.get('op')}{module}{written}): {figures}{verdict}"
         )
+        if diverging.get("runtime_matches_reference") is False and diverging.get("departing_node"):
+            node = diverging["departing_node"]  # the node inside the group the runtime computes otherwise
     if facts.get("diverging_skipped"):
         message += f"; the first diverging value was not searched for: {facts['diverging_skipped']}"
     load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
@@ -527,6 +531,7 @@ def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:
                 (f"; {drawn}{behind} draws random numbers in ONNX Runtime that PyTorch's generator never draws: "
                  "outputs that depend on it cannot match (draw them outside the model and pass them in as an input)"))
     if diverging.get("runtime_matches_reference") is False:
+        onnx_op = diverging.get("departing_op") or onnx_op
         return onnx_op, (f"; on the same inputs ONNX's reference implementation computes this {onnx_op} "
                          "otherwise than ONNX Runtime does: the runtime, not the export, departs from the "
                          "ONNX specification here")
@@ -618,9 +623,15 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
         message = f"ONNX Runtime (CPU) has no {op_type}({version}) kernel for these types{detail}"
         if listed:
             message += f"; its kernel table lists {listed}"
+        elif "kernels" in facts and not facts["kernels"]:
+            message = (f"ONNX Runtime (CPU) has no {op_type}({version}) kernel for any type{detail}: "
+                       "its CPU kernel table lists none (another execution provider may have one)")
         ev = evidence + tuple(f"kernel: {k}" for k in _kernel_lines(facts.get("kernels") or []))
-        found.append(make_finding("OD402", Stage.ORT_LOAD, message, op=op_type, node=node or None,
-                              opset=version, evidence=ev))
+        # The worker qualifies a node of another domain (com.microsoft::Rfft) the message names bare.
+        qualified = str(facts.get("op") or op_type)
+        op = qualified if qualified.endswith(f"::{op_type}") else op_type
+        found.append(make_finding("OD402", Stage.ORT_LOAD, message.replace(f"no {op_type}(", f"no {op}(", 1),
+                                  op=op, node=node or None, opset=version, evidence=ev))
     match = _IR_VERSION.search(text) if not found else None
     if match:
         found.append(make_finding("OD403", Stage.ORT_LOAD,

@@ -394,23 +394,28 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
             raise TransformError(f"{to!r} is not a tensor element type") from None
     casts = 0
     takes_input, gives_output = _takes_type(model, op_type, target)
+    refuses, formal_in, formal_out = _schema_positions(model, op_type)
 
     def wrap(node: onnx.NodeProto, prefix: str) -> list[onnx.NodeProto]:
         nonlocal casts
         rewritten = onnx.NodeProto()
         rewritten.CopyFrom(node)
         before, after = [], []
+        # "exact" casts only the inputs the schema refuses (ScatterND's int32 indices, not its
+        # float data), and casts back only the outputs typed by the same type parameter.
+        moved: set[str] = set()
         for i, name in enumerate(node.input):
             elem = types[name].tensor_type.elem_type if name in types else 0
             if (name and elem and elem != target and (across or (elem in _FLOATING) == (target in _FLOATING))
-                    and takes_input(i)):
+                    and takes_input(i) and (not across or refuses(i, elem))):
                 cast = f"{prefix}/cast_in{i}"
                 before.append(onnx.helper.make_node("Cast", [name], [cast], name=cast, to=target))
                 rewritten.input[i] = cast
+                moved.add(formal_in(i))
         for i, name in enumerate(node.output):
             elem = types[name].tensor_type.elem_type if name in types else 0
             if (name and elem and elem != target and (across or (elem in _FLOATING) == (target in _FLOATING))
-                    and gives_output(i)):
+                    and gives_output(i) and (not across or formal_out(i) in moved)):
                 inner = f"{prefix}/cast_out{i}"
                 rewritten.output[i] = inner
                 after.append(onnx.helper.make_node("Cast", [inner], [name], name=inner, to=elem))
@@ -483,6 +488,27 @@ def _takes_type(model: onnx.ModelProto, op_type: str, elem: int) -> tuple[Callab
         return check
 
     return allows(list(schema.inputs)), allows(list(schema.outputs))
+
+
+def _schema_positions(
+    model: onnx.ModelProto, op_type: str
+) -> tuple[Callable[[int, int], bool], Callable[[int], str], Callable[[int], str]]:
+    """For the op's schema: whether input `i` refuses element type `elem`, and the formal type
+    (a type parameter such as `T`, or a fixed `tensor(int64)`) of each input and output."""
+    try:
+        schema = onnx.defs.get_schema(op_type, _default_opset(model))
+    except Exception:  # noqa: BLE001 - no schema: nothing refused, nothing to pair
+        return (lambda _i, _e: True), (lambda i: f"in{i}"), (lambda i: f"out{i}")
+    inputs, outputs = list(schema.inputs), list(schema.outputs)
+
+    def refuses(index: int, elem: int) -> bool:
+        allowed = _formal_types(schema, inputs, index)
+        return allowed is not None and _type_string(elem) not in allowed
+
+    def formal(formals: list[Any], index: int) -> str:
+        return formals[min(index, len(formals) - 1)].type_str if formals else ""
+
+    return refuses, (lambda i: formal(inputs, i)), (lambda i: formal(outputs, i))
 
 
 def _type_string(elem: int) -> str:

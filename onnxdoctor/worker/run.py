@@ -71,6 +71,7 @@ from onnxdoctor.worker.parity import (
     first_diverging_symbolic,
     first_diverging_traced,
     first_diverging_value,
+    output_producer,
     second_input_check,
     time_limit,
 )
@@ -507,10 +508,14 @@ class Runner:
         if self.request.kind == "script":
             # An invalid node the dynamo exporter wrote: the torch op it translated is what the
             # user can act on (the message still names the ONNX node).
+            # A type its schema refuses is the ONNX node's own problem (a cast around that node
+            # fixes it), so that finding keeps the ONNX op and names the torch op in its message.
             for record in errors:
                 if record.get("code") in ("OD303", "OD304") and record.get("node"):
                     torch_op = node_torch_op(model, record["node"])
-                    if torch_op:
+                    if torch_op and "has unsupported type" in record["message"]:
+                        record["message"] += f" (the node was exported from {torch_op})"
+                    elif torch_op:
                         record["op"] = torch_op
         if errors:
             raise StageFailed(errors[0]["message"], errors[0]["code"], findings=records)
@@ -666,6 +671,7 @@ class Runner:
                             with contextlib.suppress(Exception):
                                 found = first_diverging_traced(state, atol, rtol)
                             found = found or first_diverging_module(state, atol, rtol, self.code)
+                            found = found or output_producer(state, report)
                         elif found is None and report["code"] == "OD601":
                             found = first_diverging_value(state, atol, rtol)
                         if isinstance(found, dict) and found.get("random") and "random" in report:

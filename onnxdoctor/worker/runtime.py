@@ -168,6 +168,12 @@ def kernel_facts(message: str, model: Any) -> dict[str, Any]:
         )
     node_types: dict[str, str] = {}
     facts: dict[str, Any] = {"op": op_type, "node": node, "op_version": version, "kernels": kernels}
+    domain = next((n.domain for n in model.graph.node if n.name == node), "") if model is not None else ""
+    if domain not in ("", "ai.onnx"):
+        # The message names the op bare; com.microsoft::Rfft (a contrib op with CUDA kernels only) is
+        # not the ONNX op Rfft, so the finding qualifies it as the node does.
+        facts["op"] = f"{domain}::{op_type}"
+        kernels[:] = [k for k in kernels if k["domain"] == domain]
     if model is not None:
         node_types = _node_input_types(model, node)
         # ONNX Runtime names only the first node it cannot place: a cast of that op alone then

@@ -8,9 +8,10 @@ from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import Recipe, UseExporter
 
-# Not OD208: the TorchScript exporter ignores dynamic_shapes, so switching cannot fix them.
+# Not OD208: the TorchScript exporter ignores dynamic_shapes, so switching cannot fix them. OD210
+# and OD502 are artefacts of tracing (a frozen value, an int argument made a graph input).
 CODES = ("OD201", "OD202", "OD204", "OD205", "OD212", "OD299", "OD301", "OD303", "OD304", "OD399",
-         "OD402", "OD499", "OD501", "OD599", "OD601", "OD603", "OD604")
+         "OD210", "OD402", "OD403", "OD499", "OD501", "OD502", "OD599", "OD601", "OD602", "OD603", "OD604")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import Recipe, UseExporter, UseOpset
 
 CODES = ("OD201", "OD209", "OD404")
+
+# classify's OD201 message, from the exporter's "Support for this operator was added in version N".
+_STARTS_AT = re.compile(r"support starts at opset (\d+)")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -20,6 +25,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # refused the call, the next candidate is the next registration, not requested + 1.
         registered = [v for v in ctx.op_facts.get("torchscript_registrations") or [] if v > requested]
         candidates = registered or [v for v in supported if v > requested]
+        stated = _STARTS_AT.search(finding.message)
+        if not candidates and stated and int(stated.group(1)) > requested:
+            # A symbolic the registry lookup does not see (a custom namespace registered with
+            # register_custom_op_symbolic at a later opset): the exporter's own words say where.
+            candidates = [int(stated.group(1))]
         if not candidates:
             return []
         lowest = min(candidates)

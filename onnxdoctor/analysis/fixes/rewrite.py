@@ -83,36 +83,98 @@ def _diverging_torch_op(ctx: FixContext) -> str | None:
     return None
 
 
-# Ops that torch.export cannot trace at all (no fake kernel for quantized tensors), so the
-# library's run_decompositions route is closed, but whose TorchScript symbolic is one line:
-# op -> (exactness, limits, code registering the symbolic).
+# Ops the run_decompositions route cannot reach, but whose TorchScript symbolic is short: op ->
+# (exactness, limits, code registering the symbolic, what the title says it maps the op to, the
+# lowest opset it needs). int_repr: torch.export cannot trace quantized tensors at all. The
+# fake-quantize ops: torch's symbolics write QuantizeLinear/DequantizeLinear, which take only 8-bit
+# ranges ("ONNX allows only (0, 127), (0, 255) and (-128, 127)"), and torch.export of a QAT model
+# stops at the observers' data-dependent checks; the same arithmetic in float ops takes any range.
+_INT_REPR = """import torch
+from torch.onnx._internal.torchscript_exporter import symbolic_helper
+
+
+def int_repr(g, quantized):
+    # The exporter carries a quantized tensor as (QuantizeLinear output, scale, zero point):
+    # its integer values are the QuantizeLinear output itself.
+    return symbolic_helper._unpack_quantized_tensor(quantized)[0]
+
+
+torch.onnx.register_custom_op_symbolic('aten::int_repr', int_repr, 10)
+"""
+
+_FAKE_QUANTIZE = """import torch
+from torch.onnx._internal.torchscript_exporter import symbolic_helper
+
+
+def _float_tensor(g, value):
+    if symbolic_helper._is_constant(value):  # a Python number (the per-tensor overload)
+        return g.op("Constant", value_t=torch.tensor(float(symbolic_helper._maybe_get_const(value, "f"))))
+    return g.op("Cast", value, to_i=1)  # 1: FLOAT
+
+
+def _fake_quantize(g, x, scale, zero_point, axis, quant_min, quant_max):
+    # PyTorch's arithmetic: (clamp(round(x * (1 / scale)) + zero_point, min, max) - zero_point) * scale,
+    # rounding half to even as ONNX Round does; in float ops, so any integer range exports.
+    scale, zero = _float_tensor(g, scale), _float_tensor(g, zero_point)
+    if axis is not None:
+        shape = [1] * symbolic_helper._get_tensor_rank(x)
+        shape[axis] = -1
+        target = g.op("Constant", value_t=torch.tensor(shape, dtype=torch.int64))
+        scale, zero = g.op("Reshape", scale, target), g.op("Reshape", zero, target)
+    steps = g.op("Add", g.op("Round", g.op("Mul", x, g.op("Reciprocal", scale))), zero)
+    low = g.op("Constant", value_t=torch.tensor(float(quant_min)))
+    high = g.op("Constant", value_t=torch.tensor(float(quant_max)))
+    return g.op("Mul", g.op("Sub", g.op("Clip", steps, low, high), zero), scale)
+
+
+@symbolic_helper.parse_args("v", "v", "v", "i", "i", "i")
+def fake_quantize_per_channel_affine(g, x, scale, zero_point, axis, quant_min, quant_max):
+    return _fake_quantize(g, x, scale, zero_point, axis, quant_min, quant_max)
+
+
+@symbolic_helper.parse_args("v", "v", "v", "i", "i")
+def fake_quantize_per_tensor_affine(g, x, scale, zero_point, quant_min, quant_max):
+    return _fake_quantize(g, x, scale, zero_point, None, quant_min, quant_max)
+
+
+torch.onnx.register_custom_op_symbolic('aten::fake_quantize_per_channel_affine', fake_quantize_per_channel_affine, 13)
+torch.onnx.register_custom_op_symbolic('aten::fake_quantize_per_tensor_affine', fake_quantize_per_tensor_affine, 13)
+"""
+
+_FAKE_QUANTIZE_ENTRY = (
+    Exactness.EXACT,
+    ("any integer range; float inputs; the ONNX model holds float arithmetic where QuantizeLinear/"
+     "DequantizeLinear pairs would be, so a runtime that fuses QDQ into integer kernels does not see them"),
+    _FAKE_QUANTIZE,
+    "PyTorch's fake-quantize arithmetic in float ops (any quant_min/quant_max)",
+    13,
+)
+
 _TORCHSCRIPT_SYMBOLICS = {
     "aten::int_repr": (
         Exactness.ROUNDING,
         ("a tensor quantized in the same graph by quantize_per_tensor (written as QuantizeLinear; "
          "what the test covers); off by one at exact ties (x/scale = k + 0.5) when the zero point is "
          "odd: torch rounds x/scale + zero_point half to even, QuantizeLinear rounds x/scale first"),
-        ("import torch\n"
-        "from torch.onnx._internal.torchscript_exporter import symbolic_helper\n\n\n"
-        "def int_repr(g, quantized):\n"
-        "    # The exporter carries a quantized tensor as (QuantizeLinear output, scale, zero point):\n"
-        "    # its integer values are the QuantizeLinear output itself.\n"
-        "    return symbolic_helper._unpack_quantized_tensor(quantized)[0]\n\n\n"
-         "torch.onnx.register_custom_op_symbolic('aten::int_repr', int_repr, 10)\n"),
+        _INT_REPR,
+        "the QuantizeLinear output it reads",
+        10,  # QuantizeLinear's integer output
     ),
+    "aten::fake_quantize_per_channel_affine": _FAKE_QUANTIZE_ENTRY,
+    "aten::fake_quantize_per_tensor_affine": _FAKE_QUANTIZE_ENTRY,
 }
 
 
 def _symbolic_rewrite(ctx: FixContext) -> Fix | None:
-    """A one-line TorchScript symbolic for an op torch.export cannot trace (int_repr)."""
+    """A short TorchScript symbolic for an op the run_decompositions route cannot reach."""
     entry = _TORCHSCRIPT_SYMBOLICS.get(ctx.op or "")
     if entry is None or ctx.exporter != "torchscript":
         return None
-    exactness, limits, code = entry
-    opset = max(ctx.requested_opset or 13, 10)  # QuantizeLinear's integer output needs opset 10
+    exactness, limits, code, mapped_to, lowest = entry
+    opset = max(ctx.requested_opset or 13, lowest)
     return Fix(
         kind="rewrite",
-        title=f"Map {ctx.op} in the TorchScript exporter to the QuantizeLinear output it reads ({exactness.value})",
+        title=f"Map {ctx.op} in the TorchScript exporter to {mapped_to} ({exactness.value})",
         snippet=code + f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False, opset_version={opset})\n",
         applicability=Applicability.SAFE,
         cost=f"{ctx.op}: {limits}",

@@ -14,9 +14,21 @@ from onnxdoctor.recipe import CastAround, Recipe, Reference, RewriteOnnx, SetIrV
 
 # OD303/OD304: the checker or shape inference refuses a node's input type (a type constraint of
 # the op's schema), the same gap one stage earlier than OD402.
-CODES = ("OD402", "OD403", "OD303", "OD304")
+# OD501: a kernel that exists but refuses a type when it runs ("LSTM operator does not support
+# double yet", "MLFloat16 data type is not supported with ScatterElements ... reduction is 'add'").
+# OD601: a node ONNX Runtime computes otherwise than ONNX's reference evaluator (the mismatch
+# search's verdict): in float64 its kernel may be close enough (a float32 STFT that loses digits).
+CODES = ("OD402", "OD403", "OD303", "OD304", "OD501", "OD601")
 
 _REFUSED_TYPE = re.compile(r"has unsupported type: tensor\((\w+)\)")
+_RUN_REFUSED_TYPE = re.compile(
+    r"does not support (double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64)\b"
+    r"|\b(double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64)(?: data)? type is not supported"
+)
+# The type a kernel that refuses one at run time is tried in: float32 for floating point, the
+# integer type ONNX Runtime's CPU kernels list most often for integers.
+_RUN_TARGETS = {"double": "float", "float16": "float", "mlfloat16": "float", "bfloat16": "float",
+                "int8": "int32", "uint8": "int32", "int16": "int32", "int32": "int64", "int64": "int32"}
 
 _TORCH_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "int64": "int64", "int32": "int32"}
 
@@ -25,6 +37,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A cast around the op for OD402; an older IR version stamp for OD403."""
     if finding.code == "OD402" and finding.op:
         ort_load = next((o for o in ctx.outcomes if o.stage is Stage.ORT_LOAD), None)
+        if ort_load is not None and "kernels" in ort_load.facts and not ort_load.facts["kernels"]:
+            return []  # no CPU kernel of the op for any type: no cast reaches one
         types = set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values())
         doubles = any("double" in t for t in types)
         return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
@@ -33,7 +47,67 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     refused = _REFUSED_TYPE.search(finding.message)
     if finding.code in ("OD303", "OD304") and finding.op and "::" not in finding.op and refused:
         return [_schema_cast_fix(finding.op, refused.group(1), ctx)]
+    if finding.code == "OD601":
+        departs = _departing_op(ctx)
+        return [_double_fix(departs, ctx)] if departs else []
+    at_run = _RUN_REFUSED_TYPE.search(finding.message)
+    if finding.code == "OD501" and finding.op and "::" not in finding.op and at_run:
+        return [_run_cast_fix(finding.op, next(g for g in at_run.groups() if g), ctx)]
     return []
+
+
+def _departing_op(ctx: FixContext) -> str | None:
+    """The default-domain op a mismatch's search found ONNX Runtime computing unlike the reference."""
+    for outcome in ctx.outcomes:
+        diverging = outcome.facts.get("diverging") if outcome.stage is Stage.PARITY else None
+        if isinstance(diverging, dict) and diverging.get("runtime_matches_reference") is False:
+            op = diverging.get("departing_op") or diverging.get("op")
+            return str(op) if op and "::" not in str(op) else None
+    return None
+
+
+def _double_fix(op: str, ctx: FixContext) -> Fix:
+    """Compute the op the runtime gets wrong in float64, cast back after."""
+    reference, load, saved = _cast_files(ctx)
+    snippet = (
+        "import onnx\n"
+        "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
+        f"{load}"
+        f"# ONNX Runtime's {op} departs from ONNX's reference in the model's float type: compute it in float64\n"
+        f"onnx.save(cast_around(model, {op!r}, to='double'), {saved!r})\n"
+    )
+    return Fix(
+        kind="cast",
+        title=f"Compute {op} in float64 (ONNX Runtime's {op} departs from ONNX's reference in float32), cast back after",
+        snippet=snippet,
+        applicability=Applicability.SAFE,
+        cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
+        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, "double"), reference),)),
+    )
+
+
+def _run_cast_fix(op: str, refused: str, ctx: FixContext) -> Fix:
+    """Cast around a node whose kernel refuses its input type when it runs."""
+    target = _RUN_TARGETS[refused.lower()]
+    reference, load, saved = _cast_files(ctx)
+    snippet = (
+        "import onnx\n"
+        "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
+        f"{load}"
+        f"# ONNX Runtime's {op} kernel refuses {refused} when it runs: compute it in {target} and cast back\n"
+        f"onnx.save(cast_around(model, {op!r}, to={target!r}), {saved!r})\n"
+    )
+    source = {"mlfloat16": "float16", "bfloat16": "float16"}.get(refused.lower(), refused.lower())
+    return Fix(
+        kind="cast",
+        title=f"Run {op} in {target} (ONNX Runtime's kernel refuses {refused} at run time), cast back after",
+        snippet=snippet,
+        applicability=Applicability.UNSAFE if target != "float" or source == "double" else Applicability.SAFE,
+        cost=(f"{op} computes in {target}: "
+              + _PRECISION.get((source, target), "wider than the model's type, so nothing is lost")
+              + "; two Casts per node"),
+        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, target), reference),)),
+    )
 
 
 def _cast_files(ctx: FixContext) -> tuple[Reference | None, str, str]:
@@ -78,7 +152,7 @@ def _cast_fix(finding: Finding, ctx: FixContext) -> Fix:
     supported = ", ".join(t.replace("tensor(", "").rstrip(")") for t in listed[:8]) or "float"
     node_types = set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values())
     target = _cast_target(listed, node_types)
-    op = finding.op or "the op"
+    op = (finding.op or "the op").rsplit("::", 1)[-1]  # cast_around matches the node's op_type
     ops = [op, *_same_gap(ort_load.facts if ort_load else {}, op, target)]
     named = ", ".join(ops)
     rewrite = (
@@ -125,6 +199,7 @@ _PRECISION = {
     ("double", "float16"): "about 3 significant digits instead of 16, and values above 65504 overflow",
     ("float", "float16"): "about 3 significant digits instead of 7, and values above 65504 overflow",
     ("int64", "int32"): "exact while values stay within +-2.1e9; larger ones wrap",
+    ("float16", "float"): "wider than float16, so nothing is lost (the sums may round less than PyTorch's float16)",
 }
 
 

@@ -1,0 +1,139 @@
+"""Mechanisms the sixth first-seen corpus batch showed missing (issue 22): each is general (a
+type a kernel refuses at run time, a runtime node that departs from ONNX's reference, a
+fake-quantize range QDQ cannot hold, ...) and is checked on the real failure it came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from onnxdoctor.analysis.classify import extract_op
+from onnxdoctor.model import DiagnoseOptions, Finding
+from onnxdoctor.onnxkit.transforms import cast_around
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.worker.parity import compare_outputs
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+def test_the_jit_words_for_a_call_no_schema_takes_name_the_op() -> None:
+    text = ("RuntimeError: 0 INTERNAL ASSERT FAILED at \"../torch/csrc/jit/ir/alias_analysis.cpp\":623, please "
+            "report a bug to PyTorch. We don't have an op for aten::mul but it isn't a special case.  "
+            "Argument types: Tensor, bool,")
+    assert extract_op(text) == "aten::mul"
+
+
+def test_half_precision_outputs_are_compared_at_their_own_resolution() -> None:
+    expected = torch.linspace(-8.0, 8.0, 64, dtype=torch.float16)
+    one_step = expected.to(torch.float32).numpy() + np.float32(2.0**-7)  # a step at magnitude 8
+    assert compare_outputs([expected], [one_step.astype(np.float16)], 1e-4, 1e-3)["code"] is None
+    wrong = (expected.to(torch.float32).numpy() * 1.1).astype(np.float16)
+    assert compare_outputs([expected], [wrong], 1e-4, 1e-3)["code"] == "OD601"
+    # The same step on a float32 output is a mismatch at the float32 defaults.
+    single = expected.to(torch.float32)
+    report = compare_outputs([single], [single.numpy() + np.float32(2.0**-7)], 1e-4, 1e-3)
+    assert report["code"] == "OD601" and "float16" not in report["message"]
+
+
+def _scatter_nd_int32_indices() -> onnx.ModelProto:
+    node = helper.make_node("ScatterND", ["data", "indices", "updates"], ["out"], name="scatter")
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, [6]),
+         helper.make_tensor_value_info("indices", TensorProto.INT32, [2, 1]),
+         helper.make_tensor_value_info("updates", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [6])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_an_exact_cast_moves_only_the_input_the_schema_refuses() -> None:
+    import onnxruntime as ort
+
+    fixed = cast_around(_scatter_nd_int32_indices(), "ScatterND", to="exact")
+    casts = [n for n in fixed.graph.node if n.op_type == "Cast"]
+    # The int32 indices become int64; the float data, the updates and the output keep their type.
+    assert [(list(c.input), c.attribute[0].i) for c in casts] == [(["indices"], TensorProto.INT64)]
+    onnx.checker.check_model(fixed, full_check=True)
+    session = ort.InferenceSession(fixed.SerializeToString(), providers=["CPUExecutionProvider"])
+    data = np.arange(6, dtype=np.float32)
+    (out,) = session.run(None, {"data": data, "indices": np.array([[1], [4]], np.int32),
+                                "updates": np.array([10.0, 20.0], np.float32)})
+    np.testing.assert_array_equal(out, [0.0, 10.0, 2.0, 3.0, 20.0, 5.0])
+
+
+def _first(name: str, *, fix: bool = True) -> Finding:
+    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=fix, check_shapes=False))
+    return diagnosis.findings[0]
+
+
+def _verified(finding: Finding, kind: str) -> None:
+    best = finding.fixes[0]
+    assert best.kind == kind and best.verified is True, [(f.kind, f.title, f.check) for f in finding.fixes]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "op"), [
+    ("lstm_double_forecaster_onnxruntime_28339.py", "LSTM"),  # "does not support double yet"
+    ("scatter_add_float16_point_gnn_onnxruntime_32025.py", "ScatterElements"),  # MLFloat16, reduction add
+])
+def test_a_type_a_kernel_refuses_at_run_time_is_cast_around(name: str, op: str) -> None:
+    finding = _first(name)
+    assert finding.code == "OD501" and finding.op == op
+    _verified(finding, "cast")
+
+
+@pytest.mark.slow
+def test_int32_indices_the_schema_refuses_are_cast_without_touching_the_data() -> None:
+    finding = _first("istft_scatternd_int32_dynamo_pytorch_135014.py")
+    assert finding.code == "OD304" and finding.op == "ScatterND"
+    assert "exported from aten::_unsafe_index_put" in finding.message
+    _verified(finding, "cast")
+
+
+@pytest.mark.slow
+def test_a_runtime_node_that_departs_from_the_reference_is_named_and_computed_in_double() -> None:
+    # ONNX Runtime's float32 STFT loses digits on weak bins (onnxruntime#16163): the dynamo
+    # search's group for aten::stft is run in onnx's reference evaluator, which agrees with PyTorch.
+    finding = _first("stft_float32_precision_spectrogram_pytorch_112844.py")
+    assert finding.code == "OD601" and finding.op == "STFT" and finding.node == "node_STFT_37"
+    assert "the runtime, not the export" in finding.message
+    _verified(finding, "cast")
+
+
+@pytest.mark.slow
+def test_a_fake_quantize_range_qdq_cannot_hold_exports_as_its_arithmetic() -> None:
+    finding = _first("fake_quantize_int4_range_qat_sparseml_1670.py")
+    assert finding.op == "aten::fake_quantize_per_channel_affine"
+    _verified(finding, "rewrite")
+    assert finding.fixes[0].check is not None and finding.fixes[0].check.max_abs_diff == 0.0
+
+
+@pytest.mark.slow
+def test_the_opset_the_exporter_names_is_tried_when_its_registry_has_none() -> None:
+    finding = _first("deform_conv2d_opset19_symbolic_dekr_53.py")
+    assert finding.code == "OD201"
+    _verified(finding, "opset")
+    assert "opset 19" in finding.fixes[0].title
+
+
+@pytest.mark.slow
+def test_an_int_argument_made_a_graph_input_is_answered_by_the_other_exporter() -> None:
+    finding = _first("int_arg_num_logits_to_keep_llama_pytorch_148655.py")
+    assert finding.code == "OD502"
+    _verified(finding, "exporter")
+
+
+@pytest.mark.slow
+def test_ops_are_named_where_the_batch_found_none() -> None:
+    frozen = _first("topk_frozen_k_ssdlite_postprocess_pytorch_71695.py", fix=False)
+    assert frozen.code == "OD210" and frozen.op == "aten::topk" and frozen.node == "/TopK"
+    # Every compared value agreed: the output's own node is where the difference arises.
+    output = _first("index_negative_last_token_seq_cls_transformers_28144.py", fix=False)
+    assert output.code == "OD601" and output.op == "aten::index"
+    contrib = _first("rfft_contrib_cuda_only_fno_physicsnemo_42.py", fix=False)
+    assert contrib.code == "OD402" and contrib.op == "com.microsoft::Rfft" and "for any type" in contrib.message
