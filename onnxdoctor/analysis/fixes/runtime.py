@@ -68,46 +68,44 @@ def _departing_op(ctx: FixContext) -> str | None:
 
 def _double_fix(op: str, ctx: FixContext) -> Fix:
     """Compute the op the runtime gets wrong in float64, cast back after."""
-    reference, load, saved = _cast_files(ctx)
-    snippet = (
-        "import onnx\n"
-        "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
-        f"{load}"
-        f"# ONNX Runtime's {op} departs from ONNX's reference in the model's float type: compute it in float64\n"
-        f"onnx.save(cast_around(model, {op!r}, to='double'), {saved!r})\n"
-    )
-    return Fix(
-        kind="cast",
+    return _one_cast_fix(
+        op, "double", ctx,
+        why=f"ONNX Runtime's {op} departs from ONNX's reference in the model's float type: compute it in float64",
         title=f"Compute {op} in float64 (ONNX Runtime's {op} departs from ONNX's reference in float32), cast back after",
-        snippet=snippet,
         applicability=Applicability.SAFE,
         cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
-        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, "double"), reference),)),
     )
 
 
 def _run_cast_fix(op: str, refused: str, ctx: FixContext) -> Fix:
     """Cast around a node whose kernel refuses its input type when it runs."""
     target = _RUN_TARGETS[refused.lower()]
+    source = {"mlfloat16": "float16", "bfloat16": "float16"}.get(refused.lower(), refused.lower())
+    return _one_cast_fix(
+        op, target, ctx,
+        why=f"ONNX Runtime's {op} kernel refuses {refused} when it runs: compute it in {target} and cast back",
+        title=f"Run {op} in {target} (ONNX Runtime's kernel refuses {refused} at run time), cast back after",
+        applicability=Applicability.UNSAFE if target != "float" or source == "double" else Applicability.SAFE,
+        cost=(f"{op} computes in {target}: "
+              + _PRECISION.get((source, target), "wider than the model's type, so nothing is lost")
+              + "; two Casts per node"),
+    )
+
+
+def _one_cast_fix(op: str, to: str, ctx: FixContext, *, why: str, title: str, applicability: Applicability,
+                  cost: str) -> Fix:
+    """A cast of one op type's nodes to `to` ("exact": the schema's exact home), as a snippet
+    rewriting the exported file and the recipe that verifies that same rewrite."""
     reference, load, saved = _cast_files(ctx)
     snippet = (
         "import onnx\n"
         "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
         f"{load}"
-        f"# ONNX Runtime's {op} kernel refuses {refused} when it runs: compute it in {target} and cast back\n"
-        f"onnx.save(cast_around(model, {op!r}, to={target!r}), {saved!r})\n"
+        f"# {why}\n"
+        f"onnx.save(cast_around(model, {op!r}, to={to!r}), {saved!r})\n"
     )
-    source = {"mlfloat16": "float16", "bfloat16": "float16"}.get(refused.lower(), refused.lower())
-    return Fix(
-        kind="cast",
-        title=f"Run {op} in {target} (ONNX Runtime's kernel refuses {refused} at run time), cast back after",
-        snippet=snippet,
-        applicability=Applicability.UNSAFE if target != "float" or source == "double" else Applicability.SAFE,
-        cost=(f"{op} computes in {target}: "
-              + _PRECISION.get((source, target), "wider than the model's type, so nothing is lost")
-              + "; two Casts per node"),
-        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, target), reference),)),
-    )
+    return Fix(kind="cast", title=title, snippet=snippet, applicability=applicability, cost=cost,
+               recipe=Recipe("cast", (RewriteOnnx(CastAround(op, to), reference),)))
 
 
 def _cast_files(ctx: FixContext) -> tuple[Reference | None, str, str]:
@@ -124,24 +122,14 @@ def _cast_files(ctx: FixContext) -> tuple[Reference | None, str, str]:
 
 def _schema_cast_fix(op: str, refused: str, ctx: FixContext) -> Fix:
     """Cast a node's input the schema refuses to a type it allows that holds the values exactly."""
-    reference, load, saved = _cast_files(ctx)
-    snippet = (
-        "import onnx\n"
-        "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
-        f"{load}"
-        f"# {op}'s schema takes no {refused}: run it in the type it allows that holds the values exactly\n"
-        f"fixed = cast_around(model, {op!r}, to='exact')\n"
-        f"onnx.save(fixed, {saved!r})\n"
-    )
-    return Fix(
-        kind="cast",
+    return _one_cast_fix(
+        op, "exact", ctx,
+        why=f"{op}'s schema takes no {refused}: run it in the type it allows that holds the values exactly",
         title=f"Run {op} in a type its ONNX schema allows (its {refused} input cast there and back)",
-        snippet=snippet,
         # int64 data above 2**53 would round in double: the user decides there.
         applicability=Applicability.UNSAFE if refused in ("int64", "uint64") else Applicability.SAFE,
         cost=(f"{op} computes in a wider type that holds every {refused} value (double for 32-bit integers; "
               "int64 beyond 2**53 would round), then casts back: two Casts per node"),
-        recipe=Recipe("cast", (RewriteOnnx(CastAround(op, "exact"), reference),)),
     )
 
 
