@@ -10,6 +10,7 @@ Nothing here raises for a bad model.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import Counter, defaultdict
@@ -491,6 +492,13 @@ class _Checker:
                 self.model, check_type=True, strict_mode=True, data_prop=True
             )
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+            # onnx.checker's full check infers without data propagation; where that fails too, its
+            # error comes first (a declared shape that contradicts inference, before the node
+            # downstream that the propagated values then break).
+            with contextlib.suppress(Exception):
+                plain = _plain_inference_error(self.model)
+                if plain and plain != str(exc):
+                    self._shape_errors(plain)
             self._shape_errors(str(exc))
         except MemoryError:
             # Not a finding about the model's shapes: the stage ran out of memory (OD905), which
@@ -572,6 +580,17 @@ class _Checker:
                 evidence=line,
                 op=op_type if path is None else None,
             )
+
+
+def _plain_inference_error(model: onnx.ModelProto) -> str:
+    """Strict shape inference's error without data propagation (onnx.checker's full check), or ""."""
+    import onnx
+
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        return str(exc)
+    return ""
 
 
 def _without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
