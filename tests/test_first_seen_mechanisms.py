@@ -28,6 +28,11 @@ def test_the_jit_words_for_a_call_no_schema_takes_name_the_op() -> None:
     assert extract_op(text) == "aten::mul"
 
 
+def test_a_torch_function_refusing_an_argument_type_is_the_op() -> None:
+    text = "TypeError: scaled_dot_product_attention(): argument 'is_causal' must be bool, not Tensor"
+    assert extract_op(text) == "aten::scaled_dot_product_attention"
+
+
 def test_half_precision_outputs_are_compared_at_their_own_resolution() -> None:
     expected = torch.linspace(-8.0, 8.0, 64, dtype=torch.float16)
     one_step = expected.to(torch.float32).numpy() + np.float32(2.0**-7)  # a step at magnitude 8
@@ -140,3 +145,19 @@ def test_ops_are_named_where_the_batch_found_none() -> None:
     assert scattered.code == "OD601" and scattered.op == "aten::index_put"
     contrib = _first("rfft_contrib_cuda_only_fno_physicsnemo_42.py", fix=False)
     assert contrib.code == "OD402" and contrib.op == "com.microsoft::Rfft" and "for any type" in contrib.message
+
+
+@pytest.mark.slow
+def test_a_type_the_schema_takes_from_a_later_opset_is_answered_by_that_opset() -> None:
+    # CumSum takes float16 from opset 14 on; the model asked for 11 (onnxruntime#4147).
+    finding = _first("cumsum_float16_opset11_top_p_sampling_onnxruntime_4147.py")
+    assert finding.code == "OD304" and finding.op == "CumSum"
+    _verified(finding, "opset")
+    assert finding.fixes[0].title == "Export at opset 14"
+
+
+@pytest.mark.slow
+def test_a_bfloat16_model_the_cpu_kernels_do_not_cover_is_exported_in_float32() -> None:
+    finding = _first("sdpa_scale_bfloat16_roberta_pytorch_143643.py")
+    assert finding.code == "OD299"
+    _verified(finding, "float")

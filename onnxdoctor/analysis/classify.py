@@ -50,6 +50,9 @@ _COULD_NOT_EXPORT = re.compile(r"Couldn't export operator ([\w.]+::[\w.]+)")
 _COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
 # The JIT's alias analysis meeting an aten call with argument types no schema has (Tensor * bool).
 _NO_SCHEMA_FOR = re.compile(r"We don't have an op for ((?:aten|prim)::\w+) but it isn't a special case")
+# A torch function refusing an argument's Python type while the exporter traces ("scaled_dot_product_
+# attention(): argument 'is_causal' must be bool, not Tensor"): the function is the aten op.
+_ARGUMENT_TYPE = re.compile(r"\b([a-z_][a-z0-9_]*)\(\): argument '\w+' (?:\(position \d+\) )?must be ")
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
@@ -150,6 +153,9 @@ def extract_op(text: str) -> str | None:
     match = NO_IMPLEMENTATION.search(text)
     if match:
         return match.group(1)
+    match = _ARGUMENT_TYPE.search(text)
+    if match:
+        return f"aten::{match.group(1)}"
     return None
 
 

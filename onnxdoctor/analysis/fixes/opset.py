@@ -8,7 +8,11 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import Recipe, UseExporter, UseOpset
 
-CODES = ("OD201", "OD209", "OD404")
+CODES = ("OD201", "OD209", "OD404", "OD303", "OD304")
+
+# The checker refusing a node's type ("output has unsupported type tensor(float8e4m3fn)", "x typestr:
+# T, has unsupported type: tensor(float16)"): a later opset's schema of the op may take it.
+_REFUSED_TYPE = re.compile(r"has unsupported type:? (tensor\(\w+\))")
 
 # classify's OD201 message, from the exporter's "Support for this operator was added in version N".
 _STARTS_AT = re.compile(r"support starts at opset (\d+)")
@@ -40,6 +44,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             lowest = floor["opset"]
             why = f"{floor.get('op')}, also in the graph, needs opset {lowest} (the TorchScript exporter's registry)"
         return [opset_fix(lowest, "torchscript", why)]
+    if finding.code in ("OD303", "OD304"):
+        refused = _REFUSED_TYPE.search(finding.message)
+        requested = finding.opset or ctx.requested_opset or 0
+        later = _opset_taking(finding.op or "", refused.group(1), requested) if refused else None
+        if later is None or (ctx.exporter == "torchscript" and later > _TORCHSCRIPT_MAX):
+            return []
+        return [opset_fix(later, ctx.exporter or "dynamo",
+                          f"{finding.op}'s schema takes {refused.group(1)} from opset {later} on" if refused else "")]
     if finding.code == "OD209":
         return [opset_fix(18, ctx.exporter or "dynamo", "opset 18 is the dynamo exporter's native opset")]
     if finding.code == "OD404":
@@ -65,3 +77,27 @@ def opset_fix(opset: int, exporter: str, why: str) -> Fix:
         cost=f"the runtime must support opset {opset}; {why}",
         recipe=Recipe("opset", (UseOpset(opset), UseExporter(exporter))),
     )
+
+
+_TORCHSCRIPT_MAX = 20  # the TorchScript exporter's last opset
+
+
+def _opset_taking(op: str, type_string: str, requested: int) -> int | None:
+    """The lowest opset above `requested` whose schema of `op` (default domain) lists the type at
+    some input or output; None when none does or the op has no schema."""
+    if not op or "::" in op or not requested:
+        return None
+    import onnx.defs
+
+    seen = None
+    for version in range(requested + 1, onnx.defs.onnx_opset_version() + 1):
+        try:
+            schema = onnx.defs.get_schema(op, version)
+        except Exception:  # noqa: BLE001 - onnx's SchemaError: no such op
+            return None
+        if schema.since_version == seen:
+            continue  # the same schema as the version before
+        seen = schema.since_version
+        if schema.since_version > requested and any(type_string in c.allowed_type_strs for c in schema.type_constraints):
+            return schema.since_version
+    return None

@@ -1,0 +1,52 @@
+"""A half-precision model (float16, bfloat16) the runtime's CPU kernels do not cover: run it in float32.
+
+ONNX Runtime's CPU provider has few bfloat16 kernels (Where, Mul, Add refuse it) and its Python
+API cannot even hand a bfloat16 output back as an array, so a model exported in bfloat16 stops
+at the first op without a kernel and, cast op by op, at the next. Converting the model and its
+floating inputs to float32 before the export gives an ONNX model every CPU kernel takes; it is
+verified against the model in float32 (the export's fidelity), and the cost says what that means
+for numbers compared with the half-precision model.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import LoadCode, Recipe
+
+CODES = ("OD299", "OD303", "OD304", "OD402", "OD501")
+
+HALF = ("float16", "bfloat16")
+
+FLOAT32 = '''import torch
+
+# The model and its half-precision inputs in float32, which every ONNX Runtime CPU kernel takes.
+model = model.float()
+example_inputs = tuple(
+    t.float() if isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) else t
+    for t in example_inputs
+)
+'''
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Export the model converted to float32, when it computes in a half-precision type."""
+    if ctx.target_kind != "script":
+        return []
+    load = next((o.facts for o in ctx.outcomes if o.stage is Stage.LOAD), {})
+    tensors = [*(load.get("inputs") or ()), *(load.get("outputs") or ())]
+    dtypes = {str(t.get("dtype")) for t in tensors if isinstance(t, dict)}
+    half = next((d for d in HALF if d in dtypes or d in finding.message.split(";")[0]), None)
+    if half is None:
+        return []
+    return [Fix(
+        kind="float",
+        title=f"Export the model in float32 (ONNX Runtime's CPU kernels do not cover {half})",
+        snippet=FLOAT32 + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+        applicability=Applicability.UNSAFE,
+        cost=(f"the ONNX model computes in float32: twice the memory of {half} weights, and its numbers are "
+              f"those of your model in float32, which differ from the {half} model's by {half}'s rounding "
+              "(the check compares with the model in float32); keep the half-precision export for a GPU "
+              "execution provider that has the kernels"),
+        recipe=Recipe("float32_model", (LoadCode(FLOAT32),), isolated=True),
+    )]
