@@ -56,7 +56,6 @@ class _Emission:
     input_types: tuple[str, ...] = ()
     call: int = -1
     trampoline: Any = None  # the frame of torch's call into the symbolic (dropped once numbered)
-    source: str = ""  # the user's line of the aten node being converted ("" when unknown)
 
 
 @dataclass
@@ -78,10 +77,6 @@ class TorchScriptRecorder:
         if frame is None or not emission.emitter:
             self.emissions.append(emission)
             return
-        node = frame.f_locals.get("node")
-        if node is not None and len(self.emissions) < ROW_LIMIT:
-            with contextlib.suppress(Exception):
-                emission.source = _user_line(str(node.sourceRange()), self.target) or ""
         key = emission.function_class or emission.torch_op
         if frame is not self._frame:
             self._frame = frame
@@ -352,16 +347,9 @@ def _align(final: list[dict[str, Any]], emissions: list[_Emission]) -> dict[int,
     folded away), standard ones in order with the passes' removals skipped."""
     matched: dict[int, _Emission] = {}
     custom: dict[str, list[_Emission]] = {}
-    # A pass may convert some nodes later than the ones after them (an in-place index_put_):
-    # a node and its emission from the same line of the user's code are paired first, in order,
-    # so one late conversion cannot pull the in-order search past every node that follows.
-    by_line: dict[tuple[str, str], list[_Emission]] = {}
     for emission in emissions:
         if not emission.kind.startswith("onnx::"):
             custom.setdefault(emission.kind, []).append(emission)
-        elif emission.source:
-            by_line.setdefault((emission.kind, emission.source), []).append(emission)
-    used: set[int] = set()
     position = 0
     for row in final:
         kind = row["kind"]
@@ -370,13 +358,8 @@ def _align(final: list[dict[str, Any]], emissions: list[_Emission]) -> dict[int,
             if queue:
                 matched[id(row)] = queue.pop(0)
             continue
-        same_line = by_line.get((kind, row["source"])) if row["source"] else None
-        if same_line:
-            matched[id(row)] = same_line.pop(0)
-            used.add(id(matched[id(row)]))
-            continue
         for index in range(position, min(len(emissions), position + 400)):
-            if emissions[index].kind == kind and id(emissions[index]) not in used:
+            if emissions[index].kind == kind:
                 matched[id(row)] = emissions[index]
                 position = index + 1
                 break
