@@ -33,12 +33,26 @@ def test_a_torch_function_refusing_an_argument_type_is_the_op() -> None:
     assert extract_op(text) == "aten::scaled_dot_product_attention"
 
 
+def test_a_later_opset_is_offered_only_where_the_refused_position_takes_the_type() -> None:
+    from onnxdoctor.analysis.fixes.opset import _opset_taking
+
+    assert _opset_taking("CumSum", "tensor(float16)", 11, "T") == 14
+    assert _opset_taking("Cast", "tensor(float8e4m3fn)", 18, None) == 19
+    # ScatterND's indices are int64 at every opset; Gather's Tind never takes int16.
+    assert _opset_taking("ScatterND", "tensor(int32)", 13, "tensor(int64)") is None
+    assert _opset_taking("Gather", "tensor(int16)", 11, "Tind") is None
+
+
 def test_half_precision_outputs_are_compared_at_their_own_resolution() -> None:
     expected = torch.linspace(-8.0, 8.0, 64, dtype=torch.float16)
     one_step = expected.to(torch.float32).numpy() + np.float32(2.0**-7)  # a step at magnitude 8
     assert compare_outputs([expected], [one_step.astype(np.float16)], 1e-4, 1e-3)["code"] is None
     wrong = (expected.to(torch.float32).numpy() * 1.1).astype(np.float16)
     assert compare_outputs([expected], [wrong], 1e-4, 1e-3)["code"] == "OD601"
+    # One large element loosens nothing for the small ones beside it.
+    large = torch.tensor([1000.0, 0.1, 0.2, -0.3], dtype=torch.float16)
+    flipped = np.array([1000.0, -0.1, -0.2, 0.3], np.float16)
+    assert compare_outputs([large], [flipped], 1e-4, 1e-3)["code"] == "OD601"
     # The same step on a float32 output is a mismatch at the float32 defaults.
     single = expected.to(torch.float32)
     report = compare_outputs([single], [single.numpy() + np.float32(2.0**-7)], 1e-4, 1e-3)

@@ -6,9 +6,9 @@ a random start point) differs from PyTorch on every run even when its export is 
 one run with one run says nothing; comparing what each produces over many runs does.
 
 The check: both run the example K times (PyTorch reseeded each time, ONNX Runtime drawing
-afresh). Elements that never vary in either must agree as in the ordinary comparison; an element
-that varies in one and not the other is a difference. The varying elements are compared three
-ways: their means and their spreads element by element, and the shape of their per-element
+afresh). Elements that never vary in either must agree as in the ordinary comparison; the
+elements that vary in either (a rare event may leave one side unchanged by chance) are compared
+three ways: their means and their spreads element by element, and the shape of their per-element
 standardised values (a Kolmogorov-Smirnov statistic). How large a difference chance alone makes
 is measured, not assumed: the run labels are shuffled and the statistics recomputed (a
 permutation test, the smallest of the three p-values counted three times). Shuffling whole runs
@@ -19,7 +19,7 @@ point), so the test stays honest for them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ MIN_RUNS = 16  # fewer runs cannot tell a wrong scale from chance
 MAX_RUNS = 48
 PERMUTATIONS = 499
 SIGNIFICANCE = 0.01
-MAX_ELEMENTS = 2048  # the varying elements compared (a seeded sample of them in larger outputs)
+MAX_ELEMENTS = 4096  # positions compared in all the outputs (a seeded sample of larger ones)
 SHAPE_ELEMENTS = 256  # of which the distributions' shapes are compared (sorting is the cost)
 
 
@@ -53,53 +53,79 @@ def compare_in_distribution(
     """Run both sides up to MAX_RUNS times within budget_s and compare their outputs' distributions.
 
     `run_torch(seed)` returns PyTorch's outputs as numpy arrays with the generator seeded;
-    `run_runtime()` ONNX Runtime's. The result has `matched` (None when too slow to run
-    MIN_RUNS times), `runs`, `p_value`, `statistic` and a `message` fit for a report.
+    `run_runtime()` ONNX Runtime's. The result has `matched` (None when it could not be judged:
+    too slow for MIN_RUNS runs, or statistics that are not numbers), `runs`, `p_value`,
+    `varying_outputs` (the outputs with elements that change from run to run) and a `message`.
+    Larger outputs are compared at a seeded sample of MAX_ELEMENTS positions in all, kept from
+    each run as it comes, so memory does not grow with the outputs' size.
     """
     started = time.monotonic()
-    first_torch, first_runtime = run_torch(1), run_runtime()
+    first_torch = [np.asarray(v) for v in run_torch(1)]
+    first_runtime = [np.asarray(v) for v in run_runtime()]
     each = max(time.monotonic() - started, 1e-4)
+    if len(first_torch) != len(first_runtime):
+        return _differs(1, f"PyTorch returned {len(first_torch)} outputs, ONNX Runtime {len(first_runtime)}")
+    for index, (t, r) in enumerate(zip(first_torch, first_runtime)):
+        if t.shape != r.shape:
+            return _differs(1, f"output {index}: shape {r.shape} from ONNX Runtime, {t.shape} from PyTorch")
     runs = min(MAX_RUNS, int(budget_s / each))
     if runs < MIN_RUNS:
         return {"matched": None, "runs": runs,
                 "message": f"not compared in distribution: one run of each takes {each:.2g} s, and "
                            f"{MIN_RUNS} runs do not fit in {budget_s:g} s"}
-    torch_runs = [first_torch] + [run_torch(seed) for seed in range(2, runs + 1)]
-    runtime_runs = [first_runtime] + [run_runtime() for _ in range(runs - 1)]
+    picks = _positions([t.size for t in first_torch])
+
+    def kept(outputs: list[Any]) -> list[np.ndarray]:
+        return [np.asarray(o).reshape(-1)[p].astype(np.float64) for o, p in zip(outputs, picks)]
+
+    torch_runs = [kept(first_torch)] + [kept(run_torch(seed)) for seed in range(2, runs + 1)]
+    runtime_runs = [kept(first_runtime)] + [kept(run_runtime()) for _ in range(runs - 1)]
     return _compare(torch_runs, runtime_runs, atol, rtol)
 
 
-def _compare(torch_runs: list[list[Any]], runtime_runs: list[list[Any]], atol: float, rtol: float) -> dict[str, Any]:
+def _positions(sizes: list[int]) -> list[np.ndarray]:
+    """Which flat positions of each output are compared: all of them, or a seeded sample of
+    MAX_ELEMENTS in all, shared out in proportion to the outputs' sizes."""
+    total = sum(sizes)
+    if total <= MAX_ELEMENTS:
+        return [np.arange(n) for n in sizes]
+    picker = np.random.default_rng(0)
+    return [np.sort(picker.choice(n, min(n, max(1, -(-MAX_ELEMENTS * n // total))), replace=False)) if n else np.arange(0)
+            for n in sizes]
+
+
+def _compare(torch_runs: list[list[np.ndarray]], runtime_runs: list[list[np.ndarray]], atol: float,
+             rtol: float) -> dict[str, Any]:
     runs = len(torch_runs)
     varying_t: list[np.ndarray] = []
     varying_r: list[np.ndarray] = []
-    picker = np.random.default_rng(0)
-    for index, (t_stack, r_stack) in enumerate(_stacks(torch_runs, runtime_runs)):
-        if t_stack.shape != r_stack.shape:
-            return _differs(runs, f"output {index}: shape {r_stack.shape[1:]} from ONNX Runtime, "
-                                  f"{t_stack.shape[1:]} from PyTorch")
+    varying_outputs: list[int] = []
+    for index in range(len(torch_runs[0])):
+        t_stack = np.stack([run[index] for run in torch_runs])
+        r_stack = np.stack([run[index] for run in runtime_runs])
         t_moves, r_moves = _varies(t_stack, atol, rtol), _varies(r_stack, atol, rtol)
         fixed = ~t_moves & ~r_moves
         if fixed.any() and not np.allclose(r_stack[0][fixed], t_stack[0][fixed], atol=atol, rtol=rtol, equal_nan=True):
             gap = float(np.nanmax(np.abs(r_stack[0][fixed] - t_stack[0][fixed])))
             return _differs(runs, f"output {index}: elements that are the same on every run differ "
                                   f"(max abs error {gap:.3g})")
-        if (t_moves != r_moves).any():
-            side = "ONNX Runtime" if (r_moves & ~t_moves).any() else "PyTorch"
-            return _differs(runs, f"output {index}: {int((t_moves != r_moves).sum())} elements vary from run "
-                                  f"to run in {side} only")
-        columns = np.flatnonzero(t_moves)
-        if columns.size > MAX_ELEMENTS:
-            columns = np.sort(picker.choice(columns, MAX_ELEMENTS, replace=False))
-        varying_t.append(t_stack[:, columns])
-        varying_r.append(r_stack[:, columns])
-    if not varying_t or sum(v.shape[1] for v in varying_t) == 0:
-        return {"matched": True, "runs": runs, "p_value": None, "statistic": 0.0,
+        # An element that varies on one side only is left to the statistics: sparse draws (a
+        # rare event, tiny noise) leave some elements unchanged over a few dozen runs by chance.
+        columns = np.flatnonzero(t_moves | r_moves)
+        if columns.size:
+            varying_outputs.append(index)
+            varying_t.append(t_stack[:, columns])
+            varying_r.append(r_stack[:, columns])
+    if not varying_outputs:
+        return {"matched": True, "runs": runs, "p_value": None, "statistic": None, "varying_outputs": [],
                 "message": f"no output varies from run to run over {runs} runs; they agree"}
-    both = np.concatenate([np.concatenate(varying_t, axis=1), np.concatenate(varying_r, axis=1)])
-    both = np.nan_to_num(both)
+    both = _finite_codes(np.concatenate([np.concatenate(varying_t, axis=1), np.concatenate(varying_r, axis=1)]))
+    picker = np.random.default_rng(0)
     shape_columns = np.sort(picker.choice(both.shape[1], min(both.shape[1], SHAPE_ELEMENTS), replace=False))
     observed = _statistics(both, runs, shape_columns)
+    if not np.isfinite(observed).all():
+        return {"matched": None, "runs": runs, "varying_outputs": varying_outputs,
+                "message": "not compared in distribution: the outputs' statistics are not finite numbers"}
     shuffler = np.random.default_rng(1)
     as_large = np.zeros(len(observed))
     for _ in range(PERMUTATIONS):
@@ -113,22 +139,26 @@ def _compare(torch_runs: list[list[Any]], runtime_runs: list[list[Any]], atol: f
     if not matched:
         figures += f", the {_STATISTICS[worst]} differ"
     return {"matched": matched, "runs": runs, "p_value": p_value, "statistic": _STATISTICS[worst],
+            "varying_outputs": varying_outputs,
             "message": (f"outputs are random; ONNX Runtime's match PyTorch's in distribution ({figures})" if matched
                         else f"outputs are random, and ONNX Runtime's differ from PyTorch's in distribution ({figures})")}
 
 
+def _finite_codes(values: np.ndarray) -> np.ndarray:
+    """Non-finite values as finite codes beyond every finite one (+inf, -inf, NaN apart), so a
+    model that sometimes overflows is compared by how often, not turned into overflowing sums."""
+    finite = np.isfinite(values)
+    if finite.all():
+        return values
+    largest = float(np.abs(values[finite]).max(initial=0.0))
+    coded = values.copy()
+    coded[np.isposinf(values)] = 2 * largest + 1
+    coded[np.isneginf(values)] = -(2 * largest + 1)
+    coded[np.isnan(values)] = 3 * largest + 2
+    return coded
+
+
 _STATISTICS = ("per-element means", "per-element spreads", "distributions' shapes")
-
-
-def _stacks(torch_runs: list[list[Any]], runtime_runs: list[list[Any]]) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-    for index in range(min(len(torch_runs[0]), len(runtime_runs[0]))):
-        t_stack = np.stack([_flat(run[index]) for run in torch_runs])
-        r_stack = np.stack([_flat(run[index]) for run in runtime_runs])
-        yield t_stack, r_stack
-
-
-def _flat(value: Any) -> np.ndarray:
-    return np.asarray(value).astype(np.float64).reshape(-1)
 
 
 def _varies(stack: np.ndarray, atol: float, rtol: float) -> np.ndarray:

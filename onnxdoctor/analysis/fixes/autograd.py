@@ -25,8 +25,8 @@ TRACE = '''from torch.fx.experimental.proxy_tensor import make_fx
 # make_fx runs forward() once below autograd and records every aten op it reaches, those of the
 # gradient it computes included, as a plain graph the dynamo exporter can take.
 traced = make_fx(model)(*example_inputs)
-with torch.no_grad():  # the same numbers as your model at the example inputs
-    torch.testing.assert_close(traced(*example_inputs), model(*example_inputs))
+# The same numbers as your model at the example inputs (with gradients on: forward() needs them).
+torch.testing.assert_close(traced(*example_inputs), model(*example_inputs))
 model = traced
 '''
 

@@ -22,10 +22,8 @@ FLOAT32 = '''import torch
 
 # The model and its half-precision inputs in float32, which every ONNX Runtime CPU kernel takes.
 model = model.float()
-example_inputs = tuple(
-    t.float() if isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) else t
-    for t in example_inputs
-)
+_HALF = (torch.float16, torch.bfloat16)
+example_inputs = tuple(t.float() if isinstance(t, torch.Tensor) and t.dtype in _HALF else t for t in example_inputs)
 '''
 
 
@@ -36,7 +34,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     load = next((o.facts for o in ctx.outcomes if o.stage is Stage.LOAD), {})
     tensors = [*(load.get("inputs") or ()), *(load.get("outputs") or ())]
     dtypes = {str(t.get("dtype")) for t in tensors if isinstance(t, dict)}
-    half = next((d for d in HALF if d in dtypes or d in finding.message.split(";")[0]), None)
+    said = finding.message.split(";")[0].lower()  # ONNX Runtime says "MLFloat16", "BFloat16"
+    half = next((d for d in HALF if d in dtypes or d in said), None)
     if half is None:
         return []
     return [Fix(

@@ -13,6 +13,8 @@ CODES = ("OD201", "OD209", "OD404", "OD303", "OD304")
 # The checker refusing a node's type ("output has unsupported type tensor(float8e4m3fn)", "x typestr:
 # T, has unsupported type: tensor(float16)"): a later opset's schema of the op may take it.
 _REFUSED_TYPE = re.compile(r"has unsupported type:? (tensor\(\w+\))")
+# The formal type of the refused position: a type parameter (T) or a fixed type (tensor(int64)).
+_TYPESTR = re.compile(r"typestr: ([\w()]+),")
 
 # classify's OD201 message, from the exporter's "Support for this operator was added in version N".
 _STARTS_AT = re.compile(r"support starts at opset (\d+)")
@@ -47,7 +49,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code in ("OD303", "OD304"):
         refused = _REFUSED_TYPE.search(finding.message)
         requested = finding.opset or ctx.requested_opset or 0
-        later = _opset_taking(finding.op or "", refused.group(1), requested) if refused else None
+        formal = _TYPESTR.search(finding.message)
+        later = _opset_taking(finding.op or "", refused.group(1), requested,
+                              formal.group(1) if formal else None) if refused else None
         if later is None or (ctx.exporter == "torchscript" and later > _TORCHSCRIPT_MAX):
             return []
         return [opset_fix(later, ctx.exporter or "dynamo",
@@ -82,22 +86,29 @@ def opset_fix(opset: int, exporter: str, why: str) -> Fix:
 _TORCHSCRIPT_MAX = 20  # the TorchScript exporter's last opset
 
 
-def _opset_taking(op: str, type_string: str, requested: int) -> int | None:
-    """The lowest opset above `requested` whose schema of `op` (default domain) lists the type at
-    some input or output; None when none does or the op has no schema."""
-    if not op or "::" in op or not requested:
+def _opset_taking(op: str, type_string: str, requested: int, formal: str | None = None) -> int | None:
+    """The lowest opset above `requested` whose schema of `op` (default domain) takes the type
+    where it was refused: in the type parameter `formal` names (any parameter when the message
+    names none), and not already at the requested opset. None when no later schema does, when
+    the refused position has a fixed type (ScatterND's int64 indices), or the op has no schema."""
+    if not op or "::" in op or not requested or (formal and formal.startswith("tensor(")):
         return None
     import onnx.defs
 
-    seen = None
-    for version in range(requested + 1, onnx.defs.onnx_opset_version() + 1):
-        try:
-            schema = onnx.defs.get_schema(op, version)
-        except Exception:  # noqa: BLE001 - onnx's SchemaError: no such op
-            return None
-        if schema.since_version == seen:
-            continue  # the same schema as the version before
-        seen = schema.since_version
-        if schema.since_version > requested and any(type_string in c.allowed_type_strs for c in schema.type_constraints):
-            return schema.since_version
+    def takes(version: int) -> bool:
+        schema = onnx.defs.get_schema(op, version)
+        return any(type_string in c.allowed_type_strs for c in schema.type_constraints
+                   if formal is None or c.type_param_str == formal)
+
+    try:
+        if takes(requested):
+            return None  # allowed there already: a later opset is not what is missing
+        seen = onnx.defs.get_schema(op, requested).since_version
+        for version in range(requested + 1, onnx.defs.onnx_opset_version() + 1):
+            since = onnx.defs.get_schema(op, version).since_version
+            if since != seen and takes(version):
+                return since
+            seen = since
+    except Exception:  # noqa: BLE001 - onnx's SchemaError: no such op at some version
+        return None
     return None

@@ -107,9 +107,10 @@ from torch.onnx._internal.torchscript_exporter import symbolic_helper
 
 
 def _float_tensor(g, value):
-    if symbolic_helper._is_constant(value):  # a Python number (the per-tensor overload)
+    if symbolic_helper._is_constant(value) and not symbolic_helper._is_tensor(value):
+        # A Python number (the per-tensor overload's scale and zero point).
         return g.op("Constant", value_t=torch.tensor(float(symbolic_helper._maybe_get_const(value, "f"))))
-    return g.op("Cast", value, to_i=1)  # 1: FLOAT
+    return g.op("Cast", value, to_i=1)  # 1: FLOAT; a tensor, constant or not
 
 
 def _fake_quantize(g, x, scale, zero_point, axis, quant_min, quant_max):
