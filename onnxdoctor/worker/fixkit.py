@@ -45,8 +45,7 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     scope.pop("__file__", None)
     scope.update(torch=torch)
     if loaded is not None:
-        # example_kwargs too, so code that redefines only example_inputs keeps the keyword inputs.
-        scope.update(model=loaded.model, example_inputs=loaded.args, example_kwargs=dict(loaded.kwargs or {}))
+        scope.update(model=loaded.model, example_inputs=loaded.args)
     where = folder or _private_folder()
     path = where / f"{name}_{os.getpid()}_{time.monotonic_ns()}.py"
     path.write_text(code, "utf-8")
