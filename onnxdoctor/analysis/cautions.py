@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from onnxdoctor.analysis.findings import finding_from_record, make_finding
-from onnxdoctor.analysis.normalize import normalize_message
+from onnxdoctor.analysis.normalize import RUNNING_NODE, normalize_message
 from onnxdoctor.model import (
     Finding,
     SecondInputs,
@@ -123,10 +123,6 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     return [replace(found, severity=severity)]
 
 
-# ONNX Runtime's run-time error names the node it was running: "running TopK node. Name:'/TopK'".
-_RUNNING_NODE = re.compile(r"running (\w+) node\. Name:'([^']+)'")
-
-
 def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None) -> tuple[str | None, str | None]:
     """The op a frozen value hurts, and its node: where other inputs first differ (or the node
     ONNX Runtime failed in there), else the op the warned line exported; the torch op the node
@@ -134,9 +130,9 @@ def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None)
     table = provenance_table(export.facts)
     diverging = second.get("diverging") if isinstance(second.get("diverging"), dict) else {}
     node = diverging.get("node")
-    failed = _RUNNING_NODE.search(str(second.get("message") or ""))
+    failed = RUNNING_NODE.search(str(second.get("message") or ""))
     if node is None and failed:
-        node = failed.group(2)
+        node = failed.group(2) or None
     row = table.get(str(node)) if node else None
     if row is not None and row.torch_op and not row.torch_op.startswith("prim::"):
         return row.torch_op, node

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from onnxdoctor.analysis.normalize import first_line, normalize_message
+from onnxdoctor.analysis.normalize import RUNNING_NODE, first_line, normalize_message
 from onnxdoctor.codes import catch_all, get_code
 from onnxdoctor.model import (
     DynamicShapesKeys,
@@ -69,7 +69,6 @@ _OPSET_RT = re.compile(
 )
 _OPSET_RANGE = re.compile(r"Unsupported ONNX opset version: (\d+)|Unsupported onnx_opset_version: (\d+)|opset_version.*must be .*between|"
                           r"ONNX opset version (\d+) is not supported|opset version (\d+) is not supported by")
-_RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 
 _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not a known type")
 # torch.export's fake tensors met an op with no fake kernel (torch.library op without register_fake).
@@ -253,7 +252,7 @@ def _classify_failure(
     op, node = facts.get("op") or (extract_op(text) or executing_op(text) if text else None), facts.get("node")
     if outcome.stage is Stage.ORT_RUN:
         code = "OD501"
-        running = _RUNNING_NODE.search(text)
+        running = RUNNING_NODE.search(text)
         if running:
             op, node = running.group(1), running.group(2)
     message = _headline(error, base_dir)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import re
 
+# ONNX Runtime's run-time error names the node it was running: "running TopK node. Name:'/TopK'".
+RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 _ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")

@@ -227,7 +227,7 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
                 "compared": len(infos),
             }
             if row is not None:  # the FX node it came from (torch's metadata on the node)
-                found.update({"torch_op": row.torch_op, "source": row.source or None, "scope": row.module or None})
+                found.update(_row_facts(row))
             if node is not None and node.op_type in RANDOM_OPS:
                 found["random"] = [node.op_type]
             elif row is not None:
@@ -275,7 +275,7 @@ def output_producer(state: dict[str, Any], report: dict[str, Any]) -> dict[str, 
     found = {"value": name, "node": node.name, "op": node.op_type, "max_abs_diff": report.get("max_abs_diff"),
              "max_rel_diff": report.get("max_rel_diff"), "code": report.get("code"), "output": True}
     if row is not None:
-        found.update({"torch_op": row.torch_op, "source": row.source or None, "scope": row.module or None})
+        found.update(_row_facts(row))
     if not found.get("torch_op"):
         # Nodes a C++ pass wrote (advanced indexing) have no symbolic call: the trace's own
         # node for that output says which torch op it was.
@@ -284,12 +284,23 @@ def output_producer(state: dict[str, Any], report: dict[str, Any]) -> dict[str, 
     return found
 
 
-def _traced_output_op(loaded: Any, index: int) -> str | None:
-    """The aten op of the trace node that computes forward()'s `index`-th output."""
+def _row_facts(row: Any) -> dict[str, Any]:
+    """What a provenance row says of a diverging node: its torch op, the user's line, its module."""
+    return {"torch_op": row.torch_op, "source": row.source or None, "scope": row.module or None}
+
+
+def _trace_graph(loaded: Any) -> Any:
+    """The trace the TorchScript exporter converts, taken again (`torch.jit._get_trace_graph`)."""
     import torch
 
     with torch.no_grad(), quiet_torch_logs():
         graph, _outputs = torch.jit._get_trace_graph(loaded.model, tuple(loaded.args), loaded.kwargs or None)
+    return graph
+
+
+def _traced_output_op(loaded: Any, index: int) -> str | None:
+    """The aten op of the trace node that computes forward()'s `index`-th output."""
+    graph = _trace_graph(loaded)  # held: its nodes and values live only as long as the graph
     values = list(graph.return_node().inputs())
     while len(values) == 1 and values[0].node().kind() == "prim::TupleConstruct":
         values = list(values[0].node().inputs())
@@ -708,8 +719,7 @@ def _traced_values(loaded: Any) -> dict[str, list[list[Any]]] | None:
 
     from onnxdoctor.worker.facts import tensor_leaves
 
-    with torch.no_grad(), quiet_torch_logs():
-        graph, _outputs = torch.jit._get_trace_graph(loaded.model, tuple(loaded.args), loaded.kwargs or None)
+    graph = _trace_graph(loaded)
     torch._C._jit_pass_inline(graph)
     gathered: list[tuple[str, int, Any]] = []
     for index, node in enumerate(list(graph.nodes())):

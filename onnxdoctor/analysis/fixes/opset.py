@@ -5,14 +5,12 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.runtime import REFUSED_TYPE
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import Recipe, UseExporter, UseOpset
 
 CODES = ("OD201", "OD209", "OD404", "OD303", "OD304")
 
-# The checker refusing a node's type ("output has unsupported type tensor(float8e4m3fn)", "x typestr:
-# T, has unsupported type: tensor(float16)"): a later opset's schema of the op may take it.
-_REFUSED_TYPE = re.compile(r"has unsupported type:? (tensor\(\w+\))")
 # The formal type of the refused position: a type parameter (T) or a fixed type (tensor(int64)).
 _TYPESTR = re.compile(r"typestr: ([\w()]+),")
 
@@ -47,15 +45,17 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             why = f"{floor.get('op')}, also in the graph, needs opset {lowest} (the TorchScript exporter's registry)"
         return [opset_fix(lowest, "torchscript", why)]
     if finding.code in ("OD303", "OD304"):
-        refused = _REFUSED_TYPE.search(finding.message)
-        requested = finding.opset or ctx.requested_opset or 0
+        # A type the checker refuses here that a later schema of the op takes.
+        refused = REFUSED_TYPE.search(finding.message)
+        if refused is None:
+            return []
+        wanted = f"tensor({refused.group(1)})"
         formal = _TYPESTR.search(finding.message)
-        later = _opset_taking(finding.op or "", refused.group(1), requested,
-                              formal.group(1) if formal else None) if refused else None
+        later = _opset_taking(finding.op or "", wanted, finding.opset or ctx.requested_opset or 0,
+                              formal.group(1) if formal else None)
         if later is None or (ctx.exporter == "torchscript" and later > _TORCHSCRIPT_MAX):
             return []
-        return [opset_fix(later, ctx.exporter or "dynamo",
-                          f"{finding.op}'s schema takes {refused.group(1)} from opset {later} on" if refused else "")]
+        return [opset_fix(later, ctx.exporter or "dynamo", f"{finding.op}'s schema takes {wanted} from opset {later} on")]
     if finding.code == "OD209":
         return [opset_fix(18, ctx.exporter or "dynamo", "opset 18 is the dynamo exporter's native opset")]
     if finding.code == "OD404":

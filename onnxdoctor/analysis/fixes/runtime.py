@@ -20,7 +20,9 @@ from onnxdoctor.recipe import CastAround, Recipe, Reference, RewriteOnnx, SetIrV
 # search's verdict): in float64 its kernel may be close enough (a float32 STFT that loses digits).
 CODES = ("OD402", "OD403", "OD303", "OD304", "OD501", "OD601")
 
-_REFUSED_TYPE = re.compile(r"has unsupported type: tensor\((\w+)\)")
+# The checker's words for a type a node's schema refuses, input ("x typestr: T, has unsupported
+# type: tensor(float16)") or output ("output has unsupported type tensor(float8e4m3fn)").
+REFUSED_TYPE = re.compile(r"has unsupported type:? tensor\((\w+)\)")
 _RUN_REFUSED_TYPE = re.compile(
     r"does not support (double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64)\b"
     r"|\b(double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64)(?: data)? type is not supported"
@@ -44,7 +46,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
     if finding.code == "OD403" and isinstance(finding.detail, IrTooNew):
         return [_ir_fix(ctx, finding.detail.max_ir)]
-    refused = _REFUSED_TYPE.search(finding.message)
+    refused = REFUSED_TYPE.search(finding.message)
     if finding.code in ("OD303", "OD304") and finding.op and "::" not in finding.op and refused:
         return [_schema_cast_fix(finding.op, refused.group(1), ctx)]
     if finding.code == "OD601":
