@@ -7,7 +7,10 @@ false alarm there is a bug). Prints one line per file, then the totals:
 
     verified fix N/M, op named N/M, expected family N/M, healthy N/K (no false alarm)
 
-"op named" counts only the files whose `Expected:` line names an op (`naming <op>`).
+"op named" counts only the files whose `Expected:` line names an op (`naming <op>`), and takes the
+op under either of the names a finding gives it (`op`, `onnx_op`, `torch_op`): `TopK` or
+`aten::topk`. Runs recorded before those fields existed (first-seen records up to 2026-12-04f)
+counted `op` alone.
 
 Not part of the test suite (each file is a real export plus fix verification: minutes in all).
 
@@ -132,7 +135,10 @@ def diagnose(path: Path) -> Outcome:
         expected=expected,
         exit_code=proc.returncode,
         codes=tuple(f["code"] for f in findings),
-        ops=tuple(f["op"] for f in findings if f.get("op")),
+        # The op under either of its names (the ONNX node's, the torch op's): a file may expect
+        # `TopK` where the finding is about `aten::topk`, and both are printed to the user.
+        ops=tuple(dict.fromkeys(name for f in findings for name in (f.get("op"), f.get("onnx_op"), f.get("torch_op"))
+                                if name)),
         # A verified chain counts for its steps' families too (its own kind is "chain").
         verified_kinds=tuple(kind for f in findings for fix in f.get("fixes", []) if fix.get("verified")
                              for kind in (fix["kind"], *(fix.get("steps") or ()))),

@@ -265,6 +265,23 @@ class Finding:
     notes: tuple[str, ...] = ()
     # Figures the classifier read, for the fix families (never parsed back out of `message`).
     detail: FindingDetail | None = None
+    # Both names of the op at fault where the export's provenance knows them: the ONNX node's
+    # `domain::op_type` (`TopK`) and the torch op it was exported from (`aten::topk`). `op` is the
+    # one the finding is about; these let a reader find it in either world.
+    onnx_op: str | None = None
+    torch_op: str | None = None
+
+    @property
+    def op_label(self) -> str | None:
+        """`op` as a reader sees it, with its other name where it has one: `aten::topk (ONNX TopK)`,
+        `ScatterND (from aten::_unsafe_index_put)`."""
+        if not self.op:
+            return None
+        if self.onnx_op and self.onnx_op != self.op and self.op == self.torch_op:
+            return f"{self.op} (ONNX {self.onnx_op})"
+        if self.torch_op and self.torch_op != self.op and not self.torch_op.startswith("prim::"):
+            return f"{self.op} (from {self.torch_op})"
+        return self.op
 
 
 @dataclass(frozen=True)

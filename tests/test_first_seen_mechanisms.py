@@ -172,3 +172,15 @@ def test_a_bfloat16_model_the_cpu_kernels_do_not_cover_is_exported_in_float32() 
     finding = _first("sdpa_scale_bfloat16_roberta_pytorch_143643.py")
     assert finding.code == "OD299"
     _verified(finding, "float")
+
+
+@pytest.mark.slow
+def test_a_finding_gives_its_op_under_both_names() -> None:
+    # A mismatch is about the torch op (what the user's line calls); the node is a TopK. A type
+    # gap is about the ONNX node; the user wrote masked_fill. Each finding carries both names.
+    mismatch = _first("topk_tied_distance_knn_graph_onnxruntime_19759.py", fix=False)
+    assert (mismatch.op, mismatch.onnx_op, mismatch.torch_op) == ("aten::topk", "TopK", "aten::topk")
+    assert mismatch.op_label == "aten::topk (ONNX TopK)"
+    gap = _first("where_bfloat16_causal_mask_llama_optimum_1720.py", fix=False)
+    assert (gap.op, gap.onnx_op, gap.torch_op) == ("Where", "Where", "aten::masked_fill")
+    assert gap.op_label == "Where (from aten::masked_fill)"

@@ -25,7 +25,12 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
-from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC, provenance_table
+from onnxdoctor.protocol import (
+    FUNCTION_SYMBOLIC,
+    REGISTERED_SYMBOLIC,
+    NodeProvenance,
+    provenance_table,
+)
 
 _DYNAMIC_SHAPES_KEYS = re.compile(
     r"top-level keys must be the arg names (\[[^\]]*\]) of `inputs`, but here they are (\[[^\]]*\])"
@@ -182,17 +187,35 @@ def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> 
         findings.extend(_classify_failure(outcome, by_stage, base_dir))
         break
     findings.extend(caution_findings(stages, base_dir))
-    return _with_node_sources(_dedupe(findings), by_stage)
+    return _with_node_facts(_dedupe(findings), by_stage)
 
 
-def _with_node_sources(findings: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:
-    """Give a finding about an exported node the user's line that produced it (dynamo records it)."""
+def _with_node_facts(findings: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:
+    """Give a finding about an exported node the user's line that produced it (dynamo records it)
+    and both names of its op: the ONNX node's and the torch op's it was exported from."""
     export = by_stage.get(Stage.EXPORT)
     sources = (export.facts.get("node_sources") if export else None) or {}
-    return [
-        replace(f, source=sources[f.node]) if f.node and not f.source and f.node in sources else f
-        for f in findings
-    ]
+    table = provenance_table(export.facts) if export else {}
+    placed = []
+    for f in findings:
+        if f.node and not f.source and f.node in sources:
+            f = replace(f, source=sources[f.node])
+        placed.append(replace(f, **_op_names(f, table.get(f.node) if f.node else None)))
+    return placed
+
+
+def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | None]:
+    """`onnx_op` and `torch_op` for a finding, from its node's provenance row where there is one,
+    else from `op` where its spelling says which world it is from (a custom domain's `acme::Op`
+    could be either, and is left alone)."""
+    op = finding.op or ""
+    onnx_op = finding.onnx_op or (row.op if row is not None else None)
+    torch_op = finding.torch_op or (row.torch_op if row is not None and row.torch_op else None)
+    if onnx_op is None and op and "::" not in op and finding.stage is not Stage.EXPORT:
+        onnx_op = op
+    if torch_op is None and op.startswith(("aten::", "prim::", "quantized::", "torchvision::")):
+        torch_op = op
+    return {"onnx_op": onnx_op, "torch_op": torch_op}
 
 
 class _Failure(NamedTuple):
@@ -511,8 +534,12 @@ def _parity_finding(
             source = source or (written[0].source if written else None)
         if not (diverging and diverging.get("symbolic")):
             message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
-    return make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
-                    node=node, source=source, evidence=tuple(rows) + evidence[:1])
+    found = make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
+                         node=node, source=source, evidence=tuple(rows) + evidence[:1])
+    if diverging and not (diverging.get("runtime_matches_reference") is False and diverging.get("departing_node")):
+        # The search's own names for the node, which a TorchScript trace knows before any table does.
+        found = replace(found, onnx_op=diverging.get("op") or None, torch_op=diverging.get("torch_op") or None)
+    return found
 
 
 def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:

@@ -32,7 +32,7 @@ def failure_message(diagnoses: tuple[Diagnosis, ...]) -> str:
 
 
 def _finding(finding: Finding) -> list[str]:
-    where = "   ".join(f"{key}: {value}" for key, value in (("op", finding.op), ("node", finding.node),
+    where = "   ".join(f"{key}: {value}" for key, value in (("op", finding.op_label), ("node", finding.node),
                                                            ("source", finding.source)) if value)
     lines = [f"  {finding.code} {slug(finding.code)}: {printable(finding.message, one_line=True)}"]
     if where:

@@ -134,7 +134,7 @@ def _finding(finding: Finding, *, verbose: bool) -> Group:
     # One line each: a newline in a node name must not print a line of its own (a forged
     # "verified ✓" fix line); names and messages come from the model and the script.
     parts.append(_indented(Text(printable(finding.message, one_line=True)), 2))
-    where = [("op", finding.op), ("node", finding.node), ("source", finding.source),
+    where = [("op", finding.op_label), ("node", finding.node), ("source", finding.source),
              ("opset", str(finding.opset) if finding.opset is not None else None)]
     located = "   ".join(f"{k}: {v}" for k, v in where if v)
     if located:

@@ -55,7 +55,7 @@ def escape_property(text: str) -> str:
 def message(finding: Finding, exporter: str | None) -> str:
     """The annotation's text: the slug and message, where, and the best verified fix."""
     parts = [f"{slug(finding.code)}: {finding.message}"]
-    where = ", ".join(f"{key} {value}" for key, value in (("op", finding.op), ("node", finding.node)) if value)
+    where = ", ".join(f"{key} {value}" for key, value in (("op", finding.op_label), ("node", finding.node)) if value)
     if where or exporter:
         parts.append("; ".join(p for p in (where, f"{exporter} exporter" if exporter else "") if p))
     fix = best_verified_fix(finding)

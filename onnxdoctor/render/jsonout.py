@@ -54,6 +54,10 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
         "severity": finding.severity.value,
         "message": finding.message,
         "op": finding.op,
+        # The op's two names where the export knows both (`op` is one of them, or neither for a
+        # custom domain's node): the ONNX node's `domain::op_type` and the torch op behind it.
+        "onnx_op": finding.onnx_op,
+        "torch_op": finding.torch_op,
         "node": finding.node,
         "source": finding.source,
         "opset": finding.opset,

@@ -108,7 +108,7 @@ def issue_body(diagnoses: tuple[Diagnosis, ...], *, command: str = "", repro: Re
 def _finding(finding: Finding) -> list[str]:
     lines = [f"### {finding.code} `{slug(finding.code)}` ({finding.severity.value}, {finding.stage.value})", "",
              markdown_text(finding.message), ""]
-    for key, value in (("op", finding.op), ("node", finding.node), ("source", finding.source),
+    for key, value in (("op", finding.op_label), ("node", finding.node), ("source", finding.source),
                        ("opset", finding.opset)):
         if value is not None:
             lines.append(f"- **{key}**: {markdown_code(str(value))}")

@@ -71,7 +71,7 @@ def result(finding: Finding, script: str, rule_index: int, exporter: str | None)
         physical["region"] = {"startLine": place.line}
     # SARIF's own `fixes` are file edits; ours are code to paste, so they live in the property bag.
     properties: dict[str, Any] = {
-        "stage": finding.stage.value, "op": finding.op, "node": finding.node, "source": finding.source,
+        "stage": finding.stage.value, "op": finding.op, "onnx_op": finding.onnx_op, "torch_op": finding.torch_op, "node": finding.node, "source": finding.source,
         "opset": finding.opset, "exporter": exporter, "notes": list(finding.notes),
         "fixes": [fix_dict(f) for f in finding.fixes],
     }
