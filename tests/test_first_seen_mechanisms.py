@@ -184,3 +184,26 @@ def test_a_finding_gives_its_op_under_both_names() -> None:
     gap = _first("where_bfloat16_causal_mask_llama_optimum_1720.py", fix=False)
     assert (gap.op, gap.onnx_op, gap.torch_op) == ("Where", "Where", "aten::masked_fill")
     assert gap.op_label == "Where (from aten::masked_fill)"
+
+
+def test_written_nodes_find_their_emissions_past_a_folded_constant() -> None:
+    from onnxdoctor.worker.provenance import _common_order, _greedy_order
+
+    # The first Constant the graph holds was made by constant folding: no g.op wrote it. A
+    # greedy walk hands it the next emitted Constant, far ahead, and the Conv after it finds
+    # nothing; the common order keeps every node after it on its own emission.
+    emitted = ["Conv", "Relu", "Shape", "Gather", "Constant", "Upsample", "Conv", "Add", "Conv"]
+    written = ["Conv", "Relu", "Constant", "Upsample", "Conv", "Add", "Conv"]
+    pairs = dict(_common_order(written, emitted) or [])
+    assert [emitted[pairs[i]] for i in (3, 4, 5, 6)] == ["Upsample", "Conv", "Add", "Conv"]
+    assert pairs[4] == 6 and pairs[6] == 8
+    greedy = dict(_greedy_order(["Conv", "Constant", "Conv"], ["Conv", "Conv", "Constant"]))
+    assert 2 not in greedy  # the failure the common order avoids
+
+
+@pytest.mark.slow
+def test_a_torchscript_mismatch_past_folded_constants_names_its_own_node() -> None:
+    # Opset 9's Upsample samples at asymmetric coordinates (onnx#2535); before the common-order
+    # alignment, its nodes had no emitter and the search blamed the Conv after it.
+    finding = _first("upsample_bilinear_opset9_decoder_onnx_2535.py", fix=False)
+    assert (finding.op, finding.onnx_op, finding.node) == ("aten::upsample_bilinear2d", "Upsample", "/Upsample")

@@ -350,20 +350,103 @@ def _align(final: list[dict[str, Any]], emissions: list[_Emission]) -> dict[int,
     for emission in emissions:
         if not emission.kind.startswith("onnx::"):
             custom.setdefault(emission.kind, []).append(emission)
-    position = 0
+    standard: list[dict[str, Any]] = []
     for row in final:
         kind = row["kind"]
-        if not kind.startswith("onnx::"):
-            queue = custom.get(kind)
-            if queue:
-                matched[id(row)] = queue.pop(0)
+        if kind.startswith("onnx::"):
+            standard.append(row)
             continue
-        for index in range(position, min(len(emissions), position + 400)):
-            if emissions[index].kind == kind:
-                matched[id(row)] = emissions[index]
+        queue = custom.get(kind)
+        if queue:
+            matched[id(row)] = queue.pop(0)
+    emitted = [e for e in emissions if e.kind.startswith("onnx::")]
+    pairs = _common_order([r["kind"] for r in standard], [e.kind for e in emitted])
+    if pairs is None:
+        pairs = _greedy_order([r["kind"] for r in standard], [e.kind for e in emitted])
+    for i, j in pairs:
+        matched[id(standard[i])] = emitted[j]
+    for i, j in _nearby(standard, emitted, dict(pairs)):
+        matched[id(standard[i])] = emitted[j]
+    return matched
+
+
+def _nearby(standard: list[dict[str, Any]], emitted: list[_Emission],
+            paired: dict[int, int]) -> list[tuple[int, int]]:
+    """Rows the common order left out, each given the closest unused emission of its kind near
+    its predecessor's: a pass that moves a node a few places (an Unsqueeze hoisted before the
+    Where that reads it) takes it out of the common order without it being any less emitted."""
+    used = set(paired.values())
+    found: list[tuple[int, int]] = []
+    anchor = -1
+    for i, row in enumerate(standard):
+        if i in paired:
+            anchor = paired[i]
+            continue
+        window = [j for j in range(max(0, anchor - 16), min(len(emitted), anchor + 33))
+                  if j not in used and emitted[j].kind == row["kind"]]
+        if window:
+            j = min(window, key=lambda k: abs(k - (anchor + 1)))
+            used.add(j)
+            found.append((i, j))
+    return found
+
+
+# Above this many cells the longest common subsequence is not computed (memory: 2 bytes a cell).
+_LCS_CELLS = 30_000_000
+
+
+def _common_order(final: list[str], emitted: list[str]) -> list[tuple[int, int]] | None:
+    """The longest common subsequence of the written kinds and the emitted ones, as index pairs.
+
+    The passes after conversion fold constants, fuse BatchNormalization into Conv and drop
+    Identity nodes, and add Constants of their own: a node's emission is the same kind in the
+    same order, with gaps on both sides. A greedy walk lets one folded Constant claim an emission
+    far ahead and leaves every node after it without one; the common subsequence does not.
+    None when the table is too large to compute (the greedy walk is used then).
+    """
+    import numpy as np
+
+    n, m = len(final), len(emitted)
+    if n == 0 or m == 0:
+        return []
+    if n * m > _LCS_CELLS or max(n, m) >= 32767:
+        return None
+    codes: dict[str, int] = {}
+    a = np.array([codes.setdefault(k, len(codes)) for k in final], np.int32)
+    b = np.array([codes.setdefault(k, len(codes)) for k in emitted], np.int32)
+    # Row i holds the LCS lengths of final[:i+1] against emitted[:j+1]; a row is the running
+    # maximum of (the row above, or the diagonal + 1 where the kinds are equal).
+    table = np.zeros((n + 1, m + 1), np.int16)
+    for i in range(n):
+        above = table[i]
+        step = above[1:].copy()
+        equal = b == a[i]
+        step[equal] = above[:-1][equal] + 1
+        table[i + 1, 1:] = np.maximum.accumulate(np.maximum(step, above[1:]))
+    pairs: list[tuple[int, int]] = []
+    i, j = n, m
+    while i > 0 and j > 0:
+        if a[i - 1] == b[j - 1] and table[i, j] == table[i - 1, j - 1] + 1:
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif table[i - 1, j] >= table[i, j - 1]:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]
+
+
+def _greedy_order(final: list[str], emitted: list[str]) -> list[tuple[int, int]]:
+    """Each written kind to the next emission of that kind (within 400): for huge graphs only."""
+    pairs: list[tuple[int, int]] = []
+    position = 0
+    for i, kind in enumerate(final):
+        for index in range(position, min(len(emitted), position + 400)):
+            if emitted[index] == kind:
+                pairs.append((i, index))
                 position = index + 1
                 break
-    return matched
+    return pairs
 
 
 def _user_line(stack: str, target: Path) -> str | None:
