@@ -207,3 +207,13 @@ def test_a_torchscript_mismatch_past_folded_constants_names_its_own_node() -> No
     # alignment, its nodes had no emitter and the search blamed the Conv after it.
     finding = _first("upsample_bilinear_opset9_decoder_onnx_2535.py", fix=False)
     assert (finding.op, finding.onnx_op, finding.node) == ("aten::upsample_bilinear2d", "Upsample", "/Upsample")
+
+
+@pytest.mark.slow
+def test_a_type_the_file_writer_refuses_is_named_by_the_node_holding_it() -> None:
+    # "ScalarType ComplexDouble is an unexpected tensor scalar type" names no node: constant
+    # folding made a complex Constant inside the attention's nodes, and the line holding it is
+    # the scaled_dot_product_attention call.
+    finding = _first("sdpa_scale_bfloat16_roberta_pytorch_143643.py", fix=False)
+    assert finding.code == "OD299" and finding.op == "aten::scaled_dot_product_attention"
+    assert finding.source is not None and finding.source.endswith(":44")

@@ -56,6 +56,7 @@ class _Emission:
     input_types: tuple[str, ...] = ()
     call: int = -1
     trampoline: Any = None  # the frame of torch's call into the symbolic (dropped once numbered)
+    scalar_types: tuple[str, ...] = ()  # torch's spelling of each output's type, as written
 
 
 @dataclass
@@ -83,6 +84,26 @@ class TorchScriptRecorder:
             self._calls[key] = self._calls.get(key, -1) + 1
         emission.call = self._calls[key]
         self.emissions.append(emission)
+
+    def of_type(self, scalar: str) -> dict[str, str] | None:
+        """The torch op behind the first written node with an output of torch's scalar type
+        `scalar` (`ComplexDouble`), and the user's line: the file writer refuses such a type
+        naming nothing else. A symbolic that wrote the type names the op; a type a pass made
+        (constant folding) is named by the torch op that wrote at least two thirds of the other
+        nodes of that user line, or not at all."""
+        row = next((r for r in self.final if scalar in r.get("scalar_types", ())), None)
+        emission = next((e for e in self.emissions if scalar in e.scalar_types and e.torch_op
+                         and not e.torch_op.startswith("prim::")), None)
+        if emission is not None:
+            return {"op": emission.torch_op, "source": row["source"] if row else ""}
+        if row is None or not row["source"]:
+            return None
+        emitted = _align(self.final, self.emissions)
+        ops = [e.torch_op for r in self.final if r["source"] == row["source"]
+               for e in [emitted.get(id(r))] if e is not None and e.torch_op and not e.torch_op.startswith("prim::")]
+        top = max(set(ops), key=ops.count) if ops else ""
+        # Only a clear majority: a line calling several ops names none of them.
+        return {"op": top if top and ops.count(top) * 3 >= len(ops) * 2 else "", "source": row["source"]}
 
     def table(self, model: Any) -> list[NodeProvenance]:
         """One row per node of the written model, its emitter matched by kind and order."""
@@ -130,7 +151,10 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
                 recorder.failure = recorder.failure or _bad_attribute(opname, kwargs, sys._getframe(1))
             raise
         with contextlib.suppress(Exception):
-            recorder.add(_emission(self, opname, raw_args, kwargs, sys._getframe(1)))
+            emission = _emission(self, opname, raw_args, kwargs, sys._getframe(1))
+            values = result if isinstance(result, (tuple, list)) else (result,)
+            emission.scalar_types = tuple(_torch_scalar(v) for v in values)
+            recorder.add(emission)
         return result
 
     def naming(graph: Any) -> Any:
@@ -294,6 +318,12 @@ def _plain(value: Any) -> Any:
     return None
 
 
+def _torch_scalar(value: Any) -> str:
+    with contextlib.suppress(Exception):
+        return str(value.type().scalarType() or "")
+    return ""
+
+
 def _scalar_type(value: Any) -> str:
     with contextlib.suppress(Exception):
         return _SCALAR_NAMES.get(value.type().scalarType() or "", "")
@@ -324,6 +354,9 @@ def _final_nodes(nodes: Any, target: Path, rows: list[dict[str, Any]] | None = N
             "module": _module_path(node.scopeName()) if wanted else "",
             "input_types": [_scalar_type(v) for v in node.inputs()] if wanted else [],
             "output_types": [_scalar_type(v) for v in node.outputs()] if wanted else [],
+            # torch's own spelling, kept for the types ONNX has no name for (ComplexDouble): the
+            # file writer refuses them after this pass, naming only the type.
+            "scalar_types": [_torch_scalar(v) for v in node.outputs()] if wanted else [],
         })
         for block in node.blocks():
             _final_nodes(block.nodes(), target, rows)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -436,6 +437,15 @@ class Runner:
             facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
             if recorder is not None and recorder.failure:
                 facts["symbolic_attribute"] = recorder.failure
+            typed = _UNEXPECTED_TYPE.search(str(exc))
+            if recorder is not None and typed and not facts.get("op"):
+                # Raised when the file is written, after every symbolic ran: the node holding the
+                # type is found in the named graph (docs/ARCHITECTURE.md, "Node provenance").
+                with contextlib.suppress(Exception):
+                    holder = recorder.of_type(typed.group(1))
+                    if holder and holder["op"]:
+                        facts["op"] = holder["op"]
+                        facts["source"] = holder["source"] or facts.get("source")
             raise StageFailed(exception_text(exc), None, **facts) from exc
         import onnx
 
@@ -768,5 +778,7 @@ class Runner:
 
 # Protobuf refuses messages of 2 GiB; stay well below it when writing a rewritten model inline.
 _INLINE_WEIGHTS_LIMIT = 1 << 30
+# The TorchScript file writer's refusal of a type ONNX cannot hold, naming no node.
+_UNEXPECTED_TYPE = re.compile(r"ScalarType (\w+) is an unexpected tensor scalar type")
 
 
