@@ -46,10 +46,12 @@ class ExpandFunction:
 
 @dataclass(frozen=True)
 class CastAround:
-    """Cast the inputs of every `op` node to `to` and its outputs back (a missing type kernel)."""
+    """Cast the inputs of every `op` node to `to` and its outputs back (a missing type kernel);
+    `integers`: integer data too, rounded back (onnxkit.transforms.cast_around)."""
 
     op: str
     to: str
+    integers: bool = False
 
 
 @dataclass(frozen=True)

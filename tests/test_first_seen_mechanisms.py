@@ -217,3 +217,39 @@ def test_a_type_the_file_writer_refuses_is_named_by_the_node_holding_it() -> Non
     finding = _first("sdpa_scale_bfloat16_roberta_pytorch_143643.py", fix=False)
     assert finding.code == "OD299" and finding.op == "aten::scaled_dot_product_attention"
     assert finding.source is not None and finding.source.endswith(":44")
+
+
+def test_a_dynamo_translation_that_raised_names_its_aten_op() -> None:
+    text = ("GraphConstructionError: Error when calling function 'TracedOnnxFunction(<function aten_roll at "
+            "0x7f3c>)' with args '[SymbolicTensor(name='permute_4', ...")
+    assert extract_op(text) == "aten::roll"
+    overload = "Error when calling function 'TracedOnnxFunction(<function aten_upsample_bilinear2d_vec at 0x1>)'"
+    assert extract_op(overload) == "aten::upsample_bilinear2d"
+
+
+def test_integer_data_cast_around_is_rounded_back_not_truncated() -> None:
+    import onnxruntime as ort
+
+    from onnxdoctor.analysis.fixes.runtime import _MANGLED_TYPES, _MISMATCHED_TENSOR
+
+    message = ("Non-zero status code returned while running Resize node. Name:'/Resize' Status Message: tensor.h "
+               "T* onnxruntime::Tensor::MutableData() [with T = float] utils::IsPrimitiveDataType<T>(dtype_) was "
+               "false. Tensor type mismatch. T !=N11onnxruntime17PrimitiveDataTypeIhEE")
+    match = _MISMATCHED_TENSOR.search(message)
+    assert match is not None and (match.group(1), _MANGLED_TYPES[match.group(2)]) == ("float", "uint8")
+    # uint8 data run in float: 7/2 = 3.5 and 5/2 = 2.5 round half to even (4, 2) where a Cast
+    # would truncate (3, 2); 100*3 = 300 clips to 255 where a Cast would wrap.
+    for op, k, x, expected in (("Div", [2, 2, 1], [7, 5, 255], [4, 2, 255]), ("Mul", [3, 1, 0], [100, 9, 4], [255, 9, 0])):
+        graph = helper.make_graph([helper.make_node(op, ["x", "k"], ["y"], name="op")], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.UINT8, [3])],
+                                  [helper.make_tensor_value_info("y", TensorProto.UINT8, [3])],
+                                  [helper.make_tensor("k", TensorProto.UINT8, [3], k)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        fixed = cast_around(model, op, "float", integers=True)
+        onnx.checker.check_model(fixed, full_check=True)
+        assert [n.op_type for n in fixed.graph.node].count("Round") == 1
+        session = ort.InferenceSession(fixed.SerializeToString(), providers=["CPUExecutionProvider"])
+        (out,) = session.run(None, {"x": np.array(x, np.uint8)})
+        np.testing.assert_array_equal(out, expected)
+    with pytest.raises(Exception, match="no Mul node has an input"):
+        cast_around(model, "Mul", "float")  # without integers=True, integer data is left alone

@@ -28,7 +28,6 @@ from onnxdoctor.model import (
 from onnxdoctor.protocol import (
     FUNCTION_SYMBOLIC,
     REGISTERED_SYMBOLIC,
-    NodeProvenance,
     provenance_table,
 )
 
@@ -58,6 +57,10 @@ _NO_SCHEMA_FOR = re.compile(r"We don't have an op for ((?:aten|prim)::\w+) but i
 # A torch function refusing an argument's Python type while the exporter traces ("scaled_dot_product_
 # attention(): argument 'is_causal' must be bool, not Tensor"): the function is the aten op.
 _ARGUMENT_TYPE = re.compile(r"\b([a-z_][a-z0-9_]*)\(\): argument '\w+' (?:\(position \d+\) )?must be ")
+# The dynamo exporter's translation of an aten op (an onnxscript function named aten_<op>[_<overload>])
+# raised while building its nodes: "Error when calling function 'TracedOnnxFunction(<function aten_roll".
+_TRANSLATION_RAISED = re.compile(r"Error when calling function '(?:Traced)?OnnxFunction\(<function aten_(\w+?)"
+                                 r"(?:_(?:vec|tensor|scalar|int|dim|self|other|default))? at ")
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
@@ -108,6 +111,7 @@ from onnxdoctor.analysis.findings import (
     library_frame,
     make_finding,
     source_from_text,
+    with_node_facts,
 )
 
 # The ONNX-style names torch's symbolics use in their refusals, for the aten op they serve (the
@@ -160,6 +164,9 @@ def extract_op(text: str) -> str | None:
     match = _ARGUMENT_TYPE.search(text)
     if match:
         return f"aten::{match.group(1)}"
+    match = _TRANSLATION_RAISED.search(text)
+    if match:
+        return f"aten::{match.group(1)}"
     return None
 
 
@@ -187,35 +194,7 @@ def classify(stages: Iterable[StageOutcome], *, base_dir: str | None = None) -> 
         findings.extend(_classify_failure(outcome, by_stage, base_dir))
         break
     findings.extend(caution_findings(stages, base_dir))
-    return _with_node_facts(_dedupe(findings), by_stage)
-
-
-def _with_node_facts(findings: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:
-    """Give a finding about an exported node the user's line that produced it (dynamo records it)
-    and both names of its op: the ONNX node's and the torch op's it was exported from."""
-    export = by_stage.get(Stage.EXPORT)
-    sources = (export.facts.get("node_sources") if export else None) or {}
-    table = provenance_table(export.facts) if export else {}
-    placed = []
-    for f in findings:
-        if f.node and not f.source and f.node in sources:
-            f = replace(f, source=sources[f.node])
-        placed.append(replace(f, **_op_names(f, table.get(f.node) if f.node else None)))
-    return placed
-
-
-def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | None]:
-    """`onnx_op` and `torch_op` for a finding, from its node's provenance row where there is one,
-    else from `op` where its spelling says which world it is from (a custom domain's `acme::Op`
-    could be either, and is left alone)."""
-    op = finding.op or ""
-    onnx_op = finding.onnx_op or (row.op if row is not None else None)
-    torch_op = finding.torch_op or (row.torch_op if row is not None and row.torch_op else None)
-    if onnx_op is None and op and "::" not in op and finding.stage is not Stage.EXPORT:
-        onnx_op = op
-    if torch_op is None and op.startswith(("aten::", "prim::", "quantized::", "torchvision::")):
-        torch_op = op
-    return {"onnx_op": onnx_op, "torch_op": torch_op}
+    return with_node_facts(_dedupe(findings), by_stage)
 
 
 class _Failure(NamedTuple):

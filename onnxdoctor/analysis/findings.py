@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from onnxdoctor.analysis.normalize import normalize_message
@@ -13,7 +14,9 @@ from onnxdoctor.model import (
     FindingDetail,
     Severity,
     Stage,
+    StageOutcome,
 )
+from onnxdoctor.protocol import NodeProvenance, provenance_table
 
 
 def make_finding(
@@ -123,3 +126,31 @@ def finding_from_record(record: dict[str, Any], base_dir: str | None) -> Finding
         opset=record.get("opset"),
         evidence=tuple(normalize_message(e, base_dir=base_dir, limit=1500) for e in record.get("evidence", ())),
     )
+
+
+def with_node_facts(findings: list[Finding], by_stage: dict[Stage, StageOutcome]) -> list[Finding]:
+    """Give a finding about an exported node the user's line that produced it (dynamo records it)
+    and both names of its op: the ONNX node's and the torch op's it was exported from."""
+    export = by_stage.get(Stage.EXPORT)
+    sources = (export.facts.get("node_sources") if export else None) or {}
+    table = provenance_table(export.facts) if export else {}
+    placed = []
+    for f in findings:
+        if f.node and not f.source and f.node in sources:
+            f = replace(f, source=sources[f.node])
+        placed.append(replace(f, **_op_names(f, table.get(f.node) if f.node else None)))
+    return placed
+
+
+def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | None]:
+    """`onnx_op` and `torch_op` for a finding, from its node's provenance row where there is one,
+    else from `op` where its spelling says which world it is from (a custom domain's `acme::Op`
+    could be either, and is left alone)."""
+    op = finding.op or ""
+    onnx_op = finding.onnx_op or (row.op if row is not None else None)
+    torch_op = finding.torch_op or (row.torch_op if row is not None and row.torch_op else None)
+    if onnx_op is None and op and "::" not in op and finding.stage is not Stage.EXPORT:
+        onnx_op = op
+    if torch_op is None and op.startswith(("aten::", "prim::", "quantized::", "torchvision::")):
+        torch_op = op
+    return {"onnx_op": onnx_op, "torch_op": torch_op}

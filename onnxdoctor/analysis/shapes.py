@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from onnxdoctor.analysis.findings import make_finding
+from onnxdoctor.analysis.findings import make_finding, with_node_facts
 from onnxdoctor.model import Finding, FrozenSize, SizeCheck, Stage, StageOutcome, Status
 from onnxdoctor.protocol import provenance_table
 
@@ -64,7 +64,7 @@ def classify_shapes(shapes: StageOutcome | None, outcomes: list[StageOutcome]) -
     export_facts = export.facts if export else {}
     for code in sorted(by_code):
         found.append(_finding(code, by_code[code], facts, export_facts))
-    return found
+    return with_node_facts(found, {o.stage: o for o in outcomes})
 
 
 def _declared(facts: dict[str, Any]) -> set[tuple[str, int]]:

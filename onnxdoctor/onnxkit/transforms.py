@@ -369,7 +369,7 @@ _FLOATING = {
 }
 
 
-def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProto:
+def cast_around(model: onnx.ModelProto, op_type: str, to: str, *, integers: bool = False) -> onnx.ModelProto:
     """Run every `op_type` node in type `to`: Cast its inputs there and its outputs back.
 
     Only inputs of the same family as `to` (floating point, or integer) that have another type are
@@ -377,6 +377,10 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
 
     `to="exact"`: the type the op's schema allows that holds the refused input's values exactly
     (int32 data for a MaxPool that takes no int32 runs in double), across families if need be.
+
+    `integers=True` (with a floating `to`): integer inputs are cast too, and an integer output is
+    rounded to the nearest value and clipped to its type's range before the Cast back, as integer
+    image kernels (PyTorch's uint8 interpolation) round, where a plain Cast would truncate.
 
     Raises:
         TransformError: no such node, `to` is not a tensor type, or no input needs a cast.
@@ -395,6 +399,13 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
     casts = 0
     takes_input, gives_output = _takes_type(model, op_type, target)
     refuses, formal_in, formal_out = _schema_positions(model, op_type)
+    rounding = integers and target in _FLOATING
+    opset = _default_opset(model)
+
+    def same_family(elem: int) -> bool:
+        if rounding and elem in _ROUNDED_RANGES:
+            return True
+        return across or (elem in _FLOATING) == (target in _FLOATING)
 
     def wrap(node: onnx.NodeProto, prefix: str) -> list[onnx.NodeProto]:
         nonlocal casts
@@ -406,7 +417,7 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
         moved: set[str] = set()
         for i, name in enumerate(node.input):
             elem = types[name].tensor_type.elem_type if name in types else 0
-            if (name and elem and elem != target and (across or (elem in _FLOATING) == (target in _FLOATING))
+            if (name and elem and elem != target and same_family(elem)
                     and takes_input(i) and (not across or refuses(i, elem))):
                 cast = f"{prefix}/cast_in{i}"
                 before.append(onnx.helper.make_node("Cast", [name], [cast], name=cast, to=target))
@@ -414,11 +425,15 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
                 moved.add(formal_in(i))
         for i, name in enumerate(node.output):
             elem = types[name].tensor_type.elem_type if name in types else 0
-            if (name and elem and elem != target and (across or (elem in _FLOATING) == (target in _FLOATING))
+            if (name and elem and elem != target and same_family(elem)
                     and gives_output(i) and (not across or formal_out(i) in moved)):
                 inner = f"{prefix}/cast_out{i}"
                 rewritten.output[i] = inner
-                after.append(onnx.helper.make_node("Cast", [inner], [name], name=inner, to=elem))
+                back = inner
+                if rounding and elem in _ROUNDED_RANGES:
+                    after += _round_into(inner, f"{prefix}/round_out{i}", elem, target, opset)
+                    inner = f"{prefix}/round_out{i}/clipped"
+                after.append(onnx.helper.make_node("Cast", [inner], [name], name=back, to=elem))
         casts += len(before)
         return [*before, rewritten, *after]
 
@@ -429,6 +444,37 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str) -> onnx.ModelProt
 
 
 _NUMPY_NAMES = {"float": "float32", "double": "float64", "float16": "float16"}
+
+# The integer types `cast_around(integers=True)` rounds back into, with their ranges (wider ones
+# are not exact in float32 and are left alone).
+_ROUNDED_RANGES = {
+    onnx.TensorProto.UINT8: (0, 255), onnx.TensorProto.INT8: (-128, 127),
+    onnx.TensorProto.UINT16: (0, 65535), onnx.TensorProto.INT16: (-32768, 32767),
+}
+
+
+def _round_into(value: str, prefix: str, elem: int, floating: int, opset: int) -> list[onnx.NodeProto]:
+    """Round `value` (of type `floating`) to the nearest integer and clip it to `elem`'s range;
+    the result is `{prefix}/clipped`. Round is half to even, as PyTorch's integer kernels."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    low, high = _ROUNDED_RANGES[elem]
+    rounded, clipped = f"{prefix}/rounded", f"{prefix}/clipped"
+    nodes = [onnx.helper.make_node("Round", [value], [rounded], name=rounded)]
+    if opset < 11:  # Clip's bounds were attributes before opset 11
+        nodes.append(onnx.helper.make_node("Clip", [rounded], [clipped], name=clipped,
+                                           min=float(low), max=float(high)))
+        return nodes
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(floating)
+    bounds = []
+    for label, bound in (("low", low), ("high", high)):
+        name = f"{prefix}/{label}"
+        tensor = numpy_helper.from_array(np.array(bound, dtype=dtype), name)
+        nodes.append(onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
+        bounds.append(name)
+    nodes.append(onnx.helper.make_node("Clip", [rounded, *bounds], [clipped], name=clipped))
+    return nodes
 
 # Where each element type's values fit exactly, best first: wider integers of the same
 # signedness, then double (exact for every integer of 32 bits or fewer), then float.
@@ -692,8 +738,8 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
     match transform:
         case ExpandFunction(op=op, for_target=target):
             return expand_for_target(model, op, target) if target else expand_function(model, op)
-        case CastAround(op=op, to=to):
-            return cast_around(model, op, to)
+        case CastAround(op=op, to=to, integers=integers):
+            return cast_around(model, op, to, integers=integers)
         case SetIrVersion(ir_version=version):
             return set_ir_version(model, version)
         case ToFloat32():

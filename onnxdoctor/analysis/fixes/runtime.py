@@ -55,7 +55,38 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     at_run = _RUN_REFUSED_TYPE.search(finding.message)
     if finding.code == "OD501" and finding.op and "::" not in finding.op and at_run:
         return [_run_cast_fix(finding.op, next(g for g in at_run.groups() if g), ctx)]
+    mismatched = _MISMATCHED_TENSOR.search(finding.message)
+    if finding.code == "OD501" and finding.op and "::" not in finding.op and mismatched:
+        wanted, given = mismatched.group(1), _MANGLED_TYPES.get(mismatched.group(2))
+        if wanted in ("float", "double") and given is not None:
+            return [_mismatched_tensor_fix(finding.op, wanted, given, ctx)]
     return []
+
+
+# A kernel registered for a type its implementation does not handle: ONNX Runtime's templated
+# accessor names the type it wanted and, mangled, the one the tensor holds
+# ("[with T = float] ... Tensor type mismatch. T !=N11onnxruntime17PrimitiveDataTypeIhEE": uint8).
+_MISMATCHED_TENSOR = re.compile(
+    r"\[with T = (\w+)\].*?Tensor type mismatch\. T !=\s*N11onnxruntime17PrimitiveDataTypeI(\w)EE", re.DOTALL)
+_MANGLED_TYPES = {"h": "uint8", "a": "int8", "s": "int16", "t": "uint16", "i": "int32", "j": "uint32",
+                  "l": "int64", "m": "uint64", "b": "bool", "f": "float", "d": "double"}
+
+
+def _mismatched_tensor_fix(op: str, wanted: str, given: str, ctx: FixContext) -> Fix:
+    """Run the node in the type its kernel's code handles, rounding integer data back."""
+    integer = given.startswith(("int", "uint"))
+    return _one_cast_fix(
+        op, wanted, ctx,
+        why=(f"ONNX Runtime's {op} kernel is registered for {given} but its code handles {wanted}: "
+             f"compute it in {wanted}" + (", rounding back to the nearest integer" if integer else "")),
+        title=f"Run {op} in {wanted} (its ONNX Runtime kernel fails on {given} data at run time), cast back after",
+        applicability=Applicability.SAFE,
+        cost=(f"{op} computes in {wanted}" + (f" and its result is rounded to {given} (half to even), as PyTorch's "
+                                              "integer kernels round; a value halfway between two levels may "
+                                              "land one level apart" if integer else "")
+              + "; two Casts per node"),
+        integers=integer,
+    )
 
 
 def _departing_op(ctx: FixContext) -> str | None:
@@ -69,13 +100,17 @@ def _departing_op(ctx: FixContext) -> str | None:
 
 
 def _double_fix(op: str, ctx: FixContext) -> Fix:
-    """Compute the op the runtime gets wrong in float64, cast back after."""
+    """Compute the op the runtime gets wrong in float64, cast back after (integer image data
+    rounded back to the nearest level: ONNX Runtime's uint8 Resize truncates where the
+    reference and PyTorch round)."""
     return _one_cast_fix(
         op, "double", ctx,
-        why=f"ONNX Runtime's {op} departs from ONNX's reference in the model's float type: compute it in float64",
-        title=f"Compute {op} in float64 (ONNX Runtime's {op} departs from ONNX's reference in float32), cast back after",
+        why=(f"ONNX Runtime's {op} departs from ONNX's reference in the model's type: compute it in float64 "
+             "(8- and 16-bit integer data rounded back to the nearest value)"),
+        title=f"Compute {op} in float64 (ONNX Runtime's {op} departs from ONNX's reference), cast back after",
         applicability=Applicability.SAFE,
         cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
+        integers=True,
     )
 
 
@@ -95,7 +130,7 @@ def _run_cast_fix(op: str, refused: str, ctx: FixContext) -> Fix:
 
 
 def _one_cast_fix(op: str, to: str, ctx: FixContext, *, why: str, title: str, applicability: Applicability,
-                  cost: str) -> Fix:
+                  cost: str, integers: bool = False) -> Fix:
     """A cast of one op type's nodes to `to` ("exact": the schema's exact home), as a snippet
     rewriting the exported file and the recipe that verifies that same rewrite."""
     reference, load, saved = _cast_files(ctx)
@@ -104,10 +139,10 @@ def _one_cast_fix(op: str, to: str, ctx: FixContext, *, why: str, title: str, ap
         "from onnxdoctor.onnxkit.transforms import cast_around\n\n"
         f"{load}"
         f"# {why}\n"
-        f"onnx.save(cast_around(model, {op!r}, to={to!r}), {saved!r})\n"
+        f"onnx.save(cast_around(model, {op!r}, to={to!r}{', integers=True' if integers else ''}), {saved!r})\n"
     )
     return Fix(kind="cast", title=title, snippet=snippet, applicability=applicability, cost=cost,
-               recipe=Recipe("cast", (RewriteOnnx(CastAround(op, to), reference),)))
+               recipe=Recipe("cast", (RewriteOnnx(CastAround(op, to, integers), reference),)))
 
 
 def _cast_files(ctx: FixContext) -> tuple[Reference | None, str, str]:
