@@ -138,6 +138,13 @@ CASES: dict[str, Case] = {
         (_g(3, 6), torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0], [-1.0, NAN, 2.0, NAN, 0.0, 9.0]]),
          torch.tensor([[-INF, -INF, 1.0]])),
     ),
+    "aten::logcumsumexp": Case(
+        # Prefixes far below the axis's maximum (the exporters' lowering underflows them to -inf),
+        # -inf and +inf entries, a NaN, and an empty axis.
+        lambda x: (torch.logcumsumexp(x, 1), torch.logcumsumexp(x, 0)),
+        (_g(3, 6), torch.cat([torch.full((2, 5), -200.0), _g(2, 3) * 50], 1),
+         torch.tensor([[-INF, -INF, 1.0, INF], [NAN, 0.0, -INF, 2.0]]), torch.empty(2, 0)),
+    ),
     "aten::cummin": Case(
         lambda x: torch.cummin(x, 0),
         (_g(5, 3), torch.tensor([[3.0, 1.0], [1.0, NAN], [0.5, 0.0], [1.0, -4.0]]),

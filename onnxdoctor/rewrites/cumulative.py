@@ -99,3 +99,38 @@ REWRITES = (
         limits=_N2,
     ),
 )
+
+LOGCUMSUMEXP = r'''
+def logcumsumexp(x, dim):
+    """torch.logcumsumexp with each prefix shifted by its own running maximum, over a triangular
+    mask: one maximum for the whole axis (the exporters' lowering) underflows every prefix far
+    below it to -inf."""
+    if x.dim() == 0:
+        return x.clone()
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if n == 0:
+        return x.clone()
+    moved = x.movedim(dim, -1)  # [..., n]
+    keep = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()  # keep[k, j]: j <= k
+    masked = torch.where(keep, moved.unsqueeze(-2), torch.full((), float("-inf"), dtype=x.dtype, device=x.device))
+    top = masked.amax(-1, keepdim=True)  # the running maximum of each prefix
+    # A prefix of -inf (or holding +inf) is not shifted: exp and log then give torch's -inf / inf.
+    shift = torch.where(torch.isfinite(top), top, torch.zeros((), dtype=x.dtype, device=x.device))
+    total = (masked - shift).exp().sum(-1).log() + shift.squeeze(-1)
+    return total.movedim(-1, dim)
+'''
+
+REWRITES = (
+    *REWRITES,
+    Rewrite(
+        op="aten::logcumsumexp",
+        family="cumulative",
+        targets=("aten.logcumsumexp.default",),
+        function="logcumsumexp",
+        source=LOGCUMSUMEXP,
+        exactness=Exactness.ROUNDING,
+        error="the sums are taken in another order and shifted by each prefix's maximum: a few ulps",
+        limits=_N2,
+    ),
+)
