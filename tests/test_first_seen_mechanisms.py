@@ -253,3 +253,27 @@ def test_integer_data_cast_around_is_rounded_back_not_truncated() -> None:
         np.testing.assert_array_equal(out, expected)
     with pytest.raises(Exception, match="no Mul node has an input"):
         cast_around(model, "Mul", "float")  # without integers=True, integer data is left alone
+
+
+@pytest.mark.slow
+def test_a_rewrite_reaches_an_op_that_only_a_composite_op_calls(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from onnxdoctor.rewrites import find_rewrites
+
+    # linalg.matrix_norm(ord="nuc") stays one op in the exported program; the ONNX exporter
+    # decomposes it into the SVD it has no function for. The rewrite's table alone never sees
+    # the SVD; laid over torch's default decompositions, it replaces it.
+    class Nuclear(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.matrix_norm(torch.softmax(x, -1), ord="nuc")
+
+    model, example_inputs = Nuclear(), (torch.randn(8, 5, generator=torch.Generator().manual_seed(0)),)
+    (rewrite,) = find_rewrites("aten::_linalg_svd")
+    scope: dict[str, object] = {"model": model, "example_inputs": example_inputs}
+    exec(compile(rewrite.program_code(), "<rewrite>", "exec"), scope)  # noqa: S102 - the library's own code
+    path = tmp_path / "nuclear.onnx"
+    torch.onnx.export(scope["program"], example_inputs, str(path), dynamo=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: example_inputs[0].numpy()})
+    np.testing.assert_allclose(out, model(*example_inputs).numpy(), rtol=1e-5, atol=1e-6)

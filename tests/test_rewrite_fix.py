@@ -26,7 +26,8 @@ def test_an_op_the_library_covers_gets_its_rewrite_as_a_pasteable_snippet() -> N
     [fix] = _rewrite_fixes("OD202", "prims::erf_inv")  # dynamo names the prims op
     tree = ast.parse(fix.snippet)
     assert "erfinv" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    assert "run_decompositions({torch.ops.aten.erfinv.default: erfinv})" in fix.snippet
+    assert "table = {torch.ops.aten.erfinv.default: erfinv}" in fix.snippet
+    assert "program = program.run_decompositions(table)" in fix.snippet
     assert fix.applicability is Applicability.UNSAFE  # an approximation: the user decides
     code = fix.recipe.first(ExportCode) if fix.recipe else None
     assert code and code.code in fix.snippet and code.program == "program"

@@ -70,6 +70,29 @@ class Rewrite:
             f"# Limits: {self.limits}\n"
             + self.source.strip("\n")
             + "\n\n\n"
-            "program = torch.export.export(model, example_inputs)\n"
-            f"program = program.run_decompositions({self.decomposition_table})\n"
+            + decomposing(self.decomposition_table, [self.targets])
         )
+
+
+def decomposing(table: str, groups: list[tuple[str, ...]]) -> str:
+    """Code that exports the model and runs `table` (Python source of the rewrite table) as its
+    decompositions, building `program`.
+
+    An op reached only inside a composite op the ONNX exporter decomposes itself (the SVD of
+    `linalg.matrix_norm(ord='nuc')`) is not in the exported program for a table of its own to
+    replace: then the table is laid over torch's default decompositions, which break the
+    composite down as the exporter would. `groups`: each rewrite's targets (one must be called).
+    """
+    sets = ", ".join("{" + ", ".join(f"torch.ops.{t}" for t in group) + "}" for group in groups)
+    return (
+        "program = torch.export.export(model, example_inputs)\n"
+        f"table = {table}\n"
+        "called = {node.target for node in program.graph.nodes}\n"
+        f"if any(not called & group for group in ({sets},)):\n"
+        "    # An op the rewrite replaces is reached only inside a composite op: decompose that as\n"
+        "    # the ONNX exporter would, with the rewrite in the op's place.\n"
+        "    full = torch.export.default_decompositions()\n"
+        "    full.update(table)\n"
+        "    table = full\n"
+        "program = program.run_decompositions(table)\n"
+    )

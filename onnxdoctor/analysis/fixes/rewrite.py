@@ -12,6 +12,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import ExportCode, Recipe, UseExporter, UseOpset
 from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
+from onnxdoctor.rewrites.entry import decomposing
 
 # Any finding that names an op: no exporter maps it (OD202), not at this opset (OD201), a
 # failure only the message names (OD299), or a mismatch located at the nodes exported for it
@@ -33,8 +34,7 @@ def program_code(rewrites: tuple[Rewrite, ...]) -> str:
         table.extend(f"torch.ops.{t}: {rewrite.function_for(t)}" for t in rewrite.targets)
     return (
         header + "\n\n\n".join(parts) + "\n\n\n"
-        "program = torch.export.export(model, example_inputs)\n"
-        "program = program.run_decompositions({" + ", ".join(table) + "})\n"
+        + decomposing("{" + ", ".join(table) + "}", [r.targets for r in rewrites])
     )
 
 
