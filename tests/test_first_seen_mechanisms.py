@@ -277,3 +277,15 @@ def test_a_rewrite_reaches_an_op_that_only_a_composite_op_calls(tmp_path: Path) 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (out,) = session.run(None, {session.get_inputs()[0].name: example_inputs[0].numpy()})
     np.testing.assert_allclose(out, model(*example_inputs).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_function_whose_forward_leaves_torch_gets_a_node_and_a_kernel_that_calls_it() -> None:
+    # VMamba's selective scan fills a buffer from outside the dispatcher (a compiled extension;
+    # numpy here): the tracer keeps only the empty_like. The Function is named, and exported as
+    # one onnxdoctor:: node whose onnxruntime-extensions kernel calls the Function.
+    finding = _first("selective_scan_extension_frozen_vmamba_65.py")
+    assert finding.code == "OD601" and finding.op == "SelectiveScanFn"
+    assert "no symbolic" in finding.message
+    _verified(finding, "function_kernel")
+    assert "SelectiveScanFn.symbolic = staticmethod(" in finding.fixes[0].snippet

@@ -513,8 +513,21 @@ def _parity_finding(
             source = source or (written[0].source if written else None)
         if not (diverging and diverging.get("symbolic")):
             message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
-    found = make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=600), op=op,
+    functions = [f.get("name") for f in facts.get("traced_functions") or () if isinstance(f, dict) and f.get("name")]
+    unexplained = not diverging or diverging.get("inputs_agree") is False
+    if functions and unexplained:
+        # The difference shows downstream of values the search could not compare, and the trace
+        # holds a Function the exporter inlined: what its forward computed outside PyTorch is
+        # frozen into the graph (analysis/fixes/function_kernel.py gives it a node and a kernel).
+        shown = ", ".join(functions)
+        message += (f"; the trace holds {shown} (torch.autograd.Function with no symbolic): the exporter "
+                    "inlined the ops its forward ran, and anything it computed outside PyTorch (numpy, a "
+                    "compiled extension) is frozen into the graph")
+        op = functions[0] if len(functions) == 1 else op
+    found = make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=700), op=op,
                          node=node, source=source, evidence=tuple(rows) + evidence[:1])
+    if functions and unexplained and len(functions) == 1:
+        return replace(found, torch_op="prim::PythonOp")
     if diverging and not (diverging.get("runtime_matches_reference") is False and diverging.get("departing_node")):
         # The search's own names for the node, which a TorchScript trace knows before any table does.
         found = replace(found, onnx_op=diverging.get("op") or None, torch_op=diverging.get("torch_op") or None)

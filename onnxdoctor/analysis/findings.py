@@ -147,6 +147,8 @@ def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | N
     else from `op` where its spelling says which world it is from (a custom domain's `acme::Op`
     could be either, and is left alone)."""
     op = finding.op or ""
+    if row is not None and op and op not in (row.op, row.torch_op) and _bare(op) != _bare(row.torch_op):
+        row = None  # the node is where the finding shows, not the op it is about (a Function)
     onnx_op = finding.onnx_op or (row.op if row is not None else None)
     torch_op = finding.torch_op or (row.torch_op if row is not None and row.torch_op else None)
     if onnx_op is None and op and "::" not in op and finding.stage is not Stage.EXPORT:
@@ -154,3 +156,8 @@ def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | N
     if torch_op is None and op.startswith(("aten::", "prim::", "quantized::", "torchvision::")):
         torch_op = op
     return {"onnx_op": onnx_op, "torch_op": torch_op}
+
+
+def _bare(op: str) -> str:
+    """`aten::index` for `aten::index.Tensor`: an overload names the same op."""
+    return op.split(".", 1)[0] if "::" in op else op

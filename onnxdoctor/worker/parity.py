@@ -308,6 +308,35 @@ def _traced_output_op(loaded: Any, index: int) -> str | None:
     return kind if kind.startswith("aten::") else None
 
 
+def traced_functions(loaded: Any) -> list[dict[str, Any]]:
+    """The torch.autograd.Functions of the trace that have no `symbolic`, with tensor arguments
+    only: the TorchScript exporter inlines the ops their forward ran, so whatever it computed
+    outside PyTorch (numpy, a compiled extension's own kernel) is frozen into the graph.
+
+    Each: `function_class` (`module:qualname`), `name`, `inputs` and `outputs` as
+    (dtype, shape) pairs from the example's call.
+    """
+    graph = _trace_graph(loaded)
+    found: dict[str, dict[str, Any]] = {}
+    for node in graph.nodes():
+        if node.kind() != "prim::PythonOp":
+            continue
+        owner = getattr(node.pyobj(), "__self__", None)
+        if not isinstance(owner, type) or "symbolic" in vars(owner) or set(node.cconv()) != {"d"}:
+            continue
+        qualname = getattr(owner, "__qualname__", "")
+        key = f"{owner.__module__}:{qualname}"
+        if "<locals>" in qualname or key in found:
+            continue
+        with contextlib.suppress(Exception):
+            found[key] = {
+                "function_class": key, "name": qualname,
+                "inputs": [[str(v.type().scalarType()), list(v.type().sizes())] for v in node.inputs()],
+                "outputs": [[str(v.type().scalarType()), list(v.type().sizes())] for v in node.outputs()],
+            }
+    return list(found.values())
+
+
 # The most nodes one FX node's export is checked against the reference evaluator as a group.
 _GROUP_LIMIT = 64
 

@@ -75,6 +75,7 @@ from onnxdoctor.worker.parity import (
     output_producer,
     second_input_check,
     time_limit,
+    traced_functions,
 )
 from onnxdoctor.worker.runtime import (
     feeds_for_session,
@@ -695,6 +696,11 @@ class Runner:
                     facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
                 except Exception:  # best effort: the mismatch itself is reported either way
                     pass
+            if torchscript and state.get("loaded") is not None:
+                # Functions traced through their forward: what they computed outside PyTorch is
+                # frozen (the function_kernel fix family gives them a node and a kernel).
+                with contextlib.suppress(Exception):
+                    facts["traced_functions"] = traced_functions(state["loaded"])
             raise StageFailed(report["message"], report["code"], **facts)
         for step in state["recipe"].steps:
             match step:

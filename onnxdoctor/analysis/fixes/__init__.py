@@ -26,6 +26,7 @@ from onnxdoctor.analysis.fixes import (
     eval_mode,
     exporter,
     fake_kernel,
+    function_kernel,
     half,
     inference_noops,
     llm_cache,
@@ -48,7 +49,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, quantized, recurrent, exporter, runtime,
-    aten_fallback, outputs, llm_cache, target_gaps, shapes, half,
+    aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

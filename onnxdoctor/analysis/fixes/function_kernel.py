@@ -1,0 +1,106 @@
+"""A torch.autograd.Function with no `symbolic` whose forward leaves PyTorch (OD601).
+
+The TorchScript exporter traces such a Function through the ops its forward ran. What the forward
+computed outside PyTorch (numpy, a compiled extension writing into a buffer it allocated with
+`empty_like`) is not an op the tracer sees: the graph keeps the allocation, or a constant, and
+the numbers differ. The worker lists the Functions of the trace that have no symbolic
+(`traced_functions` in the PARITY record).
+
+The route gives the Function a `symbolic` that writes one node of the `onnxdoctor` domain, and an
+onnxruntime-extensions Python kernel for that node that calls the Function itself: the numbers are
+PyTorch's by construction, and the check says so. A native kernel is then the way to ship it
+(`onnxdoctor scaffold`), which this fix names in its cost.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import LoadCode, Recipe, RuntimeKernels, UseExporter
+
+CODES = ("OD601",)
+
+# The run name the worker gives a model script: a class defined there is reached by its name.
+_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
+_TORCH_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+                 "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
+_EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "dt_float16",
+                     "bfloat16": "dt_bfloat16", "int64": "dt_int64", "int32": "dt_int32", "int16": "dt_int16",
+                     "int8": "dt_int8", "uint8": "dt_uint8", "bool": "dt_bool"}
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """A node and a Python kernel for each traced Function with no symbolic (at most two)."""
+    if ctx.target_kind != "script" or ctx.exporter != "torchscript":
+        return []
+    parity = next((o for o in ctx.outcomes if o.stage is Stage.PARITY), None)
+    functions = (parity.facts.get("traced_functions") if parity else None) or []
+    fixes = [_kernel_fix(entry) for entry in functions[:2] if isinstance(entry, dict)]
+    return [f for f in fixes if f is not None]
+
+
+def _kernel_fix(entry: dict) -> Fix | None:
+    module, _, qualname = str(entry.get("function_class", "")).partition(":")
+    inputs, outputs = entry.get("inputs") or [], entry.get("outputs") or []
+    types_in = [_TORCH_DTYPES.get(str(t)) for t, _shape in inputs]
+    types_out = [_TORCH_DTYPES.get(str(t)) for t, _shape in outputs]
+    if not qualname or not outputs or None in types_in or None in types_out:
+        return None
+    imports = "" if module in _SCRIPT_MODULES or not module else f"from {module} import {qualname.split('.')[0]}\n"
+    op_type = "".join(c for c in qualname.split(".")[-1] if c.isalnum()) or "Function"
+    node = f"onnxdoctor::{op_type}"
+    names = [f"input{i}" for i in range(len(inputs))]
+    typed = "\n".join(
+        f"    outs[{i}].setType(torch._C.TensorType.create_from_tensor(torch.empty({list(shape)!r}, "
+        f"dtype=torch.{dtype})))"
+        for i, (dtype, (_t, shape)) in enumerate(zip(types_out, outputs, strict=True))
+    )
+    symbolic = (
+        "import torch\n"
+        f"{imports}\n"
+        f"# {qualname}'s forward runs code the TorchScript tracer cannot see (numpy, a compiled\n"
+        "# extension's own kernel): the trace froze what it computed. A symbolic makes it one\n"
+        f"# {node} node instead, which the kernel below computes by calling {qualname} itself.\n"
+        f"def _{op_type.lower()}_symbolic(g, *inputs):\n"
+        f"    outs = g.op({node!r}, *inputs, outputs={len(outputs)})\n"
+        f"    outs = outs if isinstance(outs, (list, tuple)) else [outs]\n"
+        "    # The example's types and sizes: the exporter cannot infer a custom node's.\n"
+        f"{typed}\n"
+        "    return outs[0] if len(outs) == 1 else tuple(outs)\n\n\n"
+        f"{qualname}.symbolic = staticmethod(_{op_type.lower()}_symbolic)\n"
+    )
+    result = "result.numpy()" if len(outputs) == 1 else "tuple(r.numpy() for r in result)"
+    kernel = (
+        "import numpy as np\n"
+        "import torch\n"
+        "from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op\n"
+        f"{imports}\n\n"
+        f"@onnx_op(op_type={node!r}, inputs=[{', '.join('PyCustomOpDef.' + _EXTENSIONS_TYPES[t] for t in types_in)}], "
+        f"outputs=[{', '.join('PyCustomOpDef.' + _EXTENSIONS_TYPES[t] for t in types_out)}])\n"
+        f"def onnxdoctor_{op_type}_kernel({', '.join(names)}):\n"
+        "    with torch.no_grad():\n"
+        f"        result = {qualname}.apply({', '.join(f'torch.from_numpy(np.asarray({n}))' for n in names)})\n"
+        f"    return {result}\n\n\n"
+        "# ONNX Runtime finds the kernel through onnxruntime-extensions' library:\n"
+        "#   options.register_custom_ops_library(get_library_path())\n"
+        "# With this code in your model script, `onnxdoctor diagnose` runs it too when the script sets:\n"
+        "custom_op_libraries = [get_library_path()]\n"
+    )
+    snippet = (
+        f"# Step 1 of 2, before the export: a symbolic for {qualname}\n{symbolic}\n"
+        "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n\n"
+        f"# Step 2 of 2, where ONNX Runtime runs the model: a kernel for {node}\n{kernel}"
+    )
+    return Fix(
+        kind="function_kernel",
+        title=(f"Export {qualname} as one {node} node, computed by an ONNX Runtime kernel that calls "
+               f"{qualname} (onnxruntime-extensions): the trace froze what its forward computed outside PyTorch"),
+        snippet=snippet,
+        applicability=Applicability.UNSAFE,
+        cost=("a Python kernel runs the Function's own code and needs torch (and whatever it calls) at run "
+              f"time; the node's sizes are the example's; for shipping, write a native kernel "
+              f"(`onnxdoctor scaffold {op_type} --namespace onnxdoctor --inputs {','.join(names)}`)"),
+        # The symbolic is set on the class, for the whole process: a worker of its own.
+        recipe=Recipe("function_kernel", (UseExporter("torchscript"), LoadCode(symbolic),
+                                          RuntimeKernels(python=kernel, extensions=True)), isolated=True),
+    )
