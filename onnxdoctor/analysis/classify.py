@@ -484,10 +484,10 @@ def _parity_finding(
                    and isinstance(diverging.get("max_rel_diff"), (int, float))
                    else {"OD603": "its shape differs", "OD604": "its dtype differs"}.get(
                        str(diverging.get("code")), "it differs"))
-        message += (
-            f"; the first value that differs is {diverging['value']!r} (node {node}, "
-            f"{diverging.get('op')}{module}{written}): {figures}{verdict}"
-        )
+        placed = (f"node {node}, {diverging.get('op')}{module}{written}" if node else
+                  "a constant the exporter computed while exporting and folded into the file, from "
+                  + ", ".join(diverging.get("folded") or ()) if diverging.get("folded") else "no node in the file")
+        message += f"; the first value that differs is {diverging['value']!r} ({placed}): {figures}{verdict}"
         if diverging.get("runtime_matches_reference") is False and diverging.get("departing_node"):
             node = diverging["departing_node"]  # the node inside the group the runtime computes otherwise
     if facts.get("diverging_skipped"):

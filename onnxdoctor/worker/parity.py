@@ -228,6 +228,9 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
             }
             if row is not None:  # the FX node it came from (torch's metadata on the node)
                 found.update(_row_facts(row))
+            if node is None:
+                with contextlib.suppress(Exception):
+                    found.update(_folded(state, info.name))
             if node is not None and node.op_type in RANDOM_OPS:
                 found["random"] = [node.op_type]
             elif row is not None:
@@ -235,6 +238,45 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
                     found.update(_group_against_reference(state, rows, row, atol, rtol))
             return found
     return None
+
+
+# FX ops that move or select values without computing new ones: a folded constant's numbers come
+# from the other ops folded into it.
+_MOVING = ("view", "reshape", "permute", "transpose", "slice", "select", "unsqueeze", "squeeze", "cat",
+           "expand", "clone", "contiguous", "_to_copy", "flatten", "unflatten", "alias", "detach",
+           "stack", "split", "split_with_sizes", "t", "index_select", "repeat", "lift_fresh_copy")
+
+
+def _folded(state: dict[str, Any], name: str) -> dict[str, Any]:
+    """What a differing value with no node in the file is: a constant the exporter computed while
+    exporting (from parameters and buffers) and folded in. The FX ops behind it are listed, and
+    the one among them that computes numbers (not a view, a slice, a concatenation) is named."""
+    program = state["onnx_program"].exported_program
+    nodes = {n.name: n for n in program.graph.nodes}
+    start = nodes.get(name)
+    if start is None or start.op != "call_function":
+        return {}
+    chain: list[str] = []
+    stack, seen = [start], {start.name}
+    while stack:
+        current = stack.pop()
+        chain.append(_fx_op(current.target))
+        for parent in current.all_input_nodes:
+            if parent.op == "call_function" and parent.name not in seen:
+                seen.add(parent.name)
+                stack.append(parent)
+    computing = [op for op in dict.fromkeys(chain) if op.split("::", 1)[-1].split(".")[0] not in _MOVING]
+    found: dict[str, Any] = {"folded": list(dict.fromkeys(chain))[:12], "torch_op": _fx_op(start.target)}
+    if len(computing) == 1:
+        found["torch_op"] = computing[0]
+    return found
+
+
+def _fx_op(target: Any) -> str:
+    """`aten::_upsample_bicubic2d_aa` for torch.ops.aten._upsample_bicubic2d_aa.default."""
+    text = str(target)
+    namespace, _, rest = text.partition(".")
+    return f"{namespace}::{rest.split('.')[0]}" if rest else text
 
 
 def _group_against_reference(state: dict[str, Any], rows: dict[str, Any], row: Any, atol: float,
