@@ -289,3 +289,22 @@ def test_a_function_whose_forward_leaves_torch_gets_a_node_and_a_kernel_that_cal
     assert "no symbolic" in finding.message
     _verified(finding, "function_kernel")
     assert "SelectiveScanFn.symbolic = staticmethod(" in finding.fixes[0].snippet
+
+
+def test_a_folded_constant_is_named_by_the_op_that_computes_its_numbers() -> None:
+    from onnxdoctor.worker.parity import _folded
+
+    class Folded(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(1, 2, 4, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            grown = torch.nn.functional.interpolate(self.table, size=(6, 6), mode="bilinear", antialias=True)
+            return x + torch.cat([grown.permute(0, 2, 3, 1).reshape(1, 36, 2), self.table.new_zeros(1, 1, 2)], 1)
+
+    program = torch.onnx.export(Folded(), (torch.randn(1, 37, 2),), dynamo=True, verbose=False)
+    cat = next(n.name for n in program.exported_program.graph.nodes if "cat" in str(n.target))
+    found = _folded({"onnx_program": program}, cat)
+    assert found["torch_op"] == "aten::_upsample_bilinear2d_aa"
+    assert "aten::cat" in found["folded"] and "aten::permute" in found["folded"]

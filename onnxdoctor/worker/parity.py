@@ -244,7 +244,10 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
 # from the other ops folded into it.
 _MOVING = ("view", "reshape", "permute", "transpose", "slice", "select", "unsqueeze", "squeeze", "cat",
            "expand", "clone", "contiguous", "_to_copy", "flatten", "unflatten", "alias", "detach",
-           "stack", "split", "split_with_sizes", "t", "index_select", "repeat", "lift_fresh_copy")
+           "stack", "split", "split_with_sizes", "t", "index_select", "repeat", "lift_fresh_copy",
+           # and ones that make constants of their own
+           "zeros", "ones", "full", "new_zeros", "new_ones", "new_full", "empty", "new_empty", "zeros_like",
+           "ones_like", "full_like", "empty_like", "scalar_tensor", "arange")
 
 
 def _folded(state: dict[str, Any], name: str) -> dict[str, Any]:
