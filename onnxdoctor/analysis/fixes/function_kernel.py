@@ -15,18 +15,15 @@ PyTorch's by construction, and the check says so. A native kernel is then the wa
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.custom_domain import _EXTENSIONS_TYPES, _SCRIPT_MODULES
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe, RuntimeKernels, UseExporter
 
 CODES = ("OD601",)
 
-# The run name the worker gives a model script: a class defined there is reached by its name.
-_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
+# torch's scalar type names (a traced value's type) as dtypes.
 _TORCH_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
                  "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
-_EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "dt_float16",
-                     "bfloat16": "dt_bfloat16", "int64": "dt_int64", "int32": "dt_int32", "int16": "dt_int16",
-                     "int8": "dt_int8", "uint8": "dt_uint8", "bool": "dt_bool"}
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
