@@ -308,3 +308,14 @@ def test_a_folded_constant_is_named_by_the_op_that_computes_its_numbers() -> Non
     found = _folded({"onnx_program": program}, cat)
     assert found["torch_op"] == "aten::_upsample_bilinear2d_aa"
     assert "aten::cat" in found["folded"] and "aten::permute" in found["folded"]
+
+
+def test_a_constant_paired_with_a_call_is_not_one_of_its_results() -> None:
+    from onnxdoctor.worker.parity import call_outputs
+
+    # The kind pairing gave aten::linear's call the Constant that holds the next fake-quantize's
+    # scale: its output is read by another call's node, and is no result of the linear.
+    gemm = helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="/fc/Gemm")
+    scale = helper.make_node("Constant", [], ["s"], name="/Constant_2", value_float=0.05)
+    assert call_outputs([gemm, scale]) == ["y"]
+    assert call_outputs([scale]) == ["s"]  # a call that wrote only a Constant gives that

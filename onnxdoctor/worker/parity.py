@@ -588,9 +588,14 @@ def run_exposing(model: Any, names: list[str], args: tuple[Any, ...],
 
 
 def call_outputs(protos: list[Any]) -> list[str]:
-    """What the nodes one symbolic call wrote give the rest of the graph: the outputs none of them reads."""
+    """What the nodes one symbolic call wrote give the rest of the graph: the outputs none of them reads.
+
+    A Constant is left out where the call wrote other nodes: pairing written nodes with their
+    calls by kind can give a call a Constant another call's node reads (a folded scale), which
+    is no result of this call, and would make its outputs not line up with PyTorch's."""
+    computing = [n for n in protos if n.op_type != "Constant"] or protos
     read = {i for n in protos for i in n.input}
-    return [o for n in protos for o in n.output if o and o not in read]
+    return [o for n in computing for o in n.output if o and o not in read]
 
 
 def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, target: Any,
