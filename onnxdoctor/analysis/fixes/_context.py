@@ -8,6 +8,12 @@ from typing import Any
 from onnxdoctor.model import Finding, Stage, StageOutcome
 from onnxdoctor.opsig import attribute_suffix
 
+# onnxruntime-extensions' PyCustomOpDef type of each dtype (the Python kernels the fixes write).
+EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "dt_float16",
+                    "bfloat16": "dt_bfloat16", "int64": "dt_int64", "int32": "dt_int32", "int16": "dt_int16",
+                    "int8": "dt_int8", "uint8": "dt_uint8", "bool": "dt_bool"}
+
+
 
 @dataclass(frozen=True)
 class OpArgument:

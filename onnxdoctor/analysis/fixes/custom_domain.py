@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from onnxdoctor.analysis.fixes import decompose
-from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.protocol import (
     FUNCTION_SYMBOLIC,
@@ -32,11 +32,8 @@ from onnxdoctor.recipe import EagerExport, Recipe, RuntimeKernels, UseExporter
 CODES = ("OD401",)
 
 # The run name the worker gives a model script: a Function defined there is reached by its name.
-_SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
+SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
 
-_EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "dt_float16",
-                     "bfloat16": "dt_bfloat16", "int64": "dt_int64", "int32": "dt_int32", "int16": "dt_int16",
-                     "int8": "dt_int8", "uint8": "dt_uint8", "bool": "dt_bool"}
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -70,7 +67,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 def _class_reference(row: NodeProvenance, in_script: bool = False) -> tuple[str, str]:
     """(import line or "", the expression naming the class that defines `symbolic`)."""
     module, _, qualname = row.function_class.partition(":")
-    if in_script or module in _SCRIPT_MODULES or not module:
+    if in_script or module in SCRIPT_MODULES or not module:
         return "", qualname
     top = qualname.split(".")[0]
     return f"from {module} import {top}\n", qualname
@@ -184,8 +181,8 @@ def _python_kernel(ctx: FixContext, row: NodeProvenance, in_script: bool) -> Fix
             return None
         call.append(expression)
     domain, op_type = ctx.op.split("::", 1) if ctx.op else ("custom", "Op")
-    inputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in row.input_types)
-    outputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in row.output_types or ("",))
+    inputs = ", ".join(f"PyCustomOpDef.{EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in row.input_types)
+    outputs = ", ".join(f"PyCustomOpDef.{EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in row.output_types or ("",))
     attrs = ", ".join(f"{k!r}: PyCustomOpDef.{v}" for k, (v, _name) in attributes.items())
     # Each attribute is read into the parameter it came from (`eps` from the node's `epsilon`).
     reads = "".join(f"    {name} = {_PYTHON_OF[v]}(attrs[{k!r}])\n" for k, (v, name) in attributes.items())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from onnxdoctor.analysis.fixes._context import FixContext, OpArgument
+from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext, OpArgument
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import CustomOpsets, ExportCode, Recipe, RuntimeKernels, UseExporter
 
@@ -192,8 +192,8 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument], node_op_type: s
         if a.is_tensor or a.extensions_type
     )
     arg_types, result_types = ctx.observed_dtypes
-    inputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in _padded(arg_types, len(tensors)))
-    outputs = ", ".join(f"PyCustomOpDef.{_EXTENSIONS_TYPES.get(t, 'dt_float')}"
+    inputs = ", ".join(f"PyCustomOpDef.{EXTENSIONS_TYPES.get(t, 'dt_float')}" for t in _padded(arg_types, len(tensors)))
+    outputs = ", ".join(f"PyCustomOpDef.{EXTENSIONS_TYPES.get(t, 'dt_float')}"
                         for t in _padded(result_types, ctx.n_outputs))
     result = "result.numpy()" if ctx.n_outputs == 1 else "tuple(r.numpy() for r in result)"
     return (
@@ -219,9 +219,6 @@ def kernel_snippet(ctx: FixContext, arguments: list[OpArgument], node_op_type: s
 _ONNXSCRIPT_TYPES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "bfloat16": "BFLOAT16",
                      "int64": "INT64", "int32": "INT32", "int16": "INT16", "int8": "INT8", "uint8": "UINT8",
                      "bool": "BOOL"}
-_EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "dt_float16",
-                     "bfloat16": "dt_bfloat16", "int64": "dt_int64", "int32": "dt_int32", "int16": "dt_int16",
-                     "int8": "dt_int8", "uint8": "dt_uint8", "bool": "dt_bool"}
 
 
 def _padded(types: list[str], count: int) -> list[str]:

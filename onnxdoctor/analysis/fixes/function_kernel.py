@@ -14,8 +14,8 @@ PyTorch's by construction, and the check says so. A native kernel is then the wa
 
 from __future__ import annotations
 
-from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.analysis.fixes.custom_domain import _EXTENSIONS_TYPES, _SCRIPT_MODULES
+from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext
+from onnxdoctor.analysis.fixes.custom_domain import SCRIPT_MODULES
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe, RuntimeKernels, UseExporter
 
@@ -43,7 +43,7 @@ def _kernel_fix(entry: dict) -> Fix | None:
     types_out = [_TORCH_DTYPES.get(str(t)) for t, _shape in outputs]
     if not qualname or not outputs or None in types_in or None in types_out:
         return None
-    imports = "" if module in _SCRIPT_MODULES or not module else f"from {module} import {qualname.split('.')[0]}\n"
+    imports = "" if module in SCRIPT_MODULES or not module else f"from {module} import {qualname.split('.')[0]}\n"
     op_type = "".join(c for c in qualname.split(".")[-1] if c.isalnum()) or "Function"
     node = f"onnxdoctor::{op_type}"
     names = [f"input{i}" for i in range(len(inputs))]
@@ -72,8 +72,8 @@ def _kernel_fix(entry: dict) -> Fix | None:
         "import torch\n"
         "from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op\n"
         f"{imports}\n\n"
-        f"@onnx_op(op_type={node!r}, inputs=[{', '.join('PyCustomOpDef.' + _EXTENSIONS_TYPES[t] for t in types_in)}], "
-        f"outputs=[{', '.join('PyCustomOpDef.' + _EXTENSIONS_TYPES[t] for t in types_out)}])\n"
+        f"@onnx_op(op_type={node!r}, inputs=[{', '.join('PyCustomOpDef.' + EXTENSIONS_TYPES[t] for t in types_in)}], "
+        f"outputs=[{', '.join('PyCustomOpDef.' + EXTENSIONS_TYPES[t] for t in types_out)}])\n"
         f"def onnxdoctor_{op_type}_kernel({', '.join(names)}):\n"
         "    with torch.no_grad():\n"
         f"        result = {qualname}.apply({', '.join(f'torch.from_numpy(np.asarray({n}))' for n in names)})\n"
