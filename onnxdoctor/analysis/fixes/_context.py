@@ -14,7 +14,6 @@ EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "d
                     "int8": "dt_int8", "uint8": "dt_uint8", "bool": "dt_bool"}
 
 
-
 @dataclass(frozen=True)
 class OpArgument:
     """One argument of a torch op's schema, as the export mappings need it."""
