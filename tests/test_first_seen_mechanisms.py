@@ -319,3 +319,34 @@ def test_a_constant_paired_with_a_call_is_not_one_of_its_results() -> None:
     scale = helper.make_node("Constant", [], ["s"], name="/Constant_2", value_float=0.05)
     assert call_outputs([gemm, scale]) == ["y"]
     assert call_outputs([scale]) == ["s"]  # a call that wrote only a Constant gives that
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_interpolation_by_scale_exports_as_a_resize_given_the_scales(mode: str, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from onnxdoctor.analysis.fixes.translation import _TRANSLATION
+
+    class Resized(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.interpolate(x, scale_factor=0.6, mode=mode, antialias=True)
+
+    model, x = Resized(), torch.randn(1, 3, 7, 9, generator=torch.Generator().manual_seed(0))
+    scope: dict[str, object] = {}
+    exec(compile("import torch\n" + _TRANSLATION, "<translation>", "exec"), scope)  # noqa: S102 - the fix's own code
+    outputs = {}
+    for label, table in (("plain", None), ("translated", scope["custom_translation_table"])):
+        path = tmp_path / f"{label}.onnx"
+        torch.onnx.export(model, (x,), str(path), dynamo=True, custom_translation_table=table)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        (outputs[label],) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    expected = model(x).numpy()
+    assert np.abs(outputs["plain"] - expected).max() > 0.1  # the exporter's own translation (sizes)
+    np.testing.assert_allclose(outputs["translated"], expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_dinov2s_position_embedding_resize_is_translated_with_its_scales() -> None:
+    finding = _first("resize_antialias_scale_factor_dinov2_pos_embed_pytorch_157220.py")
+    assert finding.code == "OD601" and finding.op == "aten::_upsample_bicubic2d_aa"
+    _verified(finding, "translation")

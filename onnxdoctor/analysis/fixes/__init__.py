@@ -41,6 +41,7 @@ from onnxdoctor.analysis.fixes import (
     scripted,
     shapes,
     target_gaps,
+    translation,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
@@ -49,7 +50,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, quantized, recurrent, exporter, runtime,
-    aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel,
+    aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation,
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
