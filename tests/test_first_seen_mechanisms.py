@@ -287,6 +287,7 @@ def test_a_function_whose_forward_leaves_torch_gets_a_node_and_a_kernel_that_cal
     finding = _first("selective_scan_extension_frozen_vmamba_65.py")
     assert finding.code == "OD601" and finding.op == "SelectiveScanFn"
     assert "no symbolic" in finding.message
+    assert finding.source is not None and finding.source.endswith(":70")  # the line applying it
     _verified(finding, "function_kernel")
     assert "SelectiveScanFn.symbolic = staticmethod(" in finding.fixes[0].snippet
 

@@ -523,7 +523,12 @@ def _parity_finding(
         message += (f"; the trace holds {shown} (torch.autograd.Function with no symbolic): the exporter "
                     "inlined the ops its forward ran, and anything it computed outside PyTorch (numpy, a "
                     "compiled extension) is frozen into the graph")
-        op = functions[0] if len(functions) == 1 else op
+        if len(functions) == 1:
+            op = functions[0]
+            # The line that applies the Function, rather than the node the difference shows at.
+            applied = next((f.get("source") for f in facts.get("traced_functions") or ()
+                            if isinstance(f, dict) and f.get("name") == op and f.get("source")), None)
+            source = applied or source
     found = make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=700), op=op,
                          node=node, source=source, evidence=tuple(rows) + evidence[:1])
     if functions and unexplained and len(functions) == 1:

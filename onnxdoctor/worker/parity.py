@@ -353,14 +353,17 @@ def _traced_output_op(loaded: Any, index: int) -> str | None:
     return kind if kind.startswith("aten::") else None
 
 
-def traced_functions(loaded: Any) -> list[dict[str, Any]]:
+def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
     """The torch.autograd.Functions of the trace that have no `symbolic`, with tensor arguments
     only: the TorchScript exporter inlines the ops their forward ran, so whatever it computed
     outside PyTorch (numpy, a compiled extension's own kernel) is frozen into the graph.
 
     Each: `function_class` (`module:qualname`), `name`, `inputs` and `outputs` as
-    (dtype, shape) pairs from the example's call.
+    (dtype, shape) pairs from the example's call, and `source`, the user's line that applies it
+    (in `target`'s folder), where known.
     """
+    from onnxdoctor.worker.tracebacks import torchscript_user_line
+
     graph = _trace_graph(loaded)
     found: dict[str, dict[str, Any]] = {}
     for node in graph.nodes():
@@ -378,6 +381,7 @@ def traced_functions(loaded: Any) -> list[dict[str, Any]]:
                 "function_class": key, "name": qualname,
                 "inputs": [[str(v.type().scalarType()), list(v.type().sizes())] for v in node.inputs()],
                 "outputs": [[str(v.type().scalarType()), list(v.type().sizes())] for v in node.outputs()],
+                "source": (torchscript_user_line(str(node.sourceRange()), target) or "") if target is not None else "",
             }
     return list(found.values())
 

@@ -32,6 +32,7 @@ from onnxdoctor.protocol import (
     NodeArgument,
     NodeProvenance,
 )
+from onnxdoctor.worker.tracebacks import torchscript_user_line
 
 # Rows kept per export: every custom-domain node, then the others up to this many.
 ROW_LIMIT = 5000
@@ -39,7 +40,6 @@ ROW_LIMIT = 5000
 # torch's attribute keyword pattern in g.op (`limit_f`, `axes_i`, `mode_s`).
 _ATTRIBUTE_KEY = re.compile(r"^(.+)_([ifstgz]|ty)$")
 _TRAMPOLINES = ("_run_symbolic_function", "_run_symbolic_method")
-_TS_FRAME = re.compile(r"^(.+?)\((\d+)\): (\S+)", re.MULTILINE)
 _SCALAR_NAMES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
                  "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
                  "Bool": "bool"}
@@ -350,7 +350,7 @@ def _final_nodes(nodes: Any, target: Path, rows: list[dict[str, Any]] | None = N
         rows.append({
             "kind": kind,
             "outputs": [o.debugName() for o in node.outputs()],
-            "source": (_user_line(str(node.sourceRange()), target) or "") if wanted else "",
+            "source": (torchscript_user_line(str(node.sourceRange()), target) or "") if wanted else "",
             "module": _module_path(node.scopeName()) if wanted else "",
             "input_types": [_scalar_type(v) for v in node.inputs()] if wanted else [],
             "output_types": [_scalar_type(v) for v in node.outputs()] if wanted else [],
@@ -480,16 +480,6 @@ def _greedy_order(final: list[str], emitted: list[str]) -> list[tuple[int, int]]
                 position = index + 1
                 break
     return pairs
-
-
-def _user_line(stack: str, target: Path) -> str | None:
-    """The innermost frame in the user's folder of a TorchScript stack (`path(12): forward`)."""
-    folder = target.resolve().parent
-    for path, line, _function in _TS_FRAME.findall(stack):
-        with contextlib.suppress(OSError, ValueError):
-            if Path(path).resolve().parent == folder:
-                return f"{Path(path).name}:{line}"
-    return None
 
 
 def _user_line_dynamo(trace: str, target: Path) -> str | None:

@@ -700,7 +700,7 @@ class Runner:
                 # Functions traced through their forward: what they computed outside PyTorch is
                 # frozen (the function_kernel fix family gives them a node and a kernel).
                 with contextlib.suppress(Exception):
-                    facts["traced_functions"] = traced_functions(state["loaded"])
+                    facts["traced_functions"] = traced_functions(state["loaded"], self.code)
             raise StageFailed(report["message"], report["code"], **facts)
         for step in state["recipe"].steps:
             match step:

@@ -303,3 +303,17 @@ def locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
         }
         return facts
     return {}
+
+
+# One frame of a TorchScript node's stack (its sourceRange): `path(12): forward`.
+_TS_FRAME = re.compile(r"^(.+?)\((\d+)\): (\S+)", re.MULTILINE)
+
+
+def torchscript_user_line(stack: str, target: Path) -> str | None:
+    """The innermost frame in the user's folder of a TorchScript stack (`path(12): forward`)."""
+    folder = target.resolve().parent
+    for path, line, _function in _TS_FRAME.findall(stack):
+        with contextlib.suppress(OSError, ValueError):
+            if Path(path).resolve().parent == folder:
+                return f"{Path(path).name}:{line}"
+    return None
