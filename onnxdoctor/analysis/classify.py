@@ -513,25 +513,23 @@ def _parity_finding(
             source = source or (written[0].source if written else None)
         if not (diverging and diverging.get("symbolic")):
             message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
-    functions = [f.get("name") for f in facts.get("traced_functions") or () if isinstance(f, dict) and f.get("name")]
-    unexplained = not diverging or diverging.get("inputs_agree") is False
-    if functions and unexplained:
+    functions = [f for f in facts.get("traced_functions") or () if isinstance(f, dict) and f.get("name")]
+    function = None
+    if functions and (not diverging or diverging.get("inputs_agree") is False):
         # The difference shows downstream of values the search could not compare, and the trace
         # holds a Function the exporter inlined: what its forward computed outside PyTorch is
         # frozen into the graph (analysis/fixes/function_kernel.py gives it a node and a kernel).
-        shown = ", ".join(functions)
+        shown = ", ".join(f["name"] for f in functions)
         message += (f"; the trace holds {shown} (torch.autograd.Function with no symbolic): the exporter "
                     "inlined the ops its forward ran, and anything it computed outside PyTorch (numpy, a "
                     "compiled extension) is frozen into the graph")
         if len(functions) == 1:
-            op = functions[0]
+            function = functions[0]
             # The line that applies the Function, rather than the node the difference shows at.
-            applied = next((f.get("source") for f in facts.get("traced_functions") or ()
-                            if isinstance(f, dict) and f.get("name") == op and f.get("source")), None)
-            source = applied or source
+            op, source = function["name"], function.get("source") or source
     found = make_finding(code, Stage.PARITY, normalize_message(message, base_dir=base_dir, limit=700), op=op,
                          node=node, source=source, evidence=tuple(rows) + evidence[:1])
-    if functions and unexplained and len(functions) == 1:
+    if function is not None:
         return replace(found, torch_op="prim::PythonOp")
     if diverging and not (diverging.get("runtime_matches_reference") is False and diverging.get("departing_node")):
         # The search's own names for the node, which a TorchScript trace knows before any table does.

@@ -207,3 +207,21 @@ def quiet_torch_logs() -> Any:
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+# torch's scalar type names (a traced value's `type().scalarType()`) as dtype names.
+_SCALAR_NAMES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+                 "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+                 "Bool": "bool"}
+
+
+def torch_scalar(value: Any) -> str:
+    """torch's spelling of a graph value's element type (`Float`, `ComplexDouble`); "" if none."""
+    with contextlib.suppress(Exception):
+        return str(value.type().scalarType() or "")
+    return ""
+
+
+def scalar_dtype(value: Any) -> str:
+    """A graph value's element type as a dtype name (`float32`); "" for one with no such name."""
+    return _SCALAR_NAMES.get(torch_scalar(value), "")

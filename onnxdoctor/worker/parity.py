@@ -359,9 +359,10 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
     outside PyTorch (numpy, a compiled extension's own kernel) is frozen into the graph.
 
     Each: `function_class` (`module:qualname`), `name`, `inputs` and `outputs` as
-    (dtype, shape) pairs from the example's call, and `source`, the user's line that applies it
-    (in `target`'s folder), where known.
+    (dtype, shape) pairs from the example's call (dtype "" where it has no name), and `source`,
+    the user's line that applies it (in `target`'s folder), where known.
     """
+    from onnxdoctor.worker.facts import scalar_dtype
     from onnxdoctor.worker.tracebacks import torchscript_user_line
 
     graph = _trace_graph(loaded)
@@ -379,8 +380,8 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
         with contextlib.suppress(Exception):
             found[key] = {
                 "function_class": key, "name": qualname,
-                "inputs": [[str(v.type().scalarType()), list(v.type().sizes())] for v in node.inputs()],
-                "outputs": [[str(v.type().scalarType()), list(v.type().sizes())] for v in node.outputs()],
+                "inputs": [[scalar_dtype(v), list(v.type().sizes())] for v in node.inputs()],
+                "outputs": [[scalar_dtype(v), list(v.type().sizes())] for v in node.outputs()],
                 "source": (torchscript_user_line(str(node.sourceRange()), target) or "") if target is not None else "",
             }
     return list(found.values())

@@ -32,6 +32,7 @@ from onnxdoctor.protocol import (
     NodeArgument,
     NodeProvenance,
 )
+from onnxdoctor.worker.facts import scalar_dtype, torch_scalar
 from onnxdoctor.worker.tracebacks import torchscript_user_line
 
 # Rows kept per export: every custom-domain node, then the others up to this many.
@@ -40,9 +41,6 @@ ROW_LIMIT = 5000
 # torch's attribute keyword pattern in g.op (`limit_f`, `axes_i`, `mode_s`).
 _ATTRIBUTE_KEY = re.compile(r"^(.+)_([ifstgz]|ty)$")
 _TRAMPOLINES = ("_run_symbolic_function", "_run_symbolic_method")
-_SCALAR_NAMES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-                 "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
-                 "Bool": "bool"}
 
 
 @dataclass
@@ -153,7 +151,7 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         with contextlib.suppress(Exception):
             emission = _emission(self, opname, raw_args, kwargs, sys._getframe(1))
             values = result if isinstance(result, (tuple, list)) else (result,)
-            emission.scalar_types = tuple(_torch_scalar(v) for v in values)
+            emission.scalar_types = tuple(torch_scalar(v) for v in values)
             recorder.add(emission)
         return result
 
@@ -224,7 +222,7 @@ def _emission(context: Any, opname: str, raw_args: tuple[Any, ...], kwargs: dict
     filename = code.co_filename.replace("\\", "/")
     mine = "/torch/onnx/" not in filename
     function = f"{Path(filename).name}:{code.co_firstlineno} {code.co_name}"
-    types = tuple(_scalar_type(v) for v in raw_args)
+    types = tuple(scalar_dtype(v) for v in raw_args)
     if trampoline.f_code.co_name == "_run_symbolic_method":
         symbolic = trampoline.f_locals.get("symbolic_fn")
         return _Emission(kind, FUNCTION_SYMBOLIC, "prim::PythonOp", function, _function_class(symbolic),
@@ -318,18 +316,6 @@ def _plain(value: Any) -> Any:
     return None
 
 
-def _torch_scalar(value: Any) -> str:
-    with contextlib.suppress(Exception):
-        return str(value.type().scalarType() or "")
-    return ""
-
-
-def _scalar_type(value: Any) -> str:
-    with contextlib.suppress(Exception):
-        return _SCALAR_NAMES.get(value.type().scalarType() or "", "")
-    return ""
-
-
 def _function_class(symbolic: Any) -> str:
     """`module:Qualname` of the autograd.Function whose staticmethod `symbolic` this is."""
     qualname = getattr(symbolic, "__qualname__", "")
@@ -352,11 +338,11 @@ def _final_nodes(nodes: Any, target: Path, rows: list[dict[str, Any]] | None = N
             "outputs": [o.debugName() for o in node.outputs()],
             "source": (torchscript_user_line(str(node.sourceRange()), target) or "") if wanted else "",
             "module": _module_path(node.scopeName()) if wanted else "",
-            "input_types": [_scalar_type(v) for v in node.inputs()] if wanted else [],
-            "output_types": [_scalar_type(v) for v in node.outputs()] if wanted else [],
+            "input_types": [scalar_dtype(v) for v in node.inputs()] if wanted else [],
+            "output_types": [scalar_dtype(v) for v in node.outputs()] if wanted else [],
             # torch's own spelling, kept for the types ONNX has no name for (ComplexDouble): the
             # file writer refuses them after this pass, naming only the type.
-            "scalar_types": [_torch_scalar(v) for v in node.outputs()] if wanted else [],
+            "scalar_types": [torch_scalar(v) for v in node.outputs()] if wanted else [],
         })
         for block in node.blocks():
             _final_nodes(block.nodes(), target, rows)

@@ -163,6 +163,21 @@ class FixContext:
         """The custom-domain node's op type: the op's name in capitals, like `MYSELU`."""
         return self.op_name.upper()
 
+    def facts_of(self, stage: Stage) -> dict[str, Any]:
+        """What one stage recorded ({} when it did not run)."""
+        return next((o.facts for o in self.outcomes if o.stage is stage), {})
+
+    @property
+    def parity_facts(self) -> dict[str, Any]:
+        """What the PARITY stage recorded ({} when it did not run)."""
+        return self.facts_of(Stage.PARITY)
+
+    @property
+    def diverging(self) -> dict[str, Any]:
+        """Where a mismatch's search found the first differing value ({} when it found none)."""
+        found = self.parity_facts.get("diverging")
+        return found if isinstance(found, dict) else {}
+
     def other_exporter(self) -> str:
         """The exporter the run did not use."""
         return "torchscript" if self.exporter == "dynamo" else "dynamo"

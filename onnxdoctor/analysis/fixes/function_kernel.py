@@ -16,22 +16,18 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext
 from onnxdoctor.analysis.fixes.custom_domain import SCRIPT_MODULES
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import LoadCode, Recipe, RuntimeKernels, UseExporter
 
 CODES = ("OD601",)
 
-# torch's scalar type names (a traced value's type) as dtypes.
-_TORCH_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-                 "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A node and a Python kernel for each traced Function with no symbolic (at most two)."""
     if ctx.target_kind != "script" or ctx.exporter != "torchscript":
         return []
-    parity = next((o for o in ctx.outcomes if o.stage is Stage.PARITY), None)
-    functions = (parity.facts.get("traced_functions") if parity else None) or []
+    functions = ctx.parity_facts.get("traced_functions") or []
     fixes = [_kernel_fix(entry) for entry in functions[:2] if isinstance(entry, dict)]
     return [f for f in fixes if f is not None]
 
@@ -39,9 +35,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 def _kernel_fix(entry: dict) -> Fix | None:
     module, _, qualname = str(entry.get("function_class", "")).partition(":")
     inputs, outputs = entry.get("inputs") or [], entry.get("outputs") or []
-    types_in = [_TORCH_DTYPES.get(str(t)) for t, _shape in inputs]
-    types_out = [_TORCH_DTYPES.get(str(t)) for t, _shape in outputs]
-    if not qualname or not outputs or None in types_in or None in types_out:
+    types_in = [str(t) for t, _shape in inputs]
+    types_out = [str(t) for t, _shape in outputs]
+    if not qualname or not outputs or not all(t in EXTENSIONS_TYPES for t in (*types_in, *types_out)):
         return None
     imports = "" if module in SCRIPT_MODULES or not module else f"from {module} import {qualname.split('.')[0]}\n"
     op_type = "".join(c for c in qualname.split(".")[-1] if c.isalnum()) or "Function"

@@ -31,7 +31,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """Export the model converted to float32, when it computes in a half-precision type."""
     if ctx.target_kind != "script":
         return []
-    load = next((o.facts for o in ctx.outcomes if o.stage is Stage.LOAD), {})
+    load = ctx.facts_of(Stage.LOAD)
     tensors = [*(load.get("inputs") or ()), *(load.get("outputs") or ())]
     dtypes = {str(t.get("dtype")) for t in tensors if isinstance(t, dict)}
     said = finding.message.split(";")[0].lower()  # ONNX Runtime says "MLFloat16", "BFloat16"

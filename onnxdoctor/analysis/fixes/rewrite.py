@@ -9,7 +9,7 @@ builds, so what is verified is what the user pastes.
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, Recipe, UseExporter, UseOpset
 from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
 from onnxdoctor.rewrites.entry import decomposing
@@ -73,13 +73,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 def _diverging_torch_op(ctx: FixContext) -> str | None:
     """The torch op whose exported nodes a mismatch's search found differing first, if any."""
-    for outcome in ctx.outcomes:
-        diverging = outcome.facts.get("diverging") if outcome.stage is Stage.PARITY else None
-        # A random node whose draws differ only as draws do is no rewrite's business; one whose
-        # distribution differs too (the runtime samples something else) is.
-        drawn = diverging.get("random") and diverging.get("in_distribution") is not False if isinstance(diverging, dict) else True
-        if isinstance(diverging, dict) and not drawn and not diverging.get("symbolic"):
-            return diverging.get("torch_op") or None
+    diverging = ctx.diverging
+    # A random node whose draws differ only as draws do is no rewrite's business; one whose
+    # distribution differs too (the runtime samples something else) is.
+    drawn = diverging.get("random") and diverging.get("in_distribution") is not False
+    if diverging and not drawn and not diverging.get("symbolic"):
+        return diverging.get("torch_op") or None
     return None
 
 

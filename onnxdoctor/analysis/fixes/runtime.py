@@ -91,11 +91,10 @@ def _mismatched_tensor_fix(op: str, wanted: str, given: str, ctx: FixContext) ->
 
 def _departing_op(ctx: FixContext) -> str | None:
     """The default-domain op a mismatch's search found ONNX Runtime computing unlike the reference."""
-    for outcome in ctx.outcomes:
-        diverging = outcome.facts.get("diverging") if outcome.stage is Stage.PARITY else None
-        if isinstance(diverging, dict) and diverging.get("runtime_matches_reference") is False:
-            op = diverging.get("departing_op") or diverging.get("op")
-            return str(op) if op and "::" not in str(op) else None
+    diverging = ctx.diverging
+    if diverging.get("runtime_matches_reference") is False:
+        op = diverging.get("departing_op") or diverging.get("op")
+        return str(op) if op and "::" not in str(op) else None
     return None
 
 

@@ -14,7 +14,7 @@ numbers (measured within 2e-6 for scales 0.6 to 2 in bilinear and bicubic).
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
 
 CODES = ("OD601", "OD202", "OD299")
@@ -70,9 +70,5 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 def _antialiased_op(finding: Finding, ctx: FixContext) -> str | None:
     """The antialiased upsampling op the finding is about, by its name or the mismatch's search."""
-    names = [finding.op or "", finding.torch_op or ""]
-    for outcome in ctx.outcomes:
-        diverging = outcome.facts.get("diverging") if outcome.stage is Stage.PARITY else None
-        if isinstance(diverging, dict):
-            names.append(str(diverging.get("torch_op") or ""))
+    names = [finding.op or "", finding.torch_op or "", str(ctx.diverging.get("torch_op") or "")]
     return next((n.split(".")[0] for n in names if n.split(".")[0] in ANTIALIASED), None)
