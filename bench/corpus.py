@@ -5,8 +5,10 @@ onnxdoctor should report: `Expected: OD202 naming aten::cumprod; fix family: rew
 failure, `Expected: healthy; ...` for a model that used to fail and exports cleanly today (a
 false alarm there is a bug). Prints one line per file, then the totals:
 
-    verified fix N/M, op named N/M, expected family N/M, healthy N/K (no false alarm)
+    verified fix N/M (K without a Python kernel), op named N/M, expected family N/M, healthy N/K (no false alarm)
 
+"without a Python kernel" leaves out fixes whose model runs an op as Python code inside ONNX
+Runtime (PYTHON_KERNEL_KINDS): they are verified, but the serving process needs Python and torch.
 "op named" counts only the files whose `Expected:` line names an op (`naming <op>`), and takes the
 op under either of the names a finding gives it (`op`, `onnx_op`, `torch_op`): `TopK` or
 `aten::topk`. Runs recorded before those fields existed (first-seen records up to 2026-12-04f)
@@ -72,6 +74,8 @@ class Outcome:
     verified_kinds: tuple[str, ...]
     seconds: float
     error: str = ""
+    # Verified fixes none of whose steps runs a Python kernel inside ONNX Runtime.
+    native_kinds: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -88,12 +92,22 @@ class Outcome:
         return bool(self.verified_kinds)
 
     @property
+    def verified_native(self) -> bool:
+        return bool(self.native_kinds)
+
+    @property
     def code_matched(self) -> bool:
         return self.expected.code is not None and self.expected.code in self.codes
 
     @property
     def family_matched(self) -> bool:
         return any(kind in self.expected.families for kind in self.verified_kinds)
+
+
+# Fixes whose model runs some op as Python code inside ONNX Runtime (onnxruntime-extensions):
+# verified, but the serving process needs Python (and torch), so the summary counts them apart.
+PYTHON_KERNEL_KINDS = frozenset({"aten_kernel_dynamo", "aten_kernel_torchscript", "function_kernel",
+                                 "runtime_kernel_python", "custom_op_dynamo", "custom_op_torchscript"})
 
 
 def _bare(op: str) -> str:
@@ -142,6 +156,8 @@ def diagnose(path: Path) -> Outcome:
         # A verified chain counts for its steps' families too (its own kind is "chain").
         verified_kinds=tuple(kind for f in findings for fix in f.get("fixes", []) if fix.get("verified")
                              for kind in (fix["kind"], *(fix.get("steps") or ()))),
+        native_kinds=tuple(fix["kind"] for f in findings for fix in f.get("fixes", []) if fix.get("verified")
+                           and not PYTHON_KERNEL_KINDS & {fix["kind"], *(fix.get("steps") or ())}),
         seconds=seconds,
     )
 
@@ -193,7 +209,8 @@ def totals(outcomes: list[Outcome]) -> str:
     # "not named" would hide a naming regression behind a fixed, unreachable shortfall.
     naming = [o for o in failing if o.expected.op is not None]
     return (
-        f"verified fix {sum(o.verified for o in failing)}/{len(failing)}, "
+        f"verified fix {sum(o.verified for o in failing)}/{len(failing)} "
+        f"({sum(o.verified_native for o in failing)} without a Python kernel), "
         f"op named {sum(o.op_named for o in naming)}/{len(naming)}, "
         f"expected family {sum(o.family_matched for o in failing)}/{len(failing)}, "
         f"healthy {sum(o.healthy for o in healthy)}/{len(healthy)} (no false alarm)\n"
@@ -226,7 +243,8 @@ def recorded(path: Path) -> tuple[dict[str, str], list[Outcome]]:
             Outcome(**{**o, "expected": Expectation(**{k: tuple(v) if k == "families" else v
                                                        for k, v in o["expected"].items()}),
                        "codes": tuple(o["codes"]), "ops": tuple(o["ops"]),
-                       "verified_kinds": tuple(o["verified_kinds"])})
+                       "verified_kinds": tuple(o["verified_kinds"]),
+                       "native_kinds": tuple(o.get("native_kinds", ()))})
             for o in document["outcomes"]
         ]
     except (OSError, ValueError, KeyError, TypeError) as exc:

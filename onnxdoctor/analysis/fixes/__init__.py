@@ -15,6 +15,7 @@ from typing import Any
 
 from onnxdoctor.analysis.fixes import (
     aten_fallback,
+    aten_kernel,
     autograd,
     contrib_ops,
     control_flow,
@@ -51,6 +52,7 @@ FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation,
+    aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
 
 __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]

@@ -1,0 +1,293 @@
+"""PyTorch's own kernel for one aten op, run inside ONNX Runtime: the last resort for an op that
+no rewrite, opset or exporter turns into ONNX that runs and agrees.
+
+The op is exported as an `onnxdoctor::aten_<op>_<n>` node (one per call, each with its own types)
+whose `call` attribute holds the call's non-tensor arguments as a Python literal, and an
+onnxruntime-extensions Python kernel calls the aten overload with them. The model then runs in ONNX
+Runtime with the op computed by PyTorch itself, so the numbers agree by construction wherever that
+op was the problem (an unsupported op, a symbolic that refuses, a kernel ONNX Runtime lacks for the
+type, a translation that rounds differently).
+
+What it costs is stated on every fix: the serving process needs torch and onnxruntime-extensions,
+and the op runs in Python. It is a bridge while a rewrite or a native kernel is written
+(`onnxdoctor scaffold`), which is why it is proposed after every other family and only for one op.
+docs/ARCHITECTURE.md ("Python-kernel bridges") describes the two exporters' halves.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.recipe import CustomOpsets, ExportCode, Recipe, RuntimeKernels, UseExporter
+
+# Export-time codes name the aten op itself; the others name an ONNX node, bridged through the
+# aten op it was exported from (the finding's torch_op, from the provenance table).
+_EXPORT_CODES = ("OD201", "OD202", "OD205", "OD299")
+CODES = (*_EXPORT_CODES, "OD301", "OD302", "OD304", "OD402", "OD501", "OD601", "OD603")
+
+# Ops whose results depend on the module's mode: a mismatch there is eval_mode's, and a bridge
+# running them in train mode would agree with a model that should not be in train mode.
+_MODE_OPS = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit", "dropout",
+                       "native_dropout", "feature_dropout", "alpha_dropout", "instance_norm"})
+# Ops that are plumbing rather than math: bridging one would hide where a problem really is.
+_PLUMBING = frozenset({"view", "reshape", "_unsafe_view", "expand", "permute", "transpose", "t",
+                       "slice", "select", "squeeze", "unsqueeze", "clone", "contiguous", "to",
+                       "_to_copy", "copy_", "detach", "alias", "lift_fresh_copy", "size", "sym_size"})
+
+_COST = (
+    "the op runs as PyTorch code inside ONNX Runtime: the serving process needs torch and "
+    "onnxruntime-extensions (register_custom_ops_library(get_library_path())), and the op runs in "
+    "Python; a bridge while a rewrite or a native kernel (`onnxdoctor scaffold`) is written"
+)
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """The two bridges (dynamo and TorchScript) for the finding's aten op, when it has one."""
+    op = bridged_op(finding, ctx)
+    if op is None:
+        return []
+    return [_dynamo_fix(op), _torchscript_fix(op)]
+
+
+def bridged_op(finding: Finding, ctx: FixContext) -> str | None:
+    """The aten op (`aten::name`, no overload) a bridge would run, or None."""
+    if finding.code in _EXPORT_CODES:
+        candidate = ctx.op or ""
+    else:
+        candidate = finding.torch_op or ""
+    if not candidate.startswith("aten::"):
+        return None
+    name = candidate.removeprefix("aten::").split(".", 1)[0]
+    if not name or name in _PLUMBING or name.endswith("_"):
+        return None  # an in-place op writes into its input: a kernel returning a new tensor is not it
+    if name in _MODE_OPS or (finding.code in ("OD601", "OD603") and ctx.training):
+        return None
+    return f"aten::{name}"
+
+
+def _dynamo_fix(op: str) -> Fix:
+    code = _HEADER.format(ops=repr({op})) + _KERNELS + _DYNAMO
+    return Fix(
+        kind="aten_kernel_dynamo",
+        title=f"Run PyTorch's {op} inside ONNX Runtime (dynamo export, onnxruntime-extensions kernel)",
+        snippet=code + "\n# export with: torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
+        + _SESSION,
+        applicability=Applicability.UNSAFE,
+        cost=_COST,
+        recipe=Recipe("aten_kernel_dynamo", (
+            UseExporter("dynamo"),
+            ExportCode(code, program="program"),
+            RuntimeKernels(extensions=True),
+        ), isolated=True),  # onnxruntime-extensions' kernel table is process-wide
+    )
+
+
+def _torchscript_fix(op: str) -> Fix:
+    code = _HEADER.format(ops=repr({op})) + _KERNELS + _TORCHSCRIPT
+    return Fix(
+        kind="aten_kernel_torchscript",
+        title=f"Run PyTorch's {op} inside ONNX Runtime (TorchScript symbolic, onnxruntime-extensions kernel)",
+        snippet=code + "\n# export with: torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False,\n"
+        "#                   custom_opsets={'onnxdoctor': 1})\n" + _SESSION,
+        applicability=Applicability.UNSAFE,
+        cost=_COST + "; the TorchScript exporter is deprecated",
+        recipe=Recipe("aten_kernel_torchscript", (
+            UseExporter("torchscript"),
+            ExportCode(code),
+            CustomOpsets((("onnxdoctor", 1),)),
+            RuntimeKernels(extensions=True),
+        ), isolated=True),  # registering a symbolic is process-wide (docs/ARCHITECTURE.md)
+    )
+
+
+_HEADER = '''\
+import ast
+import itertools
+
+import numpy as np
+import torch
+from onnxruntime_extensions import PyCustomOpDef, onnx_op
+
+# These aten ops are exported as onnxdoctor::aten_<op>_<n> nodes, one per call, and run by
+# PyTorch itself inside ONNX Runtime. A node's `call` attribute holds the call's arguments as a
+# Python literal, "T" standing for each tensor input in order.
+BRIDGED_OPS = {ops}
+'''
+
+_KERNELS = '''\
+_KERNEL_TYPES = {
+    torch.float32: PyCustomOpDef.dt_float, torch.float64: PyCustomOpDef.dt_double,
+    torch.float16: PyCustomOpDef.dt_float16, torch.bfloat16: PyCustomOpDef.dt_bfloat16,
+    torch.int64: PyCustomOpDef.dt_int64, torch.int32: PyCustomOpDef.dt_int32,
+    torch.int16: PyCustomOpDef.dt_int16, torch.int8: PyCustomOpDef.dt_int8,
+    torch.uint8: PyCustomOpDef.dt_uint8, torch.bool: PyCustomOpDef.dt_bool,
+}
+_node_numbers = itertools.count()
+
+
+def _filled(literal, tensors):
+    """The call's arguments with each "T" replaced by the next tensor input."""
+    if literal == "T":
+        return torch.from_numpy(np.array(next(tensors)))
+    if isinstance(literal, list):
+        return [_filled(item, tensors) for item in literal]
+    if isinstance(literal, dict) and set(literal) == {"dtype"}:
+        return getattr(torch, literal["dtype"])
+    if isinstance(literal, dict):
+        return {key: _filled(value, tensors) for key, value in literal.items()}
+    return literal
+
+
+def _register_kernel(overload, inputs, outputs):
+    """A Python kernel calling `overload` for one node; returns the node's op type."""
+    op_type = f"aten_{overload._schema.name.split('::')[1]}_{next(_node_numbers)}"
+
+    def kernel(*tensors, **attrs):
+        call = _filled(ast.literal_eval(attrs["call"]), iter(tensors))
+        with torch.no_grad():
+            result = overload(*call["args"], **call["kwargs"])
+        if isinstance(result, torch.Tensor):
+            return result.numpy()
+        return tuple(r.numpy() for r in result)
+
+    kernel.__name__ = op_type
+    onnx_op(op_type=f"onnxdoctor::{op_type}", inputs=[_KERNEL_TYPES[t] for t in inputs],
+            outputs=[_KERNEL_TYPES[t] for t in outputs], attrs={"call": PyCustomOpDef.dt_string})(kernel)
+    return op_type
+'''
+
+_DYNAMO = '''
+
+def _literal(value, tensors):
+    """A call argument as a Python literal; tensors go to `tensors` and read "T"."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return "T"
+    if isinstance(value, (list, tuple)):
+        return [_literal(item, tensors) for item in value]
+    if isinstance(value, dict):
+        return {key: _literal(item, tensors) for key, item in value.items()}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot carry a {type(value).__name__} argument to ONNX Runtime")
+
+
+def _bridge(overload):
+    """`overload` written as an ONNX node run by its own kernel (called while torch.export traces)."""
+    def call(*args, **kwargs):
+        tensors = []
+        spec = {"args": _literal(list(args), tensors), "kwargs": _literal(dict(kwargs), tensors)}
+        result = overload(*args, **kwargs)  # fake tensors while exporting: the output types and shapes
+        outputs = [result] if isinstance(result, torch.Tensor) else list(result)
+        op_type = _register_kernel(overload, [t.dtype for t in tensors], [o.dtype for o in outputs])
+        made = torch.onnx.ops.symbolic_multi_out(
+            f"onnxdoctor::{op_type}", tensors, attrs={"call": repr(spec)},
+            dtypes=[o.dtype for o in outputs], shapes=[o.shape for o in outputs], version=1)
+        return made[0] if isinstance(result, torch.Tensor) else type(result)(made)
+    return call
+
+
+exported = torch.export.export(model, tuple(example_inputs), strict=False)
+bridged = exported.module()
+for node in bridged.graph.nodes:
+    if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.name in BRIDGED_OPS:
+        node.target = _bridge(node.target)
+bridged.recompile()
+program = torch.export.export(bridged, tuple(example_inputs), strict=False)
+'''
+
+_TORCHSCRIPT = '''
+from torch.onnx import register_custom_op_symbolic
+
+_TENSOR_TYPES = ("Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]")
+_ONNX_TYPES = {"Float": torch.float32, "Double": torch.float64, "Half": torch.float16,
+               "BFloat16": torch.bfloat16, "Long": torch.int64, "Int": torch.int32,
+               "Short": torch.int16, "Char": torch.int8, "Byte": torch.uint8, "Bool": torch.bool}
+
+
+def _constant(value):
+    """A traced argument's constant value (the tracer keeps numbers as 0-d tensors)."""
+    node = value.node()
+    if node.kind() == "prim::ListConstruct":
+        return [_constant(item) for item in node.inputs()]
+    if node.kind() != "prim::Constant":
+        raise ValueError(f"{node.kind()} computes this argument: the bridge carries constants only")
+    constant = value.toIValue()
+    return constant.tolist() if isinstance(constant, torch.Tensor) else constant
+
+
+def _fits(kind, constant):
+    if kind.startswith("Optional["):
+        return constant is None or _fits(kind[9:-1], constant)
+    if kind.startswith("List["):
+        return isinstance(constant, list) and all(_fits(kind[5:-1], c) for c in constant)
+    fits = {"int": int, "SymInt": int, "float": (int, float), "bool": (bool, int), "str": str,
+            "number": (int, float), "Scalar": (int, float)}.get(kind)
+    return fits is not None and isinstance(constant, fits)
+
+
+def _traced_call(node):
+    """The node's overload and its arguments, non-tensor ones read from the traced constants."""
+    for schema in torch._C._jit_get_schemas_for_operator(node.kind()):
+        arguments = [a for a in schema.arguments if not a.is_out]
+        if len(arguments) != node.inputsSize() or schema.overload_name.endswith("out"):
+            continue
+        call = []
+        for argument, value in zip(arguments, node.inputs()):
+            if str(argument.type) in _TENSOR_TYPES:
+                call.append(None if value.node().kind() == "prim::Constant" and value.toIValue() is None
+                            else "T")
+                continue
+            try:
+                constant = _constant(value)
+            except ValueError:
+                break
+            if not _fits(str(argument.type), constant):
+                break
+            call.append(constant)
+        else:
+            overload = getattr(getattr(torch.ops.aten, schema.name.split("::")[1]),
+                               schema.overload_name or "default")
+            return overload, arguments, call
+    raise ValueError(f"no schema of {node.kind()} fits this call's constant arguments")
+
+
+def bridge_symbolic(g, *args):
+    node = g.original_node
+    overload, arguments, call = _traced_call(node)
+    tensors, spec_args, spec_kwargs = [], [], {}
+    for argument, value, literal in zip(arguments, args, call):
+        if literal == "T" and str(argument.type).startswith("List["):
+            items = list(value.node().inputs())  # a tensor list: one input per tensor
+            tensors += items
+            literal = ["T"] * len(items)
+        elif literal == "T":
+            tensors.append(value)
+        if argument.kwarg_only:
+            spec_kwargs[argument.name] = literal
+        else:
+            spec_args.append(literal)
+    inputs = [_ONNX_TYPES[t.type().scalarType()] for t in tensors]
+    outputs = [_ONNX_TYPES[o.type().scalarType()] for o in node.outputs()]
+    op_type = _register_kernel(overload, inputs, outputs)
+    made = g.op(f"onnxdoctor::{op_type}", *tensors, call_s=repr({"args": spec_args, "kwargs": spec_kwargs}),
+                outputs=node.outputsSize())
+    for value, original in zip([made] if node.outputsSize() == 1 else made, node.outputs()):
+        value.setType(original.type())
+    return made
+
+
+# Registered at every opset the TorchScript exporter writes, so it replaces a built-in symbolic
+# registered at any of them.
+for op in BRIDGED_OPS:
+    for opset in range(9, 21):
+        register_custom_op_symbolic(op, bridge_symbolic, opset)
+'''
+
+_SESSION = (
+    "# In ONNX Runtime: from onnxruntime_extensions import get_library_path\n"
+    "#                  options = onnxruntime.SessionOptions()\n"
+    "#                  options.register_custom_ops_library(get_library_path())\n"
+)
