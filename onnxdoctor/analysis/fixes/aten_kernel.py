@@ -46,7 +46,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     op = bridged_op(finding, ctx)
     if op is None:
         return []
-    return [_dynamo_fix(op), _torchscript_fix(op)]
+    # The dynamo exporter stops at the first op it cannot translate; the worker lists the rest,
+    # and one bridge covers them all (a model is fixed only when every one of them is).
+    others = [str(u.get("op")) for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict)]
+    ops = (op, *sorted({o.split(".", 1)[0] for o in others if o.startswith("aten::")} - {op}))
+    return [_dynamo_fix(ops), _torchscript_fix(ops)]
 
 
 def bridged_op(finding: Finding, ctx: FixContext) -> str | None:
@@ -65,11 +69,15 @@ def bridged_op(finding: Finding, ctx: FixContext) -> str | None:
     return f"aten::{name}"
 
 
-def _dynamo_fix(op: str) -> Fix:
-    code = _HEADER.format(ops=repr({op})) + _KERNELS + _DYNAMO
+def _named(ops: tuple[str, ...]) -> str:
+    return ops[0] if len(ops) == 1 else f"{', '.join(ops[:-1])} and {ops[-1]}"
+
+
+def _dynamo_fix(ops: tuple[str, ...]) -> Fix:
+    code = _HEADER.format(ops="{" + ", ".join(map(repr, ops)) + "}") + _KERNELS + _DYNAMO
     return Fix(
         kind="aten_kernel_dynamo",
-        title=f"Run PyTorch's {op} inside ONNX Runtime (dynamo export, onnxruntime-extensions kernel)",
+        title=f"Run PyTorch's {_named(ops)} inside ONNX Runtime (dynamo export, onnxruntime-extensions kernel)",
         snippet=code + "\n# export with: torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
         + _SESSION,
         applicability=Applicability.UNSAFE,
@@ -82,11 +90,11 @@ def _dynamo_fix(op: str) -> Fix:
     )
 
 
-def _torchscript_fix(op: str) -> Fix:
-    code = _HEADER.format(ops=repr({op})) + _KERNELS + _TORCHSCRIPT
+def _torchscript_fix(ops: tuple[str, ...]) -> Fix:
+    code = _HEADER.format(ops="{" + ", ".join(map(repr, ops)) + "}") + _KERNELS + _TORCHSCRIPT
     return Fix(
         kind="aten_kernel_torchscript",
-        title=f"Run PyTorch's {op} inside ONNX Runtime (TorchScript symbolic, onnxruntime-extensions kernel)",
+        title=f"Run PyTorch's {_named(ops)} inside ONNX Runtime (TorchScript symbolic, onnxruntime-extensions kernel)",
         snippet=code + "\n# export with: torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False,\n"
         "#                   custom_opsets={'onnxdoctor': 1})\n" + _SESSION,
         applicability=Applicability.UNSAFE,
