@@ -232,6 +232,7 @@ def _request(
     verify_fixes: tuple[Recipe, ...] = (),
     gather_facts: bool = True,
     expected_fingerprint: str | None = None,
+    other_inputs: bool = False,
 ) -> WorkerRequest:
     events = workdir / f"events-{time.monotonic_ns()}.jsonl"
     return WorkerRequest(
@@ -258,6 +259,7 @@ def _request(
         source_file=options.source_file,
         check_shapes=options.check_shapes,
         size_sets=tuple(options.size_sets),
+        other_inputs=other_inputs,
     )
 
 
@@ -329,6 +331,9 @@ class _Verifier:
     budget_ends: float = float("inf")
     # Every fix run so far, by recipe key: where a chain continues from.
     runs: dict[str, tuple[WorkerResult, str]] = field(default_factory=dict)
+    # The recipes checked at other inputs too (for a finding there): only those checks answer
+    # such a finding; a check at the example alone would call a fix verified that is not.
+    wide: set[str] = field(default_factory=set)
 
     def _run(self, **request_args: Any) -> WorkerResult:
         request = _request(self.target, self.options, self.workdir, gather_facts=False,
@@ -367,9 +372,10 @@ class _Verifier:
         verified: list[Finding] = []
         done: dict[str, FixCheck] = dict(planned or {})
         for finding in findings:
+            wide = about_other_inputs(finding)
             if done:
                 finding = replace(finding, fixes=tuple(
-                    replace(f, check=done.get(f.recipe.key(), f.check)) if f.recipe else f
+                    replace(f, check=done.get(f.recipe.key(), f.check)) if f.recipe and self._answers(f, wide) else f
                     for f in finding.fixes))
             candidates = to_try(finding, options)
             if not candidates or self._out_of_time():
@@ -378,11 +384,11 @@ class _Verifier:
             checks: dict[int, FixCheck] = {}
             shared = [(i, f) for i, f in candidates if f.recipe and not f.recipe.isolated]
             isolated = [(i, f) for i, f in candidates if f.recipe and f.recipe.isolated]
-            if planned is not None:
+            if planned is not None and not wide:  # the main worker's checks were at the example only
                 shared = []
             if shared:
                 self.progress(f"verifying {len(shared)} fix(es) for {finding.code}")
-                result = self._run(verify_fixes=tuple(f.recipe for _, f in shared if f.recipe))
+                result = self._run(verify_fixes=tuple(f.recipe for _, f in shared if f.recipe), other_inputs=wide)
                 for position, (index, fix) in enumerate(shared):
                     run_id = f"fix{position}"
                     if fix.recipe and any(e.get("run") == run_id for e in result.events):
@@ -390,12 +396,13 @@ class _Verifier:
                         self.runs[fix.recipe.key()] = (result, run_id)
                     # else: the worker stopped after an earlier fix worked; this one stays untried
             for index, fix in isolated:
-                if not options.all_fixes and any(c.works for c in [*checks.values(), *done.values()]):
+                settled = [c for key, c in done.items() if not wide or key in self.wide]
+                if not options.all_fixes and any(c.works for c in [*checks.values(), *settled]):
                     break
                 if self._out_of_time():
                     break
                 self.progress(f"verifying fix: {fix.title}")
-                result = self._run(apply_fix=fix.recipe)
+                result = self._run(apply_fix=fix.recipe, other_inputs=wide)
                 checks[index] = fix_check(result, "main", target)
                 if fix.recipe:
                     self.runs[fix.recipe.key()] = (result, "main")
@@ -404,12 +411,20 @@ class _Verifier:
                 recipe = finding.fixes[index].recipe
                 if recipe is not None:
                     done[recipe.key()] = check
+                    if wide:
+                        self.wide.add(recipe.key())
             verified.append(replace(finding, fixes=fixes))
         return [
-            replace(f, fixes=tuple(replace(x, check=done.get(x.recipe.key(), x.check)) if x.recipe else x
-                                   for x in f.fixes))
+            replace(f, fixes=tuple(
+                replace(x, check=done.get(x.recipe.key(), x.check))
+                if x.recipe and self._answers(x, about_other_inputs(f)) else x
+                for x in f.fixes))
             for f in verified
         ]
+
+    def _answers(self, fix: Fix, wide: bool) -> bool:
+        """Whether the check on record for `fix` answers a finding (`wide`: one at other inputs)."""
+        return not wide or (fix.recipe is not None and fix.recipe.key() in self.wide)
 
 
     def search_chains(self, findings: list[Finding]) -> list[Finding]:
@@ -450,7 +465,7 @@ class _Verifier:
                         return found
                     tried.add(candidate.recipe.key())
                     self.progress(f"verifying fix chain: {candidate.title}")
-                    result = self._run(apply_fix=candidate.recipe)
+                    result = self._run(apply_fix=candidate.recipe, other_inputs=about_other_inputs(finding))
                     self.runs[candidate.recipe.key()] = (result, "main")
                     candidate = replace(candidate, check=fix_check(result, "main", self.target))
                     if candidate.verified:
@@ -477,6 +492,15 @@ class _Verifier:
         findings = prepare_findings(outcomes, tool, self.target, self.options, exporter,
                                     shapes_outcome(result, run_id))
         return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None)
+
+
+# Findings about other inputs than the example: a fix for one is judged at those inputs too.
+_OTHER_INPUT_CODES = frozenset({"OD210", "OD802", "OD803", "OD804"})
+
+
+def about_other_inputs(finding: Finding) -> bool:
+    """Whether an error finding is about inputs other than the example (a frozen trace or size)."""
+    return finding.severity is Severity.ERROR and finding.code in _OTHER_INPUT_CODES
 
 
 def _wants_chain(finding: Finding) -> bool:

@@ -69,6 +69,10 @@ class WorkerRequest:
     # {input name: shape}, checked instead of the sizes the stage would choose.
     check_shapes: bool = True
     size_sets: tuple[dict[str, list[int]], ...] = ()
+    # The fixes checked answer a finding at other inputs (a frozen trace, a frozen size): each is
+    # judged there too (PARITY's check at other inputs, whatever the exporter, and SHAPES), not
+    # only at the example, where the original export passed as well.
+    other_inputs: bool = False
 
     def to_json(self) -> str:
         """The request as JSON, for the worker's command line."""

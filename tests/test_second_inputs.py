@@ -125,3 +125,18 @@ def test_a_difference_the_frozen_value_did_not_cause_is_not_blamed_on_the_tracer
     assert frozen.detail.matched is False and frozen.detail.frozen_cause is False
     assert frozen.detail.source == "the example's floats constant"  # every score ties
     assert frozen.severity is Severity.WARNING and "not the cause" in frozen.message
+
+
+@pytest.mark.slow
+def test_a_fix_for_a_failure_at_other_inputs_is_judged_at_those_inputs() -> None:
+    # The denoiser's trace froze its padded lengths: it matches at the example and differs at
+    # get_inputs2(). The dynamo export matches at the example too, and at get_inputs2() it does
+    # not run at all (the length went static): a check at the example alone called it verified.
+    corpus = FIXTURES / "corpus" / "pad_valid_length_frozen_denoiser_onnx_1.py"
+    (diagnosis,) = diagnose(str(corpus), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210" and finding.severity is Severity.ERROR
+    exporter = next(f for f in finding.fixes if f.kind == "exporter")
+    assert exporter.check is not None and exporter.check.reached is not None  # it ran, and got to PARITY
+    assert exporter.verified is False, exporter.check
+    assert "at other inputs (the script's get_inputs2())" in exporter.check.detail

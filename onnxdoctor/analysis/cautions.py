@@ -23,8 +23,8 @@ def caution_findings(stages: list[StageOutcome], base_dir: str | None) -> list[F
     """Findings that bite later, each from the facts of the stages that passed."""
     by_stage = {s.stage: s for s in stages}
     found: list[Finding] = []
-    for caution in (_training_mode, _opset_cautions, _frozen_trace, _static_dims, _none_outputs,
-                    _dropped_inputs, _checker_warnings):
+    for caution in (_training_mode, _opset_cautions, _frozen_trace, _other_inputs, _static_dims,
+                    _none_outputs, _dropped_inputs, _checker_warnings):
         found += caution(by_stage, base_dir)
     return found
 
@@ -121,6 +121,28 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         detail=detail,
     )
     return [replace(found, severity=severity)]
+
+
+def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
+    """A fix checked at other inputs (it answers a finding there) that differs there, with no
+    frozen trace to blame: the fix holds at the example only, so it is no fix."""
+    export = by_stage.get(Stage.EXPORT)
+    if export is not None and any("might cause the trace to be incorrect" in w for w in export.warnings):
+        return []  # _frozen_trace reports it, with the frozen value as the cause
+    parity = by_stage.get(Stage.PARITY)
+    second = (parity.facts.get("second_inputs") if parity else None) or {}
+    if not isinstance(second, dict) or second.get("matched") is not False or second.get("unchecked"):
+        return []
+    op, node = _frozen_op(export, second, None) if export is not None else (None, None)
+    where = _first_difference(second.get("diverging"))
+    return [make_finding(
+        "OD803",
+        Stage.SHAPES,
+        f"at other inputs ({second.get('source')}) the export differs from PyTorch: {second.get('message')}"
+        + (f"; the difference first arises at {where}" if where else ""),
+        op=op,
+        node=node,
+    )]
 
 
 def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None) -> tuple[str | None, str | None]:

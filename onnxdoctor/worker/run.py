@@ -219,7 +219,7 @@ class Runner:
         # declare dims; other fix checks keep their cost (they are judged at the example's size).
         own_run = self.request.gather_facts and not run_id.startswith("plan")
         if (self.request.kind == "script" and self.request.check_shapes and "parity" not in left_out
-                and (fix is None or own_run or recipe.first(DeclareDynamic) is not None)
+                and (fix is None or own_run or recipe.first(DeclareDynamic) is not None or self.request.other_inputs)
                 and records and all(r.status == PASSED for r in records) and records[-1].stage == "parity"):
             # After PARITY, never part of the ladder: a size problem is a finding of its own.
             self.stage("shapes", lambda: self._stage_shapes(state), run_id)
@@ -709,14 +709,16 @@ class Runner:
                     encoder = self.workdir / f"encoder-{os.getpid()}-{time.monotonic_ns()}.onnx"
                     report["decode"] = check_decoding(state["session"], state["loaded"].model, step,
                                                       self.request.atol, self.request.rtol, encoder)
-        if (state.get("exporter") == "torchscript" and "random_outputs" not in state
-                and any(FROZEN_TRACE in w for w in state.get("export_warnings", ()))):
-            # (Not for outputs that matched only in distribution: one run at other inputs cannot
-            # tell a frozen branch from the draws.)
-            # The tracer froze a value: a match at the example input says nothing about others.
+        frozen = (state.get("exporter") == "torchscript"
+                  and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())))
+        if (frozen or self.request.other_inputs) and "random_outputs" not in state:
+            # The tracer froze a value, or the fix answers a finding at other inputs: a match at
+            # the example input says nothing about others. (Not for outputs that matched only in
+            # distribution: one run at other inputs cannot tell a frozen branch from the draws.)
             with contextlib.suppress(Exception):
                 # At the tolerance of this comparison (a quantized fix's, where there is one).
-                report["second_inputs"] = second_input_check(state, atol, rtol, self._retrace(state), self.code)
+                report["second_inputs"] = second_input_check(state, atol, rtol, self._retrace(state) if frozen else None,
+                                                              self.code)
         return report
 
     def _in_distribution(self, state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
