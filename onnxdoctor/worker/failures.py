@@ -80,6 +80,11 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         # values (F.max_unpool2d's output-size check): the functional's own aten op is what failed.
         with contextlib.suppress(Exception):
             op = functional_frame_op(exc)
+    if not op:
+        # The export stopped inside an autograd.Function (its forward reading tensors as numpy, the
+        # tracer failing on the Function itself, as on checkpoint's): the Function is what to fix.
+        with contextlib.suppress(Exception):
+            op = function_frame_op(exc)
     if op:
         facts["op"] = op
     if op and not symbolic:
@@ -146,6 +151,43 @@ def functional_frame_op(exc: BaseException) -> str | None:
             return None
         link = link.__cause__ or link.__context__
     return None
+
+
+def function_frame_op(exc: BaseException) -> str | None:
+    """The autograd.Function (its class name) innermost in the traceback of `exc` or what caused
+    it: a frame running its forward, or a frame whose line calls its apply; None when none."""
+    import linecache
+    import traceback
+
+    import torch
+
+    def function_named(name: str, frame: Any) -> str | None:
+        found = frame.f_locals.get(name, frame.f_globals.get(name))
+        if isinstance(found, type) and issubclass(found, torch.autograd.Function) and found is not torch.autograd.Function:
+            return found.__name__
+        return None
+
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        for frame, line in reversed(list(traceback.walk_tb(link.__traceback__))):
+            owner, _, method = getattr(frame.f_code, "co_qualname", "").rpartition(".")
+            if method == "forward" and owner and "<" not in owner:
+                named = function_named(owner.split(".")[0], frame)
+                if named:
+                    return named
+            call = _APPLY.search(linecache.getline(frame.f_code.co_filename, line))
+            if call:
+                named = function_named(call.group(1), frame)
+                if named:
+                    return named
+        link = link.__cause__ or link.__context__
+    return None
+
+
+# `Name.apply(`: a line calling an autograd.Function.
+_APPLY = re.compile(r"\b([A-Za-z_]\w*)\.apply\(")
 
 
 def _converting(exc: BaseException) -> str | None:

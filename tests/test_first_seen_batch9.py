@@ -1,0 +1,58 @@
+"""Mechanisms the ninth first-seen corpus batch showed missing (issue 22): each is general and is
+checked on the real failure it came from (fixtures/corpus/first_seen_2026-12-04h.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from onnxdoctor.model import DiagnoseOptions, Finding
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.worker.failures import function_frame_op
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+def _first(name: str, *, fix: bool = True) -> Finding:
+    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=fix, check_shapes=False))
+    return diagnosis.findings[0]
+
+
+class _NumpyForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(_leave_torch(x))
+
+
+def _leave_torch(x: torch.Tensor) -> np.ndarray:
+    raise RuntimeError(".numpy() is not supported for tensor subclasses.")
+
+
+def test_a_failure_inside_a_functions_forward_or_apply_names_the_function() -> None:
+    # Raised in a helper the forward calls: the Function running it is named.
+    with pytest.raises(RuntimeError) as raised:
+        _NumpyForward.apply(torch.ones(2))
+    assert function_frame_op(raised.value) == "_NumpyForward"
+    # Raised before any forward ran, on the line applying it (the tracer refusing the Function).
+    from torch.utils.checkpoint import CheckpointFunction
+
+    def applying() -> None:
+        CheckpointFunction.apply(None, False, torch.ones(1))  # no function to run: it raises
+
+    with pytest.raises(Exception) as refused:
+        applying()
+    assert function_frame_op(refused.value) == "CheckpointFunction"
+    # Nothing to name where no Function was on the way.
+    with pytest.raises(ZeroDivisionError) as plain:
+        _ = 1 / 0
+    assert function_frame_op(plain.value) is None
+
+
+@pytest.mark.slow
+def test_a_checkpointed_block_the_tracer_fails_on_names_checkpoint_s_function() -> None:
+    finding = _first("checkpoint_reentrant_swin_unetr_monai_pytorch_84692.py", fix=False)
+    assert finding.code == "OD299" and finding.op == "CheckpointFunction"
+    assert finding.source is not None and finding.source.endswith(":58")  # the checkpoint() call
