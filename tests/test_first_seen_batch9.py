@@ -56,3 +56,18 @@ def test_a_checkpointed_block_the_tracer_fails_on_names_checkpoint_s_function() 
     finding = _first("checkpoint_reentrant_swin_unetr_monai_pytorch_84692.py", fix=False)
     assert finding.code == "OD299" and finding.op == "CheckpointFunction"
     assert finding.source is not None and finding.source.endswith(":58")  # the checkpoint() call
+
+
+@pytest.mark.slow
+def test_a_batch_of_one_the_exporter_pins_is_exported_from_an_example_of_two() -> None:
+    # The trace froze the sequence length in nn.MultiheadAttention's view; the dynamo exporter
+    # keeps it dynamic but pins the batch (the example's batch is 1, which torch.export
+    # specialises). Doubling the example along the batch keeps both dims dynamic, checked at
+    # the other sizes and at get_inputs2().
+    (diagnosis,) = diagnose(str(CORPUS / "reshape_frozen_seq_len_mha_g2p_deepphonemizer_41.py"),
+                            DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD802" and finding.torch_op == "aten::view"
+    best = finding.fixes[0]
+    assert best.verified is True and best.check is not None, [(f.kind, f.check) for f in finding.fixes]
+    assert best.kind == "chain" and best.check.sizes and "size 2 along batch" in best.title

@@ -3,7 +3,9 @@
 Two kinds are mechanical and verified: top-level keys that are not forward()'s argument names
 (renamed by position), and the Dims torch itself suggests ("Suggested fixes: batch = Dim(...)").
 A suggestion that pins a dim to a number makes the model static, which is what the user did not
-want: it is shown with the way out (compute the shape from the input), never applied.
+want: it is shown with the way out (compute the shape from the input), never applied. One pin has
+a mechanical way out: a dim pinned to 1 whose example size is 1 (torch.export specialises size-1
+dims), exported from the example doubled along it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import ast
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix
-from onnxdoctor.recipe import DynamicShapes, Recipe
+from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix, Stage
+from onnxdoctor.recipe import DynamicShapes, LoadCode, Recipe
 
 CODES = ("OD208",)
 
@@ -42,8 +44,52 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if suggested and not pinned:
         return [_suggested_fix(suggested)]
     if pinned:
-        return [_keep_dynamic_fix(pinned)]
+        widen = _example_of_two(ctx, pinned)
+        return [*([widen] if widen else []), _keep_dynamic_fix(pinned)]
     return []
+
+
+def _example_of_two(ctx: FixContext, pinned: list[str]) -> Fix | None:
+    """torch.export specialises a dim whose example size is 1 (it cannot tell 1 from "any size"),
+    and torch.onnx then pins it to 1: export with the example doubled along that dim instead."""
+    ones = {m.group(1) for m in map(_SUGGESTION.match, pinned) if m and m.group(2).strip() in ("0", "1")}
+    load = ctx.facts_of(Stage.LOAD)
+    settings = load.get("settings") or {}
+    axes, names = settings.get("dynamic_axes"), settings.get("input_names")
+    shapes = [i.get("shape") for i in load.get("inputs") or () if isinstance(i, dict)]
+    if not ones or not isinstance(axes, dict) or not isinstance(names, list):
+        return None
+    widen: dict[int, list[int]] = {}
+    for name, dims in axes.items():
+        if name not in names or names.index(name) >= len(shapes) or not isinstance(dims, dict):
+            continue
+        position = names.index(name)
+        for axis, label in dims.items():
+            shape = shapes[position] or []
+            if label in ones and int(axis) < len(shape) and shape[int(axis)] == 1:
+                widen.setdefault(position, []).append(int(axis))
+    if not widen:
+        return None
+    labels = ", ".join(sorted(ones))
+    code = (
+        "import torch\n\n"
+        f"# torch.export cannot keep a dim dynamic whose example size is 1 ({labels}): export with the\n"
+        "# example doubled along it (the same rows twice) and the same dynamic axes.\n"
+        f"WIDEN = {widen!r}  # input position -> the dims to double\n\n\n"
+        "def doubled(x, dims):\n"
+        "    for dim in dims:\n"
+        "        x = torch.cat([x, x], dim=dim)\n"
+        "    return x\n\n\n"
+        "example_inputs = tuple(doubled(x, WIDEN.get(i, ())) for i, x in enumerate(example_inputs))\n"
+    )
+    return Fix(
+        kind="dynamic_shapes",
+        title=f"Export with an example of size 2 along {labels}: torch.export specialises a size-1 dim",
+        snippet=code,
+        applicability=Applicability.SAFE,
+        cost="none: only the example used for the export changes",
+        recipe=Recipe("example_of_two", (LoadCode(code),)),
+    )
 
 
 def _key_rename(keys: DynamicShapesKeys) -> dict[str, str]:
