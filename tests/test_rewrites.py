@@ -203,6 +203,35 @@ CASES: dict[str, Case] = {
         lambda x: torch.frexp(x),
         (_g(3, 4, scale=100.0), torch.tensor([0.0, -0.0, 1.0, 0.5, -8.0, 3.0e38, 1e-30, 0.75])),
     ),
+    # divisor_override with padding, a stride other than the kernel, and ceil_mode's last window.
+    "aten::avg_pool2d": Case(
+        lambda x: (F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, divisor_override=4),
+                   F.avg_pool2d(x, (2, 3), (3, 2), divisor_override=7), F.avg_pool2d(x, 2, divisor_override=1),
+                   F.avg_pool2d(x, 3, 1, 1)),
+        (_g(2, 3, 7, 8, seed=12),),
+    ),
+    # Class indices with weights and an ignored target, each reduction; class probabilities.
+    "aten::cross_entropy_loss": Case(
+        lambda x: (F.cross_entropy(x, torch.tensor([0, 3, -100, 2, 1]), label_smoothing=0.2),
+                   F.cross_entropy(x, torch.tensor([0, 3, 4, 2, 1]), weight=torch.linspace(0.5, 2.0, 5),
+                                   label_smoothing=0.1, reduction="sum"),
+                   F.cross_entropy(x, torch.tensor([1, 3, 4, -100, 1]), weight=torch.linspace(2.0, 0.5, 5),
+                                   label_smoothing=0.3),
+                   F.cross_entropy(x, torch.tensor([0, 3, 4, 2, 1]), label_smoothing=0.25, reduction="none"),
+                   F.cross_entropy(x, torch.softmax(x.flip(0), 1), label_smoothing=0.15),
+                   F.cross_entropy(x, torch.tensor([0, 3, 4, 2, 1]))),
+        (_g(5, 5, seed=13),),
+    ),
+    # Learnable scale and zero point: zero points that round (2.6) and that leave the range (300).
+    "aten::_fake_quantize_learnable_per_tensor_affine": Case(
+        lambda x: (torch._fake_quantize_learnable_per_tensor_affine(x, torch.tensor([0.05]), torch.tensor([2.6]),
+                                                                    0, 255, 1.0),
+                   torch._fake_quantize_learnable_per_tensor_affine(x, torch.tensor([0.02]), torch.tensor([300.0]),
+                                                                    0, 255, 1.0),
+                   torch._fake_quantize_learnable_per_channel_affine(x, torch.tensor([0.1, 0.03, 0.2]),
+                                                                     torch.tensor([0.0, -3.4, 7.5]), 1, -8, 7, 1.0)),
+        (_g(2, 3, 4, 5, seed=14, scale=3.0),), atol=0.0, rtol=0.0,
+    ),
     "aten::adaptive_max_pool2d": Case(
         lambda x: (torch.nn.functional.adaptive_max_pool2d(x, (3, 3), return_indices=True),
                    torch.nn.functional.adaptive_max_pool1d(x.flatten(2), 5, return_indices=True)),

@@ -35,8 +35,10 @@ def _load() -> tuple[Rewrite, ...]:
         elementwise,
         histogram,
         linalg,
+        losses,
         pooling,
         pooling3d,
+        quantize,
         resize,
         sampling,
         scatter,
@@ -50,7 +52,7 @@ def _load() -> tuple[Rewrite, ...]:
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
                    scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize,
-                   sampling):
+                   sampling, losses, quantize):
         found.extend(module.REWRITES)
     return tuple(found)
 

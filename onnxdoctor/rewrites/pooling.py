@@ -1,4 +1,5 @@
-"""Pooling: adaptive_max_pool1d/2d with output sizes that do not divide the input."""
+"""Pooling: adaptive_max_pool1d/2d with output sizes that do not divide the input; avg_pool2d's
+divisor_override, which both exporters drop."""
 
 from __future__ import annotations
 
@@ -36,7 +37,57 @@ def adaptive_max_pool1d(x, output_size):
     return values.squeeze(-2), indices.squeeze(-2)
 '''
 
+AVG_POOL2D_DIVISOR = r'''
+def _pair(value, default=None):
+    """An int or a list of one or two ints as (height, width); an empty list is `default`."""
+    if isinstance(value, int):
+        return value, value
+    if len(value) == 0:
+        return default
+    return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
+
+
+def _pooled_size(size, kernel, stride, pad, ceil_mode):
+    """torch's pooling output size: the last window starts inside the input or its left padding."""
+    out = (size + 2 * pad - kernel + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def avg_pool2d_divisor(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                       divisor_override=None):
+    """F.avg_pool2d(..., divisor_override=d): each window's sum (zero padding counts as zeros) over
+    d. The exporters write an AveragePool without it; without an override the op is left alone."""
+    if divisor_override is None:
+        return NotImplemented
+    (kh, kw), (ph, pw) = _pair(kernel_size), _pair(padding)
+    sh, sw = _pair(stride, (kh, kw))
+    height, width = x.shape[-2], x.shape[-1]
+    out_h = _pooled_size(height, kh, sh, ph, ceil_mode)
+    out_w = _pooled_size(width, kw, sw, pw, ceil_mode)
+    # Zero padding on the left as torch pads, and on the right as far as the last window reaches
+    # (ceil_mode's last window may pass the padding: torch sums what is there, zeros add nothing).
+    need_h, need_w = (out_h - 1) * sh + kh, (out_w - 1) * sw + kw
+    padded = torch.nn.functional.pad(x, (pw, max(0, need_w - width - pw), ph, max(0, need_h - height - ph)))
+    padded = padded[..., :need_h, :need_w]
+    sums = torch.nn.functional.avg_pool2d(padded, (kh, kw), (sh, sw)) * (kh * kw)
+    return sums / divisor_override
+'''
+
 REWRITES = (
+    Rewrite(
+        op="aten::avg_pool2d",
+        family="pooling",
+        targets=("aten.avg_pool2d.default",),
+        function="avg_pool2d_divisor",
+        source=AVG_POOL2D_DIVISOR,
+        exactness=Exactness.ROUNDING,
+        error="each window's mean times its area, then over the divisor: float rounding of the sum",
+        limits="static input height and width; only calls with divisor_override (the others export "
+        "as they are)",
+        mismatch_only=True,
+    ),
     Rewrite(
         op="aten::adaptive_max_pool2d",
         family="pooling",
