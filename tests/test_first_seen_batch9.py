@@ -71,3 +71,16 @@ def test_a_batch_of_one_the_exporter_pins_is_exported_from_an_example_of_two() -
     best = finding.fixes[0]
     assert best.verified is True and best.check is not None, [(f.kind, f.check) for f in finding.fixes]
     assert best.kind == "chain" and best.check.sizes and "size 2 along batch" in best.title
+
+
+@pytest.mark.slow
+def test_a_function_torch_export_refuses_is_one_node_whose_kernel_calls_it_with_its_constants() -> None:
+    # pytorch3d-style ball query: the Function's forward reads its tensors as numpy, which
+    # torch.export refuses. Traced instead, it becomes one onnxdoctor:: node carrying the call's
+    # constants (K, radius); the kernel calls the Function with them.
+    finding = _first("ball_query_extension_function_torch_export_pytorch_133227.py")
+    assert finding.code == "OD204" and finding.op == "_ball_query"
+    best = finding.fixes[0]
+    assert best.kind == "function_kernel" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert best.check is not None and best.check.max_abs_diff == 0.0
+    assert "call_s=call" in best.snippet and "ast.literal_eval(attrs[\"call\"])" in best.snippet

@@ -85,6 +85,12 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         # tracer failing on the Function itself, as on checkpoint's): the Function is what to fix.
         with contextlib.suppress(Exception):
             op = function_frame_op(exc)
+            if op and loaded is not None:
+                # Traced through its forward, the Function can be one node with a kernel that
+                # calls it (the function_kernel fix family): what it takes and returns.
+                from onnxdoctor.worker.parity import traced_functions
+
+                facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == op]
     if op:
         facts["op"] = op
     if op and not symbolic:

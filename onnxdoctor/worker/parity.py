@@ -354,37 +354,107 @@ def _traced_output_op(loaded: Any, index: int) -> str | None:
 
 
 def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
-    """The torch.autograd.Functions of the trace that have no `symbolic`, with tensor arguments
-    only: the TorchScript exporter inlines the ops their forward ran, so whatever it computed
-    outside PyTorch (numpy, a compiled extension's own kernel) is frozen into the graph.
+    """The torch.autograd.Functions of the trace that have no `symbolic`: the TorchScript exporter
+    inlines the ops their forward ran, so whatever it computed outside PyTorch (numpy, a compiled
+    extension's own kernel) is frozen into the graph.
 
-    Each: `function_class` (`module:qualname`), `name`, `inputs` and `outputs` as
-    (dtype, shape) pairs from the example's call (dtype "" where it has no name), and `source`,
-    the user's line that applies it (in `target`'s folder), where known.
+    Each: `function_class` (`module:qualname`), `name`, `inputs` and `outputs` as (dtype, shape)
+    pairs from the example's call (dtype "" where it has no name), `arguments` (the call's
+    arguments in order: "T" for each tensor, the value of each Python constant, which must be a
+    literal: a number, a string, None or a list of them), and `source`, the user's line that
+    applies it (in `target`'s folder), where known.
     """
-    from onnxdoctor.worker.facts import scalar_dtype
     from onnxdoctor.worker.tracebacks import torchscript_user_line
 
     graph = _trace_graph(loaded)
     found: dict[str, dict[str, Any]] = {}
+    owners: dict[str, type] = {}
     for node in graph.nodes():
         if node.kind() != "prim::PythonOp":
             continue
         owner = getattr(node.pyobj(), "__self__", None)
-        if not isinstance(owner, type) or "symbolic" in vars(owner) or set(node.cconv()) != {"d"}:
+        if not isinstance(owner, type) or "symbolic" in vars(owner) or not set(node.cconv()) <= {"d", "c"}:
             continue
         qualname = getattr(owner, "__qualname__", "")
         key = f"{owner.__module__}:{qualname}"
         if "<locals>" in qualname or key in found:
             continue
+        constants = iter(node.scalar_args())
+        arguments = ["T" if kind == "d" else next(constants) for kind in node.cconv()]
+        if not all(argument == "T" or _literal(argument) for argument in arguments):
+            continue
         with contextlib.suppress(Exception):
+            inputs, outputs = _typed(node)
             found[key] = {
-                "function_class": key, "name": qualname,
-                "inputs": [[scalar_dtype(v), list(v.type().sizes())] for v in node.inputs()],
-                "outputs": [[scalar_dtype(v), list(v.type().sizes())] for v in node.outputs()],
+                "function_class": key, "name": qualname, "inputs": inputs, "outputs": outputs,
+                "arguments": arguments,
                 "source": (torchscript_user_line(str(node.sourceRange()), target) or "") if target is not None else "",
             }
+            owners[key] = owner
+    untyped = [key for key, entry in found.items() if entry["inputs"] is None or entry["outputs"] is None]
+    if untyped:
+        # The trace left some types unknown (a Function returning a tuple): its call, observed.
+        observed = _observed_calls(loaded, [owners[key] for key in untyped])
+        for key in untyped:
+            if owners[key] in observed:
+                found[key]["inputs"], found[key]["outputs"] = observed[owners[key]]
+            else:
+                del found[key]
     return list(found.values())
+
+
+def _literal(value: Any) -> bool:
+    """Whether a Function's constant argument can be written as a Python literal."""
+    if isinstance(value, (list, tuple)):
+        return all(_literal(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _typed(node: Any) -> tuple[list[list[Any]] | None, list[list[Any]] | None]:
+    """A PythonOp's tensor inputs and outputs as (dtype, shape) from the trace; None for a side
+    whose types the trace did not complete."""
+    from onnxdoctor.worker.facts import scalar_dtype
+
+    def described(values: list[Any]) -> list[list[Any]] | None:
+        try:
+            return [[scalar_dtype(v), list(v.type().sizes())] for v in values]
+        except Exception:  # a tuple, or a tensor type without sizes
+            return None
+
+    return described(list(node.inputs())), described(list(node.outputs()))
+
+
+def _observed_calls(loaded: Any, owners: list[type]) -> dict[type, tuple[list[list[Any]], list[list[Any]]]]:
+    """Each Function's first call in one eager forward pass: its tensors' (dtype, shape) in and out."""
+    import torch
+
+    def described(values: Any) -> list[list[Any]]:
+        return [[str(v.dtype).removeprefix("torch."), list(v.shape)] for v in values if isinstance(v, torch.Tensor)]
+
+    seen: dict[type, tuple[list[list[Any]], list[list[Any]]]] = {}
+    originals = {owner: vars(owner).get("apply") for owner in owners}
+
+    def watching(owner: type) -> Any:
+        def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+            result = super(owner, cls).apply(*args, **kwargs)  # type: ignore[misc]
+            if owner not in seen:
+                results = result if isinstance(result, (tuple, list)) else (result,)
+                seen[owner] = (described(args), described(results))
+            return result
+        return classmethod(apply)
+
+    try:
+        for owner in owners:
+            owner.apply = watching(owner)  # type: ignore[attr-defined]
+        with torch.no_grad():
+            loaded.model(*loaded.args, **(loaded.kwargs or {}))
+    finally:
+        for owner, original in originals.items():
+            if original is None:
+                del owner.apply  # type: ignore[attr-defined]
+            else:
+                owner.apply = original  # type: ignore[attr-defined]
+    return seen
 
 
 # The most nodes one FX node's export is checked against the reference evaluator as a group.

@@ -1,10 +1,11 @@
-"""A torch.autograd.Function with no `symbolic` whose forward leaves PyTorch (OD601).
+"""A torch.autograd.Function with no `symbolic` whose forward leaves PyTorch (OD601), or that an
+export failed inside (OD204, OD299: torch.export refusing the numpy its forward reads).
 
 The TorchScript exporter traces such a Function through the ops its forward ran. What the forward
 computed outside PyTorch (numpy, a compiled extension writing into a buffer it allocated with
 `empty_like`) is not an op the tracer sees: the graph keeps the allocation, or a constant, and
 the numbers differ. The worker lists the Functions of the trace that have no symbolic
-(`traced_functions` in the PARITY record).
+(`traced_functions` in the PARITY record; in the EXPORT record, the one the export failed in).
 
 The route gives the Function a `symbolic` that writes one node of the `onnxdoctor` domain, and an
 onnxruntime-extensions Python kernel for that node that calls the Function itself: the numbers are
@@ -19,15 +20,21 @@ from onnxdoctor.analysis.fixes.custom_domain import SCRIPT_MODULES
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import LoadCode, Recipe, RuntimeKernels, UseExporter
 
-CODES = ("OD601",)
-
+CODES = ("OD601", "OD204", "OD299")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """A node and a Python kernel for each traced Function with no symbolic (at most two)."""
-    if ctx.target_kind != "script" or ctx.exporter != "torchscript":
+    """A node and a Python kernel for each traced Function with no symbolic (at most two): those
+    of a mismatching TorchScript export, or the Function an export failed inside."""
+    if ctx.target_kind != "script":
         return []
-    functions = ctx.parity_facts.get("traced_functions") or []
+    if finding.code == "OD601":
+        if ctx.exporter != "torchscript":
+            return []
+        functions = ctx.parity_facts.get("traced_functions") or []
+    else:
+        functions = [f for f in ctx.export_facts.get("traced_functions") or ()
+                     if isinstance(f, dict) and f.get("name") == finding.op]
     fixes = [_kernel_fix(entry) for entry in functions[:2] if isinstance(entry, dict)]
     return [f for f in fixes if f is not None]
 
@@ -35,6 +42,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 def _kernel_fix(entry: dict) -> Fix | None:
     module, _, qualname = str(entry.get("function_class", "")).partition(":")
     inputs, outputs = entry.get("inputs") or [], entry.get("outputs") or []
+    arguments = list(entry.get("arguments") or ["T"] * len(inputs))
+    # Python constants (a neighbour count, a radius) travel on the node as one literal attribute.
+    constants = any(a != "T" for a in arguments)
     types_in = [str(t) for t, _shape in inputs]
     types_out = [str(t) for t, _shape in outputs]
     if not qualname or not outputs or not all(t in EXTENSIONS_TYPES for t in (*types_in, *types_out)):
@@ -54,8 +64,14 @@ def _kernel_fix(entry: dict) -> Fix | None:
         f"# {qualname}'s forward runs code the TorchScript tracer cannot see (numpy, a compiled\n"
         "# extension's own kernel): the trace froze what it computed. A symbolic makes it one\n"
         f"# {node} node instead, which the kernel below computes by calling {qualname} itself.\n"
-        f"def _{op_type.lower()}_symbolic(g, *inputs):\n"
-        f"    outs = g.op({node!r}, *inputs, outputs={len(outputs)})\n"
+        + (f"def _{op_type.lower()}_symbolic(g, *args):\n"
+           "    # Tensors are the node's inputs; the constants, in call order, its `call` attribute.\n"
+           "    inputs = [a for a in args if isinstance(a, torch._C.Value)]\n"
+           "    call = repr([\"T\" if isinstance(a, torch._C.Value) else a for a in args])\n"
+           f"    outs = g.op({node!r}, *inputs, call_s=call, outputs={len(outputs)})\n"
+           if constants else
+           f"def _{op_type.lower()}_symbolic(g, *inputs):\n"
+           f"    outs = g.op({node!r}, *inputs, outputs={len(outputs)})\n") +
         f"    outs = outs if isinstance(outs, (list, tuple)) else [outs]\n"
         "    # The example's types and sizes: the exporter cannot infer a custom node's.\n"
         f"{typed}\n"
@@ -63,16 +79,27 @@ def _kernel_fix(entry: dict) -> Fix | None:
         f"{qualname}.symbolic = staticmethod(_{op_type.lower()}_symbolic)\n"
     )
     result = "result.numpy()" if len(outputs) == 1 else "tuple(r.numpy() for r in result)"
+    tensors = ", ".join(f"torch.from_numpy(np.asarray({n}))" for n in names)
+    if constants:
+        header = (f", attrs={{'call': PyCustomOpDef.dt_string}})\n"
+                  f"def onnxdoctor_{op_type}_kernel({', '.join(names)}, **attrs):\n"
+                  f"    tensors = iter([{tensors}])\n"
+                  "    args = [next(tensors) if a == \"T\" else a for a in ast.literal_eval(attrs[\"call\"])]\n")
+        call = f"{qualname}.apply(*args)"
+    else:
+        header = f")\ndef onnxdoctor_{op_type}_kernel({', '.join(names)}):\n"
+        call = f"{qualname}.apply({tensors})"
     kernel = (
-        "import numpy as np\n"
+        ("import ast\n" if constants else "")
+        + "import numpy as np\n"
         "import torch\n"
         "from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op\n"
         f"{imports}\n\n"
         f"@onnx_op(op_type={node!r}, inputs=[{', '.join('PyCustomOpDef.' + EXTENSIONS_TYPES[t] for t in types_in)}], "
-        f"outputs=[{', '.join('PyCustomOpDef.' + EXTENSIONS_TYPES[t] for t in types_out)}])\n"
-        f"def onnxdoctor_{op_type}_kernel({', '.join(names)}):\n"
+        f"outputs=[{', '.join('PyCustomOpDef.' + EXTENSIONS_TYPES[t] for t in types_out)}]"
+        + header +
         "    with torch.no_grad():\n"
-        f"        result = {qualname}.apply({', '.join(f'torch.from_numpy(np.asarray({n}))' for n in names)})\n"
+        f"        result = {call}\n"
         f"    return {result}\n\n\n"
         "# ONNX Runtime finds the kernel through onnxruntime-extensions' library:\n"
         "#   options.register_custom_ops_library(get_library_path())\n"
