@@ -84,3 +84,14 @@ def test_a_function_torch_export_refuses_is_one_node_whose_kernel_calls_it_with_
     assert best.kind == "function_kernel" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert best.check is not None and best.check.max_abs_diff == 0.0
     assert "call_s=call" in best.snippet and "ast.literal_eval(attrs[\"call\"])" in best.snippet
+
+
+@pytest.mark.slow
+def test_a_sparse_input_is_given_dense_and_its_product_written_densely() -> None:
+    # A GCN takes its adjacency as a sparse COO input; ONNX has no sparse tensors, and neither
+    # exporter maps torch.sparse.mm. The rewrite densifies the example and the product.
+    finding = _first("sparse_mm_gcn_adjacency_pytorch_66537.py")
+    assert finding.code == "OD202" and finding.op == "aten::_sparse_mm"
+    best = finding.fixes[0]
+    assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "sparse input 0 given dense" in best.title and "x.to_dense()" in best.snippet

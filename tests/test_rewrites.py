@@ -232,6 +232,11 @@ CASES: dict[str, Case] = {
                                                                      torch.tensor([0.0, -3.4, 7.5]), 1, -8, 7, 1.0)),
         (_g(2, 3, 4, 5, seed=14, scale=3.0),), atol=0.0, rtol=0.0,
     ),
+    # torch.sparse.mm / addmm reached with dense operands (a sparse input is given dense).
+    "aten::_sparse_mm": Case(
+        lambda x: (torch.sparse.mm(x, x[:, :3]), torch.sparse.addmm(x[:, :3], x, x[:, :3] * 2, beta=0.5, alpha=2.0)),
+        (_g(4, 4, seed=15), _g(5, 5, seed=16)),
+    ),
     "aten::adaptive_max_pool2d": Case(
         lambda x: (torch.nn.functional.adaptive_max_pool2d(x, (3, 3), return_indices=True),
                    torch.nn.functional.adaptive_max_pool1d(x.flatten(2), 5, return_indices=True)),

@@ -43,6 +43,7 @@ def _load() -> tuple[Rewrite, ...]:
         sampling,
         scatter,
         sorting,
+        sparse,
         special,
         triangular,
         unique,
@@ -52,7 +53,7 @@ def _load() -> tuple[Rewrite, ...]:
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
                    scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize,
-                   sampling, losses, quantize):
+                   sampling, losses, quantize, sparse):
         found.extend(module.REWRITES)
     return tuple(found)
 

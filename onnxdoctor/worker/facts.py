@@ -168,7 +168,11 @@ def none_leaves(value: Any) -> int:
 
 
 def describe_tensor(tensor: Any) -> dict[str, Any]:
-    return {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", "")}
+    described = {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", "")}
+    layout = str(getattr(tensor, "layout", "torch.strided")).replace("torch.", "")
+    if layout != "strided":  # a sparse tensor: ONNX has no such input
+        described["layout"] = layout
+    return described
 
 
 def jsonable_dim(dim: Any) -> Any:

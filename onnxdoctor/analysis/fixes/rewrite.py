@@ -9,8 +9,8 @@ builds, so what is verified is what the user pastes.
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import ExportCode, Recipe, UseExporter, UseOpset
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import ExportCode, LoadCode, Recipe, Step, UseExporter, UseOpset
 from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
 from onnxdoctor.rewrites.entry import decomposing
 
@@ -58,17 +58,35 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     code = program_code(rewrites)
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     names = ", ".join(dict.fromkeys(r.op.split(".")[0] for r in rewrites))
+    sparse = [i for i, x in enumerate(ctx.facts_of(Stage.LOAD).get("inputs") or ())
+              if isinstance(x, dict) and x.get("layout")]
+    steps: tuple[Step, ...] = (UseExporter("dynamo"), ExportCode(code, program="program"))
+    if sparse:
+        # ONNX has no sparse tensors: the exported model takes those inputs dense (changing the
+        # example is process-wide for the worker's later runs: a worker of its own).
+        steps = (LoadCode(_DENSE_INPUTS), *steps)
     return [
         Fix(
             kind="rewrite",
-            title=f"Rewrite {names} in exportable torch ops (op-rewrite library, {worst.value})",
-            snippet=code + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n",
+            title=f"Rewrite {names} in exportable torch ops (op-rewrite library, {worst.value})"
+            + (f"; sparse input{'s' if len(sparse) > 1 else ''} {', '.join(map(str, sparse))} given dense" if sparse else ""),
+            snippet=(_DENSE_INPUTS + "\n" if sparse else "") + code
+            + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n",
             # An approximation changes the numbers (within its stated bound): the user decides.
             applicability=Applicability.UNSAFE if worst is Exactness.APPROXIMATION else Applicability.SAFE,
             cost="; ".join(f"{r.op}: {r.limits}" for r in rewrites),
-            recipe=Recipe("rewrite", (UseExporter("dynamo"), ExportCode(code, program="program"))),
+            recipe=Recipe("rewrite", steps, isolated=bool(sparse)),
         )
     ]
+
+
+_DENSE_INPUTS = (
+    "import torch\n\n"
+    "# ONNX has no sparse tensors: export (and run) the model with its sparse inputs dense;\n"
+    "# feed ONNX Runtime `x.to_dense().numpy()` for each of them.\n"
+    "example_inputs = tuple(x.to_dense() if isinstance(x, torch.Tensor) and x.layout != torch.strided else x\n"
+    "                       for x in example_inputs)\n"
+)
 
 
 def _diverging_torch_op(ctx: FixContext) -> str | None:
