@@ -74,18 +74,50 @@ def test_the_dynamo_bridge_runs_a_two_output_op_neither_exporter_maps(tmp_path: 
     model, example_inputs = Kth(), (torch.randn(4, 9, generator=torch.Generator().manual_seed(0)),)
     # A module name for the bridge's functions, as a script has: torch.fx imports them by it.
     scope: dict[str, object] = {"model": model, "example_inputs": example_inputs, "__name__": "bridge"}
-    exec(compile(_bridge_code("aten::kthvalue", "aten_kernel_dynamo"), "<bridge>", "exec"), scope)  # noqa: S102 - the fix's own code
+    code = _bridge_code("aten::kthvalue", "aten_kernel_dynamo")
+    exec(compile(code, "<bridge>", "exec"), scope)  # noqa: S102 - the fix's own code
     path = tmp_path / "kth.onnx"
     torch.onnx.export(scope["program"], example_inputs, str(path), dynamo=True)
     (node,) = [n for n in onnx.load(str(path)).graph.node if n.domain == "onnxdoctor"]
     assert node.op_type.startswith("aten_kthvalue_") and len(node.output) == 2
     # k, dim and keepdim as the call gave them, the tensor input standing as "T".
-    assert node.attribute[0].s.decode() == "{'args': ['T', 3, -1, True], 'kwargs': {}}"
+    attributes = {a.name: a.s.decode() for a in node.attribute}
+    assert attributes["call"] == "{'args': ['T', 3, -1, True], 'kwargs': {}}"
+    assert attributes["overload"] == "aten::kthvalue.default" and attributes["types"] == "float32->float32,int64"
     values, indices = _run_bridged(path, example_inputs)
     expected_values, expected_indices = model(*example_inputs)
     np.testing.assert_array_equal(values, expected_values.numpy())
     assert indices.dtype == np.int64
     np.testing.assert_array_equal(indices, expected_indices.numpy())
+    # A serving process that never exported: the snippet's lines above the export, then the
+    # kernels the file's nodes describe (overload, types, arguments).
+    _serve(code.split(aten_kernel.SERVING_ENDS)[0], path, example_inputs, tmp_path)
+
+
+def _serve(serving_code: str, path: Path, inputs: tuple[torch.Tensor, ...], folder: Path) -> None:
+    import subprocess
+    import sys
+
+    for index, tensor in enumerate(inputs):
+        np.save(folder / f"input{index}.npy", tensor.numpy())
+    np.save(folder / "expected.npy", np.concatenate([o.ravel() for o in _run_bridged(path, inputs)]))
+    script = folder / "serve.py"
+    script.write_text(serving_code + f"""
+
+import onnxruntime
+from onnxruntime_extensions import get_library_path
+
+register_bridged_kernels({str(path)!r})
+options = onnxruntime.SessionOptions()
+options.register_custom_ops_library(get_library_path())
+session = onnxruntime.InferenceSession({str(path)!r}, options, providers=["CPUExecutionProvider"])
+feeds = {{i.name: np.load({str(folder)!r} + f"/input{{n}}.npy") for n, i in enumerate(session.get_inputs())}}
+got = np.concatenate([o.ravel() for o in session.run(None, feeds)])
+assert np.array_equal(got, np.load({str(folder)!r} + "/expected.npy")), "served outputs differ"
+print("served")
+""", "utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0 and "served" in done.stdout, done.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -111,6 +143,7 @@ def test_the_torchscript_bridge_reads_the_overload_and_constants_the_tracer_kept
             unregister_custom_op_symbolic("aten::_upsample_bicubic2d_aa", opset)
     (out,) = _run_bridged(path, example_inputs)
     np.testing.assert_allclose(out, model(*example_inputs).numpy(), rtol=1e-6, atol=1e-6)
+    _serve(code.split(aten_kernel.SERVING_ENDS)[0], path, example_inputs, tmp_path)
 
 
 @pytest.mark.slow

@@ -146,9 +146,9 @@ def _filled(literal, tensors):
     return literal
 
 
-def _register_kernel(overload, inputs, outputs):
+def _register_kernel(overload, inputs, outputs, op_type=None):
     """A Python kernel calling `overload` for one node; returns the node's op type."""
-    op_type = f"aten_{overload._schema.name.split('::')[1]}_{next(_node_numbers)}"
+    op_type = op_type or f"aten_{overload._schema.name.split('::')[1]}_{next(_node_numbers)}"
 
     def kernel(*tensors, **attrs):
         call = _filled(ast.literal_eval(attrs["call"]), iter(tensors))
@@ -162,9 +162,36 @@ def _register_kernel(overload, inputs, outputs):
     onnx_op(op_type=f"onnxdoctor::{op_type}", inputs=[_KERNEL_TYPES[t] for t in inputs],
             outputs=[_KERNEL_TYPES[t] for t in outputs], attrs={"call": PyCustomOpDef.dt_string})(kernel)
     return op_type
+
+
+def _node_attributes(overload, inputs, outputs, spec):
+    """What a node carries so a serving process can register its kernel from the file alone."""
+    return {"call": repr(spec), "overload": f"{overload._schema.name}.{overload._overloadname}",
+            "types": ",".join(str(t).removeprefix("torch.") for t in inputs) + "->"
+            + ",".join(str(t).removeprefix("torch.") for t in outputs)}
+
+
+def register_bridged_kernels(path):
+    """In the serving process: a kernel for every onnxdoctor::aten_* node of a saved model."""
+    import onnx
+
+    for node in onnx.load(path, load_external_data=False).graph.node:
+        if node.domain != "onnxdoctor" or not node.op_type.startswith("aten_"):
+            continue
+        attrs = {a.name: a.s.decode() for a in node.attribute}
+        name, _, overload_name = attrs["overload"].partition(".")
+        overload = getattr(getattr(torch.ops.aten, name.split("::")[1]), overload_name)
+        inputs, _, outputs = attrs["types"].partition("->")
+        _register_kernel(overload, [getattr(torch, t) for t in inputs.split(",") if t],
+                         [getattr(torch, t) for t in outputs.split(",") if t], node.op_type)
 '''
 
+# Where the export's own code starts: the lines before it are all a serving process needs.
+SERVING_ENDS = "# ---- the export; the lines above are all a process serving the model needs ----\n"
+
 _DYNAMO = '''
+
+''' + SERVING_ENDS + '''
 
 def _literal(value, tensors):
     """A call argument as a Python literal; tensors go to `tensors` and read "T"."""
@@ -190,8 +217,10 @@ def _bridge(overload):
         result = overload(*args, **kwargs)  # fake tensors while exporting: the output types and shapes
         outputs = [result] if isinstance(result, torch.Tensor) else list(result)
         op_type = _register_kernel(overload, [t.dtype for t in tensors], [o.dtype for o in outputs])
+        inputs = [t.dtype for t in tensors]
         made = torch.onnx.ops.symbolic_multi_out(
-            f"onnxdoctor::{op_type}", tensors, attrs={"call": repr(spec)},
+            f"onnxdoctor::{op_type}", tensors,
+            attrs=_node_attributes(overload, inputs, [o.dtype for o in outputs], spec),
             dtypes=[o.dtype for o in outputs], shapes=[o.shape for o in outputs], version=1)
         return made[0] if isinstance(result, torch.Tensor) else type(result)(made)
     return call
@@ -207,6 +236,8 @@ program = torch.export.export(bridged, tuple(example_inputs), strict=False)
 '''
 
 _TORCHSCRIPT = '''
+
+''' + SERVING_ENDS + '''
 from torch.onnx import register_custom_op_symbolic
 
 _TENSOR_TYPES = ("Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]")
@@ -280,7 +311,8 @@ def bridge_symbolic(g, *args):
     inputs = [_ONNX_TYPES[t.type().scalarType()] for t in tensors]
     outputs = [_ONNX_TYPES[o.type().scalarType()] for o in node.outputs()]
     op_type = _register_kernel(overload, inputs, outputs)
-    made = g.op(f"onnxdoctor::{op_type}", *tensors, call_s=repr({"args": spec_args, "kwargs": spec_kwargs}),
+    attributes = _node_attributes(overload, inputs, outputs, {"args": spec_args, "kwargs": spec_kwargs})
+    made = g.op(f"onnxdoctor::{op_type}", *tensors, **{f"{k}_s": v for k, v in attributes.items()},
                 outputs=node.outputsSize())
     for value, original in zip([made] if node.outputsSize() == 1 else made, node.outputs()):
         value.setType(original.type())
@@ -295,7 +327,9 @@ for op in BRIDGED_OPS:
 '''
 
 _SESSION = (
-    "# In ONNX Runtime: from onnxruntime_extensions import get_library_path\n"
-    "#                  options = onnxruntime.SessionOptions()\n"
-    "#                  options.register_custom_ops_library(get_library_path())\n"
+    "# In ONNX Runtime, in a process that did not export: the lines above the export, then\n"
+    "# register_bridged_kernels('model.onnx') gives each onnxdoctor::aten_* node of the file its kernel.\n"
+    "#     from onnxruntime_extensions import get_library_path\n"
+    "#     options = onnxruntime.SessionOptions()\n"
+    "#     options.register_custom_ops_library(get_library_path())\n"
 )
