@@ -50,7 +50,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     # and one bridge covers them all (a model is fixed only when every one of them is).
     others = [str(u.get("op")) for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict)]
     ops = (op, *sorted({o.split(".", 1)[0] for o in others if o.startswith("aten::")} - {op}))
-    return [_dynamo_fix(ops), _torchscript_fix(ops)]
+    return [_bridge_fix(ops, "dynamo"), _bridge_fix(ops, "torchscript")]
 
 
 def bridged_op(finding: Finding, ctx: FixContext) -> str | None:
@@ -73,38 +73,25 @@ def _named(ops: tuple[str, ...]) -> str:
     return ops[0] if len(ops) == 1 else f"{', '.join(ops[:-1])} and {ops[-1]}"
 
 
-def _dynamo_fix(ops: tuple[str, ...]) -> Fix:
-    code = _HEADER.format(ops="{" + ", ".join(map(repr, ops)) + "}") + _KERNELS + _DYNAMO
+def _bridge_fix(ops: tuple[str, ...], exporter: str) -> Fix:
+    dynamo = exporter == "dynamo"
+    code = _HEADER.format(ops="{" + ", ".join(map(repr, ops)) + "}") + _KERNELS + (_DYNAMO if dynamo else _TORCHSCRIPT)
+    if dynamo:
+        how, steps = "dynamo export", (ExportCode(code, program="program"),)
+        export = "# export with: torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
+    else:
+        how, steps = "TorchScript symbolic", (ExportCode(code), CustomOpsets((("onnxdoctor", 1),)))
+        export = ("# export with: torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False,\n"
+                  "#                   custom_opsets={'onnxdoctor': 1})\n")
     return Fix(
-        kind="aten_kernel_dynamo",
-        title=f"Run PyTorch's {_named(ops)} inside ONNX Runtime (dynamo export, onnxruntime-extensions kernel)",
-        snippet=code + "\n# export with: torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
-        + _SESSION,
+        kind=f"aten_kernel_{exporter}",
+        title=f"Run PyTorch's {_named(ops)} inside ONNX Runtime ({how}, onnxruntime-extensions kernel)",
+        snippet=code + "\n" + export + _SESSION,
         applicability=Applicability.UNSAFE,
-        cost=_COST,
-        recipe=Recipe("aten_kernel_dynamo", (
-            UseExporter("dynamo"),
-            ExportCode(code, program="program"),
-            RuntimeKernels(extensions=True),
-        ), isolated=True),  # onnxruntime-extensions' kernel table is process-wide
-    )
-
-
-def _torchscript_fix(ops: tuple[str, ...]) -> Fix:
-    code = _HEADER.format(ops="{" + ", ".join(map(repr, ops)) + "}") + _KERNELS + _TORCHSCRIPT
-    return Fix(
-        kind="aten_kernel_torchscript",
-        title=f"Run PyTorch's {_named(ops)} inside ONNX Runtime (TorchScript symbolic, onnxruntime-extensions kernel)",
-        snippet=code + "\n# export with: torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False,\n"
-        "#                   custom_opsets={'onnxdoctor': 1})\n" + _SESSION,
-        applicability=Applicability.UNSAFE,
-        cost=_COST + "; the TorchScript exporter is deprecated",
-        recipe=Recipe("aten_kernel_torchscript", (
-            UseExporter("torchscript"),
-            ExportCode(code),
-            CustomOpsets((("onnxdoctor", 1),)),
-            RuntimeKernels(extensions=True),
-        ), isolated=True),  # registering a symbolic is process-wide (docs/ARCHITECTURE.md)
+        cost=_COST + ("" if dynamo else "; the TorchScript exporter is deprecated"),
+        # Process-wide: onnxruntime-extensions' kernel table, a registered symbolic (docs/ARCHITECTURE.md).
+        recipe=Recipe(f"aten_kernel_{exporter}", (UseExporter(exporter), *steps, RuntimeKernels(extensions=True)),
+                      isolated=True),
     )
 
 
