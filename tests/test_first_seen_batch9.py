@@ -95,3 +95,16 @@ def test_a_sparse_input_is_given_dense_and_its_product_written_densely() -> None
     best = finding.fixes[0]
     assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "sparse input 0 given dense" in best.title and "x.to_dense()" in best.snippet
+
+
+@pytest.mark.slow
+def test_a_branch_written_for_the_export_is_replaced_by_the_eager_one() -> None:
+    # forward() multiplies by torch.onnx.is_in_onnx_export(): the TorchScript tracer dies on
+    # mul(Tensor, bool), and the dynamo exporter exports the flag's True branch, which eager
+    # never takes. The worker saw forward() ask the flag; exporting with it false (dynamo) is
+    # what PyTorch computes.
+    finding = _first("mul_tensor_bool_is_in_onnx_export_pytorch_132030.py")
+    assert finding.code == "OD299" and finding.op == "aten::mul"
+    best = finding.fixes[0]
+    assert best.kind == "eager_branch" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "dynamo exporter" in best.title and "dynamo=True" in best.snippet

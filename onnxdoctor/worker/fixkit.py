@@ -198,7 +198,6 @@ def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, at
 def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False) -> Iterator[None]:
     """For the duration of an export: the Functions without their `symbolic` (the exporter traces
     their forward) and torch.onnx.is_in_onnx_export() false (forward() takes its eager branch)."""
-    import torch
 
     undo: list[Callable[[], None]] = []
     try:
@@ -209,25 +208,55 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
             delattr(owner, "symbolic")
             undo.append(lambda owner=owner, saved=saved: setattr(owner, "symbolic", saved))
         if not_in_export:
-            original = torch.onnx.is_in_onnx_export
-
             def never() -> bool:
                 return False
 
-            torch.onnx.is_in_onnx_export = never
-            undo.append(lambda: setattr(torch.onnx, "is_in_onnx_export", original))
-            # A script that did `from torch.onnx import is_in_onnx_export` holds its own name for it.
-            forward = getattr(type(loaded.model), "forward", None)
-            scope = getattr(forward, "__globals__", None)
-            if isinstance(scope, dict):
-                for key, value in list(scope.items()):
-                    if value is original:
-                        scope[key] = never
-                        undo.append(lambda key=key: scope.__setitem__(key, original))
+            _replace_in_export_check(loaded, never, undo)
         yield
     finally:
         for step in reversed(undo):
             step()
+
+
+@contextlib.contextmanager
+def watching_export_branch(loaded: LoadedModel) -> Iterator[dict[str, bool]]:
+    """For the duration of an export: whether forward() asked torch.onnx.is_in_onnx_export() and
+    was told true (it has a branch for the export only; the eager_branch fix exports the other)."""
+    import torch
+
+    seen = {"export_branch": False}
+    original = torch.onnx.is_in_onnx_export
+
+    def watched() -> bool:
+        answer = original()
+        seen["export_branch"] = seen["export_branch"] or answer
+        return answer
+
+    undo: list[Callable[[], None]] = []
+    try:
+        _replace_in_export_check(loaded, watched, undo)
+        yield seen
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+def _replace_in_export_check(loaded: LoadedModel, replacement: Callable[[], bool],
+                             undo: list[Callable[[], None]]) -> None:
+    """torch.onnx.is_in_onnx_export replaced (undone by `undo`), and the script's own name for it."""
+    import torch
+
+    original = torch.onnx.is_in_onnx_export
+    torch.onnx.is_in_onnx_export = replacement
+    undo.append(lambda: setattr(torch.onnx, "is_in_onnx_export", original))
+    # A script that did `from torch.onnx import is_in_onnx_export` holds its own name for it.
+    forward = getattr(type(loaded.model), "forward", None)
+    scope = getattr(forward, "__globals__", None)
+    if isinstance(scope, dict):
+        for key, value in list(scope.items()):
+            if value is original:
+                scope[key] = replacement
+                undo.append(lambda key=key: scope.__setitem__(key, original))
 
 
 def quantize_file(path: str | Path, step: QuantizeOnnx) -> Path:

@@ -422,20 +422,25 @@ class Runner:
         state["exporter"] = facts["exporter"]
         # What a frozen trace's check at other inputs exports again, traced at those inputs.
         state["export_call"] = (model_or_program, kwargs)
-        from onnxdoctor.worker.fixkit import eager_export
+        from onnxdoctor.worker.fixkit import eager_export, watching_export_branch
         from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
 
         recorder = None
         eager = recipe.first(EagerExport)
+        branch = {"export_branch": False}
         try:
             with quiet_torch_logs(), (
-                eager_export(loaded, eager.functions, eager.not_in_export) if eager else contextlib.nullcontext()
-            ), (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
+                eager_export(loaded, eager.functions, eager.not_in_export) if eager
+                else watching_export_branch(loaded)
+            ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
+                branch = watched or branch
                 state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
+            if branch["export_branch"]:
+                facts["export_branch"] = True
             if recorder is not None and recorder.failure:
                 facts["symbolic_attribute"] = recorder.failure
             typed = _UNEXPECTED_TYPE.search(str(exc))
@@ -465,6 +470,8 @@ class Runner:
         state["onnx_path"] = path
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(model_facts(model))
+        if branch["export_branch"]:
+            facts["export_branch"] = True  # forward() took a branch written for the export only
         facts["onnx_path"] = str(path)
         sources = node_source_lines(model, self.code)
         with contextlib.suppress(Exception):

@@ -25,6 +25,7 @@ from onnxdoctor.analysis.fixes import (
     down_converted,
     dynamic_shapes,
     eval_mode,
+    export_branch,
     exporter,
     fake_kernel,
     function_kernel,
@@ -52,6 +53,7 @@ FAMILIES = (
     eval_mode, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation,
+    export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
 

@@ -18,7 +18,14 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import CustomOpsets, ExportCode, Recipe, RuntimeKernels, UseExporter
+from onnxdoctor.recipe import (
+    CustomOpsets,
+    ExportCode,
+    Recipe,
+    RuntimeKernels,
+    UseExporter,
+    UseOpset,
+)
 
 # Export-time codes name the aten op itself; the others name an ONNX node, bridged through the
 # aten op it was exported from (the finding's torch_op, from the provenance table).
@@ -50,7 +57,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     # and one bridge covers them all (a model is fixed only when every one of them is).
     others = [str(u.get("op")) for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict)]
     ops = (op, *sorted({o.split(".", 1)[0] for o in others if o.startswith("aten::")} - {op}))
-    return [_bridge_fix(ops, "dynamo"), _bridge_fix(ops, "torchscript")]
+    return [_bridge_fix(ops, "dynamo", ctx.requested_opset), _bridge_fix(ops, "torchscript", ctx.requested_opset)]
 
 
 def bridged_op(finding: Finding, ctx: FixContext) -> str | None:
@@ -73,11 +80,14 @@ def _named(ops: tuple[str, ...]) -> str:
     return ops[0] if len(ops) == 1 else f"{', '.join(ops[:-1])} and {ops[-1]}"
 
 
-def _bridge_fix(ops: tuple[str, ...], exporter: str) -> Fix:
+def _bridge_fix(ops: tuple[str, ...], exporter: str, opset: int | None) -> Fix:
     dynamo = exporter == "dynamo"
     code = _HEADER.format(ops="{" + ", ".join(map(repr, ops)) + "}") + _KERNELS + (_DYNAMO if dynamo else _TORCHSCRIPT)
     if dynamo:
         how, steps = "dynamo export", (ExportCode(code, program="program"),)
+        if opset is not None and opset < 18:
+            # The custom nodes refuse to be converted down: the model is written at opset 18.
+            steps = (UseOpset(18), *steps)
         export = "# export with: torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
     else:
         how, steps = "TorchScript symbolic", (ExportCode(code), CustomOpsets((("onnxdoctor", 1),)))

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from onnxdoctor.analysis.fixes import decompose
 from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext
+from onnxdoctor.analysis.fixes.export_branch import eager_branch_fix
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.protocol import (
     FUNCTION_SYMBOLIC,
@@ -49,7 +50,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if row is not None and row.emitter == FUNCTION_SYMBOLIC and row.function_class:
         fixes += [_function_forward(ctx, row, in_script), _function_dynamo(ctx, row)]
     if row is not None and row.emitter == ONNX_OPS_SYMBOLIC:
-        fixes.append(_eager_branch(ctx, row))
+        fixes.append(eager_branch_fix(f"the {ctx.op} node", row.source))
     if facts.get("torch_op"):
         fixes += _torch_op_body(finding, ctx, facts)
     kernel = _python_kernel(ctx, row, in_script) if row is not None else None
@@ -108,32 +109,6 @@ def _function_dynamo(ctx: FixContext, row: NodeProvenance) -> Fix:
         applicability=Applicability.SAFE,
         cost=f"none at run time: the graph holds {name}.forward's ops instead of one {ctx.op} node",
         recipe=Recipe("function_dynamo", (UseExporter("dynamo"),)),
-    )
-
-
-def _eager_branch(ctx: FixContext, row: NodeProvenance) -> Fix:
-    where = f" at {row.source}" if row.source else ""
-    snippet = (
-        "import torch\n\n"
-        f"# forward() writes {ctx.op}{where} while torch.onnx.is_in_onnx_export() is true; with it\n"
-        "# false during the export the exporter traces the eager branch, and no kernel is needed.\n"
-        "# (A module that did `from torch.onnx import is_in_onnx_export` holds its own name: set that too.)\n"
-        "in_export = torch.onnx.is_in_onnx_export\n"
-        "torch.onnx.is_in_onnx_export = lambda: False\n"
-        "try:\n"
-        "    torch.onnx.export(model, example_inputs, 'model.onnx')\n"
-        "finally:\n"
-        "    torch.onnx.is_in_onnx_export = in_export\n"
-    )
-    return Fix(
-        kind="eager_branch",
-        title=f"Export forward()'s eager branch instead of the {ctx.op} node "
-              "(torch.onnx.is_in_onnx_export() false during the export)",
-        snippet=snippet,
-        applicability=Applicability.UNSAFE,
-        cost="none at run time; during the export every check of torch.onnx.is_in_onnx_export() reads false, "
-             "libraries' included",
-        recipe=Recipe("eager_branch", (EagerExport(not_in_export=True),)),
     )
 
 
