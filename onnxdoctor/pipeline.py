@@ -331,9 +331,9 @@ class _Verifier:
     budget_ends: float = float("inf")
     # Every fix run so far, by recipe key: where a chain continues from.
     runs: dict[str, tuple[WorkerResult, str]] = field(default_factory=dict)
-    # The recipes checked at other inputs too (for a finding there): only those checks answer
-    # such a finding; a check at the example alone would call a fix verified that is not.
-    wide: set[str] = field(default_factory=set)
+    # Checks of recipes at other inputs too (for a finding there), by recipe key: only those
+    # answer such a finding; a check at the example alone would call a fix verified that is not.
+    wide: dict[str, FixCheck] = field(default_factory=dict)
 
     def _run(self, **request_args: Any) -> WorkerResult:
         request = _request(self.target, self.options, self.workdir, gather_facts=False,
@@ -370,13 +370,14 @@ class _Verifier:
         """
         options, target = self.options, self.target
         verified: list[Finding] = []
+        # Checks at the example, and (for findings at other inputs) checks there too: a finding
+        # takes only the checks that answer it (_recorded).
         done: dict[str, FixCheck] = dict(planned or {})
+        done_wide = self.wide
         for finding in findings:
             wide = about_other_inputs(finding)
-            if done:
-                finding = replace(finding, fixes=tuple(
-                    replace(f, check=done.get(f.recipe.key(), f.check)) if f.recipe and self._answers(f, wide) else f
-                    for f in finding.fixes))
+            finding = replace(finding, fixes=tuple(
+                replace(f, check=_recorded(f, wide, done, done_wide) or f.check) for f in finding.fixes))
             candidates = to_try(finding, options)
             if not candidates or self._out_of_time():
                 verified.append(finding)
@@ -396,7 +397,7 @@ class _Verifier:
                         self.runs[fix.recipe.key()] = (result, run_id)
                     # else: the worker stopped after an earlier fix worked; this one stays untried
             for index, fix in isolated:
-                settled = [c for key, c in done.items() if not wide or key in self.wide]
+                settled = (done_wide if wide else done).values()
                 if not options.all_fixes and any(c.works for c in [*checks.values(), *settled]):
                     break
                 if self._out_of_time():
@@ -410,22 +411,13 @@ class _Verifier:
             for index, check in checks.items():
                 recipe = finding.fixes[index].recipe
                 if recipe is not None:
-                    done[recipe.key()] = check
-                    if wide:
-                        self.wide.add(recipe.key())
+                    (done_wide if wide else done)[recipe.key()] = check
             verified.append(replace(finding, fixes=fixes))
         return [
-            replace(f, fixes=tuple(
-                replace(x, check=done.get(x.recipe.key(), x.check))
-                if x.recipe and self._answers(x, about_other_inputs(f)) else x
-                for x in f.fixes))
+            replace(f, fixes=tuple(replace(x, check=_recorded(x, about_other_inputs(f), done, done_wide) or x.check)
+                                   for x in f.fixes))
             for f in verified
         ]
-
-    def _answers(self, fix: Fix, wide: bool) -> bool:
-        """Whether the check on record for `fix` answers a finding (`wide`: one at other inputs)."""
-        return not wide or (fix.recipe is not None and fix.recipe.key() in self.wide)
-
 
     def search_chains(self, findings: list[Finding]) -> list[Finding]:
         """Fix chains for the error findings no single fix solved.
@@ -496,6 +488,18 @@ class _Verifier:
 
 # Findings about other inputs than the example: a fix for one is judged at those inputs too.
 _OTHER_INPUT_CODES = frozenset({"OD210", "OD802", "OD803", "OD804"})
+
+
+def _recorded(fix: Fix, wide: bool, done: dict[str, FixCheck], done_wide: dict[str, FixCheck]) -> FixCheck | None:
+    """The check on record that answers a finding for `fix`: for one at other inputs (`wide`),
+    a check made there; else the check at the example, or one at other inputs that passed."""
+    if fix.recipe is None:
+        return None
+    key = fix.recipe.key()
+    if wide:
+        return done_wide.get(key)
+    there = done_wide.get(key)
+    return done.get(key) or (there if there is not None and there.works else None)
 
 
 def about_other_inputs(finding: Finding) -> bool:

@@ -158,3 +158,33 @@ def test_tied_top_k_is_verified_with_torchs_own_kernel() -> None:
     assert best.kind.startswith("aten_kernel_") and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert best.check is not None and best.check.max_abs_diff == 0.0
     assert "needs torch and onnxruntime-extensions" in best.cost
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_call_s_own_dtype_keyword_reaches_the_kernel(exporter: str, tmp_path: Path) -> None:
+    from torch.onnx import unregister_custom_op_symbolic
+
+    # cumsum's dtype is keyword-only: the TorchScript trace carries it (None), the dynamo call
+    # gives it (float64); neither may be mistaken for the bridge's own dtype values.
+    class Sums(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.cumsum(x, 1), torch.cumsum(x * 2.0, 0, dtype=torch.float64)
+
+    model, example_inputs = Sums(), (torch.randn(3, 5, generator=torch.Generator().manual_seed(2)),)
+    scope: dict[str, object] = {"model": model, "example_inputs": example_inputs, "__name__": "bridge"}
+    path = tmp_path / "sums.onnx"
+    try:
+        exec(compile(_bridge_code("aten::cumsum", f"aten_kernel_{exporter}"), "<bridge>", "exec"), scope)  # noqa: S102 - the fix's own code
+        if exporter == "dynamo":
+            torch.onnx.export(scope["program"], example_inputs, str(path), dynamo=True)
+        else:
+            torch.onnx.export(model, example_inputs, str(path), dynamo=False, opset_version=17,
+                              custom_opsets={"onnxdoctor": 1})
+    finally:
+        for opset in range(9, 21):
+            unregister_custom_op_symbolic("aten::cumsum", opset)
+    got = _run_bridged(path, example_inputs)
+    for out, expected in zip(got, model(*example_inputs), strict=True):
+        assert out.dtype == expected.numpy().dtype
+        np.testing.assert_allclose(out, expected.numpy(), rtol=1e-6, atol=1e-6)

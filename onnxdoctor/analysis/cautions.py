@@ -127,11 +127,18 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     """A fix checked at other inputs (it answers a finding there) that differs there, with no
     frozen trace to blame: the fix holds at the example only, so it is no fix."""
     export = by_stage.get(Stage.EXPORT)
-    if export is not None and any("might cause the trace to be incorrect" in w for w in export.warnings):
-        return []  # _frozen_trace reports it, with the frozen value as the cause
     parity = by_stage.get(Stage.PARITY)
     second = (parity.facts.get("second_inputs") if parity else None) or {}
-    if not isinstance(second, dict) or second.get("matched") is not False or second.get("unchecked"):
+    second = second if isinstance(second, dict) else {}
+    if parity is not None and parity.status is Status.PASSED and parity.facts.get("other_inputs_required") and (
+            "matched" not in second or second.get("unchecked")):
+        # The check at other inputs did not run, or PyTorch refused every set: not verified there.
+        why = second.get("message") or "the check at other inputs could not run"
+        return [make_finding("OD803", Stage.SHAPES, f"not checked at other inputs ({why}), where the "
+                             "finding this fix answers is")]
+    if export is not None and any("might cause the trace to be incorrect" in w for w in export.warnings):
+        return []  # _frozen_trace reports it, with the frozen value as the cause
+    if second.get("matched") is not False or second.get("unchecked"):
         return []
     op, node = _frozen_op(export, second, None) if export is not None else (None, None)
     where = _first_difference(second.get("diverging"))

@@ -80,7 +80,7 @@ def outcomes_for_run(
                 interrupted = stage.value
         outcomes.append(outcome)
     if not run_done:
-        tool.append(_tool_finding(result, interrupted))
+        tool.append(_tool_finding(result, interrupted, target))
     if first_run and result.output_bytes > FLOOD_BYTES:
         tool.append(
             Finding(
@@ -94,7 +94,7 @@ def outcomes_for_run(
     return outcomes, tool
 
 
-def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
+def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None = None) -> Finding:
     # The step the stage had reached (the worker says before each native step), if it said.
     step = next((e.get("step") for e in reversed(result.events)
                  if e.get("event") == "step" and e.get("stage") == stage and isinstance(e.get("step"), str)), None)
@@ -115,8 +115,11 @@ def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
                                              else "killed by the system (SIGKILL)", cap),
                        evidence=evidence)
     if result.signal_name:
+        op, source = crash_frames(result.stderr_tail, target)
         return Finding("OD901", Stage.TOOL, Severity.ERROR,
-                       f"the worker died from {result.signal_name}{where}", evidence=evidence)
+                       f"the worker died from {result.signal_name}{where}"
+                       + (f", in the TorchScript symbolic of {op}" if op else ""),
+                       op=op, source=source, evidence=evidence)
     tail = result.stderr_tail
     if result.returncode not in (0, None) and "Traceback" in tail and "onnxdoctor" in tail:
         return Finding("OD999", Stage.TOOL, Severity.ERROR,
@@ -125,6 +128,26 @@ def _tool_finding(result: WorkerResult, stage: str | None) -> Finding:
     return Finding("OD903", Stage.TOOL, Severity.ERROR,
                    f"the worker exited with status {result.returncode}{where} without reporting a result "
                    "(os._exit() in the model code?)", evidence=evidence)
+
+
+# faulthandler's dump of a crashed worker, most recent call first: a TorchScript symbolic
+# (named after its aten op), and any frame of the user's own files.
+_SYMBOLIC_FRAME = re.compile(r'File "[^"]*symbolic_opset\d+\.py", line \d+ in ([a-z]\w*)')
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in ')
+
+
+def crash_frames(stderr: str, target: Target | None) -> tuple[str | None, str | None]:
+    """The aten op whose TorchScript symbolic was running when the worker crashed, and the user's
+    innermost line, from the dump faulthandler writes (None where it names none)."""
+    symbolic = _SYMBOLIC_FRAME.search(stderr)
+    source = None
+    if target is not None:
+        folder = str(target.path.parent.resolve())
+        for path, line in _FRAME.findall(stderr):
+            if path.startswith(folder + "/") and "site-packages" not in path:
+                source = f"{path[len(folder) + 1:]}:{line}"
+                break
+    return (f"aten::{symbolic.group(1)}" if symbolic else None), source
 
 
 def _stderr_excerpt(text: str) -> str:

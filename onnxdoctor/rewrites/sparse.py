@@ -13,8 +13,10 @@ def sparse_mm(mat1, mat2):
 
 
 def sparse_addmm(self, mat1, mat2, *, beta=1, alpha=1):
-    """torch.sparse.addmm on dense operands: beta * self + alpha * mat1 @ mat2."""
-    return beta * self + alpha * torch.mm(mat1, mat2)
+    """torch.sparse.addmm on dense operands: beta * self + alpha * mat1 @ mat2 (self not read at
+    all when beta is 0, as torch does: its inf and NaN do not spread)."""
+    product = alpha * torch.mm(mat1, mat2)
+    return product if beta == 0 else beta * self + product
 '''
 
 REWRITES = (

@@ -56,22 +56,24 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     # The dynamo exporter stops at the first op it cannot translate; the worker lists the rest,
     # and one bridge covers them all (a model is fixed only when every one of them is).
     others = [str(u.get("op")) for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict)]
-    ops = (op, *sorted({o.split(".", 1)[0] for o in others if o.startswith("aten::")} - {op}))
+    more = {_bridgeable(o, finding.code, ctx) for o in others} - {None, op}
+    ops = (op, *sorted(o for o in more if o is not None))
     return [_bridge_fix(ops, "dynamo", ctx.requested_opset), _bridge_fix(ops, "torchscript", ctx.requested_opset)]
 
 
 def bridged_op(finding: Finding, ctx: FixContext) -> str | None:
     """The aten op (`aten::name`, no overload) a bridge would run, or None."""
-    if finding.code in _EXPORT_CODES:
-        candidate = ctx.op or ""
-    else:
-        candidate = finding.torch_op or ""
+    return _bridgeable((ctx.op if finding.code in _EXPORT_CODES else finding.torch_op) or "", finding.code, ctx)
+
+
+def _bridgeable(candidate: str, code: str, ctx: FixContext) -> str | None:
+    """`aten::name` for an op a bridge may run, None for one it must not (see bridged_op)."""
     if not candidate.startswith("aten::"):
         return None
     name = candidate.removeprefix("aten::").split(".", 1)[0]
     if not name or name in _PLUMBING or name.endswith("_"):
         return None  # an in-place op writes into its input: a kernel returning a new tensor is not it
-    if name in _MODE_OPS or (finding.code in ("OD601", "OD603") and ctx.training):
+    if name in _MODE_OPS or (code in ("OD601", "OD603") and ctx.training):
         return None
     return f"aten::{name}"
 
@@ -136,8 +138,8 @@ def _filled(literal, tensors):
         return torch.from_numpy(np.array(next(tensors)))
     if isinstance(literal, list):
         return [_filled(item, tensors) for item in literal]
-    if isinstance(literal, dict) and set(literal) == {"dtype"}:
-        return getattr(torch, literal["dtype"])
+    if isinstance(literal, dict) and set(literal) == {"torch.dtype"}:
+        return getattr(torch, literal["torch.dtype"])
     if isinstance(literal, dict):
         return {key: _filled(value, tensors) for key, value in literal.items()}
     return literal
@@ -200,7 +202,7 @@ def _literal(value, tensors):
     if isinstance(value, dict):
         return {key: _literal(item, tensors) for key, item in value.items()}
     if isinstance(value, torch.dtype):
-        return {"dtype": str(value).removeprefix("torch.")}
+        return {"torch.dtype": str(value).removeprefix("torch.")}  # not a call's own dtype= keyword
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise TypeError(f"cannot carry a {type(value).__name__} argument to ONNX Runtime")
@@ -223,13 +225,15 @@ def _bridge(overload):
     return call
 
 
-exported = torch.export.export(model, tuple(example_inputs), strict=False)
+# The script's keyword inputs and dynamic_shapes, where it has them, for both exports.
+settings = {"kwargs": globals().get("example_kwargs") or None, "dynamic_shapes": globals().get("dynamic_shapes")}
+exported = torch.export.export(model, tuple(example_inputs), strict=False, **settings)
 bridged = exported.module()
 for node in bridged.graph.nodes:
     if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.name in BRIDGED_OPS:
         node.target = _bridge(node.target)
 bridged.recompile()
-program = torch.export.export(bridged, tuple(example_inputs), strict=False)
+program = torch.export.export(bridged, tuple(example_inputs), strict=False, **settings)
 '''
 
 _TORCHSCRIPT = '''
