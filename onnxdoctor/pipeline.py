@@ -115,7 +115,8 @@ def _diagnose(
         if run_id != "main" and not any(e.get("run") == run_id for e in result.events):
             continue  # the main run never got past LOAD: there is no second run to report
         outcomes, tool_findings = outcomes_for_run(result, run_id, target, first_run=run_id == "main")
-        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
+        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None) or next(
+            (e.get("exporter") for e in result.events if e.get("event") == "exporter" and e.get("run") == run_id), None)
         shapes = shapes_outcome(result, run_id)
         findings = prepare_findings(outcomes, tool_findings, target, options, exporter, shapes)
         if options.fix:

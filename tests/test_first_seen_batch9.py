@@ -108,3 +108,27 @@ def test_a_branch_written_for_the_export_is_replaced_by_the_eager_one() -> None:
     best = finding.fixes[0]
     assert best.kind == "eager_branch" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "dynamo exporter" in best.title and "dynamo=True" in best.snippet
+
+
+def test_a_crash_dump_names_the_symbolic_that_was_running() -> None:
+    from onnxdoctor.analysis.judge import crash_frames
+
+    dump = (
+        "Fatal Python error: Floating point exception\n\nCurrent thread 0x7f (most recent call first):\n"
+        '  File "/site-packages/torch/onnx/_internal/torchscript_exporter/jit_utils.py", line 310 in _create_node\n'
+        '  File "/site-packages/torch/onnx/_internal/torchscript_exporter/symbolic_opset14.py", line 71 in reshape\n'
+        '  File "/site-packages/torch/onnx/_internal/torchscript_exporter/symbolic_helper.py", line 281 in wrapper\n'
+        '  File "/site-packages/torch/onnx/_internal/torchscript_exporter/symbolic_opset9.py", line 900 in view\n'
+    )
+    assert crash_frames(dump, None) == ("aten::reshape", None)  # the innermost symbolic
+    assert crash_frames("Segmentation fault\n", None) == (None, None)
+
+
+@pytest.mark.slow
+def test_a_native_crash_inside_one_exporter_is_answered_by_the_other() -> None:
+    # The TorchScript reshape symbolic divides by an empty past cache's zero size: SIGFPE kills
+    # the worker. The crash names the symbolic, and the dynamo exporter is verified.
+    finding = _first("reshape_empty_past_cache_sigfpe_pytorch_144144.py")
+    assert finding.code == "OD901" and finding.op == "aten::reshape"
+    best = finding.fixes[0]
+    assert best.kind == "exporter" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]

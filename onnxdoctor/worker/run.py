@@ -379,6 +379,10 @@ class Runner:
         recipe: Recipe = state["recipe"]
         settings = loaded.settings
         dynamo = self._choose_dynamo(settings, recipe)
+        # Said before the export: a worker that dies in it (a native crash) leaves no record, and
+        # the other exporter is then a fix to try.
+        self.emit({"event": "exporter", "run": getattr(self, "_current", ("", ""))[1],
+                   "exporter": "dynamo" if dynamo else "torchscript"})
         opset_step = recipe.first(UseOpset)
         opset = (opset_step.opset if opset_step else None) or self.request.opset or settings.get("opset_version")
         path = self.workdir / f"model-{os.getpid()}-{time.monotonic_ns()}.onnx"

@@ -11,12 +11,16 @@ from onnxdoctor.recipe import Recipe, UseExporter
 # Not OD208: the TorchScript exporter ignores dynamic_shapes, so switching cannot fix them. OD210
 # and OD502 are artefacts of tracing (a frozen value, an int argument made a graph input).
 CODES = ("OD201", "OD202", "OD204", "OD205", "OD212", "OD299", "OD301", "OD303", "OD304", "OD399",
-         "OD210", "OD402", "OD403", "OD499", "OD501", "OD502", "OD599", "OD601", "OD602", "OD603", "OD604")
+         "OD210", "OD402", "OD403", "OD499", "OD501", "OD502", "OD599", "OD601", "OD602", "OD603", "OD604",
+         "OD901")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """The other torch exporter, for failures that belong to one exporter only."""
+    """The other torch exporter, for failures that belong to one exporter only (a native crash
+    inside one exporter too)."""
     if ctx.target_kind != "script" or ctx.exporter is None:
+        return []
+    if finding.code == "OD901" and "during export" not in finding.message:
         return []
     other = ctx.other_exporter()
     dynamo = other == "dynamo"
