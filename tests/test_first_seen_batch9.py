@@ -1,5 +1,6 @@
-"""Mechanisms the ninth first-seen corpus batch showed missing (issue 22): each is general and is
-checked on the real failure it came from (fixtures/corpus/first_seen_2026-12-04h.txt)."""
+"""Mechanisms the ninth and tenth first-seen corpus batches showed missing (issue 22): each is
+general and is checked on the real failure it came from (fixtures/corpus/first_seen_2026-12-04h.txt
+and first_seen_2026-12-04i.txt)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,11 @@ def test_a_native_crash_inside_one_exporter_is_answered_by_the_other() -> None:
     assert finding.code == "OD901" and finding.op == "aten::reshape"
     best = finding.fixes[0]
     assert best.kind == "exporter" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_invalid_argument_raised_while_a_node_runs_is_that_node_s_failure() -> None:
+    # ONNX Runtime's ConvTranspose refuses dilation with output_padding at run time, with
+    # INVALID_ARGUMENT: the node failed (OD501, named), the feeds were fine.
+    finding = _first("conv_transpose_dilated_output_padding_onnxruntime_14208.py", fix=False)
+    assert finding.code == "OD501" and finding.op == "ConvTranspose" and finding.node == "/up/ConvTranspose"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,10 @@ def run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
         return list(session.run(None, feeds))
     except Exception as exc:
         text = str(exc)
-        code = "OD502" if ("INVALID_ARGUMENT" in text and "input" in text.lower()) else None
+        # The feeds refused (a name, a type, a rank) are the inputs' fault; an INVALID_ARGUMENT
+        # raised while a node ran is that node's failure (OD501, which names it).
+        inside = re.search(r"running [\w.]+ node\. Name:", text)
+        code = "OD502" if ("INVALID_ARGUMENT" in text and "input" in text.lower() and not inside) else None
         raise StageFailed(exception_text(exc), code) from exc
 
 
