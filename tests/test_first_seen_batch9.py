@@ -141,3 +141,22 @@ def test_invalid_argument_raised_while_a_node_runs_is_that_node_s_failure() -> N
     # INVALID_ARGUMENT: the node failed (OD501, named), the feeds were fine.
     finding = _first("conv_transpose_dilated_output_padding_onnxruntime_14208.py", fix=False)
     assert finding.code == "OD501" and finding.op == "ConvTranspose" and finding.node == "/up/ConvTranspose"
+
+
+def test_a_kernel_that_fails_to_construct_is_named_by_its_source_file() -> None:
+    from onnx import TensorProto, helper
+
+    from onnxdoctor.worker.runtime import initializing_op
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv"),
+             helper.make_node("ConvTranspose", ["y", "w"], ["z"], name="up"),
+             helper.make_node("Upsample", ["z", "s"], ["u"], name="scale")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("u", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph)
+    failed = "Exception during initialization: /src/onnxruntime/core/providers/cpu/nn/conv_transpose.cc:37 bad"
+    assert initializing_op(failed, model) == {"op": "ConvTranspose", "node": "up"}  # not Conv: the longest
+    upsample = "Exception during initialization: [with KernelInfoType = OpKernelInfo] upsamplebase.h Scale value"
+    assert initializing_op(upsample, model) == {"op": "Upsample", "node": "scale"}
+    assert initializing_op("Exception during initialization: reduction_ops.cc:9", model) == {}
+    assert initializing_op("Load model failed: upsamplebase.h", model) == {}  # not a kernel's constructor

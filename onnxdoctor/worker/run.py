@@ -79,6 +79,7 @@ from onnxdoctor.worker.parity import (
 )
 from onnxdoctor.worker.runtime import (
     feeds_for_session,
+    initializing_op,
     kernel_facts,
     random_feeds,
     run_session,
@@ -594,7 +595,7 @@ class Runner:
                     import onnx
 
                     model = onnx.load(str(state["onnx_path"]), load_external_data=False)
-                facts = kernel_facts(str(exc), model)
+                facts = kernel_facts(str(exc), model) or initializing_op(str(exc), model)
                 facts.update(torch_op_behind(facts.get("op"), state, facts.get("node")))
             model = state.get("onnx_model")
             if model is not None and not model.graph.node:

@@ -131,6 +131,28 @@ def random_feeds(
     return feeds, described
 
 
+# A C++ source file in ONNX Runtime's message (…/cpu/tensor/upsamplebase.h:314): kernels live in
+# files named after their op.
+_SOURCE_FILE = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)\.(?:h|cc|cpp)\b")
+
+
+def initializing_op(message: str, model: Any) -> dict[str, Any]:
+    """The op whose kernel failed to construct ("Exception during initialization" names only the
+    kernel's source file): the graph's op type that file is named after, the longest that fits
+    (ConvTranspose before Conv), and its node when it is the only one; {} when none fits."""
+    if model is None or "during initialization" not in message:
+        return {}
+    types = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}
+    for stem in _SOURCE_FILE.findall(message):
+        bare = stem.replace("_", "").lower()
+        fits = [t for t in types if bare.startswith(t.lower())]
+        if fits:
+            op = max(fits, key=len)
+            nodes = [n.name for n in model.graph.node if n.op_type == op and n.domain in ("", "ai.onnx")]
+            return {"op": op, "node": nodes[0] or None} if len(nodes) == 1 else {"op": op}
+    return {}
+
+
 def kernel_facts(message: str, model: Any) -> dict[str, Any]:
     """For "Could not find an implementation", the types ONNX Runtime's kernel table lists."""
 
