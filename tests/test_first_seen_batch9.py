@@ -160,3 +160,13 @@ def test_a_kernel_that_fails_to_construct_is_named_by_its_source_file() -> None:
     assert initializing_op(upsample, model) == {"op": "Upsample", "node": "scale"}
     assert initializing_op("Exception during initialization: reduction_ops.cc:9", model) == {}
     assert initializing_op("Load model failed: upsamplebase.h", model) == {}  # not a kernel's constructor
+
+
+@pytest.mark.slow
+def test_a_value_frozen_by_item_is_named_at_the_user_s_line() -> None:
+    # PPO's act(): action.item() becomes a constant (the graph keeps no input); the tracer also
+    # warns inside torch.distributions' argument check, which is not the user's line.
+    finding = _first("item_frozen_action_actor_critic_ppo_pytorch_25.py", fix=False)
+    assert finding.code == "OD210" and finding.op == "aten::item"
+    assert finding.source == "item_frozen_action_actor_critic_ppo_pytorch_25.py:59"
+    assert "Python number" in finding.evidence[0]

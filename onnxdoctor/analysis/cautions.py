@@ -108,8 +108,13 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
             severity = Severity.ERROR
     else:
         message += ": other inputs can give wrong results without any error"
-    source = _warning_source(frozen[0], base_dir)
+    # The first conversion on a line of the user's own (a library's checks convert too).
+    warned = next((w for w in frozen if _warning_source(w, base_dir)), frozen[0])
+    source = _warning_source(warned, base_dir)
     op, node = _frozen_op(export, second, source)
+    if op is None:
+        # Nothing exported from the line (the value became a constant): the conversion itself.
+        op = next((_CONVERSIONS[m.group(1)] for m in map(_CONVERTING.search, [warned, *frozen]) if m), None)
     found = make_finding(
         "OD210",
         Stage.EXPORT,
@@ -117,7 +122,8 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         op=op,
         node=node,
         source=source,
-        evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500) for w in frozen[:2]),
+        evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500)
+                       for w in [warned, *(w for w in frozen if w is not warned)][:2]),
         detail=detail,
     )
     return [replace(found, severity=severity)]
@@ -150,6 +156,13 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         op=op,
         node=node,
     )]
+
+
+# The tracer's words for the conversion that froze a value, and the op doing it.
+_CONVERTING = re.compile(r"Converting a tensor to a (Python number|Python integer|Python float|Python boolean|"
+                         r"Python list|NumPy array)")
+_CONVERSIONS = {"Python number": "aten::item", "Python integer": "aten::Int", "Python float": "aten::Float",
+                "Python boolean": "aten::Bool", "Python list": "aten::tolist", "NumPy array": "aten::numpy"}
 
 
 def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None) -> tuple[str | None, str | None]:

@@ -125,6 +125,9 @@ def warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
     texts: list[str] = []
     for item in caught:
         text = f"{item.category.__name__}: {item.message}"
+        if item.category.__name__ == "TracerWarning" and item.filename:
+            # Where the value was frozen: the user's line, or a library's check (a distribution's).
+            text += f" [{item.filename}:{item.lineno}]"
         if text not in texts:
             texts.append(text[:1000])
     return texts[:30]
