@@ -170,3 +170,15 @@ def test_a_value_frozen_by_item_is_named_at_the_user_s_line() -> None:
     assert finding.code == "OD210" and finding.op == "aten::item"
     assert finding.source == "item_frozen_action_actor_critic_ppo_pytorch_25.py:59"
     assert "Python number" in finding.evidence[0]
+
+
+@pytest.mark.slow
+def test_multinomial_with_a_sample_count_read_from_a_size_is_drawn_from_uniforms() -> None:
+    # The sample count is slots.shape[0] under a dynamic dim: ONNX Multinomial wants a constant.
+    # The rewrite draws from RandomUniformLike, kept dynamic (the script's dynamic_shapes reach
+    # the rewrite's export), and is judged in distribution.
+    finding = _first("multinomial_symbolic_num_samples_policy_pytorch_149048.py")
+    assert finding.code == "OD299" and finding.op == "aten::multinomial"
+    best = finding.fixes[0]
+    assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert best.check is not None and "in distribution" in best.check.detail

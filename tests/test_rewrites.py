@@ -88,6 +88,13 @@ CASES: dict[str, Case] = {
     "aten::bernoulli": Case(lambda x: (torch.bernoulli(torch.sigmoid(x)), torch.empty_like(x).bernoulli_(0.3)),
                             (_g(4, 8),), compare=()),
     "aten::uniform": Case(lambda x: torch.empty_like(x).uniform_(-2.0, 5.0) + x, (_g(4, 8),), compare=()),
+    # With replacement (more samples than classes), and without (the Gumbel top-k), rows of
+    # unequal probabilities; compared in distribution with the family's other random ops.
+    "aten::multinomial": Case(
+        lambda x: (torch.multinomial(torch.softmax(x, -1), 7, replacement=True),
+                   torch.multinomial(torch.softmax(x * 2.0, -1), 3)),
+        (_g(3, 5, seed=17),), compare=(),
+    ),
     "aten::randperm": Case(lambda x: x[:, torch.randperm(x.shape[1])], (_g(3, 6),), compare=()),
     "aten::upsample_nearest1d": Case(
         lambda x: (F.interpolate(x, size=64), F.interpolate(x, scale_factor=2.5)), (_g(1, 2, 26),), atol=0.0, rtol=0.0,

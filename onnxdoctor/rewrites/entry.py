@@ -85,7 +85,9 @@ def decomposing(table: str, groups: list[tuple[str, ...]]) -> str:
     """
     sets = ", ".join("{" + ", ".join(f"torch.ops.{t}" for t in group) + "}" for group in groups)
     return (
-        "program = torch.export.export(model, example_inputs)\n"
+        "# The script's keyword inputs and dynamic_shapes, where it has them.\n"
+        "program = torch.export.export(model, tuple(example_inputs), kwargs=globals().get('example_kwargs') or None,\n"
+        "                              dynamic_shapes=globals().get('dynamic_shapes'))\n"
         f"table = {table}\n"
         "called = {node.target for node in program.graph.nodes}\n"
         f"if any(not called & group for group in ({sets},)):\n"

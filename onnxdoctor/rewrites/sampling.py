@@ -9,6 +9,10 @@ are judged in distribution: the worker compares many runs of each (worker/random
 - aten::randperm: no exporter maps it; the order that sorts n uniform draws is a random
   permutation, uniform up to ties among float32 draws (about n**2 / 2**25 tied pairs expected: rare
   for the small n models permute, and a tie only keeps two indices in order).
+- aten::multinomial: ONNX's Multinomial needs the sample count as a constant (a count from the
+  input's size fails the dynamo export) and draws only with replacement. With replacement: the
+  number of cumulative probabilities at or below a uniform draw (inverse CDF). Without: the k
+  largest of log p plus Gumbel noise, which is sampling without replacement exactly.
 """
 
 from __future__ import annotations
@@ -38,9 +42,34 @@ def randperm(n, *, dtype=None, layout=None, device=None, pin_memory=None, genera
     return torch.argsort(torch.rand(n)).to(torch.int64 if dtype is None else dtype)
 '''
 
+MULTINOMIAL = r'''
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    """aten::multinomial from uniform draws (RandomUniformLike: any sample count, even one read
+    from an input's size)."""
+    p = input / input.sum(-1, keepdim=True)
+    if replacement or num_samples == 1:
+        # One uniform draw per sample, shaped [..., num_samples, 1] from a tensor of that shape.
+        draws = torch.rand_like(p[..., :1].unsqueeze(-2).expand(*p.shape[:-1], num_samples, 1))
+        below = (draws >= p.cumsum(-1).unsqueeze(-2)).sum(-1)
+        return below.clamp(max=p.shape[-1] - 1)  # a draw above the last sum (rounding) is the last
+    gumbel = -torch.log(-torch.log(torch.rand_like(p)))
+    return torch.topk(torch.log(p) + gumbel, num_samples, -1).indices
+'''
+
 _ERROR = "the same distribution as PyTorch's; the numbers drawn differ (ONNX Runtime has its own generator)"
 
 REWRITES = (
+    Rewrite(
+        op="aten::multinomial",
+        family="sampling",
+        targets=("aten.multinomial.default",),
+        function="multinomial",
+        source=MULTINOMIAL,
+        exactness=Exactness.DISTRIBUTION,
+        error=_ERROR,
+        limits="no generator argument (ONNX has none); a zero-probability class is never drawn, as in "
+        "torch; rows must hold a positive sum",
+    ),
     Rewrite(
         op="aten::bernoulli",
         family="sampling",
