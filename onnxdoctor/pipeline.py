@@ -515,7 +515,8 @@ def _wants_chain(finding: Finding) -> bool:
     verified = [f for f in finding.fixes if f.verified]
     if not verified:
         return True
-    kernels_only = all(f.recipe and all(isinstance(s, (RuntimeKernels, UseExporter)) for s in f.recipe.steps)
+    kernels_only = all(f.recipe and any(isinstance(s, RuntimeKernels) and (s.python or s.extensions)
+                                        for s in f.recipe.steps)
                        for f in verified)
     return kernels_only and any(f.check and not f.check.works and f.applicability is Applicability.SAFE
                                 for f in finding.fixes)

@@ -182,3 +182,30 @@ def test_multinomial_with_a_sample_count_read_from_a_size_is_drawn_from_uniforms
     best = finding.fixes[0]
     assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert best.check is not None and "in distribution" in best.check.detail
+
+
+def test_the_cast_target_is_read_from_the_node_whose_input_is_refused() -> None:
+    from onnx import TensorProto, helper
+
+    from onnxdoctor.onnxkit.transforms import _exact_target
+
+    # A ReduceMax over floats comes first; the one over a bool mask is what opset 16 refuses.
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMax", ["x"], ["a"], keepdims=0), helper.make_node("ReduceMax", ["m"], ["b"], keepdims=0)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("m", TensorProto.BOOL, [2])],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, []), helper.make_tensor_value_info("b", TensorProto.BOOL, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    types = {v.name: v.type for v in graph.input}
+    assert _exact_target(model, "ReduceMax", types) == TensorProto.UINT8
+
+
+@pytest.mark.slow
+def test_a_bool_reduction_is_cast_where_every_exporter_refuses_it() -> None:
+    # max over a bool mask: ReduceMax (and, at opset 20, ArgMax) refuse bool at every opset the
+    # exporters write; the casts chain, and the Python-kernel bridge that also works ranks after.
+    finding = _first("reduce_max_bool_coarse_matching_aspanformer_onnx_runtime_cpp_43.py")
+    assert finding.code == "OD304" and finding.op == "ReduceMax"
+    best = finding.fixes[0]
+    assert best.kind == "chain" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "in a type its ONNX schema allows" in best.title
+    assert any(f.kind == "aten_kernel_dynamo" and f.verified for f in finding.fixes[1:])

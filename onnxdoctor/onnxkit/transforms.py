@@ -499,19 +499,22 @@ def _exact_target(model: onnx.ModelProto, op_type: str, types: dict[str, Any]) -
         schema = onnx.defs.get_schema(op_type, _default_opset(model))
     except Exception:  # noqa: BLE001 - a custom domain: no schema to choose from
         raise TransformError(f"{op_type} has no ONNX schema to choose a type from") from None
-    node = next((n for n in model.graph.node if n.op_type == op_type), None)
-    if node is None:
+    nodes = [n for n in model.graph.node if n.op_type == op_type]
+    if not nodes:
         raise TransformError(f"the model has no {op_type} node")
-    for index, name in enumerate(node.input):
-        elem = types[name].tensor_type.elem_type if name in types else 0
-        allowed = _formal_types(schema, list(schema.inputs), index)
-        spelled = _type_string(elem) if elem else ""
-        if allowed is None or not elem or spelled in allowed:
-            continue
-        for home in _EXACT_HOMES.get(elem, ()):
-            if _type_string(getattr(onnx.TensorProto, home)) in allowed:
-                return getattr(onnx.TensorProto, home)
-        raise TransformError(f"{op_type} takes no type that holds {spelled} exactly ({', '.join(sorted(allowed))})")
+    # The first refused input of any of them: a model's other nodes of the op may be fine (a
+    # ReduceMax over floats before the one over a bool mask).
+    for node in nodes:
+        for index, name in enumerate(node.input):
+            elem = types[name].tensor_type.elem_type if name in types else 0
+            allowed = _formal_types(schema, list(schema.inputs), index)
+            spelled = _type_string(elem) if elem else ""
+            if allowed is None or not elem or spelled in allowed:
+                continue
+            for home in _EXACT_HOMES.get(elem, ()):
+                if _type_string(getattr(onnx.TensorProto, home)) in allowed:
+                    return getattr(onnx.TensorProto, home)
+            raise TransformError(f"{op_type} takes no type that holds {spelled} exactly ({', '.join(sorted(allowed))})")
     raise TransformError(f"every input of {op_type} already has a type its schema allows")
 
 
