@@ -171,6 +171,12 @@ def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None)
     was exported from where provenance knows it."""
     table = provenance_table(export.facts)
     diverging = second.get("diverging") if isinstance(second.get("diverging"), dict) else {}
+    on_line = [r for r in table.values() if source and r.source.endswith(source) and r.torch_op
+               and not r.torch_op.startswith("prim::")]
+    if on_line and diverging.get("module"):
+        # The difference was located at a submodule's output, downstream of the frozen value;
+        # the op the warned line exported inside it is the one holding the constant.
+        return on_line[0].torch_op, on_line[0].node
     node = diverging.get("node")
     failed = RUNNING_NODE.search(str(second.get("message") or ""))
     if node is None and failed:
@@ -181,9 +187,6 @@ def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None)
     if node:
         return diverging.get("op") or (failed.group(1) if failed else None), node
     # No difference located: the first op exported from the line the tracer warned about.
-    line = source.rpartition(":")[2] if source else ""
-    on_line = [r for r in table.values() if line and r.source.endswith(f":{line}") and r.torch_op
-               and not r.torch_op.startswith("prim::")]
     return (on_line[0].torch_op, on_line[0].node) if on_line else (None, None)
 
 
