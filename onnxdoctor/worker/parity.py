@@ -381,7 +381,7 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
             continue
         constants = iter(node.scalar_args())
         arguments = ["T" if kind == "d" else next(constants) for kind in node.cconv()]
-        if not all(argument == "T" or _literal(argument) for argument in arguments):
+        if not all(_literal(argument) for argument in arguments):  # "T" is a literal too
             continue
         with contextlib.suppress(Exception):
             inputs, outputs = _typed(node)
@@ -437,7 +437,7 @@ def _observed_calls(loaded: Any, owners: list[type]) -> dict[type, tuple[list[li
     def watching(owner: type) -> Any:
         def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
             result = super(owner, cls).apply(*args, **kwargs)  # type: ignore[misc]
-            if owner not in seen:
+            if cls is owner and owner not in seen:  # a subclass inherits the watcher: not its call
                 results = result if isinstance(result, (tuple, list)) else (result,)
                 seen[owner] = (described(args), described(results))
             return result
