@@ -113,6 +113,7 @@ import itertools
 
 import numpy as np
 import torch
+import onnxruntime_extensions
 from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
 # These aten ops are exported as onnxdoctor::aten_<op>_<n> nodes, one per call, and run by
@@ -129,7 +130,10 @@ _KERNEL_TYPES = {
     torch.int16: PyCustomOpDef.dt_int16, torch.int8: PyCustomOpDef.dt_int8,
     torch.uint8: PyCustomOpDef.dt_uint8, torch.bool: PyCustomOpDef.dt_bool,
 }
-_node_numbers = itertools.count()
+# Node numbers for the whole process, kept on the kernel library's module: onnxruntime-extensions'
+# kernel table is process-wide, and a second export in the process (this code run again) must not
+# reuse an op type already registered with other types.
+_node_numbers = vars(onnxruntime_extensions).setdefault("onnxdoctor_bridge_numbers", itertools.count())
 
 
 def _filled(literal, tensors):
