@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from onnxdoctor.model import DiagnoseOptions, Finding
+from onnxdoctor.model import DiagnoseOptions, Finding, Fix
 from onnxdoctor.pipeline import diagnose
 from onnxdoctor.worker.failures import function_frame_op
 
@@ -20,6 +20,14 @@ CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
 def _first(name: str, *, fix: bool = True) -> Finding:
     (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=fix, check_shapes=False))
     return diagnosis.findings[0]
+
+
+def _best(finding: Finding, kind: str) -> Fix:
+    """The finding's first fix, which must be a verified one of `kind`."""
+    best = finding.fixes[0]
+    assert best.kind == kind and best.verified is True and best.check is not None, [
+        (f.kind, f.check) for f in finding.fixes]
+    return best
 
 
 class _NumpyForward(torch.autograd.Function):
@@ -69,9 +77,8 @@ def test_a_batch_of_one_the_exporter_pins_is_exported_from_an_example_of_two() -
                             DiagnoseOptions(fix=True))
     finding = diagnosis.findings[0]
     assert finding.code == "OD802" and finding.torch_op == "aten::view"
-    best = finding.fixes[0]
-    assert best.verified is True and best.check is not None, [(f.kind, f.check) for f in finding.fixes]
-    assert best.kind == "chain" and best.check.sizes and "size 2 along batch" in best.title
+    best = _best(finding, "chain")
+    assert best.check is not None and best.check.sizes and "size 2 along batch" in best.title
 
 
 @pytest.mark.slow
@@ -81,8 +88,7 @@ def test_a_function_torch_export_refuses_is_one_node_whose_kernel_calls_it_with_
     # constants (K, radius); the kernel calls the Function with them.
     finding = _first("ball_query_extension_function_torch_export_pytorch_133227.py")
     assert finding.code == "OD204" and finding.op == "_ball_query"
-    best = finding.fixes[0]
-    assert best.kind == "function_kernel" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    best = _best(finding, "function_kernel")
     assert best.check is not None and best.check.max_abs_diff == 0.0
     assert "call_s=call" in best.snippet and "ast.literal_eval(attrs[\"call\"])" in best.snippet
 
@@ -93,8 +99,7 @@ def test_a_sparse_input_is_given_dense_and_its_product_written_densely() -> None
     # exporter maps torch.sparse.mm. The rewrite densifies the example and the product.
     finding = _first("sparse_mm_gcn_adjacency_pytorch_66537.py")
     assert finding.code == "OD202" and finding.op == "aten::_sparse_mm"
-    best = finding.fixes[0]
-    assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    best = _best(finding, "rewrite")
     assert "sparse input 0 given dense" in best.title and "x.to_dense()" in best.snippet
 
 
@@ -106,8 +111,7 @@ def test_a_branch_written_for_the_export_is_replaced_by_the_eager_one() -> None:
     # what PyTorch computes.
     finding = _first("mul_tensor_bool_is_in_onnx_export_pytorch_132030.py")
     assert finding.code == "OD299" and finding.op == "aten::mul"
-    best = finding.fixes[0]
-    assert best.kind == "eager_branch" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    best = _best(finding, "eager_branch")
     assert "dynamo exporter" in best.title and "dynamo=True" in best.snippet
 
 
@@ -131,8 +135,7 @@ def test_a_native_crash_inside_one_exporter_is_answered_by_the_other() -> None:
     # the worker. The crash names the symbolic, and the dynamo exporter is verified.
     finding = _first("reshape_empty_past_cache_sigfpe_pytorch_144144.py")
     assert finding.code == "OD901" and finding.op == "aten::reshape"
-    best = finding.fixes[0]
-    assert best.kind == "exporter" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    _best(finding, "exporter")
 
 
 @pytest.mark.slow
@@ -179,8 +182,7 @@ def test_multinomial_with_a_sample_count_read_from_a_size_is_drawn_from_uniforms
     # the rewrite's export), and is judged in distribution.
     finding = _first("multinomial_symbolic_num_samples_policy_pytorch_149048.py")
     assert finding.code == "OD299" and finding.op == "aten::multinomial"
-    best = finding.fixes[0]
-    assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    best = _best(finding, "rewrite")
     assert best.check is not None and "in distribution" in best.check.detail
 
 
@@ -205,7 +207,6 @@ def test_a_bool_reduction_is_cast_where_every_exporter_refuses_it() -> None:
     # exporters write; the casts chain, and the Python-kernel bridge that also works ranks after.
     finding = _first("reduce_max_bool_coarse_matching_aspanformer_onnx_runtime_cpp_43.py")
     assert finding.code == "OD304" and finding.op == "ReduceMax"
-    best = finding.fixes[0]
-    assert best.kind == "chain" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    best = _best(finding, "chain")
     assert "in a type its ONNX schema allows" in best.title
     assert any(f.kind == "aten_kernel_dynamo" and f.verified for f in finding.fixes[1:])
