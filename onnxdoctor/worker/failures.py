@@ -13,6 +13,7 @@ from typing import Any
 from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
 from onnxdoctor.worker.tracebacks import (
     error_info,
+    exception_chain,
     find_custom_symbolics,
     find_symbolic_frame,
     locate_op,
@@ -173,10 +174,7 @@ def function_frame_op(exc: BaseException) -> str | None:
             return found.__name__
         return None
 
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
+    for link in exception_chain(exc, hidden_context=True):
         for frame, line in reversed(list(traceback.walk_tb(link.__traceback__))):
             owner, _, method = getattr(frame.f_code, "co_qualname", "").rpartition(".")
             if method == "forward" and owner and "<" not in owner:
@@ -188,7 +186,6 @@ def function_frame_op(exc: BaseException) -> str | None:
                 named = function_named(call.group(1), frame)
                 if named:
                     return named
-        link = link.__cause__ or link.__context__
     return None
 
 

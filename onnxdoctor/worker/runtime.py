@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.analysis.normalize import RUNNING_NODE
 from onnxdoctor.worker.tracebacks import StageFailed, exception_text
 
 
@@ -33,7 +34,7 @@ def run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
         text = str(exc)
         # The feeds refused (a name, a type, a rank) are the inputs' fault; an INVALID_ARGUMENT
         # raised while a node ran is that node's failure (OD501, which names it).
-        inside = re.search(r"running [\w.]+ node\. Name:", text)
+        inside = RUNNING_NODE.search(text)
         code = "OD502" if ("INVALID_ARGUMENT" in text and "input" in text.lower() and not inside) else None
         raise StageFailed(exception_text(exc), code) from exc
 
