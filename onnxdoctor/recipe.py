@@ -134,11 +134,15 @@ class EagerExport:
 
     `functions`: autograd.Functions (`module:Qualname`; the script's own by name) exported without
     their `symbolic`, so the exporter traces `forward`; `not_in_export`: torch.onnx.is_in_onnx_export()
-    reads false, so forward() takes its eager branch. Both are undone when the export returns.
+    reads false, so forward() takes its eager branch; `tensor_values`: `Tensor.item()` gives the
+    0-d tensor itself and `torch.tensor()` of tensors stacks them, so a value that forward() takes
+    out of a tensor and puts back stays in the traced graph instead of becoming a constant. All
+    are undone when the export returns.
     """
 
     functions: tuple[str, ...] = ()
     not_in_export: bool = False
+    tensor_values: bool = False
 
 
 @dataclass(frozen=True)
@@ -327,6 +331,12 @@ class Recipe:
         if self.first(type(step)) is not None:
             return self
         return replace(self, steps=(*self.steps, step))
+
+    def superseded_by(self, later: Recipe) -> bool:
+        """Whether `later` applied after this recipe leaves nothing of it: each of its steps is a
+        setting (exporter, opset, ...) that `later` chooses again."""
+        chosen = {type(s) for s in later.steps if isinstance(s, _SINGLE)}
+        return bool(self.steps) and all(type(s) in chosen for s in self.steps)
 
     def then(self, later: Recipe) -> Recipe:
         """Both fixes at once: this one's steps, then the later one's.

@@ -195,12 +195,16 @@ def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, at
 
 
 @contextlib.contextmanager
-def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False) -> Iterator[None]:
+def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False,
+                 tensor_values: bool = False) -> Iterator[None]:
     """For the duration of an export: the Functions without their `symbolic` (the exporter traces
-    their forward) and torch.onnx.is_in_onnx_export() false (forward() takes its eager branch)."""
+    their forward), torch.onnx.is_in_onnx_export() false (forward() takes its eager branch), and
+    values taken out of tensors kept as tensors (`tensor_values`, see `_keep_tensor_values`)."""
 
     undo: list[Callable[[], None]] = []
     try:
+        if tensor_values:
+            _keep_tensor_values(undo)
         for name in functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -216,6 +220,55 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
     finally:
         for step in reversed(undo):
             step()
+
+
+def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
+    """`Tensor.item()` returns the 0-d tensor and `torch.tensor()` of tensors (or of lists holding
+    tensors) stacks them, until `undo` runs.
+
+    The tracer records neither a Python number nor what `torch.tensor` builds from one: a value
+    that goes out of a tensor and back (`torch.tensor(logits.argmax().item())`, `torch.arange(
+    n.item())`, a list of `.item()` tags) is exported as the example's constant (OD210). Kept a
+    tensor, the same code stays data flow. A branch on such a value (`if t.item() > 0:`) still
+    asks for a bool and stays frozen: the fix's check at other inputs catches it."""
+    import torch
+
+    original_item = torch.Tensor.item
+    original_tensor = torch.tensor
+
+    def item(self: Any) -> Any:
+        # Not `numel() != 1`: under the tracer that is a tensor, and asking it is a frozen bool.
+        try:
+            return self.reshape(())
+        except RuntimeError:
+            return original_item(self)  # more than one element: the usual error
+
+    def holds_tensor(data: Any) -> bool:
+        if isinstance(data, torch.Tensor):
+            return True
+        return isinstance(data, (list, tuple)) and any(holds_tensor(d) for d in data)
+
+    def tensor(data: Any, *args: Any, dtype: Any = None, device: Any = None, **kwargs: Any) -> Any:
+        if args or not holds_tensor(data):
+            return original_tensor(data, *args, dtype=dtype, device=device, **kwargs)
+        if isinstance(data, torch.Tensor):
+            built = data.clone()
+        else:
+            parts = [tensor(d) if holds_tensor(d) else original_tensor(d) for d in data]
+            common = parts[0].dtype
+            for part in parts[1:]:
+                common = torch.promote_types(common, part.dtype)
+            built = torch.stack([p.to(common) for p in parts])
+        return built.to(dtype=dtype, device=device) if dtype is not None or device is not None else built
+
+    torch.Tensor.item = item  # type: ignore[method-assign]
+    torch.tensor = tensor  # type: ignore[assignment]
+
+    def restore() -> None:
+        torch.Tensor.item = original_item  # type: ignore[method-assign]
+        torch.tensor = original_tensor  # type: ignore[assignment]
+
+    undo.append(restore)
 
 
 @contextlib.contextmanager
@@ -322,6 +375,41 @@ def float_anchored(loaded: LoadedModel, torch_outputs: list[Any], ort_outputs: l
             "passed": runtime <= FLOAT_ANCHOR_FACTOR * pytorch + 1e-6}
 
 
+def forward_parameters(loaded: LoadedModel) -> list[str]:
+    """forward()'s argument names in order (none for `*args`/`**kwargs`; [] when unreadable)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(loaded.model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def widened_for_export(loaded: LoadedModel, dynamic_shapes: Any) -> tuple[Any, ...]:
+    """The example arguments doubled along every dim declared dynamic whose size is 1.
+
+    torch.export cannot tell a size-1 dim from "any size" and specialises it ("Constraints
+    violated"), so a declared batch dim of an example of one never stays dynamic. The doubled
+    example (the same rows twice) is only what the export traces; parity still runs at the
+    script's example."""
+    import torch
+
+    if not isinstance(dynamic_shapes, dict):
+        return loaded.args
+    params = forward_parameters(loaded)
+    args = list(loaded.args)
+    for i, arg in enumerate(args):
+        spec = dynamic_shapes.get(params[i]) if i < len(params) else None
+        if not isinstance(arg, torch.Tensor) or not isinstance(spec, dict):
+            continue
+        for dim, value in spec.items():
+            if value is not None and int(dim) < arg.dim() and arg.shape[int(dim)] == 1:
+                arg = torch.cat([arg, arg], dim=int(dim))
+        args[i] = arg
+    return tuple(args)
+
+
 def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
                      settings: dict[str, Any]) -> dict[str, Any]:
     """torch.onnx.export's arguments for a fix that declares dimensions dynamic: `dynamic_shapes`
@@ -335,11 +423,20 @@ def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
         shapes: dict[str, dict[int, Any]] = (
             {k: dict(v) if isinstance(v, dict) else dict(enumerate(v or ())) for k, v in spec.items()}
             if isinstance(spec, dict) else {})
+        params = forward_parameters(loaded)
+        # The dims are named as the ONNX inputs are (a TorchScript export's input_names such as
+        # "input"); torch.export keys dynamic_shapes by forward()'s arguments, in the same order.
+        onnx_names = list(settings.get("input_names") or declare.inputs or ())
+        to_param = {name: params[i] for i, name in enumerate(onnx_names) if i < len(params) and name not in params}
         for name, dim, label, low, high in declare.dims:
             if label not in made:
                 bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
                 made[label] = torch.export.Dim(str(label), **bounds)
-            shapes.setdefault(name, {})[int(dim)] = made[label]
+            shapes.setdefault(to_param.get(name, name), {})[int(dim)] = made[label]
+        if params and set(shapes) <= set(params):
+            # torch.export wants every argument keyed once a dict is given; the others stay static.
+            passed = params[:len(loaded.args)] + [k for k in loaded.kwargs if k in params]
+            shapes = {key: shapes.get(key) for key in passed} | shapes
         return {"dynamic_shapes": shapes, "input_names": settings.get("input_names")}
     axes: dict[str, dict[int, str]] = {k: dict(v) if isinstance(v, dict) else {d: f"{k}_{d}" for d in v}
                                        for k, v in (settings.get("dynamic_axes") or {}).items()}

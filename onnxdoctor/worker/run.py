@@ -62,7 +62,7 @@ from onnxdoctor.worker.facts import (
     with_suggested_dims,
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
-from onnxdoctor.worker.fixkit import apply_load_code, reference_call
+from onnxdoctor.worker.fixkit import apply_load_code, forward_parameters, reference_call
 from onnxdoctor.worker.llm_cache import cache_facts, check_decoding
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
@@ -291,6 +291,7 @@ class Runner:
             "mode_sensitive_modules": mode_sensitive_modules(model),
             "settings": {k: jsonable(v) for k, v in loaded.settings.items()},
             "inputs": [describe_tensor(t) for t in tensor_leaves((loaded.args, loaded.kwargs))],
+            "forward_parameters": forward_parameters(loaded),
         }
         facts["custom_symbolics"] = find_custom_symbolics(self.code.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
@@ -403,6 +404,11 @@ class Runner:
             from onnxdoctor.worker.fixkit import declared_dynamic
 
             kwargs.update(declared_dynamic(loaded, declare, dynamo, settings))
+        export_args = loaded.args
+        if declare is not None and dynamo:
+            from onnxdoctor.worker.fixkit import widened_for_export
+
+            export_args = widened_for_export(loaded, kwargs.get("dynamic_shapes"))
         model_or_program: Any = loaded.model
         for step in recipe.steps:
             match step:
@@ -435,11 +441,11 @@ class Runner:
         branch = {"export_branch": False}
         try:
             with quiet_torch_logs(), (
-                eager_export(loaded, eager.functions, eager.not_in_export) if eager
+                eager_export(loaded, eager.functions, eager.not_in_export, eager.tensor_values) if eager
                 else watching_export_branch(loaded)
             ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
                 branch = watched or branch
-                state["onnx_program"] = torch.onnx.export(model_or_program, loaded.args, str(path), **kwargs)
+                state["onnx_program"] = torch.onnx.export(model_or_program, export_args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise

@@ -122,8 +122,14 @@ def chain(fixes: list[Fix]) -> Fix:
     The recipe keeps the order they were found in (a later fix's choice of exporter or opset
     was made with the earlier ones applied). The snippet shows the steps in the order a user
     applies them: changes to the model first, then export settings, then file rewrites, then
-    runtime kernels.
+    runtime kernels. A fix whose every step a later one chooses again (an exporter switched back)
+    is left out; what is left of one fix is that fix.
     """
+    fixes = [fix for n, fix in enumerate(fixes)
+             if not (fix.recipe and any(later.recipe and fix.recipe.superseded_by(later.recipe)
+                                        for later in fixes[n + 1:]))]
+    if len(fixes) == 1:
+        return fixes[0]
     recipe = fixes[0].recipe
     for fix in fixes[1:]:
         recipe = recipe.then(fix.recipe) if recipe and fix.recipe else recipe

@@ -7,6 +7,7 @@ from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
 
 CODES = ("OD204", "OD210")
 
@@ -23,7 +24,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if library is not None:
         return [library]
     where = f" at {finding.source}" if finding.source else ""
+    values = _tensor_values(finding, ctx)
     return [
+        *([values] if values else []),
         Fix(
             kind="control_flow",
             title=f"Express the data-dependent branch{where} with tensor ops (torch.where / torch.cond)",
@@ -69,4 +72,38 @@ def _library_branch(finding: Finding, ctx: FixContext) -> Fix | None:
         ),
         applicability=Applicability.DISPLAY_ONLY,
         cost="a patch of library code you maintain yourself; onnxdoctor cannot write it, so it is not verified",
+    )
+
+
+# TracerWarnings of a value taken out of a tensor as a Python number, or put back by torch.tensor:
+# the two halves `EagerExport.tensor_values` keeps in the graph. A bool (a branch), an int()/index
+# or a list are other conversions it cannot keep.
+_NUMBER_ROUND_TRIP = ("a Python number", "torch.tensor results are registered as constants")
+
+
+def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
+    """OD210 from `.item()` / `torch.tensor(...)`: trace again with the value kept a tensor."""
+    if finding.code != "OD210" or ctx.target_kind != "script":
+        return None
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
+                  None)
+    warnings = " ".join((*finding.evidence, *(export.warnings if export is not None else ())))
+    if finding.op != "aten::item" and not any(text in warnings for text in _NUMBER_ROUND_TRIP):
+        return None
+    where = f" ({finding.source})" if finding.source else ""
+    return Fix(
+        kind="tensor_values",
+        title=f"Keep the value a tensor{where}: drop .item() and torch.tensor(...) around it",
+        snippet=(
+            "# before:  action = probs.argmax(dim=-1).item()\n"
+            "#          return torch.tensor(action)\n"
+            "action = probs.argmax(dim=-1)   # a 0-d tensor: the graph computes it from the input\n"
+            "return action\n"
+            "# likewise torch.arange(n) instead of torch.arange(n.item()), torch.stack(tags) instead of\n"
+            "# torch.tensor([t.item() for t in tags])\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=("an edit to forward(); checked by tracing it with .item() returning the tensor and "
+              "torch.tensor() stacking tensors, at the example and the other inputs"),
+        recipe=Recipe("tensor_values", (EagerExport(tensor_values=True), UseExporter("torchscript")), isolated=True),
     )

@@ -112,21 +112,27 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
         # The dims the fix declares, on top of the script's: dynamic_shapes of named Dims, or
         # dynamic_axes with input_names for TorchScript (fixkit builds both as the check did).
         options = [o for o in options if not o.startswith("input_names=")]
-        options.append(f"**fixkit.declared_dynamic(loaded, {declare!r}, {dynamo}, loaded.settings)")
+        lines.append(f"declared = fixkit.declared_dynamic(loaded, {declare!r}, {dynamo}, loaded.settings)")
+        options.append("**declared")
     elif dynamo != "False":
         options.append(f"dynamic_shapes=fixkit.dynamic_shapes(loaded.settings, {shapes!r})"
                        if shapes else "dynamic_shapes=loaded.settings.get('dynamic_shapes')")
     if declare is None and dynamo == "False":
         options.append("dynamic_axes=loaded.settings.get('dynamic_axes')")  # the script's, as exported
     joined = ",\n    ".join(options)
+    # Declared dims of size 1 in the example: the export traces it doubled (fixkit.widened_for_export).
+    args = ("fixkit.widened_for_export(loaded, declared.get('dynamic_shapes'))"
+            if declare is not None and dynamo != "False" else "loaded.args")
     eager = recipe.first(EagerExport)
     if eager:
-        # The Functions' symbolics set aside and is_in_onnx_export() false, for the export only.
-        lines.append(f"with fixkit.eager_export(loaded, {eager.functions!r}, {eager.not_in_export!r}):")
-        lines.append(f"    torch.onnx.export(\n        {exported}, loaded.args, str(OUTPUT),\n        "
+        # The Functions' symbolics set aside, is_in_onnx_export() false, values kept as tensors:
+        # for the export only.
+        lines.append(f"with fixkit.eager_export(loaded, {eager.functions!r}, {eager.not_in_export!r}, "
+                     f"{eager.tensor_values!r}):")
+        lines.append(f"    torch.onnx.export(\n        {exported}, {args}, str(OUTPUT),\n        "
                      + joined.replace("\n    ", "\n        ") + ",\n    )")
     else:
-        lines.append(f"torch.onnx.export(\n    {exported}, loaded.args, str(OUTPUT),\n    {joined},\n)")
+        lines.append(f"torch.onnx.export(\n    {exported}, {args}, str(OUTPUT),\n    {joined},\n)")
     quantize = recipe.first(QuantizeOnnx)
     tolerance = ""
     if quantize is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize
+from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
 from onnxdoctor.recipe import DeclareDynamic, LoadCode, Recipe, UseExporter
 
 CODES = ("OD801", "OD802", "OD803", "OD804")
@@ -24,6 +24,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if not isinstance(detail, FrozenSize) or ctx.target_kind != "script":
         return []
     exporter = detail.exporter or ctx.exporter or "dynamo"
+    params = tuple(ctx.facts_of(Stage.LOAD).get("forward_parameters") or ())
     declare = DeclareDynamic(dims=detail.dims, sizes=detail.sizes, inputs=detail.inputs)
     fixes: list[Fix] = []
     if finding.code == "OD801" and detail.dims:
@@ -31,7 +32,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             kind="declare_dynamic",
             title=("Declare the dimensions dynamic: dynamic_shapes with named Dims" if exporter == "dynamo"
                    else "Declare the dimensions dynamic: dynamic_axes"),
-            snippet=declaration_snippet(detail, exporter),
+            snippet=declaration_snippet(detail, exporter, params),
             applicability=Applicability.SAFE,
             cost="none at run time; the bounds are from the sizes seen here, widen them to what you deploy",
             recipe=Recipe("declare_dynamic", (declare, UseExporter(exporter))),
@@ -56,7 +57,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         fixes.append(Fix(
             kind="exporter",
             title=f"Use the {other} exporter with the same dimensions declared dynamic",
-            snippet=declaration_snippet(detail, other),
+            snippet=declaration_snippet(detail, other, params),
             applicability=Applicability.SAFE,
             cost=("the TorchScript exporter is deprecated and traces: a size it turns into a number is frozen too"
                   if other == "torchscript" else
@@ -104,11 +105,17 @@ def _patch_code(edits: list[tuple[int, str, str]]) -> str:
             f"rewrite_forward(model, [\n{rows}])\n")
 
 
-def declaration_snippet(detail: FrozenSize, exporter: str) -> str:
-    """The `dynamic_shapes` (named Dims with bounds) or `dynamic_axes` that declares the dims."""
+def declaration_snippet(detail: FrozenSize, exporter: str, params: tuple[str, ...] = ()) -> str:
+    """The `dynamic_shapes` (named Dims with bounds) or `dynamic_axes` that declares the dims.
+
+    `params`: forward()'s argument names, which key `dynamic_shapes` where the dims are named by
+    the ONNX inputs (a TorchScript export's `input_names`), matched by position."""
     by_input: dict[str, list[tuple[int, str]]] = {}
     bounds: dict[str, tuple[int | None, int | None]] = {}
+    to_param = {name: params[i] for i, name in enumerate(detail.inputs) if i < len(params) and name not in params}
     for name, dim, label, low, high in detail.dims:
+        if exporter == "dynamo":
+            name = to_param.get(name, name)
         by_input.setdefault(name, []).append((dim, label))
         bounds.setdefault(label, (low, high))
     if exporter == "dynamo":

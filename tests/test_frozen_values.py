@@ -1,0 +1,140 @@
+"""Values the TorchScript tracer froze, answered with the value kept a tensor, and declared dims a
+dynamo export keys by forward()'s arguments (issue 22: mechanisms for failures not seen before)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from onnxdoctor.analysis.fixes import chain
+from onnxdoctor.model import Applicability, DiagnoseOptions, Fix
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import DeclareDynamic, EagerExport, Recipe, UseExporter, UseOpset
+from onnxdoctor.worker.fixkit import declared_dynamic, eager_export, widened_for_export
+from onnxdoctor.worker.loader import LoadedModel
+
+# The value goes out of a tensor and back: torch.tensor(<python int>) is recorded as a constant.
+# (The distribution's argument check is what torch.export cannot capture: the dynamo exporter
+# is no way out here.)
+ROUND_TRIP = '''
+import torch
+from torch.distributions import Categorical
+
+dynamo = False
+opset_version = 17
+
+
+class Policy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(6, 4)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        dist = Categorical(torch.softmax(self.head(state), dim=-1))
+        action = dist.probs.argmax(dim=-1).item()
+        steps = torch.arange(torch.tensor(action) + 1)
+        return torch.tensor([action, action * 2]) + steps.sum()
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Policy().eval(), (torch.randn(6),)
+
+
+def get_inputs2():
+    torch.manual_seed(3)
+    return (torch.randn(6) * 3,)
+'''
+
+# The value decides a branch: kept a tensor, `if` still asks for a bool and stays frozen.
+BRANCH = '''
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum().item() > 0:
+            return x * 2
+        return x - 1
+
+
+def get_model():
+    return Gate().eval(), (torch.ones(5),)
+
+
+def get_inputs2():
+    return (-torch.ones(5),)
+'''
+
+
+def _frozen(tmp_path: Path, source: str) -> list:
+    script = tmp_path / "model.py"
+    script.write_text(source)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    return [f for f in diagnosis.findings if f.code == "OD210"]
+
+
+@pytest.mark.slow
+def test_a_value_taken_out_of_a_tensor_and_put_back_is_fixed_by_keeping_it_a_tensor(tmp_path: Path) -> None:
+    (finding,) = _frozen(tmp_path, ROUND_TRIP)
+    assert finding.op == "aten::item"
+    best = finding.fixes[0]
+    assert best.kind == "tensor_values" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert best.check is not None and "get_inputs2()" in best.check.detail  # judged at other inputs
+
+
+@pytest.mark.slow
+def test_a_branch_on_a_taken_value_is_not_called_fixed_by_keeping_it_a_tensor(tmp_path: Path) -> None:
+    (finding,) = _frozen(tmp_path, BRANCH)
+    kept = [f for f in finding.fixes if f.kind == "tensor_values"]
+    assert kept and not kept[0].verified  # tried, and the other inputs still take the other branch
+
+
+def test_kept_values_stay_in_the_traced_graph_and_everything_is_restored() -> None:
+    loaded = LoadedModel(model=torch.nn.Identity(), args=(), kwargs={}, settings={}, factory="get_model")
+    item, tensor = torch.Tensor.item, torch.tensor
+    with eager_export(loaded, tensor_values=True):
+        value = torch.tensor(7.0).item()
+        assert isinstance(value, torch.Tensor) and value.dim() == 0
+        stacked = torch.tensor([torch.tensor(1), 2, torch.tensor(3.5)])
+        assert stacked.dtype == torch.float32 and stacked.tolist() == [1.0, 2.0, 3.5]
+        assert torch.tensor([[1, 2]]).tolist() == [[1, 2]]  # no tensor inside: the usual torch.tensor
+        with pytest.raises(RuntimeError):
+            torch.ones(3).item()  # several elements: the usual error
+    assert torch.Tensor.item is item and torch.tensor is tensor
+    assert torch.tensor(7.0).item() == 7.0
+
+
+def test_a_fix_that_a_later_one_chooses_again_drops_out_of_the_chain() -> None:
+    dynamo = Fix("exporter", "Use the dynamo exporter", recipe=Recipe("exporter", (UseExporter("dynamo"),)))
+    back = Fix("exporter", "Use the torchscript exporter", recipe=Recipe("exporter", (UseExporter("torchscript"),)))
+    kept = Fix("tensor_values", "Keep the value a tensor", applicability=Applicability.SAFE,
+               recipe=Recipe("tensor_values", (EagerExport(tensor_values=True), UseExporter("torchscript"))))
+    assert chain([dynamo, back, kept]) is kept  # both switches are undone by the last fix
+    opset = Fix("opset", "Export at opset 18", recipe=Recipe("opset", (UseOpset(18), UseExporter("dynamo"))))
+    both = chain([opset, kept])  # the opset stays: the later fix does not choose one
+    assert both.kind == "chain" and both.recipe is not None and both.recipe.first(UseOpset) == UseOpset(18)
+
+
+class _TwoArgs(torch.nn.Module):
+    def forward(self, image: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return image * scale
+
+
+def test_declared_dims_are_keyed_by_forward_s_arguments_and_a_size_one_dim_is_exported_doubled() -> None:
+    loaded = LoadedModel(model=_TwoArgs(), args=(torch.ones(1, 3, 8), torch.ones(1)), kwargs={},
+                         settings={"input_names": ["input", "s"]}, factory="get_model")
+    declare = DeclareDynamic(dims=(("input", 0, "batch", 1, 64), ("input", 2, "width", 1, 512)))
+    shapes = declared_dynamic(loaded, declare, True, loaded.settings)["dynamic_shapes"]
+    # "input" is the ONNX name of forward()'s first argument; the other argument stays static.
+    assert list(shapes) == ["image", "scale"] and shapes["scale"] is None
+    assert set(shapes["image"]) == {0, 2}
+    image, scale = widened_for_export(loaded, shapes)
+    assert image.shape == (2, 3, 8) and scale.shape == (1,)  # only a declared dim of size 1 doubles
+    exported = torch.export.export(loaded.model, (image, scale), dynamic_shapes=shapes)
+    assert len(exported.range_constraints) == 2  # both dims stayed dynamic
