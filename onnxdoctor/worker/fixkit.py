@@ -37,7 +37,7 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     """Run fix code as the user would paste it into their script: with the script's globals.
 
     The code runs from a real file because onnxscript reads function source with inspect. It sees
-    `model` and `example_inputs`; the names it defines are returned.
+    `model`, `example_inputs` and `example_kwargs`; the names it defines are returned.
     """
     import torch
 
@@ -45,7 +45,7 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     scope.pop("__file__", None)
     scope.update(torch=torch)
     if loaded is not None:
-        scope.update(model=loaded.model, example_inputs=loaded.args)
+        scope.update(model=loaded.model, example_inputs=loaded.args, example_kwargs=loaded.kwargs)
     where = folder or _private_folder()
     path = where / f"{name}_{os.getpid()}_{time.monotonic_ns()}.py"
     path.write_text(code, "utf-8")
@@ -56,14 +56,16 @@ def apply_load_code(code: str, loaded: LoadedModel, name: str, folder: Path | No
     """Apply a LOAD fix's code (a wrapper, a switch) as if pasted into the script: the `model` it
     leaves is the one exported, and a setting it defines (`output_names`) is the script's setting
     from then on. Code that defines `example_inputs` anew (a wrapper with other inputs) replaces
-    the example: those positional inputs, and `example_kwargs` if it defines that too."""
+    the example: those positional inputs, and `example_kwargs` if it defines that too (else the
+    script's keyword inputs stay: a fix that casts or widens the positional ones keeps them)."""
     from onnxdoctor.worker.loader import SETTING_NAMES
 
     namespace = run_code(code, loaded, name, folder)
     loaded.model = namespace.get("model", loaded.model)
     if namespace.get("example_inputs", loaded.args) is not loaded.args:
         loaded.args = tuple(namespace["example_inputs"])
-        loaded.kwargs = dict(namespace.get("example_kwargs") or {})
+        if namespace.get("example_kwargs", loaded.kwargs) is not loaded.kwargs:
+            loaded.kwargs = dict(namespace["example_kwargs"] or {})
     for setting in SETTING_NAMES:
         if setting in namespace and namespace[setting] is not loaded.namespace.get(setting):
             loaded.settings[setting] = namespace[setting]

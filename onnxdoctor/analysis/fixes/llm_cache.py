@@ -62,6 +62,7 @@ with torch.no_grad():
     probe = model.model(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=True)[model.cache_name]
 vocab = model.model.config.get_text_config(decoder=True).vocab_size
 generator = torch.Generator().manual_seed(0)
+example_kwargs = {}  # the wrapper takes everything positionally
 example_inputs = (
     torch.randint(0, vocab, (2, 4), generator=generator),
     torch.ones(2, 3 + 4, dtype=torch.long),
@@ -153,6 +154,7 @@ generator = torch.Generator().manual_seed(0)
 model.encoder_inputs = (torch.randint(0, vocab, (2, 6), generator=generator), torch.ones(2, 6, dtype=torch.long))
 with torch.no_grad():
     hidden, *cross = Seq2SeqEncoder(model.model)(*model.encoder_inputs)
+example_kwargs = {}  # the wrapper takes everything positionally
 example_inputs = (
     torch.randint(0, vocab, (2, 4), generator=generator), hidden, model.encoder_inputs[1],
     *[torch.randn(2, t.shape[1], 3, t.shape[3], generator=generator).to(t.dtype) for t in cross], *cross,
