@@ -791,8 +791,15 @@ class Runner:
         def retrace(args: tuple[Any, ...], inputs: dict[str, Any]) -> Path:
             import torch
 
+            from onnxdoctor.worker.fixkit import eager_export
+
             path = self.workdir / f"retrace-{os.getpid()}-{time.monotonic_ns()}.onnx"
-            with quiet_torch_logs(), warnings.catch_warnings():
+            eager = state["recipe"].first(EagerExport)
+            # Traced again as the fix traced it: its Functions, branch and kept values included.
+            with quiet_torch_logs(), warnings.catch_warnings(), (
+                eager_export(state["loaded"], eager.functions, eager.not_in_export, eager.tensor_values)
+                if eager else contextlib.nullcontext()
+            ):
                 warnings.simplefilter("ignore")
                 torch.onnx.export(model, args, str(path), **{**kwargs, "kwargs": inputs or None})
             return path
