@@ -160,6 +160,12 @@ class OperatorExportType:
 
 
 @dataclass(frozen=True)
+class Unoptimized:
+    """The dynamo exporter's `optimize=False`: the ONNX graph as translated, without the constant
+    folding and simplification torch.onnx runs on it (ONNX Runtime still optimizes at load)."""
+
+
+@dataclass(frozen=True)
 class DynamicShapes:
     """Corrections to the script's dynamic_shapes.
 
@@ -267,19 +273,19 @@ class DecodeCheck:
     encoder: bool = False
 
 
-Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType
+Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
         | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
         | SessionConfig)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig)
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, Unoptimized, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
-_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, DynamicShapes)
+_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, DynamicShapes)
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
-                EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType,
+                EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig)
 }
 

@@ -318,6 +318,13 @@ CASES: dict[str, Case] = {
         lambda x: torch.nn.functional.adaptive_max_pool3d(x, (2, 3, 2), return_indices=True),
         (_g(1, 2, 3, 5, 4), _g(2, 1, 2, 4, 7, seed=1)),
     ),
+    # Far below -18, where ONNX Runtime's Sigmoid is 0 and Log(Sigmoid(x)) is -inf.
+    "aten::log_sigmoid": Case(lambda x: F.logsigmoid(x), (_g(4, 8, scale=60.0), torch.tensor([-200.0, -20.0, 0.0, 30.0]))),
+    # A NaN in some slices: PyTorch's amax/amin give NaN there, ONNX Runtime's ReduceMax skips it.
+    "aten::amax": Case(lambda x: (torch.amax(x, dim=(1, 2)), torch.amax(x, -1, keepdim=True), torch.amax(x)),
+                       (torch.tensor([[[1.0, NAN], [3.0, -2.0]], [[0.5, 4.0], [-INF, 2.0]]]),)),
+    "aten::amin": Case(lambda x: (torch.amin(x, dim=0), torch.amin(x, dim=(-1,), keepdim=True)),
+                       (torch.tensor([[1.0, NAN, -3.0], [2.0, 0.0, INF]]),)),
     "aten::rrelu_with_noise": Case(
         lambda x: (torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), _RRELU(x)),
         (_g(3, 4), torch.tensor([-INF, -1.0, -0.0, 0.0, 2.0, NAN])),

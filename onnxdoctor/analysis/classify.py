@@ -565,7 +565,13 @@ def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:
     through = f" (exported from {torch_op})" if torch_op and not diverging.get("symbolic") else ""
     if diverging.get("inputs_agree") is False:
         through += "; some of its inputs come from nodes the search could not compare, so the difference may arise there"
-    if diverging.get("runtime_matches_reference") is True:
+    if diverging.get("runtime_matches_reference") is True and diverging.get("max_abs_diff") == float("inf"):
+        # NaN or infinity on one side only: inputs equal within the tolerance can still differ
+        # where it matters (a 1e-15 epsilon folded away turns x / (0 + eps) into 0 / 0).
+        through += ("; a NaN or an infinity first appears here on one side only, though its inputs agree with "
+                    "PyTorch within the tolerance: a difference below it (an epsilon the exporter dropped or "
+                    "folded, float rounding) meets a division, log or exp that turns it into NaN or infinity")
+    elif diverging.get("runtime_matches_reference") is True:
         written = ", ".join(diverging.get("group_ops") or [str(onnx_op)])
         through += (f"; its inputs agree with PyTorch and ONNX Runtime computes {written} as ONNX's reference "
                     f"implementation does: the export of {torch_op or 'this code'} means something other than "

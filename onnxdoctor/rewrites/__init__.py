@@ -39,6 +39,7 @@ def _load() -> tuple[Rewrite, ...]:
         pooling,
         pooling3d,
         quantize,
+        reduction,
         resize,
         sampling,
         scatter,
@@ -53,7 +54,7 @@ def _load() -> tuple[Rewrite, ...]:
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
                    scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize,
-                   sampling, losses, quantize, sparse):
+                   sampling, losses, quantize, sparse, reduction):
         found.extend(module.REWRITES)
     return tuple(found)
 

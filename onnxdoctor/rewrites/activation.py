@@ -1,4 +1,6 @@
-"""Activations with no exporter function: rrelu at inference."""
+"""Activations: rrelu at inference (no exporter function), and log_sigmoid, which both exporters
+write as Log(Sigmoid(x)): ONNX Runtime's Sigmoid gives 0 from about x = -18 in float32, and the log
+of it is -inf where PyTorch's stable kernel gives about x."""
 
 from __future__ import annotations
 
@@ -18,6 +20,17 @@ def rrelu(x, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
 '''
 
 
+LOG_SIGMOID = r'''
+def log_sigmoid(x):
+    """F.logsigmoid in its stable form: min(x, 0) - log1p(exp(-|x|)), finite for every finite x."""
+    return torch.minimum(x, torch.zeros_like(x)) - torch.log1p(torch.exp(-x.abs()))
+
+
+def log_sigmoid_forward(x):
+    """aten::log_sigmoid_forward (what autograd-recording calls reach): the value and an unused buffer."""
+    return log_sigmoid(x), torch.zeros(0, dtype=x.dtype)
+'''
+
 REWRITES = (
     Rewrite(
         op="aten::rrelu_with_noise",
@@ -31,5 +44,19 @@ REWRITES = (
         limits="inference (training=False, a model in eval()): in training the slopes are random "
         "and no export can reproduce them",
         reported_as=("aten::rrelu", "aten::rrelu_with_noise_functional"),
+    ),
+    Rewrite(
+        op="aten::log_sigmoid",
+        family="activation",
+        targets=("aten.log_sigmoid.default", "aten.log_sigmoid_forward.default"),
+        functions=("log_sigmoid", "log_sigmoid_forward"),
+        function="log_sigmoid",
+        source=LOG_SIGMOID,
+        exactness=Exactness.ROUNDING,
+        error="the formula PyTorch's CPU kernel uses: float rounding of exp and log1p",
+        limits="floating-point inputs",
+        reported_as=("aten::log_sigmoid_forward",),
+        # Both exporters map it, as Log(Sigmoid(x)): a rewrite for the numbers, not for a failure.
+        mismatch_only=True,
     ),
 )

@@ -8,6 +8,7 @@ PyTorch's, to name the first node that diverges.
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -208,7 +209,7 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
     from torch.onnx import verification
 
     loaded = state["loaded"]
-    with quiet_torch_logs():
+    with quiet_torch_logs(), _nan_aware_comparison():
         infos = verification.verify_onnx_program(
             state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
         )
@@ -238,6 +239,51 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
                     found.update(_group_against_reference(state, rows, row, atol, rtol))
             return found
     return None
+
+
+@contextlib.contextmanager
+def _nan_aware_comparison() -> Iterator[None]:
+    """torch's intermediate-value comparison with NaN and infinities compared as values.
+
+    It takes the largest |expected - actual|: a NaN on either side makes that NaN, which is never
+    above a tolerance, so the node where a NaN or an infinity first appears (0/0 after an epsilon
+    the optimizer dropped, log of an underflowed sigmoid) was passed over. Here a NaN or infinity
+    on one side only is an infinite difference, and the same one on both sides none. Private
+    torch API, so best effort: where it has moved the comparison is torch's own."""
+    try:
+        from torch.onnx._internal.exporter import _verification as internals
+    except ImportError:
+        yield
+        return
+    original = getattr(internals, "_compare_tensors", None)
+    if original is None:
+        yield
+        return
+    import torch
+
+    def compare(expected: Any, actual: Any) -> Any:
+        found = original(expected, actual)
+        try:
+            e, a = expected.detach().cpu(), actual.detach().cpu()
+            if not (e.is_floating_point() and a.is_floating_point()) or e.shape != a.shape:
+                return found
+            e, a = e.double(), a.double()
+            agree = (e == a) | (torch.isnan(e) & torch.isnan(a))
+            odd = ~torch.isfinite(e) | ~torch.isfinite(a)
+            if not bool(odd.any()):
+                return found
+            abs_diff = torch.where(agree, torch.zeros_like(e), torch.where(odd, torch.full_like(e, math.inf),
+                                                                             (e - a).abs()))
+            rel_diff = abs_diff / (e.abs().nan_to_num(posinf=0.0, neginf=0.0) + 1e-7)
+            return abs_diff.max().item(), rel_diff.max().item(), abs_diff, rel_diff
+        except Exception:
+            return found
+
+    internals._compare_tensors = compare
+    try:
+        yield
+    finally:
+        internals._compare_tensors = original
 
 
 # FX ops that move or select values without computing new ones: a folded constant's numbers come

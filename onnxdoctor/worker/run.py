@@ -43,6 +43,7 @@ from onnxdoctor.recipe import (
     RewriteOnnx,
     RuntimeKernels,
     SessionConfig,
+    Unoptimized,
     UseExporter,
     UseOpset,
 )
@@ -426,6 +427,8 @@ class Runner:
                     kwargs["custom_opsets"] = dict(domains)
                 case OperatorExportType(name=name):
                     kwargs["operator_export_type"] = getattr(torch.onnx.OperatorExportTypes, name)
+                case Unoptimized() if dynamo:
+                    kwargs["optimize"] = False
         facts: dict[str, Any] = {
             "exporter": "dynamo" if dynamo else "torchscript",
             "requested_opset": opset,

@@ -106,6 +106,8 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
                 options.append(f"custom_opsets={dict(domains)!r}")
             case steps.OperatorExportType(name=name):
                 options.append(f"operator_export_type=torch.onnx.OperatorExportTypes.{name}")
+            case steps.Unoptimized():
+                options.append("optimize=False")
     shapes = recipe.first(steps.DynamicShapes)
     declare = recipe.first(steps.DeclareDynamic)
     if declare is not None:

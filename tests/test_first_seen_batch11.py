@@ -1,5 +1,7 @@
-"""Values the TorchScript tracer froze, answered with the value kept a tensor, and declared dims a
-dynamo export keys by forward()'s arguments (issue 22: mechanisms for failures not seen before)."""
+"""General mechanisms for failures not seen before (issue 22), written before and after the
+eleventh first-seen batch (fixtures/corpus/first_seen_2026-12-05.txt): values the TorchScript
+tracer froze kept as tensors, declared dims keyed by forward()'s arguments, a NaN the dynamo
+exporter's optimizer makes located and fixed by exporting without it."""
 
 from __future__ import annotations
 
@@ -138,3 +140,38 @@ def test_declared_dims_are_keyed_by_forward_s_arguments_and_a_size_one_dim_is_ex
     assert image.shape == (2, 3, 8) and scale.shape == (1,)  # only a declared dim of size 1 doubles
     exported = torch.export.export(loaded.model, (image, scale), dynamic_shapes=shapes)
     assert len(exported.range_constraints) == 2  # both dims stayed dynamic
+
+
+# The dynamo exporter's optimizer drops the `+ 1e-15`: a row of zeros becomes 0 / 0 = NaN in
+# ONNX Runtime where PyTorch gives zeros.
+DROPPED_EPSILON = '''
+import torch
+
+dynamo = True
+
+
+class Normalised(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = torch.relu(x)
+        return v / (v.sum(-1, keepdim=True) + 1e-15)
+
+
+def get_model():
+    x = torch.rand(2, 4)
+    x[0] = -x[0]
+    return Normalised().eval(), (x,)
+'''
+
+
+@pytest.mark.slow
+def test_a_nan_the_exporter_s_optimizer_makes_is_located_and_fixed_by_exporting_without_it(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(DROPPED_EPSILON)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    # The NaN first appears at the division, whose inputs agree within the tolerance.
+    assert finding.code == "OD601" and finding.op == "aten::div" and finding.onnx_op == "Div"
+    assert "NaN or an infinity first appears here" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "export_options" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "optimize=False" in best.snippet
