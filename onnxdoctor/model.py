@@ -241,6 +241,9 @@ class FrozenSize:
     inputs: tuple[str, ...] = ()
     lines: tuple[tuple[str, str, str], ...] = ()
     exporter: str = ""
+    # The dims were not declared at all (ONNX Runtime refused another input's size there): the
+    # fix is to declare them, with the same exporter.
+    undeclared: bool = False
 
 
 # What a classifier read from a library's message, kept as data for the fix families.

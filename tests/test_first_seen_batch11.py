@@ -175,3 +175,46 @@ def test_a_nan_the_exporter_s_optimizer_makes_is_located_and_fixed_by_exporting_
     best = finding.fixes[0]
     assert best.kind == "export_options" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "optimize=False" in best.snippet
+
+
+# The script's own other inputs vary a dim nothing declared dynamic: ONNX Runtime refuses them.
+UNDECLARED = '''
+import torch
+
+dynamo = False
+opset_version = 17
+input_names = ["x", "y"]
+dynamic_axes = {"x": {0: "batch"}}
+
+
+class Pair(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.sum(-1, keepdim=True) + y.mean(1, keepdim=True)
+
+
+def get_model():
+    return Pair().eval(), (torch.randn(2, 3), torch.randn(2, 4))
+
+
+def get_inputs2():
+    return (torch.randn(5, 3), torch.randn(5, 7))
+'''
+
+
+@pytest.mark.slow
+def test_a_dim_the_script_s_other_inputs_vary_but_nothing_declared_is_declared_by_the_fix(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(UNDECLARED)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD802" and not diagnosis.healthy
+    # x's dim 0 is declared; both of y's dims are fixed, and both differ there.
+    assert "'y' dim 0 (fixed to 2, 5 there); 'y' dim 1 (fixed to 4, 7 there)" in finding.message
+    assert "'x'" not in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "declare_dynamic" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    # The script's own declaration is kept in what the user pastes, with the new dim beside it.
+    assert "'x': {0: 'batch'}" in best.snippet and "'y': {0: 'y_0', 1: 'y_1'}" in best.snippet
+    script.write_text(UNDECLARED.replace('{"x": {0: "batch"}}', '{"x": {0: "batch"}, "y": {0: "batch", 1: "n"}}'))
+    (declared,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
+    assert declared.healthy, [f.code for f in declared.findings]

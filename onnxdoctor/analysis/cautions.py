@@ -10,6 +10,7 @@ from onnxdoctor.analysis.findings import finding_from_record, make_finding
 from onnxdoctor.analysis.normalize import RUNNING_NODE, normalize_message
 from onnxdoctor.model import (
     Finding,
+    FrozenSize,
     SecondInputs,
     Severity,
     Stage,
@@ -82,6 +83,9 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         return []
     parity = by_stage.get(Stage.PARITY)
     second = (parity.facts.get("second_inputs") if parity else None) or {}
+    refused = _refused_dims(second, export)
+    if refused:
+        return refused
     message = ("the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
                "recorded only what the example input did")
     detail, severity = None, Severity.WARNING
@@ -146,6 +150,9 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         return []  # _frozen_trace reports it, with the frozen value as the cause
     if second.get("matched") is not False or second.get("unchecked"):
         return []
+    refused = _refused_dims(second, export)
+    if refused:
+        return refused
     op, node = _frozen_op(export, second, None) if export is not None else (None, None)
     where = _first_difference(second.get("diverging"))
     return [make_finding(
@@ -155,6 +162,50 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         + (f"; the difference first arises at {where}" if where else ""),
         op=op,
         node=node,
+    )]
+
+
+# ONNX Runtime refusing an input whose dims the graph fixed: "Got invalid dimensions for input: x
+# for the following indices\n index: 1 Got: 16 Expected: 1".
+_REFUSED_INPUT = re.compile(r"Got invalid dimensions for input: (\S+) for the following indices")
+_REFUSED_INDEX = re.compile(r"index: (\d+) Got: (\d+) Expected: (\d+)")
+
+
+def _refused_dims(second: Any, export: StageOutcome | None) -> list[Finding]:
+    """At other inputs ONNX Runtime refused a size in a dim the export fixed, because nothing
+    declared it dynamic: the script's own other inputs vary it, so declaring it is the fix (not a
+    frozen value: traced at those inputs, the export would match only there)."""
+    if not isinstance(second, dict) or second.get("matched") is not False:
+        return []
+    text = str(second.get("message") or "").replace("\\n", "\n")
+    named = _REFUSED_INPUT.search(text)
+    shapes = second.get("shapes") if isinstance(second.get("shapes"), dict) else {}
+    if named is None or named.group(1) not in shapes:
+        return []
+    # Every input's fixed dims that differ there (the worker compared the graph's input shapes);
+    # the message's own rows where that is missing.
+    rows = [(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in second.get("fixed") or () if len(r) == 4]
+    if not rows:
+        rows = [(named.group(1), int(i), int(got), int(want))
+                for i, got, want in _REFUSED_INDEX.findall(text[named.end():])]
+    if not rows:
+        return []
+    exporter = str((export.facts if export else {}).get("exporter") or "")
+    detail = FrozenSize(
+        dims=tuple((name, dim, f"{name}_{dim}", None, None) for name, dim, _got, _want in rows),
+        sizes=(tuple((n, tuple(int(d) for d in shape)) for n, shape in shapes.items()),),
+        inputs=tuple(shapes),
+        exporter=exporter,
+        undeclared=True,
+    )
+    dims = "; ".join(f"{name!r} dim {dim} (fixed to {want}, {got} there)" for name, dim, got, want in rows)
+    return [make_finding(
+        "OD802",
+        Stage.SHAPES,
+        f"the export fixed {dims}: nothing declared {'them' if len(rows) > 1 else 'it'} dynamic, and at other "
+        f"inputs ({second.get('source')}) ONNX Runtime refuses the size; declare "
+        f"{'them' if len(rows) > 1 else 'it'} dynamic (dynamic_axes / dynamic_shapes)",
+        detail=detail,
     )]
 
 

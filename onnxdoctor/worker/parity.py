@@ -572,11 +572,12 @@ def _nested(fn: Any, value: Any) -> Any:
 
 
 def second_input_check(state: dict[str, Any], atol: float, rtol: float,
-                       retrace: Any = None, target: Any = None) -> dict[str, Any]:
+                       retrace: Any = None, target: Any = None, derived: bool = True) -> dict[str, Any]:
     """Run the exported model and PyTorch again at other inputs and compare (a frozen trace).
 
-    The sets: the script's own `get_inputs2()` when it defines one, and always the three sets
-    `derived_input_sets` makes from the example. The export matches only if it matches at every
+    The sets: the script's own `get_inputs2()` when it defines one, and the three sets
+    `derived_input_sets` makes from the example (unless `derived` is false: a run with nothing
+    frozen is held to the script's own other inputs only). The export matches only if it matches at every
     set that PyTorch itself accepts. At the first set where it differs, the difference is traced
     to where it first arises (the first submodule whose output differs) and, with `retrace` (a
     function exporting the model traced at given inputs, returning the file), the model is
@@ -595,7 +596,8 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
         second = own()
         # One tensor is one input (tuple() of a tensor would split it into its rows).
         sets.append(("the script's get_inputs2()", (second,) if isinstance(second, torch.Tensor) else tuple(second), {}))
-    sets += derived_input_sets(loaded.args, loaded.kwargs or {})
+    if derived:
+        sets += derived_input_sets(loaded.args, loaded.kwargs or {})
     session = state["session"]
     worst: float | None = None
     checked: list[str] = []
@@ -616,7 +618,10 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
         if report["code"] is not None:
             result = {"source": source, "matched": False, "message": report["message"],
                       "max_abs_diff": report.get("max_abs_diff"), "sets": len(checked) + 1,
-                      "matched_at": checked, "refused": refused}
+                      "matched_at": checked, "refused": refused,
+                      # The set's shapes by ONNX input, and the dims where the graph fixed another
+                      # size (ONNX Runtime names only the first input it refuses).
+                      **_fixed_dims(session, tensor_leaves((args, kwargs)))}
             result.update(_trace_difference(state, atol, rtol, args, kwargs, retrace, target))
             return result
         checked.append(source)
@@ -632,6 +637,20 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
     described = parts[0] if len(checked) == 1 else f"{len(checked)} input sets: " + "; ".join(parts)
     return {"source": described, "matched": True, "message": None, "max_abs_diff": worst,
             "sets": len(checked), "refused": refused}
+
+
+def _fixed_dims(session: Any, tensors: list[Any]) -> dict[str, Any]:
+    """{"shapes": {input: shape}, "fixed": [[input, dim, size there, size in the graph], ...]}."""
+    shapes: dict[str, list[int]] = {}
+    fixed: list[list[Any]] = []
+    for declared, tensor in zip(session.get_inputs(), tensors):
+        shape = [int(d) for d in getattr(tensor, "shape", ())]
+        shapes[declared.name] = shape
+        if len(declared.shape) != len(shape):
+            continue
+        fixed += [[declared.name, dim, size, want] for dim, (size, want) in enumerate(zip(shape, declared.shape))
+                  if isinstance(want, int) and want != size]
+    return {"shapes": shapes, "fixed": fixed}
 
 
 def _trace_difference(state: dict[str, Any], atol: float, rtol: float, args: tuple[Any, ...],

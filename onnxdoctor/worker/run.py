@@ -734,14 +734,18 @@ class Runner:
                   and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())))
         if self.request.other_inputs:
             report["other_inputs_required"] = True  # a fix for a finding there: unchecked is not verified
-        if (frozen or self.request.other_inputs) and "random_outputs" not in state:
+        own_inputs = callable(state["loaded"].namespace.get("get_inputs2"))
+        if (frozen or self.request.other_inputs or own_inputs) and "random_outputs" not in state:
             # The tracer froze a value, or the fix answers a finding at other inputs: a match at
-            # the example input says nothing about others. (Not for outputs that matched only in
-            # distribution: one run at other inputs cannot tell a frozen branch from the draws.)
+            # the example input says nothing about others. The script's own get_inputs2() is
+            # checked in any case: inputs it says the model takes, which the export may refuse.
+            # (Not for outputs that matched only in distribution: one run at other inputs cannot
+            # tell a frozen branch from the draws.)
             with contextlib.suppress(Exception):
                 # At the tolerance of this comparison (a quantized fix's, where there is one).
-                report["second_inputs"] = second_input_check(state, atol, rtol, self._retrace(state) if frozen else None,
-                                                              self.code)
+                report["second_inputs"] = second_input_check(
+                    state, atol, rtol, self._retrace(state) if frozen else None, self.code,
+                    derived=frozen or self.request.other_inputs)
         return report
 
     def _in_distribution(self, state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ lists the sizes it passed at.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
@@ -24,15 +25,18 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if not isinstance(detail, FrozenSize) or ctx.target_kind != "script":
         return []
     exporter = detail.exporter or ctx.exporter or "dynamo"
-    params = tuple(ctx.facts_of(Stage.LOAD).get("forward_parameters") or ())
+    load = ctx.facts_of(Stage.LOAD)
+    params = tuple(load.get("forward_parameters") or ())
+    axes = (load.get("settings") or {}).get("dynamic_axes")
+    axes = axes if isinstance(axes, dict) else None
     declare = DeclareDynamic(dims=detail.dims, sizes=detail.sizes, inputs=detail.inputs)
     fixes: list[Fix] = []
-    if finding.code == "OD801" and detail.dims:
+    if (finding.code == "OD801" or detail.undeclared) and detail.dims:
         fixes.append(Fix(
             kind="declare_dynamic",
             title=("Declare the dimensions dynamic: dynamic_shapes with named Dims" if exporter == "dynamo"
                    else "Declare the dimensions dynamic: dynamic_axes"),
-            snippet=declaration_snippet(detail, exporter, params),
+            snippet=declaration_snippet(detail, exporter, params, axes),
             applicability=Applicability.SAFE,
             cost="none at run time; the bounds are from the sizes seen here, widen them to what you deploy",
             recipe=Recipe("declare_dynamic", (declare, UseExporter(exporter))),
@@ -44,7 +48,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             kind="script_branch",
             title="Script forward so the branch on the size stays a branch (an ONNX If): torch.jit.script",
             snippet=("scripted = torch.jit.script(model)  # the branch on the size becomes an ONNX If\n"
-                     + declaration_snippet(detail, "torchscript").replace("torch.onnx.export(model,",
+                     + declaration_snippet(detail, "torchscript", axes=axes).replace("torch.onnx.export(model,",
                                                                           "torch.onnx.export(scripted,")),
             applicability=Applicability.SAFE,
             cost=("TorchScript (torch.jit.script and the TorchScript exporter) is deprecated; forward must be "
@@ -57,7 +61,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         fixes.append(Fix(
             kind="exporter",
             title=f"Use the {other} exporter with the same dimensions declared dynamic",
-            snippet=declaration_snippet(detail, other, params),
+            snippet=declaration_snippet(detail, other, params, axes),
             applicability=Applicability.SAFE,
             cost=("the TorchScript exporter is deprecated and traces: a size it turns into a number is frozen too"
                   if other == "torchscript" else
@@ -105,18 +109,25 @@ def _patch_code(edits: list[tuple[int, str, str]]) -> str:
             f"rewrite_forward(model, [\n{rows}])\n")
 
 
-def declaration_snippet(detail: FrozenSize, exporter: str, params: tuple[str, ...] = ()) -> str:
+def declaration_snippet(detail: FrozenSize, exporter: str, params: tuple[str, ...] = (),
+                        axes: dict[str, Any] | None = None) -> str:
     """The `dynamic_shapes` (named Dims with bounds) or `dynamic_axes` that declares the dims.
 
     `params`: forward()'s argument names, which key `dynamic_shapes` where the dims are named by
-    the ONNX inputs (a TorchScript export's `input_names`), matched by position."""
+    the ONNX inputs (a TorchScript export's `input_names`), matched by position; `axes`: the
+    script's own `dynamic_axes`, which the TorchScript declaration keeps (the fix adds to them)."""
     by_input: dict[str, list[tuple[int, str]]] = {}
     bounds: dict[str, tuple[int | None, int | None]] = {}
+    if exporter != "dynamo":
+        for name, dims in (axes or {}).items():
+            pairs = dims.items() if isinstance(dims, dict) else ((d, f"{name}_{d}") for d in dims)
+            by_input[name] = [(int(d), str(label)) for d, label in pairs]
     to_param = {name: params[i] for i, name in enumerate(detail.inputs) if i < len(params) and name not in params}
     for name, dim, label, low, high in detail.dims:
         if exporter == "dynamo":
             name = to_param.get(name, name)
-        by_input.setdefault(name, []).append((dim, label))
+        if (dim, label) not in by_input.get(name, []):
+            by_input.setdefault(name, []).append((dim, label))
         bounds.setdefault(label, (low, high))
     if exporter == "dynamo":
         lines = ["from torch.export import Dim", ""]
