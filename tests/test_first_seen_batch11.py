@@ -17,6 +17,8 @@ from onnxdoctor.recipe import DeclareDynamic, EagerExport, Recipe, UseExporter, 
 from onnxdoctor.worker.fixkit import declared_dynamic, eager_export, widened_for_export
 from onnxdoctor.worker.loader import LoadedModel
 
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
 # The value goes out of a tensor and back: torch.tensor(<python int>) is recorded as a constant.
 # (The distribution's argument check is what torch.export cannot capture: the dynamo exporter
 # is no way out here.)
@@ -218,3 +220,12 @@ def test_a_dim_the_script_s_other_inputs_vary_but_nothing_declared_is_declared_b
     script.write_text(UNDECLARED.replace('{"x": {0: "batch"}}', '{"x": {0: "batch"}, "y": {0: "batch", 1: "n"}}'))
     (declared,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
     assert declared.healthy, [f.code for f in declared.findings]
+
+
+@pytest.mark.slow
+def test_an_object_constant_the_exporter_cannot_write_names_the_op_the_line_passes_it_to() -> None:
+    # A seeded torch.Generator made in forward() is traced as a prim::Constant no symbolic writes.
+    finding = diagnose(str(CORPUS / "randn_generator_constant_sde_noise_sampler_pytorch_136860.py"),
+                       DiagnoseOptions(fix=False))[0].findings[0]
+    assert finding.code == "OD299" and finding.op == "aten::randn"
+    assert finding.source is not None and finding.source.endswith("_136860.py:50")  # randn(..., generator=)

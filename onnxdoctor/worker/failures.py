@@ -21,6 +21,28 @@ from onnxdoctor.worker.tracebacks import (
     user_frame,
 )
 
+_DEFINED_AT = re.compile(r"node defined in (?:File \")?([^\"(\n]+?)\"?(?:\((\d+)\)|, line (\d+))")
+_CALL = re.compile(r"(?:\btorch\.|\.)([a-z_][a-z0-9_]*)\(")
+
+
+def constant_consumer(message: str, target: Path) -> tuple[str, int] | None:
+    """The aten op called on the user's line that a constant's error points at ("node defined in
+    model.py(50)"), read from the script, and the line: `torch.randn(x.shape, generator=g)` gives
+    aten::randn."""
+    import torch
+
+    where = _DEFINED_AT.search(message)
+    if where is None or Path(where.group(1).strip()).name != target.name:
+        return None
+    number = int(where.group(2) or where.group(3))
+    lines = target.read_text("utf-8", errors="replace").splitlines()
+    if not 0 < number <= len(lines):
+        return None
+    for name in _CALL.findall(lines[number - 1]):
+        if hasattr(torch.ops.aten, name):
+            return f"aten::{name}", number
+    return None
+
 
 def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: Path, *, gather: bool) -> dict[str, Any]:
     """Op, node, source line and registry facts for an export failure (best effort).
@@ -33,6 +55,14 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     info = error_info(exc)
     op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
     facts: dict[str, Any] = {"source": user_frame(exc, target)}
+    if op in (None, "prim::Constant") and "has kind 'prim::Constant'" in info["message"]:
+        # A Python object the tracer kept as a constant (a torch.Generator, a device) that no
+        # symbolic can write: the op the user's line passes it to is the one to name.
+        with contextlib.suppress(Exception):
+            consumer = constant_consumer(info["message"], target)
+            if consumer is not None:
+                op, line = consumer
+                facts["constant_source"] = f"{target.name}:{line}"
     symbolic = find_symbolic_frame(exc, target)
     if symbolic:
         # The failure happened inside the user's own symbolic function, called by torch.onnx.
@@ -95,7 +125,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     if op:
         facts["op"] = op
     if op and not symbolic:
-        located = source_from_frames(exc, target)
+        located = facts.get("constant_source") or source_from_frames(exc, target)
         if located:
             facts["source"] = located
         else:  # costs a torch.export: only when the exporter's own frames did not tell
