@@ -229,3 +229,14 @@ def test_an_object_constant_the_exporter_cannot_write_names_the_op_the_line_pass
                        DiagnoseOptions(fix=False))[0].findings[0]
     assert finding.code == "OD299" and finding.op == "aten::randn"
     assert finding.source is not None and finding.source.endswith("_136860.py:50")  # randn(..., generator=)
+
+
+@pytest.mark.slow
+def test_a_class_deriving_from_script_module_is_exported_rebuilt_on_nn_module() -> None:
+    # RWKV's `MyModule = torch.jit.ScriptModule` with @script_method helpers and a plain forward:
+    # no exporter takes it, and building the class again scripts it again.
+    finding = diagnose(str(CORPUS / "script_module_plain_forward_rwkv_jit_rwkv_lm_140.py"),
+                       DiagnoseOptions(fix=True, check_shapes=False))[0].findings[0]
+    best = finding.fixes[0]
+    assert best.kind == "scripted_eager" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "eager_twin(RWKVRNN)()" in best.snippet and "rebuilt on nn.Module" in best.title

@@ -24,6 +24,9 @@ def script_module_facts(model: Any, loaded: Any) -> dict[str, Any]:
     eager = None
     if isinstance(cls, type) and issubclass(cls, torch.nn.Module) and not _needs_arguments(cls):
         eager = name
+    # A class that derives from torch.jit.ScriptModule itself (`MyModule = torch.jit.ScriptModule`,
+    # helpers under @torch.jit.script_method): building it again gives a ScriptModule again.
+    subclass = isinstance(cls, type) and issubclass(cls, torch.jit.ScriptModule)
     arguments: list[dict[str, Any]] = []
     try:
         for argument in model.forward.schema.arguments[1:]:  # [0] is self
@@ -34,6 +37,7 @@ def script_module_facts(model: Any, loaded: Any) -> dict[str, Any]:
     return {"script_module": {
         "original_name": name,
         "eager_class": eager,
+        "script_subclass": subclass,
         "arguments": arguments,
         "positional_inputs": len(loaded.args),
         "keyword_inputs": sorted(loaded.kwargs or {}),

@@ -38,7 +38,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
     if eager:
-        fixes.append(_eager_class(str(eager)))
+        fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass"))))
     wrapper = _wrapper(facts)
     if wrapper is not None:
         fixes.append(wrapper)
@@ -46,11 +46,48 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     return fixes
 
 
-def _eager_class(name: str) -> Fix:
+# The class rebuilt on nn.Module: torch.jit.ScriptModule's metaclass scripts every instance after
+# __init__ and keeps each @script_method's Python function in the class's `_methods` stubs.
+EAGER_TWIN = """\
+import types
+
+
+def eager_twin(cls):
+    \"\"\"`cls` with torch.jit.ScriptModule replaced by nn.Module and each @torch.jit.script_method
+    (and __init__) its Python function again.\"\"\"
+    if cls is torch.jit.ScriptModule:
+        return torch.nn.Module
+    if not issubclass(cls, torch.jit.ScriptModule):
+        return cls
+    body = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__", "_methods")}
+    body.update({k: stub.original_method for k, stub in vars(cls).get("_methods", {}).items()})
+    body = {k: getattr(v, "original_method", v) for k, v in body.items()}
+    if "__init__" in body:
+        body["__init__"] = getattr(body["__init__"], "__wrapped__", body["__init__"])
+    twin = type(cls.__name__, tuple(eager_twin(b) for b in cls.__bases__), body)
+    for key, value in body.items():
+        # super() in a method reads the class from a cell: the twin's, not cls's.
+        if isinstance(value, types.FunctionType) and "__class__" in value.__code__.co_freevars:
+            cells = tuple(types.CellType(twin) if free == "__class__" else cell
+                          for free, cell in zip(value.__code__.co_freevars, value.__closure__))
+            rebuilt = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, cells)
+            rebuilt.__kwdefaults__ = value.__kwdefaults__
+            setattr(twin, key, rebuilt)
+    return twin
+
+
+"""
+
+
+def _eager_class(name: str, subclass: bool = False) -> Fix:
+    build = f"eager_twin({name})()" if subclass else f"{name}()"
     code = (
-        f"# The class you scripted, built eagerly and given the scripted model's weights:\n"
-        f"# both exporters take an eager module (export it instead of torch.jit.script's result).\n"
-        f"eager = {name}()\n"
+        (EAGER_TWIN if subclass else "")
+        + "# The class you scripted, built eagerly and given the scripted model's weights:\n"
+        "# both exporters take an eager module (export it instead of torch.jit.script's result).\n"
+        + (f"# {name} derives from torch.jit.ScriptModule: the same class on nn.Module is built.\n"
+           if subclass else "")
+        + f"eager = {build}\n"
         "eager.load_state_dict(model.state_dict())\n"
         "eager.train(model.training)\n"
         "if not model.training:  # the same numbers as the scripted model at the example inputs\n"
@@ -60,11 +97,13 @@ def _eager_class(name: str) -> Fix:
     )
     return Fix(
         kind="scripted_eager",
-        title=f"Export the eager {name} (the class you scripted) with the scripted model's weights",
+        title=(f"Export {name} rebuilt on nn.Module (it derives from torch.jit.ScriptModule) with the scripted "
+               "model's weights" if subclass else
+               f"Export the eager {name} (the class you scripted) with the scripted model's weights"),
         snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
         applicability=Applicability.SAFE,
         cost=f"none: the same code and weights; keep torch.jit.script for your TorchScript deployment "
-             f"and export {name}() itself",
+             f"and export {build} itself",
         recipe=Recipe("scripted_eager", (LoadCode(code),), isolated=True),
     )
 
