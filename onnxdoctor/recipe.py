@@ -137,12 +137,14 @@ class EagerExport:
     reads false, so forward() takes its eager branch; `tensor_values`: `Tensor.item()` gives the
     0-d tensor itself and `torch.tensor()` of tensors stacks them, so a value that forward() takes
     out of a tensor and puts back stays in the traced graph instead of becoming a constant. All
-    are undone when the export returns.
+    are undone when the export returns. `traced_helpers`: functions under
+    @torch.jit.script_if_tracing run as Python under the tracer instead of being scripted.
     """
 
     functions: tuple[str, ...] = ()
     not_in_export: bool = False
     tensor_values: bool = False
+    traced_helpers: bool = False
 
 
 @dataclass(frozen=True)

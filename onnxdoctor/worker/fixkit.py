@@ -198,7 +198,7 @@ def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, at
 
 @contextlib.contextmanager
 def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False,
-                 tensor_values: bool = False) -> Iterator[None]:
+                 tensor_values: bool = False, traced_helpers: bool = False) -> Iterator[None]:
     """For the duration of an export: the Functions without their `symbolic` (the exporter traces
     their forward), torch.onnx.is_in_onnx_export() false (forward() takes its eager branch), and
     values taken out of tensors kept as tensors (`tensor_values`, see `_keep_tensor_values`)."""
@@ -207,6 +207,8 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
     try:
         if tensor_values:
             _keep_tensor_values(undo)
+        if traced_helpers:
+            _trace_scripted_helpers(undo)
         for name in functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -222,6 +224,27 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
     finally:
         for step in reversed(undo):
             step()
+
+
+def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:
+    """A @torch.jit.script_if_tracing function runs as Python under the tracer, until `undo` runs.
+
+    Its wrapper scripts the function the first time it is called while tracing, and the
+    TorchScript exporter then meets the scripted graph (loops, lists, ops of unknown rank) that
+    its symbolics cannot always write. Traced as Python instead, the calls are recorded op by op
+    for the example's sizes (a loop is unrolled): the fix's check at other inputs says whether
+    that holds."""
+    import inspect
+
+    from torch.jit import _trace
+
+    original = _trace.script
+
+    def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return obj if inspect.isfunction(obj) else original(obj, *args, **kwargs)
+
+    _trace.script = script  # type: ignore[assignment]
+    undo.append(lambda: setattr(_trace, "script", original))
 
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:

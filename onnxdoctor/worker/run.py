@@ -296,6 +296,10 @@ class Runner:
         }
         facts["custom_symbolics"] = find_custom_symbolics(self.code.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
+        helpers = [name for name, value in loaded.namespace.items()
+                   if callable(value) and getattr(value, "__script_if_tracing_wrapper", False)]
+        if helpers:
+            facts["script_if_tracing"] = helpers[:20]  # scripted only while tracing
         facts.update(quantized_facts(model))  # quantized modules (torch.ao)
         facts.update(recurrent_facts(model))  # LSTM options the exporters miss
         facts.update(cache_facts(model))  # a transformers model's cache (decoder-only or not)
@@ -444,7 +448,7 @@ class Runner:
         branch = {"export_branch": False}
         try:
             with quiet_torch_logs(), (
-                eager_export(loaded, eager.functions, eager.not_in_export, eager.tensor_values) if eager
+                eager_export(loaded, eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers) if eager
                 else watching_export_branch(loaded)
             ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
                 branch = watched or branch
@@ -804,7 +808,7 @@ class Runner:
             eager = state["recipe"].first(EagerExport)
             # Traced again as the fix traced it: its Functions, branch and kept values included.
             with quiet_torch_logs(), warnings.catch_warnings(), (
-                eager_export(state["loaded"], eager.functions, eager.not_in_export, eager.tensor_values)
+                eager_export(state["loaded"], eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers)
                 if eager else contextlib.nullcontext()
             ):
                 warnings.simplefilter("ignore")

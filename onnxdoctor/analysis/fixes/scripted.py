@@ -15,7 +15,7 @@ from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import ExportCode, LoadCode, Recipe, UseExporter
+from onnxdoctor.recipe import EagerExport, ExportCode, LoadCode, Recipe, UseExporter
 
 CODES = ("OD201", "OD202", "OD204", "OD205", "OD299")
 
@@ -31,7 +31,10 @@ def script_module(ctx: FixContext) -> dict[str, Any] | None:
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """Routes around exporting the ScriptModule itself."""
+    """Routes around exporting the ScriptModule itself, or the helpers scripted while tracing."""
+    helpers = _traced_helpers(finding, ctx)
+    if helpers is not None:
+        return [helpers]
     facts = script_module(ctx)
     if ctx.target_kind != "script" or facts is None or finding.stage is not Stage.EXPORT:
         return []
@@ -161,4 +164,29 @@ def _converter() -> Fix:
         cost="TS2EPConverter is a private torch API and converts only some TorchScript (no prim::Loop); "
              "control flow it converts becomes torch.cond (ONNX If)",
         recipe=Recipe("scripted_converter", (UseExporter("dynamo"), ExportCode(code, program="program"))),
+    )
+
+
+def _traced_helpers(finding: Finding, ctx: FixContext) -> Fix | None:
+    """A TorchScript export that failed with @torch.jit.script_if_tracing helpers in the script:
+    trace them as Python (the exporter met their scripted graph)."""
+    helpers = ctx.facts_of(Stage.LOAD).get("script_if_tracing") or ()
+    if not helpers or ctx.exporter != "torchscript" or finding.stage is not Stage.EXPORT or ctx.target_kind != "script":
+        return None
+    names = ", ".join(str(h) for h in helpers[:3])
+    return Fix(
+        kind="scripted_helpers",
+        title=f"Trace {names} as Python instead of scripting it (@torch.jit.script_if_tracing)",
+        snippet=(
+            "# torch.jit.script_if_tracing scripts the function when the tracer first calls it, and the\n"
+            "# exporter then meets its scripted graph. Traced as Python, each call is recorded op by op\n"
+            "# (a loop unrolled for the example's sizes): drop the decorator for the export, e.g.\n"
+            f"{helpers[0]} = {helpers[0]}.__original_fn  # the undecorated function\n"
+            "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=("a loop over a data-dependent count is unrolled for the example's count: the check at other "
+              "inputs says whether the export holds there"),
+        recipe=Recipe("scripted_helpers", (EagerExport(traced_helpers=True), UseExporter("torchscript")),
+                      isolated=True),
     )
