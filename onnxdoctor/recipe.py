@@ -138,13 +138,16 @@ class EagerExport:
     0-d tensor itself and `torch.tensor()` of tensors stacks them, so a value that forward() takes
     out of a tensor and puts back stays in the traced graph instead of becoming a constant. All
     are undone when the export returns. `traced_helpers`: functions under
-    @torch.jit.script_if_tracing run as Python under the tracer instead of being scripted.
+    @torch.jit.script_if_tracing run as Python under the tracer instead of being scripted;
+    `global_pools`: an avg/max pool whose kernel covers the whole input (`F.avg_pool2d(x,
+    x.size()[2:])`, GeM) is a mean/amax over those dims, which follows the input's size.
     """
 
     functions: tuple[str, ...] = ()
     not_in_export: bool = False
     tensor_values: bool = False
     traced_helpers: bool = False
+    global_pools: bool = False
 
 
 @dataclass(frozen=True)

@@ -253,3 +253,51 @@ def test_a_helper_scripted_while_tracing_is_traced_as_python_and_held_to_the_oth
     traced = next(f for f in finding.fixes if f.kind == "scripted_helpers")
     assert "heatmaps_to_keypoints" in traced.title and traced.verified is False
     assert traced.check is not None and traced.check.problem is not None and "OD210" in traced.check.problem
+
+
+# The max-pool kernel is read from the input's size through the script's own name for the
+# functional: traced, the kernel is the example's number.
+FULL_MAX_POOL = '''
+import torch
+from torch.nn.functional import max_pool2d
+
+dynamo = False
+opset_version = 17
+input_names = ["image"]
+dynamic_axes = {"image": {2: "height", 3: "width"}}
+
+
+class Head(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        return max_pool2d(x, [int(s) for s in x.shape[2:]]).flatten(1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Head().eval(), (torch.rand(1, 3, 12, 10),)
+
+
+def get_inputs2():
+    torch.manual_seed(1)
+    return (torch.rand(1, 3, 20, 16),)
+'''
+
+
+@pytest.mark.slow
+def test_a_pool_whose_kernel_is_read_from_the_input_size_is_fixed_as_a_mean_or_amax(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(FULL_MAX_POOL)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True))
+    errors = [f for f in diagnosis.findings if f.severity.value == "error"]
+    assert errors and errors[0].code in ("OD210", "OD802", "OD803")
+    pooled = next(f for f in errors[0].fixes if f.kind == "global_pool")
+    assert pooled.verified is True and pooled.check is not None and pooled.check.sizes, pooled.check
+    # GeM: an average of the p-th powers over a kernel read with int() from x.size().
+    (gem,) = diagnose(str(CORPUS / "avg_pool2d_frozen_kernel_gem_pooling_pytorch_39323.py"),
+                      DiagnoseOptions(fix=True, max_fix_checks=2))
+    assert gem.findings[0].fixes[0].kind == "global_pool" and gem.findings[0].fixes[0].verified is True

@@ -198,7 +198,8 @@ def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, at
 
 @contextlib.contextmanager
 def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False,
-                 tensor_values: bool = False, traced_helpers: bool = False) -> Iterator[None]:
+                 tensor_values: bool = False, traced_helpers: bool = False,
+                 global_pools: bool = False) -> Iterator[None]:
     """For the duration of an export: the Functions without their `symbolic` (the exporter traces
     their forward), torch.onnx.is_in_onnx_export() false (forward() takes its eager branch), and
     values taken out of tensors kept as tensors (`tensor_values`, see `_keep_tensor_values`)."""
@@ -209,6 +210,8 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
             _keep_tensor_values(undo)
         if traced_helpers:
             _trace_scripted_helpers(undo)
+        if global_pools:
+            _global_pools(loaded, undo)
         for name in functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -224,6 +227,55 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
     finally:
         for step in reversed(undo):
             step()
+
+
+def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """F.avg_pool1d/2d and F.max_pool1d/2d whose kernel covers the whole input are a mean/amax over
+    those dims, until `undo` runs (the script's own names for them too).
+
+    The kernel is read from the input's size (`F.avg_pool2d(x, x.size()[2:])`, GeM pooling), and
+    the tracer stores it as a number: AveragePool[kernel_shape=[16, 18]] pools only a corner of a
+    larger input. A mean over the dims reads the size at run time. Whether the kernel always
+    covers the input is a property of the code, not of one call: the fix's check at other sizes
+    and inputs says whether it holds."""
+    import torch.nn.functional as F
+
+    def covering(x: Any, kernel: Any, stride: Any, padding: Any, rank: int) -> bool:
+        size = [int(d) for d in x.shape[-rank:]]
+        kernel = [int(k) for k in (kernel if isinstance(kernel, (list, tuple)) else [kernel] * rank)]
+        pads = padding if isinstance(padding, (list, tuple)) else [padding] * rank
+        strides = kernel if stride in (None, [], ()) else (
+            stride if isinstance(stride, (list, tuple)) else [stride] * rank)
+        return kernel == size and all(int(p) == 0 for p in pads) and [int(s) for s in strides] == kernel
+
+    def averaging(original: Any, rank: int) -> Any:
+        def pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True, *rest: Any, **kwargs: Any) -> Any:
+            if not rest and kwargs.get("divisor_override") is None and covering(x, kernel_size, stride, padding, rank):
+                return x.mean(dim=tuple(range(-rank, 0)), keepdim=True)
+            return original(x, kernel_size, stride, padding, ceil_mode, count_include_pad, *rest, **kwargs)
+        return pool
+
+    def maximum(original: Any, rank: int) -> Any:
+        def pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+                 ceil_mode: bool = False, return_indices: bool = False) -> Any:
+            if not return_indices and covering(x, kernel_size, stride, padding, rank):
+                return x.amax(dim=tuple(range(-rank, 0)), keepdim=True)
+            return original(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+        return pool
+
+    scope = getattr(getattr(type(loaded.model), "forward", None), "__globals__", None)
+    for name, make, rank in (("avg_pool2d", averaging, 2), ("avg_pool1d", averaging, 1),
+                             ("max_pool2d", maximum, 2), ("max_pool1d", maximum, 1)):
+        original = getattr(F, name)
+        replaced = make(original, rank)
+        setattr(F, name, replaced)
+        undo.append(lambda name=name, original=original: setattr(F, name, original))
+        if isinstance(scope, dict):
+            for key, value in list(scope.items()):
+                if value is original:  # `from torch.nn.functional import avg_pool2d`
+                    scope[key] = replaced
+                    undo.append(lambda key=key, original=original: scope.__setitem__(key, original))
 
 
 def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:

@@ -448,7 +448,7 @@ class Runner:
         branch = {"export_branch": False}
         try:
             with quiet_torch_logs(), (
-                eager_export(loaded, eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers) if eager
+                eager_export(loaded, eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers, eager.global_pools) if eager
                 else watching_export_branch(loaded)
             ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
                 branch = watched or branch
@@ -808,7 +808,7 @@ class Runner:
             eager = state["recipe"].first(EagerExport)
             # Traced again as the fix traced it: its Functions, branch and kept values included.
             with quiet_torch_logs(), warnings.catch_warnings(), (
-                eager_export(state["loaded"], eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers)
+                eager_export(state["loaded"], eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers, eager.global_pools)
                 if eager else contextlib.nullcontext()
             ):
                 warnings.simplefilter("ignore")

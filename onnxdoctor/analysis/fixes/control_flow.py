@@ -6,6 +6,7 @@ from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
+from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
 
@@ -25,8 +26,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [library]
     where = f" at {finding.source}" if finding.source else ""
     values = _tensor_values(finding, ctx)
+    pools = global_pool_fix(finding, ctx) if finding.code == "OD210" else None
     return [
         *([values] if values else []),
+        *([pools] if pools else []),
         Fix(
             kind="control_flow",
             title=f"Express the data-dependent branch{where} with tensor ops (torch.where / torch.cond)",

@@ -12,7 +12,7 @@ from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
-from onnxdoctor.recipe import DeclareDynamic, LoadCode, Recipe, UseExporter
+from onnxdoctor.recipe import DeclareDynamic, EagerExport, LoadCode, Recipe, UseExporter
 
 CODES = ("OD801", "OD802", "OD803", "OD804")
 
@@ -69,6 +69,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                   "by a guard there too"),
             recipe=Recipe("exporter", (UseExporter(other), declare)),
         ))
+    pools = global_pool_fix(finding, ctx)
+    if pools is not None:
+        fixes.append(pools)
     rewrite = rewrite_snippet(detail)
     if rewrite:
         branch = all(kind == "branch" for _s, kind, _t in detail.lines)
@@ -191,3 +194,31 @@ def _rewritten(kind: str, text: str) -> str:
 
 def _minus_one(match: re.Match[str]) -> str:
     return f".{match.group(1)}(-1,"
+
+
+_POOLS = ("AveragePool", "MaxPool")
+
+
+def global_pool_fix(finding: Finding, ctx: FixContext) -> Fix | None:
+    """A traced pool whose kernel was read from the input's size: a mean/amax over the dims.
+
+    For a size finding (OD802/OD803) or a frozen value (OD210) of a TorchScript export holding an
+    AveragePool/MaxPool node."""
+    export = ctx.facts_of(Stage.EXPORT)
+    ops = {str(t).rsplit("::", 1)[-1] for t in export.get("op_types") or ()}
+    if ctx.target_kind != "script" or ctx.exporter != "torchscript" or not ops & set(_POOLS):
+        return None
+    return Fix(
+        kind="global_pool",
+        title="Pool over the whole input with a mean (or amax) instead of a kernel read from its size",
+        snippet=(
+            "# before:  F.avg_pool2d(x, [int(s) for s in x.size()[2:]])   # the trace stores the kernel\n"
+            "x = x.mean(dim=(-2, -1), keepdim=True)        # or F.adaptive_avg_pool2d(x, 1)\n"
+            "# and for max pooling over the whole map:\n"
+            "x = x.amax(dim=(-2, -1), keepdim=True)        # or F.adaptive_max_pool2d(x, 1)\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=("an edit to forward(); checked by exporting with every pool whose kernel covers its input "
+              "computed that way, at the example and at other sizes and inputs"),
+        recipe=Recipe("global_pool", (EagerExport(global_pools=True), UseExporter("torchscript")), isolated=True),
+    )
