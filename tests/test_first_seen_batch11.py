@@ -301,3 +301,21 @@ def test_a_pool_whose_kernel_is_read_from_the_input_size_is_fixed_as_a_mean_or_a
     (gem,) = diagnose(str(CORPUS / "avg_pool2d_frozen_kernel_gem_pooling_pytorch_39323.py"),
                       DiagnoseOptions(fix=True, max_fix_checks=2))
     assert gem.findings[0].fixes[0].kind == "global_pool" and gem.findings[0].fixes[0].verified is True
+
+
+def test_a_rewrite_of_an_in_place_call_replaces_its_functional_overload_alone(tmp_path: Path) -> None:
+    # torch.export keeps `empty_like(y).uniform_()` in place; only functionalised is it
+    # aten.uniform. Missing it there, the program was decomposed with torch's whole default table,
+    # which turns empty_like into empty_permuted, an op the dynamo exporter has no function for.
+    from onnxdoctor.analysis.fixes.rewrite import program_code
+    from onnxdoctor.rewrites import find_rewrites
+
+    class Dither(torch.nn.Module):
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            return y + torch.empty_like(y).uniform_(-0.05, 0.05)
+
+    names = {"model": Dither().eval(), "example_inputs": (torch.randn(2, 3),), "torch": torch}
+    exec(program_code(find_rewrites("aten::uniform")), names)  # noqa: S102 (the fix's own code)
+    targets = {str(node.target) for node in names["program"].graph.nodes}
+    assert "aten.uniform.default" not in targets and "aten.empty_permuted.default" not in targets
+    torch.onnx.export(names["program"], (torch.randn(2, 3),), str(tmp_path / "dither.onnx"), dynamo=True)
