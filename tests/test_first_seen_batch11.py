@@ -319,3 +319,16 @@ def test_a_rewrite_of_an_in_place_call_replaces_its_functional_overload_alone(tm
     targets = {str(node.target) for node in names["program"].graph.nodes}
     assert "aten.uniform.default" not in targets and "aten.empty_permuted.default" not in targets
     torch.onnx.export(names["program"], (torch.randn(2, 3),), str(tmp_path / "dither.onnx"), dynamo=True)
+
+
+@pytest.mark.slow
+def test_a_wrongly_folded_weight_norm_is_named_and_fixed_by_folding_it_in_pytorch() -> None:
+    # The TorchScript symbolic of aten::_weight_norm reduces a 1-D weight over every axis, and
+    # constant folding stores the result: the Mul using it is right, its constant is not.
+    finding = diagnose(str(CORPUS / "weight_norm_1d_reducel2_empty_axes_gain_pytorch_191749.py"),
+                       DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=2))[0].findings[0]
+    assert finding.code == "OD601" and finding.op == "aten::_weight_norm"
+    assert "constant folding" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "fold_reparametrized" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "gain.gain (WeightNorm)" in best.title and "remove_weight_norm" in best.snippet

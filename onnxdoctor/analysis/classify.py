@@ -562,6 +562,11 @@ def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:
         return onnx_op, (f"; on the same inputs ONNX's reference implementation computes this {onnx_op} "
                          "otherwise than ONNX Runtime does: the runtime, not the export, departs from the "
                          "ONNX specification here")
+    if diverging.get("folded_input") and torch_op:
+        # The node is right; a constant the exporter computed from the parameters is not.
+        return torch_op, (f"; its input {diverging['folded_input']!r} is a constant the exporter computed from "
+                          f"{torch_op} while exporting (constant folding) and stored, and it differs from "
+                          f"what PyTorch's {torch_op} computes: the export of {torch_op} is what differs")
     through = f" (exported from {torch_op})" if torch_op and not diverging.get("symbolic") else ""
     if diverging.get("inputs_agree") is False:
         through += "; some of its inputs come from nodes the search could not compare, so the difference may arise there"

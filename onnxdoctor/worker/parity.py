@@ -1057,9 +1057,11 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
         # inherit it from nodes no call accounts for (the search says so rather than blame it).
         inputs_agree = all(i in agreed or i in inside for n in members for i in n.input if i)
         random = sorted({n.op_type for n in members if n.op_type in RANDOM_OPS})
+        folded = _wrong_fold(model, members, rows, traced, loaded, atol, rtol)
         return {
             "value": name, "node": node.name if node is not None else None,
-            "op": row.op, "torch_op": key[0], "source": row.source or None, "scope": row.module or None,
+            "op": row.op, "torch_op": (folded or {}).get("torch_op", key[0]), **(folded or {}),
+            "source": row.source or None, "scope": row.module or None,
             "max_abs_diff": report["max_abs_diff"] if report["code"] == "OD601" else None,
             "max_rel_diff": report["max_rel_diff"] if report["code"] == "OD601" else None,
             "compared": compared, "code": report["code"], "inputs_agree": inputs_agree,
@@ -1067,6 +1069,35 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
             **({"random": random} if random
                else runtime_against_reference(model, members, values, feeds, atol, rtol) if inputs_agree else {}),
         }
+    return None
+
+
+def _wrong_fold(model: Any, members: list[Any], rows: list[Any], traced: dict[str, list[list[Any]]],
+                loaded: Any, atol: float, rtol: float) -> dict[str, Any] | None:
+    """A constant input of the diverging nodes that the TorchScript exporter folded (not one of the
+    model's parameters or buffers) and that differs from what PyTorch computes for it.
+
+    Constant folding runs the exporter's own symbolics on the parameters (weight_norm's, say) and
+    stores the result: the node then computes the right op on a wrong constant, and the op to name
+    is the folded one. Which op: one the trace ran that no node of the file was written for (it
+    was folded away), a call of which has the constant's shape and other numbers."""
+    from onnx import numpy_helper
+
+    own = {n for n, _ in loaded.model.named_parameters()} | {n for n, _ in loaded.model.named_buffers()}
+    constants = {t.name: t for t in model.graph.initializer}
+    inputs = [i for n in members for i in n.input if i in constants and i not in own]
+    written = {r.torch_op for r in rows}
+    for name in dict.fromkeys(inputs):
+        value = numpy_helper.to_array(constants[name])
+        for kind, calls in traced.items():
+            if kind in written or kind.split("::", 1)[-1] in _MOVING:
+                continue
+            for call in calls:
+                for expected in call:
+                    if tuple(expected.shape) != tuple(value.shape):
+                        continue
+                    if compare_outputs([expected], [value], atol, rtol)["code"] is not None:
+                        return {"torch_op": kind, "folded_input": name, "folded": [kind]}
     return None
 
 

@@ -90,6 +90,7 @@ from onnxdoctor.worker.scripted import (
     autograd_watch,
     quantized_facts,
     recurrent_facts,
+    reparametrized_facts,
     script_module_facts,
 )
 from onnxdoctor.worker.tracebacks import (
@@ -302,6 +303,7 @@ class Runner:
             facts["script_if_tracing"] = helpers[:20]  # scripted only while tracing
         facts.update(quantized_facts(model))  # quantized modules (torch.ao)
         facts.update(recurrent_facts(model))  # LSTM options the exporters miss
+        facts.update(reparametrized_facts(model))  # weight_norm, spectral_norm, parametrizations
         facts.update(cache_facts(model))  # a transformers model's cache (decoder-only or not)
         facts["fingerprint"] = fingerprint
         expected = self.request.expected_fingerprint

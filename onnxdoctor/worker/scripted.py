@@ -71,6 +71,24 @@ def quantized_facts(model: Any) -> dict[str, Any]:
             "quantized_unsupported": unsupported(model)[:20]}
 
 
+def reparametrized_facts(model: Any) -> dict[str, Any]:
+    """LOAD facts for weights computed from other parameters: weight_norm / spectral_norm hooks
+    and torch.nn.utils.parametrize parametrizations (the reparametrized fix family folds them)."""
+    from torch.nn.utils import parametrize
+
+    found: list[dict[str, str]] = []
+    for path, module in model.named_modules():
+        for hook in getattr(module, "_forward_pre_hooks", {}).values():
+            if type(hook).__name__ in ("WeightNorm", "SpectralNorm"):
+                found.append({"module": path, "name": str(getattr(hook, "name", "weight")),
+                              "kind": type(hook).__name__})
+        if parametrize.is_parametrized(module):
+            for name, chain in module.parametrizations.items():
+                found.append({"module": path, "name": name,
+                              "kind": "+".join(type(p).__name__ for p in chain)})
+    return {"reparametrized": found[:50]} if found else {}
+
+
 def recurrent_facts(model: Any) -> dict[str, Any]:
     """LOAD facts for LSTM layers with options the exporters miss (proj_size)."""
     import torch

@@ -39,6 +39,7 @@ from onnxdoctor.analysis.fixes import (
     outputs,
     quantized,
     recurrent,
+    reparametrized,
     rewrite,
     runtime,
     scripted,
@@ -51,7 +52,7 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
