@@ -332,3 +332,13 @@ def test_a_wrongly_folded_weight_norm_is_named_and_fixed_by_folding_it_in_pytorc
     best = finding.fixes[0]
     assert best.kind == "fold_reparametrized" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "gain.gain (WeightNorm)" in best.title and "remove_weight_norm" in best.snippet
+
+
+@pytest.mark.slow
+def test_an_in_place_write_through_a_view_the_exporter_dropped_is_named() -> None:
+    # scores.view(...).masked_fill_(mask, ...): the exporter writes the fill on the view's value,
+    # which nothing reads; the Softmax after it then reads the unmasked scores.
+    finding = diagnose(str(CORPUS / "masked_fill_inplace_view_alias_attention_pytorch_95050.py"),
+                       DiagnoseOptions(fix=False, check_shapes=False))[0].findings[0]
+    assert finding.code == "OD601" and finding.op == "aten::masked_fill"
+    assert "dropped the write" in finding.message

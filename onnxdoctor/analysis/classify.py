@@ -567,6 +567,11 @@ def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:
         return torch_op, (f"; its input {diverging['folded_input']!r} is a constant the exporter computed from "
                           f"{torch_op} while exporting (constant folding) and stored, and it differs from "
                           f"what PyTorch's {torch_op} computes: the export of {torch_op} is what differs")
+    if diverging.get("dropped_in_place") and torch_op:
+        return torch_op, (f"; its inputs agree with the values PyTorch computed before {torch_op} wrote into one "
+                          f"of them in place (through a view), and the file has no node for that {torch_op}: "
+                          f"the exporter dropped the write; use the out-of-place form (x = x.masked_fill(...)) "
+                          f"on the tensor itself")
     through = f" (exported from {torch_op})" if torch_op and not diverging.get("symbolic") else ""
     if diverging.get("inputs_agree") is False:
         through += "; some of its inputs come from nodes the search could not compare, so the difference may arise there"

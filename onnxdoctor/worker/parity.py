@@ -1058,6 +1058,9 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
         inputs_agree = all(i in agreed or i in inside for n in members for i in n.input if i)
         random = sorted({n.op_type for n in members if n.op_type in RANDOM_OPS})
         folded = _wrong_fold(model, members, rows, traced, loaded, atol, rtol)
+        if folded is None and inputs_agree:
+            sizes = {int(getattr(values.get(i), "size", -1)) for n in members for i in n.input if i in values}
+            folded = _dropped_in_place(rows, traced, sizes)
         return {
             "value": name, "node": node.name if node is not None else None,
             "op": row.op, "torch_op": (folded or {}).get("torch_op", key[0]), **(folded or {}),
@@ -1099,6 +1102,25 @@ def _wrong_fold(model: Any, members: list[Any], rows: list[Any], traced: dict[st
                     if compare_outputs([expected], [value], atol, rtol)["code"] is not None:
                         return {"torch_op": kind, "folded_input": name, "folded": [kind]}
     return None
+
+
+def _dropped_in_place(rows: list[Any], traced: dict[str, list[list[Any]]], sizes: set[int]) -> dict[str, Any] | None:
+    """An op (written in place) the trace ran that no node of the file was written for.
+
+    `scores.view(...).masked_fill_(mask, ...)` writes into `scores` through a view; the exporter
+    writes the op on the view's value, which nothing reads, and drops it as dead code. The node
+    that then differs reads `scores` as it was before the write (its inputs agree with the trace's
+    copy taken where `scores` was computed): the op to name is the dropped in-place one, whose
+    result has as many elements as one of that node's inputs (`sizes`: theirs)."""
+    written = {r.torch_op for r in rows}
+    # The trace records in-place calls out of place (aten::masked_fill); ops on sizes (0-d values
+    # the export turns into constants) and ops that only move values are not candidates.
+    dropped = [k for k, calls in traced.items()
+               if k not in written and k.split("::", 1)[-1].rstrip("_") not in _MOVING
+               and any(getattr(v, "ndim", 0) >= 1 and int(v.numel()) in sizes for call in calls for v in call)]
+    if len(dropped) != 1:
+        return None
+    return {"torch_op": dropped[0], "dropped_in_place": dropped[0]}
 
 
 def runtime_against_reference(model: Any, members: list[Any], values: dict[str, Any], feeds: dict[str, Any],
