@@ -140,7 +140,8 @@ class EagerExport:
     are undone when the export returns. `traced_helpers`: functions under
     @torch.jit.script_if_tracing run as Python under the tracer instead of being scripted;
     `global_pools`: an avg/max pool whose kernel covers the whole input (`F.avg_pool2d(x,
-    x.size()[2:])`, GeM) is a mean/amax over those dims, which follows the input's size.
+    x.size()[2:])`, GeM) is a mean/amax over those dims, which follows the input's size;
+    `cond_as_where`: torch.cond computes both branches and selects with torch.where.
     """
 
     functions: tuple[str, ...] = ()
@@ -148,6 +149,7 @@ class EagerExport:
     tensor_values: bool = False
     traced_helpers: bool = False
     global_pools: bool = False
+    cond_as_where: bool = False
 
 
 @dataclass(frozen=True)

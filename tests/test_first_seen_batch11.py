@@ -342,3 +342,14 @@ def test_an_in_place_write_through_a_view_the_exporter_dropped_is_named() -> Non
                        DiagnoseOptions(fix=False, check_shapes=False))[0].findings[0]
     assert finding.code == "OD601" and finding.op == "aten::masked_fill"
     assert "dropped the write" in finding.message
+
+
+@pytest.mark.slow
+def test_a_torch_cond_the_exporter_fails_on_is_exported_as_both_branches_and_a_where() -> None:
+    # A branch building a tensor with torch.tensor: the dynamo exporter fails decomposing the cond.
+    finding = diagnose(str(CORPUS / "cond_branch_tensor_constant_early_exit_pytorch_180354.py"),
+                       DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=2))[0].findings[0]
+    assert finding.code == "OD299" and finding.op == "higher_order::cond"
+    best = finding.fixes[0]
+    assert best.recipe is not None and best.recipe.kind == "cond_as_where" and best.verified is True, [
+        (f.kind, f.check) for f in finding.fixes]

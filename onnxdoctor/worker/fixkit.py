@@ -199,7 +199,7 @@ def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, at
 @contextlib.contextmanager
 def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False,
                  tensor_values: bool = False, traced_helpers: bool = False,
-                 global_pools: bool = False) -> Iterator[None]:
+                 global_pools: bool = False, cond_as_where: bool = False) -> Iterator[None]:
     """For the duration of an export: the Functions without their `symbolic` (the exporter traces
     their forward), torch.onnx.is_in_onnx_export() false (forward() takes its eager branch), and
     values taken out of tensors kept as tensors (`tensor_values`, see `_keep_tensor_values`)."""
@@ -212,6 +212,8 @@ def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_ex
             _trace_scripted_helpers(undo)
         if global_pools:
             _global_pools(loaded, undo)
+        if cond_as_where:
+            _cond_as_where(loaded, undo)
         for name in functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -276,6 +278,34 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
                 if value is original:  # `from torch.nn.functional import avg_pool2d`
                     scope[key] = replaced
                     undo.append(lambda key=key, original=original: scope.__setitem__(key, original))
+
+
+def _cond_as_where(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """torch.cond(pred, true_fn, false_fn, operands) computes both branches and picks each output
+    with torch.where, until `undo` runs (the script's own name for torch.cond too).
+
+    The same numbers wherever both branches run without error on the operands and return the
+    same structure of same-shaped tensors (a branch that may not run for some inputs, or returns
+    another shape, is for torch.cond): the exporter then meets plain ops instead of the branch
+    subgraphs it fails on. Both branches' cost is paid on every call."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    original = torch.cond
+
+    def cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any = (), *args: Any, **kwargs: Any) -> Any:
+        operands = tuple(operands) if isinstance(operands, (list, tuple)) else (operands,)
+        chosen, other = true_fn(*operands), false_fn(*operands)
+        return pytree.tree_map(lambda a, b: torch.where(pred, a, b), chosen, other)
+
+    torch.cond = cond  # type: ignore[assignment]
+    undo.append(lambda: setattr(torch, "cond", original))
+    scope = getattr(getattr(type(loaded.model), "forward", None), "__globals__", None)
+    if isinstance(scope, dict):
+        for key, value in list(scope.items()):
+            if value is original:  # `from torch import cond`
+                scope[key] = cond
+                undo.append(lambda key=key: scope.__setitem__(key, original))
 
 
 def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:

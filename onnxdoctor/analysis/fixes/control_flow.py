@@ -10,11 +10,17 @@ from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
 
-CODES = ("OD204", "OD210")
+CODES = ("OD204", "OD210", "OD299")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """torch.cond or torch.where in place of a Python branch on a tensor value."""
+    """torch.cond or torch.where in place of a Python branch on a tensor value; for a torch.cond
+    the exporter fails on (OD299 too), torch.where over both branches."""
+    where_fix = _cond_as_where(finding, ctx)
+    if where_fix is not None:
+        return [where_fix]
+    if finding.code == "OD299":
+        return []
     if script_module(ctx) is not None or _quantized(ctx):
         # torch.export refused a ScriptModule or quantized modules, not a branch (their families answer)
         return []
@@ -109,4 +115,26 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
         cost=("an edit to forward(); checked by tracing it with .item() returning the tensor and "
               "torch.tensor() stacking tensors, at the example and the other inputs"),
         recipe=Recipe("tensor_values", (EagerExport(tensor_values=True), UseExporter("torchscript")), isolated=True),
+    )
+
+
+def _cond_as_where(finding: Finding, ctx: FixContext) -> Fix | None:
+    """torch.cond that the exporter fails on: both branches computed, each output picked with
+    torch.where (the same numbers when both branches run on the operands)."""
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+    text = export.error.all_text() if export is not None and export.error is not None else ""
+    if ctx.target_kind != "script" or not (finding.op in ("higher_order::cond", "torch.cond") or "torch.cond" in text
+                                           or "higher_order.cond" in text or "cond_op" in text):
+        return None
+    return Fix(
+        kind="control_flow",
+        title="Compute both branches of torch.cond and pick with torch.where (no If in the graph)",
+        snippet=(
+            "# before:  return torch.cond(pred, true_fn, false_fn, (x,))\n"
+            "return torch.where(pred, true_fn(x), false_fn(x))   # both branches run; same-shaped outputs\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=("both branches run on every call; only for branches that run on every input and return "
+              "tensors of the same shapes"),
+        recipe=Recipe("cond_as_where", (EagerExport(cond_as_where=True),), isolated=True),
     )
