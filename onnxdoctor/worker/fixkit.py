@@ -266,18 +266,9 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
             return original(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
         return pool
 
-    scope = getattr(getattr(type(loaded.model), "forward", None), "__globals__", None)
     for name, make, rank in (("avg_pool2d", averaging, 2), ("avg_pool1d", averaging, 1),
                              ("max_pool2d", maximum, 2), ("max_pool1d", maximum, 1)):
-        original = getattr(F, name)
-        replaced = make(original, rank)
-        setattr(F, name, replaced)
-        undo.append(lambda name=name, original=original: setattr(F, name, original))
-        if isinstance(scope, dict):
-            for key, value in list(scope.items()):
-                if value is original:  # `from torch.nn.functional import avg_pool2d`
-                    scope[key] = replaced
-                    undo.append(lambda key=key, original=original: scope.__setitem__(key, original))
+        _replace(F, name, make(getattr(F, name), rank), loaded, undo)
 
 
 def _cond_as_where(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
@@ -291,21 +282,12 @@ def _cond_as_where(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     import torch
     import torch.utils._pytree as pytree
 
-    original = torch.cond
-
     def cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any = (), *args: Any, **kwargs: Any) -> Any:
         operands = tuple(operands) if isinstance(operands, (list, tuple)) else (operands,)
         chosen, other = true_fn(*operands), false_fn(*operands)
         return pytree.tree_map(lambda a, b: torch.where(pred, a, b), chosen, other)
 
-    torch.cond = cond  # type: ignore[assignment]
-    undo.append(lambda: setattr(torch, "cond", original))
-    scope = getattr(getattr(type(loaded.model), "forward", None), "__globals__", None)
-    if isinstance(scope, dict):
-        for key, value in list(scope.items()):
-            if value is original:  # `from torch import cond`
-                scope[key] = cond
-                undo.append(lambda key=key: scope.__setitem__(key, original))
+    _replace(torch, "cond", cond, loaded, undo)
 
 
 def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:
@@ -406,12 +388,16 @@ def _replace_in_export_check(loaded: LoadedModel, replacement: Callable[[], bool
     """torch.onnx.is_in_onnx_export replaced (undone by `undo`), and the script's own name for it."""
     import torch
 
-    original = torch.onnx.is_in_onnx_export
-    torch.onnx.is_in_onnx_export = replacement
-    undo.append(lambda: setattr(torch.onnx, "is_in_onnx_export", original))
-    # A script that did `from torch.onnx import is_in_onnx_export` holds its own name for it.
-    forward = getattr(type(loaded.model), "forward", None)
-    scope = getattr(forward, "__globals__", None)
+    _replace(torch.onnx, "is_in_onnx_export", replacement, loaded, undo)
+
+
+def _replace(owner: Any, name: str, replacement: Any, loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """`owner.name` replaced until `undo` runs, and every name the script's forward() module binds
+    to the same object (`from torch.nn.functional import avg_pool2d` holds its own reference)."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    undo.append(lambda: setattr(owner, name, original))
+    scope = getattr(getattr(type(loaded.model), "forward", None), "__globals__", None)
     if isinstance(scope, dict):
         for key, value in list(scope.items()):
             if value is original:
