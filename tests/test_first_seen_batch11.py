@@ -353,3 +353,12 @@ def test_a_torch_cond_the_exporter_fails_on_is_exported_as_both_branches_and_a_w
     best = finding.fixes[0]
     assert best.recipe is not None and best.recipe.kind == "cond_as_where" and best.verified is True, [
         (f.kind, f.check) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_an_op_fused_away_is_not_taken_for_a_dropped_write() -> None:
+    # batch_norm is fused into the Conv before it (no node of its own): the Upsample after it
+    # differs (opset 9's Upsample), and batch_norm is not what to blame.
+    finding = diagnose(str(CORPUS / "upsample_bilinear_opset9_decoder_onnx_2535.py"),
+                       DiagnoseOptions(fix=False, check_shapes=False))[0].findings[0]
+    assert finding.code == "OD601" and finding.op == "aten::upsample_bilinear2d"

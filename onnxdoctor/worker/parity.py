@@ -1059,8 +1059,7 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
         random = sorted({n.op_type for n in members if n.op_type in RANDOM_OPS})
         folded = _wrong_fold(model, members, rows, traced, loaded, atol, rtol)
         if folded is None and inputs_agree:
-            sizes = {int(getattr(values.get(i), "size", -1)) for n in members for i in n.input if i in values}
-            folded = _dropped_in_place(rows, traced, sizes)
+            folded = _dropped_in_place(model, members, rows, traced, values, feeds, (name, expected), atol, rtol)
         return {
             "value": name, "node": node.name if node is not None else None,
             "op": row.op, "torch_op": (folded or {}).get("torch_op", key[0]), **(folded or {}),
@@ -1104,23 +1103,57 @@ def _wrong_fold(model: Any, members: list[Any], rows: list[Any], traced: dict[st
     return None
 
 
-def _dropped_in_place(rows: list[Any], traced: dict[str, list[list[Any]]], sizes: set[int]) -> dict[str, Any] | None:
+def _dropped_in_place(model: Any, members: list[Any], rows: list[Any], traced: dict[str, list[list[Any]]],
+                      values: dict[str, Any], feeds: dict[str, Any], differing: tuple[str, Any],
+                      atol: float, rtol: float) -> dict[str, Any] | None:
     """An op (written in place) the trace ran that no node of the file was written for.
 
     `scores.view(...).masked_fill_(mask, ...)` writes into `scores` through a view; the exporter
     writes the op on the view's value, which nothing reads, and drops it as dead code. The node
     that then differs reads `scores` as it was before the write (its inputs agree with the trace's
-    copy taken where `scores` was computed): the op to name is the dropped in-place one, whose
-    result has as many elements as one of that node's inputs (`sizes`: theirs)."""
+    copy taken where `scores` was computed). The dropped op is the one whose result, put in place
+    of one of the node's inputs, makes ONNX's reference implementation of the node give PyTorch's
+    value (`differing`: the value's name and PyTorch's number for it). An op fused into another
+    (batch_norm into a Conv) has no node either, but is never that."""
+    import numpy as np
+    import onnx
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
     written = {r.torch_op for r in rows}
-    # The trace records in-place calls out of place (aten::masked_fill); ops on sizes (0-d values
-    # the export turns into constants) and ops that only move values are not candidates.
-    dropped = [k for k, calls in traced.items()
-               if k not in written and k.split("::", 1)[-1].rstrip("_") not in _MOVING
-               and any(getattr(v, "ndim", 0) >= 1 and int(v.numel()) in sizes for call in calls for v in call)]
-    if len(dropped) != 1:
+    produced = {o for n in members for o in n.output if o}
+    initializers = {t.name: t for t in model.graph.initializer}
+    known = {**feeds, **values}
+    read = [i for i in dict.fromkeys(i for n in members for i in n.input if i and i not in produced)]
+    if any(i not in initializers and i not in known for i in read):
         return None
-    return {"torch_op": dropped[0], "dropped_in_place": dropped[0]}
+    name, expected = differing
+    graph = helper.make_graph(list(members), "dropped", [onnx.ValueInfoProto(name=i) for i in read if i not in initializers],
+                              [onnx.ValueInfoProto(name=name)], [initializers[i] for i in read if i in initializers])
+    try:
+        evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=list(model.opset_import),
+                                                         ir_version=model.ir_version))
+    except Exception:  # an op the evaluator lacks: no judgement
+        return None
+    # The trace records in-place calls out of place (aten::masked_fill); ops that only move values
+    # are not candidates.
+    for kind, calls in traced.items():
+        if kind in written or kind.split("::", 1)[-1].rstrip("_") in _MOVING:
+            continue
+        for call in calls:
+            for result in call:
+                if getattr(result, "ndim", 0) < 1 or not result.is_floating_point():
+                    continue
+                for target in (i for i in read if i in known and np.asarray(known[i]).size == result.numel()):
+                    trial = {i: np.asarray(known[i]) for i in read if i not in initializers}
+                    trial[target] = result.detach().numpy().reshape(trial[target].shape).astype(trial[target].dtype)
+                    try:
+                        (got,) = evaluator.run(None, trial)
+                    except Exception:  # noqa: S112 (a trial value the node rejects: not this op's)
+                        continue
+                    if compare_outputs([expected], [got], atol, rtol)["code"] is None:
+                        return {"torch_op": kind, "dropped_in_place": kind}
+    return None
 
 
 def runtime_against_reference(model: Any, members: list[Any], values: dict[str, Any], feeds: dict[str, Any],
