@@ -130,3 +130,13 @@ def test_a_custom_op_without_register_fake_is_od212_in_torch_library_s_wording_t
     [finding] = classify(_export_failure(text, "builtins.RuntimeError"))
     assert (finding.code, finding.op) == ("OD212", "torch_cluster::knn")
     assert "custom op torch_cluster::knn has no fake" in finding.message
+
+
+def test_a_python_builtin_or_a_data_dependent_output_the_dynamo_path_stops_at_is_named() -> None:
+    from onnxdoctor.analysis.classify import extract_op
+
+    assert extract_op("DispatchError: No ONNX function found for <built-in function round>. Failure "
+                      "message: No decompositions registered for the real-valued input") == "builtins::round"
+    assert extract_op("<class 'torch._subclasses.fake_tensor.DataDependentOutputException'>: "
+                      "aten.equal.default") == "aten::equal"
+    assert extract_op("DataDependentOutputException: aten._local_scalar_dense.default") == "aten::_local_scalar_dense"

@@ -64,6 +64,11 @@ _TRANSLATION_RAISED = re.compile(r"Error when calling function '(?:Traced)?OnnxF
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
+# A Python builtin applied to a symbolic size (round(h / scale)): the dynamo exporter's registry has
+# functions for aten ops only.
+_NO_ONNX_FUNCTION_BUILTIN = re.compile(r"No ONNX function found for <built-in function (\w+)>")
+# torch.export's fake tensors stop at an op whose output is data (torch.equal, Tensor.tolist).
+_DATA_DEPENDENT_OUTPUT = re.compile(r"DataDependentOutputException(?:'>)?: (\w+)\.(\w+)\.\w+")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
 NOT_REGISTERED_RT = re.compile(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op")
 NO_IMPLEMENTATION = re.compile(
@@ -152,6 +157,12 @@ def extract_op(text: str) -> str | None:
             return raw
         namespace, name, _overload = raw.split(".")
         return f"{namespace}::{name}"
+    match = _NO_ONNX_FUNCTION_BUILTIN.search(text)
+    if match:
+        return f"builtins::{match.group(1)}"
+    match = _DATA_DEPENDENT_OUTPUT.search(text)
+    if match:
+        return f"{match.group(1)}::{match.group(2)}"
     match = _NO_OP_REGISTERED.search(text)
     if match:
         return match.group(1)
