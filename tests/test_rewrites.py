@@ -329,6 +329,11 @@ CASES: dict[str, Case] = {
         lambda x: (torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), _RRELU(x)),
         (_g(3, 4), torch.tensor([-INF, -1.0, -0.0, 0.0, 2.0, NAN])),
     ),
+    # Even and odd lengths, a sample spacing; added to the input so the case has one.
+    "aten::fft_rfftfreq": Case(lambda x: (x[:5] + torch.fft.rfftfreq(8), x[:4] + torch.fft.rfftfreq(7, d=0.25)),
+                               (_g(9),), atol=0.0, rtol=0.0),
+    "aten::fft_fftfreq": Case(lambda x: (x[:8] + torch.fft.fftfreq(8), x[:7] + torch.fft.fftfreq(7, d=0.5)),
+                              (_g(9),), atol=0.0, rtol=0.0),
     "aten::hamming_window": Case(
         lambda x: (x[:8] * torch.hamming_window(8), x[:5] * torch.hamming_window(5, periodic=False),
                    x[:6] * torch.hamming_window(6, True, 0.5), x[:7] * torch.hamming_window(7, False, 0.6, 0.3),

@@ -1,4 +1,5 @@
-"""Window functions the dynamo exporter gets wrong: hamming_window."""
+"""Window functions the dynamo exporter gets wrong (hamming_window), and the FFT sample
+frequencies it has no function for (fftfreq, rfftfreq: creation ops, arange times 1 / (n d))."""
 
 from __future__ import annotations
 
@@ -33,6 +34,18 @@ def hamming_window_alpha(window_length, periodic, alpha, *, dtype=None, layout=N
     return hamming_window(window_length, periodic, alpha, dtype=dtype, device=device)
 '''
 
+FFTFREQ = r'''
+def fft_rfftfreq(n, d=1.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """torch.fft.rfftfreq: [0, 1, ..., n // 2] / (n d), as torch computes it (times 1 / (n d))."""
+    return torch.arange(n // 2 + 1, dtype=dtype or torch.get_default_dtype(), device=device) * (1.0 / (n * d))
+
+
+def fft_fftfreq(n, d=1.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """torch.fft.fftfreq: [0, 1, ..., (n - 1) // 2, -(n // 2), ..., -1] / (n d)."""
+    k = torch.arange(n, dtype=dtype or torch.get_default_dtype(), device=device)
+    return torch.where(k < (n + 1) // 2, k, k - n) * (1.0 / (n * d))
+'''
+
 REWRITES = (
     Rewrite(
         op="aten::hamming_window",
@@ -48,5 +61,25 @@ REWRITES = (
         "of torch 2.13 writes this window with alpha = 25/46, beta = 21/46 whatever torch was "
         "given: wrong numbers (up to 0.007 at the defaults) and no error",
         limits="float windows; window_length a Python int (it is in torch's signature)",
+    ),
+    Rewrite(
+        op="aten::fft_rfftfreq",
+        family="window",
+        targets=("aten.fft_rfftfreq.default",),
+        function="fft_rfftfreq",
+        source=FFTFREQ,
+        exactness=Exactness.EXACT,
+        error="the same values (torch multiplies by 1 / (n d) too)",
+        limits="n and d known when exporting (they are Python numbers in the call)",
+    ),
+    Rewrite(
+        op="aten::fft_fftfreq",
+        family="window",
+        targets=("aten.fft_fftfreq.default",),
+        function="fft_fftfreq",
+        source=FFTFREQ,
+        exactness=Exactness.EXACT,
+        error="the same values (torch multiplies by 1 / (n d) too)",
+        limits="n and d known when exporting (they are Python numbers in the call)",
     ),
 )
