@@ -362,3 +362,12 @@ def test_an_op_fused_away_is_not_taken_for_a_dropped_write() -> None:
     finding = diagnose(str(CORPUS / "upsample_bilinear_opset9_decoder_onnx_2535.py"),
                        DiagnoseOptions(fix=False, check_shapes=False))[0].findings[0]
     assert finding.code == "OD601" and finding.op == "aten::upsample_bilinear2d"
+
+
+@pytest.mark.slow
+def test_an_output_of_another_shape_names_the_first_call_whose_shape_differs() -> None:
+    # PatchTST's x.unfold(dimension=-2, ...): the TorchScript export lays the patches out on other
+    # axes, and the output's shape differs (OD603) from the unfold on.
+    finding = diagnose(str(CORPUS / "unfold_negative_dim_patchtst_patchify_optimum_2101.py"),
+                       DiagnoseOptions(fix=False, check_shapes=False))[0].findings[0]
+    assert finding.code == "OD603" and finding.op == "aten::unfold"

@@ -986,8 +986,12 @@ def _traced_values(loaded: Any) -> dict[str, list[list[Any]]] | None:
     return values
 
 
-def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float,
+                           shapes: bool = False) -> dict[str, Any] | None:
     """TorchScript exports: the first aten op whose nodes compute a value PyTorch computes otherwise.
+
+    `shapes` (an output of another shape, OD603): the first call, in graph order, whose result has
+    another shape than the trace's same-numbered call of that op.
 
     The provenance table numbers each symbolic call per torch op (the third aten::floor_divide
     converted is call 2); the nodes one call wrote together produce its result (their outputs no
@@ -1025,6 +1029,7 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
     producers = {out: n for n in model.graph.node for out in n.output}
     pairs: list[tuple[int, tuple[str, int], str, Any]] = []
     misaligned: set[str] = set()
+    reshaped: list[tuple[int, tuple[str, int], str, Any]] = []
     for (kind, call), outputs in produced.items():
         calls = traced.get(kind) or []
         if call >= len(calls) or len(outputs) != len(calls[call]):
@@ -1033,10 +1038,21 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float) -> d
             got = values.get(name)
             if got is None:
                 continue
+            at = max(position[r.node] for r in groups[(kind, call)])
             if tuple(got.shape) != tuple(expected.shape):
                 misaligned.add(kind)
+                reshaped.append((at, (kind, call), name, expected))
                 continue
-            pairs.append((max(position[r.node] for r in groups[(kind, call)]), (kind, call), name, expected))
+            pairs.append((at, (kind, call), name, expected))
+    if shapes:
+        if not reshaped:
+            return None
+        at, (kind, call), name, expected = min(reshaped, key=lambda p: p[0])
+        node = producers.get(name)
+        row = next((r for r in groups[(kind, call)] if node is not None and r.node == node.name), groups[(kind, call)][0])
+        return {"value": name, "node": node.name if node is not None else None, "op": row.op, "torch_op": kind,
+                "source": row.source or None, "scope": row.module or None, "code": "OD603",
+                "shapes": [list(expected.shape), list(values[name].shape)]}
     pairs.sort(key=lambda p: p[0])
     compared = 0
     # Values known to equal PyTorch's: the model's inputs, its constants, and each call that matched.

@@ -717,6 +717,10 @@ class Runner:
                                 found = output_producer(state, report)
                         elif found is None and report["code"] == "OD601":
                             found = first_diverging_value(state, atol, rtol)
+                        elif found is None and report["code"] == "OD603" and torchscript:
+                            # An output of another shape: the first call whose result's shape differs.
+                            with contextlib.suppress(Exception):
+                                found = first_diverging_traced(state, atol, rtol, shapes=True)
                         if isinstance(found, dict) and found.get("random") and "random" in report:
                             found["in_distribution"] = report["random"].get("matched")
                         facts["diverging"] = found
@@ -741,7 +745,8 @@ class Runner:
                   and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())))
         if self.request.other_inputs:
             report["other_inputs_required"] = True  # a fix for a finding there: unchecked is not verified
-        own_inputs = callable(state["loaded"].namespace.get("get_inputs2"))
+        loaded = state.get("loaded")
+        own_inputs = loaded is not None and callable(loaded.namespace.get("get_inputs2"))
         if (frozen or self.request.other_inputs or own_inputs) and "random_outputs" not in state:
             # The tracer froze a value, or the fix answers a finding at other inputs: a match at
             # the example input says nothing about others. The script's own get_inputs2() is
