@@ -102,7 +102,7 @@ def test_a_branch_on_a_taken_value_is_not_called_fixed_by_keeping_it_a_tensor(tm
 def test_kept_values_stay_in_the_traced_graph_and_everything_is_restored() -> None:
     loaded = LoadedModel(model=torch.nn.Identity(), args=(), kwargs={}, settings={}, factory="get_model")
     item, tensor = torch.Tensor.item, torch.tensor
-    with eager_export(loaded, tensor_values=True):
+    with eager_export(loaded, EagerExport(tensor_values=True)):
         value = torch.tensor(7.0).item()
         assert isinstance(value, torch.Tensor) and value.dim() == 0
         stacked = torch.tensor([torch.tensor(1), 2, torch.tensor(3.5)])

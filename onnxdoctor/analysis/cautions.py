@@ -168,7 +168,6 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
 # ONNX Runtime refusing an input whose dims the graph fixed: "Got invalid dimensions for input: x
 # for the following indices\n index: 1 Got: 16 Expected: 1".
 _REFUSED_INPUT = re.compile(r"Got invalid dimensions for input: (\S+) for the following indices")
-_REFUSED_INDEX = re.compile(r"index: (\d+) Got: (\d+) Expected: (\d+)")
 
 
 def _refused_dims(second: Any, export: StageOutcome | None) -> list[Finding]:
@@ -177,17 +176,13 @@ def _refused_dims(second: Any, export: StageOutcome | None) -> list[Finding]:
     frozen value: traced at those inputs, the export would match only there)."""
     if not isinstance(second, dict) or second.get("matched") is not False:
         return []
-    text = str(second.get("message") or "").replace("\\n", "\n")
-    named = _REFUSED_INPUT.search(text)
+    named = _REFUSED_INPUT.search(str(second.get("message") or ""))
     shapes = second.get("shapes") if isinstance(second.get("shapes"), dict) else {}
     if named is None or named.group(1) not in shapes:
         return []
-    # Every input's fixed dims that differ there (the worker compared the graph's input shapes);
-    # the message's own rows where that is missing.
+    # Every input's fixed dims that differ there: the worker compared the set's shapes with the
+    # graph's input shapes (ONNX Runtime's message names only the first input it refuses).
     rows = [(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in second.get("fixed") or () if len(r) == 4]
-    if not rows:
-        rows = [(named.group(1), int(i), int(got), int(want))
-                for i, got, want in _REFUSED_INDEX.findall(text[named.end():])]
     if not rows:
         return []
     exporter = str((export.facts if export else {}).get("exporter") or "")

@@ -18,7 +18,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.recipe import DeclareDynamic, DecodeCheck, DynamicShapes, QuantizeOnnx, RewriteOnnx
+from onnxdoctor.recipe import (
+    DeclareDynamic,
+    DecodeCheck,
+    DynamicShapes,
+    EagerExport,
+    QuantizeOnnx,
+    RewriteOnnx,
+)
 
 # A quantized fix's snippet (and its fix.py) imports float_model_of from here.
 from onnxdoctor.worker.dequantize import float_model_of
@@ -197,38 +204,37 @@ def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, at
 
 
 @contextlib.contextmanager
-def eager_export(loaded: LoadedModel, functions: tuple[str, ...] = (), not_in_export: bool = False,
-                 tensor_values: bool = False, traced_helpers: bool = False,
-                 global_pools: bool = False, cond_as_where: bool = False) -> Iterator[None]:
-    """For the duration of an export: the Functions without their `symbolic` (the exporter traces
-    their forward), torch.onnx.is_in_onnx_export() false (forward() takes its eager branch), and
-    values taken out of tensors kept as tensors (`tensor_values`, see `_keep_tensor_values`)."""
+def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
+    """For the duration of an export, what `step` asks (recipe.EagerExport): the Functions without
+    their `symbolic` (the exporter traces their forward), torch.onnx.is_in_onnx_export() false
+    (forward() takes its eager branch), values taken out of tensors kept as tensors, helpers
+    scripted while tracing traced as Python, full-size pools as reductions, torch.cond as where."""
 
     undo: list[Callable[[], None]] = []
     try:
-        if tensor_values:
+        if step.tensor_values:
             _keep_tensor_values(undo)
-        if traced_helpers:
+        if step.traced_helpers:
             _trace_scripted_helpers(undo)
-        if global_pools:
+        if step.global_pools:
             _global_pools(loaded, undo)
-        if cond_as_where:
+        if step.cond_as_where:
             _cond_as_where(loaded, undo)
-        for name in functions:
+        for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
             saved = owner.__dict__["symbolic"]
             delattr(owner, "symbolic")
             undo.append(lambda owner=owner, saved=saved: setattr(owner, "symbolic", saved))
-        if not_in_export:
+        if step.not_in_export:
             def never() -> bool:
                 return False
 
             _replace_in_export_check(loaded, never, undo)
         yield
     finally:
-        for step in reversed(undo):
-            step()
+        for restore in reversed(undo):
+            restore()
 
 
 def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:

@@ -1104,19 +1104,26 @@ def _wrong_fold(model: Any, members: list[Any], rows: list[Any], traced: dict[st
     own = {n for n, _ in loaded.model.named_parameters()} | {n for n, _ in loaded.model.named_buffers()}
     constants = {t.name: t for t in model.graph.initializer}
     inputs = [i for n in members for i in n.input if i in constants and i not in own]
-    written = {r.torch_op for r in rows}
     for name in dict.fromkeys(inputs):
         value = numpy_helper.to_array(constants[name])
-        for kind, calls in traced.items():
-            if kind in written or kind.split("::", 1)[-1] in _MOVING:
-                continue
-            for call in calls:
-                for expected in call:
-                    if tuple(expected.shape) != tuple(value.shape):
-                        continue
-                    if compare_outputs([expected], [value], atol, rtol)["code"] is not None:
-                        return {"torch_op": kind, "folded_input": name, "folded": [kind]}
+        for kind, expected in _unwritten_results(rows, traced):
+            if tuple(expected.shape) == tuple(value.shape) and \
+                    compare_outputs([expected], [value], atol, rtol)["code"] is not None:
+                return {"torch_op": kind, "folded_input": name, "folded": [kind]}
     return None
+
+
+def _unwritten_results(rows: list[Any], traced: dict[str, list[list[Any]]]) -> Iterator[tuple[str, Any]]:
+    """(torch op, a call's result) for the ops the trace ran that no node of the file was written
+    for (folded, fused or dropped), but not ops that only move values. The trace records in-place
+    calls out of place (aten::masked_fill for masked_fill_)."""
+    written = {r.torch_op for r in rows}
+    for kind, calls in traced.items():
+        if kind in written or kind.split("::", 1)[-1].rstrip("_") in _MOVING:
+            continue
+        for call in calls:
+            for result in call:
+                yield kind, result
 
 
 def _dropped_in_place(model: Any, members: list[Any], rows: list[Any], traced: dict[str, list[list[Any]]],
@@ -1131,16 +1138,14 @@ def _dropped_in_place(model: Any, members: list[Any], rows: list[Any], traced: d
     of one of the node's inputs, makes ONNX's reference implementation of the node give PyTorch's
     value (`differing`: the value's name and PyTorch's number for it). An op fused into another
     (batch_norm into a Conv) has no node either, but is never that."""
-    import numpy as np
     import onnx
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
-    written = {r.torch_op for r in rows}
     produced = {o for n in members for o in n.output if o}
     initializers = {t.name: t for t in model.graph.initializer}
     known = {**feeds, **values}
-    read = [i for i in dict.fromkeys(i for n in members for i in n.input if i and i not in produced)]
+    read = list(dict.fromkeys(i for n in members for i in n.input if i and i not in produced))
     if any(i not in initializers and i not in known for i in read):
         return None
     name, expected = differing
@@ -1151,24 +1156,18 @@ def _dropped_in_place(model: Any, members: list[Any], rows: list[Any], traced: d
                                                          ir_version=model.ir_version))
     except Exception:  # an op the evaluator lacks: no judgement
         return None
-    # The trace records in-place calls out of place (aten::masked_fill); ops that only move values
-    # are not candidates.
-    for kind, calls in traced.items():
-        if kind in written or kind.split("::", 1)[-1].rstrip("_") in _MOVING:
+    for kind, result in _unwritten_results(rows, traced):
+        if getattr(result, "ndim", 0) < 1 or not result.is_floating_point():
             continue
-        for call in calls:
-            for result in call:
-                if getattr(result, "ndim", 0) < 1 or not result.is_floating_point():
-                    continue
-                for target in (i for i in read if i in known and np.asarray(known[i]).size == result.numel()):
-                    trial = {i: np.asarray(known[i]) for i in read if i not in initializers}
-                    trial[target] = result.detach().numpy().reshape(trial[target].shape).astype(trial[target].dtype)
-                    try:
-                        (got,) = evaluator.run(None, trial)
-                    except Exception:  # noqa: S112 (a trial value the node rejects: not this op's)
-                        continue
-                    if compare_outputs([expected], [got], atol, rtol)["code"] is None:
-                        return {"torch_op": kind, "dropped_in_place": kind}
+        for target in (i for i in read if i in known and np.asarray(known[i]).size == result.numel()):
+            trial = {i: np.asarray(known[i]) for i in read if i not in initializers}
+            trial[target] = result.detach().numpy().reshape(trial[target].shape).astype(trial[target].dtype)
+            try:
+                (got,) = evaluator.run(None, trial)
+            except Exception:  # noqa: S112 (a trial value the node rejects: not this op's)
+                continue
+            if compare_outputs([expected], [got], atol, rtol)["code"] is None:
+                return {"torch_op": kind, "dropped_in_place": kind}
     return None
 
 

@@ -450,8 +450,7 @@ class Runner:
         branch = {"export_branch": False}
         try:
             with quiet_torch_logs(), (
-                eager_export(loaded, eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers, eager.global_pools,
-                             eager.cond_as_where) if eager
+                eager_export(loaded, eager) if eager
                 else watching_export_branch(loaded)
             ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
                 branch = watched or branch
@@ -816,8 +815,7 @@ class Runner:
             eager = state["recipe"].first(EagerExport)
             # Traced again as the fix traced it: its Functions, branch and kept values included.
             with quiet_torch_logs(), warnings.catch_warnings(), (
-                eager_export(state["loaded"], eager.functions, eager.not_in_export, eager.tensor_values, eager.traced_helpers, eager.global_pools,
-                             eager.cond_as_where)
+                eager_export(state["loaded"], eager)
                 if eager else contextlib.nullcontext()
             ):
                 warnings.simplefilter("ignore")

@@ -127,11 +127,9 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
             if declare is not None and dynamo != "False" else "loaded.args")
     eager = recipe.first(EagerExport)
     if eager:
-        # The Functions' symbolics set aside, is_in_onnx_export() false, values kept as tensors:
-        # for the export only.
-        lines.append(f"with fixkit.eager_export(loaded, {eager.functions!r}, {eager.not_in_export!r}, "
-                     f"{eager.tensor_values!r}, {eager.traced_helpers!r}, {eager.global_pools!r}, "
-                     f"{eager.cond_as_where!r}):")
+        # The step's patches (Functions' symbolics set aside, is_in_onnx_export() false, ...): for
+        # the export only.
+        lines.append(f"with fixkit.eager_export(loaded, {eager!r}):")
         lines.append(f"    torch.onnx.export(\n        {exported}, {args}, str(OUTPUT),\n        "
                      + joined.replace("\n    ", "\n        ") + ",\n    )")
     else:
