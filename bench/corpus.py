@@ -111,6 +111,9 @@ PYTHON_KERNEL_KINDS = frozenset({"aten_kernel_dynamo", "aten_kernel_torchscript"
 
 
 def _bare(op: str) -> str:
+    # A Python builtin has no namespace in an Expected line (`round`); the tool qualifies it
+    # (`builtins::round`), as the exporter's message does.
+    op = op.removeprefix("builtins::")
     return op.split(".", 1)[0] if "::" in op else op
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.analysis.fixes import chain, chainable
+from onnxdoctor.analysis.fixes import chain, chainable, scalar_functions
 from onnxdoctor.analysis.judge import (
     attach_fixes,
     fix_check,
@@ -504,8 +504,10 @@ def _recorded(fix: Fix, wide: bool, done: dict[str, FixCheck], done_wide: dict[s
 
 
 def about_other_inputs(finding: Finding) -> bool:
-    """Whether an error finding is about inputs other than the example (a frozen trace or size)."""
-    return finding.severity is Severity.ERROR and finding.code in _OTHER_INPUT_CODES
+    """Whether an error finding is about inputs other than the example (a frozen trace or size),
+    or about the symbolic sizes that stand for them (a function of a size with no translation)."""
+    return finding.severity is Severity.ERROR and (finding.code in _OTHER_INPUT_CODES
+                                                   or finding.op in scalar_functions.HANDLED)
 
 
 def _wants_chain(finding: Finding) -> bool:

@@ -67,6 +67,10 @@ _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]
 # A Python builtin applied to a symbolic size (round(h / scale)): the dynamo exporter's registry has
 # functions for aten ops only.
 _NO_ONNX_FUNCTION_BUILTIN = re.compile(r"No ONNX function found for <built-in function (\w+)>")
+# A torch function on symbolic scalars (math.sqrt(h) becomes torch._sym_sqrt): the node's target
+# names its module.
+_NO_ONNX_FUNCTION_PYTHON = re.compile(r"No ONNX function found for <function (\w+) at 0x[0-9a-f]+>"
+                                      r"(?:.*?target=(\w+)\.\1\b)?", re.S)
 # torch.export's fake tensors stop at an op whose output is data (torch.equal, Tensor.tolist).
 _DATA_DEPENDENT_OUTPUT = re.compile(r"DataDependentOutputException(?:'>)?: (\w+)\.(\w+)\.\w+")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
@@ -160,6 +164,9 @@ def extract_op(text: str) -> str | None:
     match = _NO_ONNX_FUNCTION_BUILTIN.search(text)
     if match:
         return f"builtins::{match.group(1)}"
+    match = _NO_ONNX_FUNCTION_PYTHON.search(text)
+    if match:
+        return f"{match.group(2)}::{match.group(1)}" if match.group(2) else match.group(1)
     match = _DATA_DEPENDENT_OUTPUT.search(text)
     if match:
         return f"{match.group(1)}::{match.group(2)}"

@@ -1,0 +1,62 @@
+"""General mechanisms for failures not seen before (issue 22), written before and after the
+fourteenth first-seen batch (fixtures/corpus/first_seen_2026-12-05d.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.analysis.classify import extract_op
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+# round() and math.sqrt() of sizes declared dynamic: both stay in the exported program as calls
+# on symbolic scalars, which the dynamo exporter's registry does not translate (pytorch#138852).
+SIZE_FUNCTIONS = '''
+import math
+
+import torch
+import torch.nn.functional as F
+
+dynamo = True
+opset_version = 18
+dynamic_shapes = ({2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC},)
+
+
+class Resample(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = (round(x.shape[-2] / 1.5), int(math.sqrt(x.shape[-1])) * 4)
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Resample().eval(), (torch.rand(1, 2, 27, 36),)
+
+
+def get_inputs2():
+    return (torch.rand(1, 2, 33, 50),)
+'''
+
+
+@pytest.mark.slow
+def test_a_function_of_a_symbolic_size_is_translated_and_judged_at_other_sizes(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(SIZE_FUNCTIONS)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD299", "builtins::round")
+    best = finding.fixes[0]
+    assert best.kind == "scalar_translation" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    # Checked where the sizes differ from the example's, not at the example alone: the rounding
+    # and the square root decide the output's size there.
+    assert best.check is not None and len(best.check.sizes) >= 2, best.check
+
+
+def test_a_torch_function_on_a_symbolic_scalar_is_named_by_the_node_s_target() -> None:
+    message = ("DispatchError: No ONNX function found for <function _sym_sqrt at 0x7f00aa>. Failure message: "
+               "No decompositions registered ... Error when translating node %_sym_sqrt : [num_users=1] = "
+               "call_function[target=torch._sym_sqrt](args = (%sym_float,), kwargs = {})")
+    assert extract_op(message) == "torch::_sym_sqrt"
+    assert extract_op("No ONNX function found for <built-in function round>. Failure") == "builtins::round"
