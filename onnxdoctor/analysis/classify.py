@@ -70,7 +70,7 @@ _NO_ONNX_FUNCTION_BUILTIN = re.compile(r"No ONNX function found for <built-in fu
 # A torch function on symbolic scalars (math.sqrt(h) becomes torch._sym_sqrt): the node's target
 # names its module.
 _NO_ONNX_FUNCTION_PYTHON = re.compile(r"No ONNX function found for <function (\w+) at 0x[0-9a-f]+>"
-                                      r"(?:.*?target=(\w+)\.\1\b)?", re.S)
+                                      r"(?:.*?target=(\w+)\.\1\b)?", re.DOTALL)
 # torch.export's fake tensors stop at an op whose output is data (torch.equal, Tensor.tolist).
 _DATA_DEPENDENT_OUTPUT = re.compile(r"DataDependentOutputException(?:'>)?: (\w+)\.(\w+)\.\w+")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")

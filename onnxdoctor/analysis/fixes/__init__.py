@@ -42,10 +42,10 @@ from onnxdoctor.analysis.fixes import (
     reparametrized,
     rewrite,
     runtime,
+    scalar_functions,
     scripted,
     shapes,
     target_gaps,
-    scalar_functions,
     translation,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
