@@ -60,3 +60,57 @@ def test_a_torch_function_on_a_symbolic_scalar_is_named_by_the_node_s_target() -
                "call_function[target=torch._sym_sqrt](args = (%sym_float,), kwargs = {})")
     assert extract_op(message) == "torch::_sym_sqrt"
     assert extract_op("No ONNX function found for <built-in function round>. Failure") == "builtins::round"
+
+
+# Noise on both branches of a data-dependent `if`: PARITY matches only in distribution, and so
+# must the check at other inputs, where the recorded branch is the wrong one.
+NOISY_BRANCH = '''
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class NoisyGate(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        noise = torch.randn_like(x)
+        if x.mean() > 0:
+            return x * 2 + noise
+        return x - 3 + noise
+
+
+def get_model():
+    torch.manual_seed(0)
+    return NoisyGate().eval(), (torch.randn(4, 8) + 0.5,)
+'''
+
+
+@pytest.mark.slow
+def test_a_frozen_branch_under_random_outputs_is_judged_in_distribution_at_other_inputs(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(NOISY_BRANCH)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
+    (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
+    assert frozen.severity.value == "error", frozen.message  # not "matches at other inputs too"
+    assert "in distribution" in frozen.message
+
+
+def test_a_random_aten_op_run_by_a_python_kernel_counts_as_drawing() -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnxdoctor.worker.randomness import random_ops
+
+    def bridged(overload: str, name: str) -> onnx.NodeProto:
+        node = helper.make_node(f"aten_{name}_0", ["x"], [name], domain="onnxdoctor", call="{}",
+                                types="float32->float32")
+        # An attribute as the bridge writes it (make_node's own `overload` is the function field).
+        node.attribute.append(helper.make_attribute("overload", overload))
+        return node
+
+    graph = helper.make_graph(
+        [bridged("aten::_sample_dirichlet.default", "d"), bridged("aten::logcumsumexp.default", "c"),
+         helper.make_node("RandomUniformLike", ["x"], ["u"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in "dcu"])
+    assert random_ops(helper.make_model(graph)) == ["RandomUniformLike", "aten::_sample_dirichlet"]

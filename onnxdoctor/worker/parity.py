@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -572,7 +572,9 @@ def _nested(fn: Any, value: Any) -> Any:
 
 
 def second_input_check(state: dict[str, Any], atol: float, rtol: float,
-                       retrace: Any = None, target: Any = None, derived: bool = True) -> dict[str, Any]:
+                       retrace: Any = None, target: Any = None, derived: bool = True,
+                       compare: Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]] | None = None,
+                       ) -> dict[str, Any]:
     """Run the exported model and PyTorch again at other inputs and compare (a frozen trace).
 
     The sets: the script's own `get_inputs2()` when it defines one, and the three sets
@@ -582,7 +584,9 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
     to where it first arises (the first submodule whose output differs) and, with `retrace` (a
     function exporting the model traced at given inputs, returning the file), the model is
     traced again at that set: if that export matches there, the recorded branch is the cause;
-    if it differs too, the frozen value is not (`frozen_cause` False).
+    if it differs too, the frozen value is not (`frozen_cause` False). `compare(args, kwargs)`,
+    where given, judges a set instead of one run of each (outputs that draw random numbers are
+    compared in distribution); it returns `compare_outputs`' report.
     """
     import torch
 
@@ -614,7 +618,7 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
         except Exception as exc:  # the runtime's own error types
             report = {"code": "OD501", "message": f"ONNX Runtime failed: {exception_text(exc)}", "max_abs_diff": None}
         else:
-            report = compare_outputs(expected, got, atol, rtol)
+            report = compare(args, kwargs) if compare is not None else compare_outputs(expected, got, atol, rtol)
         if report["code"] is not None:
             result = {"source": source, "matched": False, "message": report["message"],
                       "max_abs_diff": report.get("max_abs_diff"), "sets": len(checked) + 1,

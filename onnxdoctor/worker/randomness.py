@@ -37,10 +37,32 @@ SHAPE_ELEMENTS = 256  # of which the distributions' shapes are compared (sorting
 
 
 def random_ops(model: Any) -> list[str]:
-    """The random ONNX ops in a model, subgraphs included, sorted."""
+    """The random ops in a model, subgraphs included, sorted: random ONNX ops, and the random
+    aten ops a Python kernel runs inside ONNX Runtime (`onnxdoctor::aten_*` nodes, named by
+    their aten op), which draw from torch's generator in that process, not PyTorch's sequence."""
     from onnxdoctor.onnxkit.walk import walk_nodes
 
-    return sorted({n.op_type for _, n in walk_nodes(model.graph) if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")})
+    found = set()
+    for _, node in walk_nodes(model.graph):
+        if node.op_type in RANDOM_OPS and node.domain in ("", "ai.onnx"):
+            found.add(node.op_type)
+        elif node.domain == "onnxdoctor" and node.op_type.startswith("aten_"):
+            overload = next((a.s.decode() for a in node.attribute if a.name == "overload"), "")
+            if _seeded(overload):
+                found.add(overload.split(".", 1)[0])
+    return sorted(found)
+
+
+def _seeded(overload: str) -> bool:
+    """Whether an aten overload ("aten::_sample_dirichlet.default") draws random numbers."""
+    import torch
+
+    name, _, overload_name = overload.partition(".")
+    try:
+        op = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload_name or "default")
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.Tag.nondeterministic_seeded in op.tags
 
 
 def compare_in_distribution(

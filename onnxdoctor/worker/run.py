@@ -746,18 +746,50 @@ class Runner:
             report["other_inputs_required"] = True  # a fix for a finding there: unchecked is not verified
         loaded = state.get("loaded")
         own_inputs = loaded is not None and callable(loaded.namespace.get("get_inputs2"))
-        if (frozen or self.request.other_inputs or own_inputs) and "random_outputs" not in state:
+        if frozen or self.request.other_inputs or own_inputs:
             # The tracer froze a value, or the fix answers a finding at other inputs: a match at
             # the example input says nothing about others. The script's own get_inputs2() is
             # checked in any case: inputs it says the model takes, which the export may refuse.
-            # (Not for outputs that matched only in distribution: one run at other inputs cannot
-            # tell a frozen branch from the draws.)
+            # Outputs that matched only in distribution are compared in distribution there too
+            # (one run against one run cannot tell a frozen branch from the draws).
+            random = "random_outputs" in state
             with contextlib.suppress(Exception):
                 # At the tolerance of this comparison (a quantized fix's, where there is one).
                 report["second_inputs"] = second_input_check(
-                    state, atol, rtol, self._retrace(state) if frozen else None, self.code,
-                    derived=frozen or self.request.other_inputs)
+                    state, atol, rtol, None if random or not frozen else self._retrace(state), self.code,
+                    derived=frozen or self.request.other_inputs,
+                    compare=self._distribution_comparer(state, atol, rtol) if random else None)
         return report
+
+    def _distribution_comparer(self, state: dict[str, Any], atol: float, rtol: float,
+                               ) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+        """A judge of one other input set for outputs that draw random numbers: both sides run
+        many times there and compared in distribution, as PARITY compared the example."""
+        import torch
+
+        from onnxdoctor.worker.randomness import compare_in_distribution
+        from onnxdoctor.worker.runtime import to_numpy
+
+        loaded, session = state["loaded"], state["session"]
+        # The sets share what PARITY may spend on one search (up to four sets).
+        budget = min(self.request.localize_budget, 20.0) / 2
+
+        def compare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+            feeds = feeds_for_session(session, tensor_leaves((args, kwargs)))
+
+            def run_torch(seed: int) -> list[Any]:
+                torch.manual_seed(seed)
+                with torch.no_grad():
+                    return [to_numpy(t) for t in tensor_leaves(loaded.model(*args, **kwargs))]
+
+            found = compare_in_distribution(run_torch, lambda: run_session(session, feeds), budget, atol, rtol)
+            if found["matched"] is False:
+                return {"code": "OD601", "message": f"differs in distribution: {found['message']}", "max_abs_diff": None}
+            if found["matched"] is None:  # not judged (too slow): not called a match
+                return {"code": "OD601", "message": found["message"], "max_abs_diff": None}
+            return {"code": None, "message": "", "max_abs_diff": None}
+
+        return compare
 
     def _in_distribution(self, state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
         """The outputs compared over many runs, where the exported graph draws random numbers
