@@ -141,7 +141,10 @@ class EagerExport:
     @torch.jit.script_if_tracing run as Python under the tracer instead of being scripted;
     `global_pools`: an avg/max pool whose kernel covers the whole input (`F.avg_pool2d(x,
     x.size()[2:])`, GeM) is a mean/amax over those dims, which follows the input's size;
-    `cond_as_where`: torch.cond computes both branches and selects with torch.where.
+    `cond_as_where`: torch.cond computes both branches and selects with torch.where;
+    `forced_branches`: (file name, line, value): a tensor's truth value asked on that line of that
+    file (`if mask.any():`) reads `value` without looking at the tensor, so the export keeps the
+    side it leads to whatever the example's data.
     """
 
     functions: tuple[str, ...] = ()
@@ -150,6 +153,7 @@ class EagerExport:
     traced_helpers: bool = False
     global_pools: bool = False
     cond_as_where: bool = False
+    forced_branches: tuple[tuple[str, int, bool], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 from onnxdoctor.analysis.classify import extract_op
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import EagerExport
 
 # round() and math.sqrt() of sizes declared dynamic: both stay in the exported program as calls
 # on symbolic scalars, which the dynamo exporter's registry does not translate (pytorch#138852).
@@ -114,3 +115,122 @@ def test_a_random_aten_op_run_by_a_python_kernel_counts_as_drawing() -> None:
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in "dcu"])
     assert random_ops(helper.make_model(graph)) == ["RandomUniformLike", "aten::_sample_dirichlet"]
+
+
+# A loop over experts that skips the ones no row chose: the example chose two of three, so the
+# trace lost the third; other inputs choose it.
+SKIPPED_WORK = '''
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Experts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        for index, expert in enumerate(self.experts):
+            rows = choice == index
+            if not rows.any():
+                continue
+            out = out + expert(x) * rows.unsqueeze(-1)
+        return out
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Experts().eval(), (torch.randn(5, 4), torch.tensor([0, 1, 1, 0, 1]))
+
+
+def get_inputs2():
+    return (torch.randn(5, 4), torch.tensor([2, 1, 2, 0, 0]))
+'''
+
+
+@pytest.mark.slow
+def test_a_branch_that_only_skips_work_is_exported_taken_and_named_by_the_value_it_reads(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(SKIPPED_WORK)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
+    assert (frozen.op, frozen.source) == ("aten::any", "model.py:17")  # the value `if not rows.any()` reads
+    best = frozen.fixes[0]
+    assert best.kind == "forced_branch" and best.verified is True, [(f.kind, f.check) for f in frozen.fixes]
+    assert best.recipe is not None and best.recipe.first(EagerExport) == EagerExport(
+        forced_branches=(("model.py", 17, True),))
+    assert best.check is not None and "get_inputs2()" in best.check.detail  # held to the other inputs
+
+
+# A branch whose sides compute different things: neither reading holds for every input.
+TWO_SIDES = '''
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 0:
+            return x * 2
+        return x - 3
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Gate().eval(), (torch.randn(4, 8) + 0.5,)
+
+
+def get_inputs2():
+    return (torch.randn(4, 8) - 0.5,)
+'''
+
+
+@pytest.mark.slow
+def test_a_branch_with_two_real_sides_is_not_called_fixed_by_reading_it_either_way(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(TWO_SIDES)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
+    assert frozen.op == "aten::gt" and frozen.source == "model.py:10"
+    forced = [f for f in frozen.fixes if f.kind == "forced_branch"]
+    assert len(forced) == 2 and not any(f.verified for f in forced), [(f.title, f.check) for f in forced]
+
+
+def test_forced_branches_read_only_their_lines_and_the_tracer_still_warns_at_the_user_s_line() -> None:
+    import warnings
+
+    import torch
+
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    loaded = LoadedModel(model=torch.nn.Identity(), args=(), kwargs={}, settings={}, factory="get_model")
+    original = torch.Tensor.__bool__
+    here = Path(__file__).name
+    forced_line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                       if text.endswith("# forced: read as True without looking"))
+    with eager_export(loaded, EagerExport(forced_branches=((here, forced_line, True),))):
+        empty = torch.zeros(3, dtype=torch.bool)
+        assert bool(empty.any()) is False  # another line: the tensor's own value
+
+        def traced(x: torch.Tensor) -> torch.Tensor:
+            if (x > 100).any():  # forced: read as True without looking
+                return x * 2
+            return x
+
+        assert torch.equal(traced(torch.ones(2)), torch.full((2,), 2.0))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+
+            def branching(x: torch.Tensor) -> torch.Tensor:
+                return x + 1 if x.sum() > 0 else x - 1  # not forced: the tracer warns here
+
+            torch.jit.trace(branching, (torch.ones(2),))
+    assert torch.Tensor.__bool__ is original  # restored when the export ends
+    warned = [w for w in caught if "Python boolean" in str(w.message)]
+    assert warned and all(Path(w.filename).name == here for w in warned), [(w.filename, w.lineno) for w in warned]

@@ -116,6 +116,10 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     warned = next((w for w in frozen if _warning_source(w, base_dir)), frozen[0])
     source = _warning_source(warned, base_dir)
     op, node = _frozen_op(export, second, source)
+    read = (export.facts.get("branch_values") or {}).get(source or "")
+    if read and "Python boolean" in warned and not str(read).startswith("prim::"):
+        # A branch: the value it reads (`mask.any()`), not where its missing side first shows.
+        op, node = str(read), None
     if op is None:
         # Nothing exported from the line (the value became a constant): the conversion itself.
         op = next((_CONVERSIONS[m.group(1)] for m in map(_CONVERTING.search, [warned, *frozen]) if m), None)

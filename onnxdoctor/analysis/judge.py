@@ -268,6 +268,9 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
         if status is Status.PASSED and frozen is not None:
             # Verified for these inputs only: the trace froze a value, which other inputs may need.
             detail += f"; the tracer froze a value, and it matches at {frozen.source} too"
+        second = (numbers.facts.get("second_inputs") if numbers else None) or {}
+        if status is Status.PASSED and frozen is None and isinstance(second, dict) and second.get("matched"):
+            detail += f"; and at {second.get('source')}"  # other inputs the check held it to
         problem = problem if numbers_checked else None
     else:
         first = next((f for f in findings if f.severity is Severity.ERROR), None)

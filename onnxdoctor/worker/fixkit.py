@@ -220,6 +220,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _global_pools(loaded, undo)
         if step.cond_as_where:
             _cond_as_where(loaded, undo)
+        if step.forced_branches:
+            _force_branches(step.forced_branches, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -275,6 +277,33 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     for name, make, rank in (("avg_pool2d", averaging, 2), ("avg_pool1d", averaging, 1),
                              ("max_pool2d", maximum, 2), ("max_pool1d", maximum, 1)):
         _replace(F, name, make(getattr(F, name), rank), loaded, undo)
+
+
+def _force_branches(sites: tuple[tuple[str, int, bool], ...], undo: list[Callable[[], None]]) -> None:
+    """A tensor's truth value asked on one of `sites` (file name, line) reads the site's value
+    without looking at the tensor, until `undo` runs; elsewhere, the tensor's own.
+
+    `if not mask.any(): continue` skips work that gives the same result when done (an expert no
+    token was routed to); traced, the example's answer becomes a constant and the other side is
+    missing from the graph. Read as the side that does the work, the branch stays out of the trace
+    and the exported graph computes that side for every input: whether that is the same result is
+    for the fix's check at other inputs to say."""
+    import os
+
+    import torch
+
+    from onnxdoctor.worker.provenance import asking_frame, truth_at
+
+    forced = {(name, int(line)): bool(value) for name, line, value in sites}
+    original = torch.Tensor.__bool__
+
+    def truth(self: Any) -> bool:
+        caller = asking_frame()  # the line asking (bool() and `if` add no Python frame)
+        value = forced.get((os.path.basename(caller.f_code.co_filename), caller.f_lineno))
+        return truth_at(original, self, caller) if value is None else value
+
+    torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
+    undo.append(lambda: setattr(torch.Tensor, "__bool__", original))
 
 
 def _cond_as_where(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:

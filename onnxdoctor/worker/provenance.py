@@ -16,9 +16,11 @@ Best effort throughout: what cannot be recorded is left out; the export itself i
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,9 @@ class TorchScriptRecorder:
     # The symbolic call being recorded (torch's trampoline frame) and how many each emitter had.
     _frame: Any = None
     _calls: dict[str, int] = field(default_factory=dict)
+    # The op whose result the tracer turned into a Python bool, by the line asking ("model.py:48":
+    # "aten::any" for `if not mask.any():`): the value a frozen branch reads.
+    branch_values: dict[str, str] = field(default_factory=dict)
 
     def add(self, emission: _Emission) -> None:
         """Record one g.op call, numbered by the symbolic call it belongs to."""
@@ -127,6 +132,39 @@ class TorchScriptRecorder:
         return _bounded(rows)
 
 
+_WORKER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def asking_frame() -> Any:
+    """The frame that asked a tensor's truth value, from inside a wrapper of Tensor.__bool__:
+    the first one outside this package's worker (wrappers may wrap each other)."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _WORKER_DIR:
+        frame = frame.f_back
+    return frame
+
+
+def _from_sizes(node: Any, depth: int = 4) -> bool:
+    """Whether a traced value is computed from a tensor's size (`140 < boxes.size(0)`)."""
+    if node.kind() in ("aten::size", "prim::NumToTensor", "aten::numel", "aten::dim"):
+        return True
+    return depth > 0 and any(_from_sizes(value.node(), depth - 1) for value in node.inputs())
+
+
+def truth_at(original: Callable[[Any], bool], tensor: Any, caller: Any) -> bool:
+    """`original(tensor)` (a tensor's own truth value) from a wrapper of Tensor.__bool__, its
+    warnings (the tracer's "Converting a tensor to a Python boolean") told at the caller's line,
+    as they would be without the wrapper: the line the user wrote is what findings name."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = original(tensor)
+    for said in caught:
+        warnings.warn_explicit(said.message, said.category, caller.f_code.co_filename, caller.f_lineno,
+                               module=caller.f_globals.get("__name__"),
+                               registry=caller.f_globals.setdefault("__warningregistry__", {}))
+    return value
+
+
 @contextlib.contextmanager
 def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     """Wrap `GraphContext.op` and the naming pass for the duration of one TorchScript export."""
@@ -161,14 +199,28 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
             recorder.final.extend(_final_nodes(graph.nodes(), target))
         return result
 
+    original_truth = torch.Tensor.__bool__
+
+    def truth(self: Any) -> bool:
+        caller = asking_frame()  # the line asking (bool() and `if` add no Python frame)
+        with contextlib.suppress(Exception):
+            node = torch._C._get_value_trace(self).node() if torch._C._get_tracing_state() is not None else None
+            if node is not None and not _from_sizes(node):
+                # (A comparison of sizes, `min(k, len(boxes))`, freezes a number, not a branch.)
+                site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+                recorder.branch_values.setdefault(site, node.kind())
+        return truth_at(original_truth, self, caller)
+
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]
     torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = naming
+    torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
     try:
         yield recorder
     finally:
         recorder._frame = None
         jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
         torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming
+        torch.Tensor.__bool__ = original_truth  # type: ignore[method-assign]
 
 
 def dynamo_table(model: Any, target: Path) -> list[NodeProvenance]:

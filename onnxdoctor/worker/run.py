@@ -502,6 +502,8 @@ class Runner:
             sources.update({row.node: row.source for row in table if row.source and row.node not in sources})
         if sources:
             facts["node_sources"] = sources
+        if recorder is not None and recorder.branch_values:
+            facts["branch_values"] = dict(recorder.branch_values)
         if dynamo and kwargs.get("dynamic_shapes") is not None:
             facts["dynamic_shapes_requested"] = True
             facts["symbolic_input_dims"] = sum(

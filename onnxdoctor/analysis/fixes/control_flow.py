@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -36,6 +38,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     return [
         *([values] if values else []),
         *([pools] if pools else []),
+        *_forced_branches(finding, ctx),
         Fix(
             kind="control_flow",
             title=f"Express the data-dependent branch{where} with tensor ops (torch.where / torch.cond)",
@@ -116,6 +119,64 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
               "torch.tensor() stacking tensors, at the example and the other inputs"),
         recipe=Recipe("tensor_values", (EagerExport(tensor_values=True), UseExporter("torchscript")), isolated=True),
     )
+
+
+# A TracerWarning's site: "... might not generalize to other inputs! [path/model.py:74]" or
+# "path/model.py:74: TracerWarning: ...".
+_WARNED_SITE = re.compile(r"([\w.\-/\\]+\.py):(\d+)")
+MAX_FORCED_SITES = 3  # more branches than this are a loop of decisions, not a check that skips work
+
+
+def branch_sites(ctx: FixContext) -> list[tuple[str, int]]:
+    """The lines where the TorchScript tracer turned a tensor into a Python bool, in the order
+    it warned (file name, line)."""
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
+                  None)
+    sites: list[tuple[str, int]] = []
+    for text in export.warnings if export is not None else ():
+        match = _WARNED_SITE.search(text) if "Python boolean" in text else None
+        site = (match.group(1).replace("\\", "/").rsplit("/", 1)[-1], int(match.group(2))) if match else None
+        if site is not None and site not in sites:
+            sites.append(site)
+    return sites
+
+
+def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """OD210 from `if <tensor>:`: the export with each such branch read one way, for every input.
+
+    A check that only skips work (`if not mask.any(): continue` before an expert no token chose)
+    gives the same result when the work is done: read as the side doing it, the graph holds that
+    side and computes it for any data. A check that guards an error reads the other way. Both are
+    tried; the check at other inputs keeps only a reading that holds there.
+    """
+    sites = branch_sites(ctx)
+    if finding.code != "OD210" or ctx.target_kind != "script" or not sites or len(sites) > MAX_FORCED_SITES:
+        return []
+    named = ", ".join(f"{name}:{line}" for name, line in sites)
+    fixes = []
+    for value in (True, False):
+        edit = ("(torch.onnx.is_in_onnx_export() or <condition>)" if value
+                else "(not torch.onnx.is_in_onnx_export() and <condition>)")
+        fixes.append(Fix(
+            kind="forced_branch",
+            title=f"Read the tensor condition at {named} as {value} while exporting, so the graph keeps "
+                  f"the side it leads to for every input",
+            snippet=(
+                f"# {named}: the tracer records the example's answer as a constant. Where the other side\n"
+                "# gives the same result (a check that only skips work, or guards an error), decide it for\n"
+                "# the export:\n"
+                f"#   if <condition>:   ->   if {edit}:\n"
+                "# e.g. `if not expert_mask.any(): continue` -> "
+                + ("`if not (torch.onnx.is_in_onnx_export() or expert_mask.any()): continue`\n" if value else
+                   "`if (not torch.onnx.is_in_onnx_export() and bad.any()): raise ...`\n")
+            ),
+            applicability=Applicability.SAFE,
+            cost=("an edit of the condition; checked by exporting with it read as "
+                  f"{value} and comparing at the example and at other inputs"),
+            recipe=Recipe("forced_branch", (EagerExport(forced_branches=tuple((n, ln, value) for n, ln in sites)),
+                                            UseExporter("torchscript")), isolated=True),
+        ))
+    return fixes
 
 
 def _cond_as_where(finding: Finding, ctx: FixContext) -> Fix | None:
