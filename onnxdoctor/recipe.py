@@ -144,7 +144,8 @@ class EagerExport:
     `cond_as_where`: torch.cond computes both branches and selects with torch.where;
     `forced_branches`: (file name, line, value): a tensor's truth value asked on that line of that
     file (`if mask.any():`) reads `value` without looking at the tensor, so the export keeps the
-    side it leads to whatever the example's data.
+    side it leads to whatever the example's data; `tensor_outputs`: `Tensor.numpy()` gives the
+    tensor itself, so results forward() hands over as numpy arrays stay the graph's outputs.
     """
 
     functions: tuple[str, ...] = ()
@@ -154,6 +155,7 @@ class EagerExport:
     global_pools: bool = False
     cond_as_where: bool = False
     forced_branches: tuple[tuple[str, int, bool], ...] = ()
+    tensor_outputs: bool = False
 
 
 @dataclass(frozen=True)

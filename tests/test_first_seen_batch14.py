@@ -234,3 +234,40 @@ def test_forced_branches_read_only_their_lines_and_the_tracer_still_warns_at_the
     assert torch.Tensor.__bool__ is original  # restored when the export ends
     warned = [w for w in caught if "Python boolean" in str(w.message)]
     assert warned and all(Path(w.filename).name == here for w in warned), [(w.filename, w.lineno) for w in warned]
+
+
+# Results handed over as numpy arrays in dicts (mmflow's forward_test), through `.data` too.
+NUMPY_RESULTS = '''
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Flow(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(6, 2, 3, padding=1)
+
+    def forward(self, images: torch.Tensor):
+        flow = self.conv(images).permute(0, 2, 3, 1).cpu().data.numpy() * 20.0
+        return [dict(flow=f) for f in list(flow)]
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Flow().eval(), (torch.randn(2, 6, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_results_handed_over_as_numpy_arrays_are_exported_as_the_tensors_they_were(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(NUMPY_RESULTS)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD299" and "numpy" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "numpy_outputs" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    # `.data` would have been the example's constant: the check at other inputs holds it to them.
+    assert best.check is not None and "input sets" in best.check.detail, best.check.detail

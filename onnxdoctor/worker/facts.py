@@ -149,11 +149,16 @@ def mode_sensitive_modules(model: Any) -> list[str]:
 
 
 def tensor_leaves(value: Any) -> list[Any]:
+    """The tensors in a nest of tuples, lists and dicts, in order; a numpy array counts as the
+    tensor it holds (a forward() that returns `flow.cpu().numpy()` returns data all the same)."""
+    import numpy as np
     import torch
     import torch.utils._pytree as pytree
 
     leaves, _ = pytree.tree_flatten(value)
-    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    return [torch.from_numpy(np.ascontiguousarray(leaf)) if isinstance(leaf, np.ndarray) and leaf.dtype != object
+            else leaf for leaf in leaves if isinstance(leaf, torch.Tensor)
+            or (isinstance(leaf, np.ndarray) and leaf.dtype != object)]
 
 
 def none_leaves(value: Any) -> int:

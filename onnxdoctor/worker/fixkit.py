@@ -222,6 +222,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _cond_as_where(loaded, undo)
         if step.forced_branches:
             _force_branches(step.forced_branches, undo)
+        if step.tensor_outputs:
+            _keep_tensor_outputs(undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -344,6 +346,33 @@ def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:
 
     _trace.script = script  # type: ignore[assignment]
     undo.append(lambda: setattr(_trace, "script", original))
+
+
+def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
+    """`Tensor.numpy()` and `Tensor.data` return the tensor detached until `undo` runs.
+
+    A forward() that ends in `flow.permute(0, 2, 3, 1).cpu().numpy() * scale` hands its results
+    over as numpy arrays, which no exporter can take as outputs; the same arithmetic on the
+    tensor is the graph's. Numpy functions applied to such an array afterwards convert it for
+    real (frozen by the tracer): the fix's check at other inputs catches that."""
+    import torch
+
+    original = torch.Tensor.numpy
+    data = torch._C.TensorBase.data  # the C descriptor: torch.Tensor itself defines none
+
+    def numpy(self: Any, *, force: bool = False) -> Any:
+        return self.detach()
+
+    torch.Tensor.numpy = numpy  # type: ignore[method-assign]
+    # `.cpu().data.numpy()`: the tracer records `.data` as the example's constant, without a
+    # warning; `detach()` is the same value for a forward pass and stays data flow.
+    torch.Tensor.data = property(lambda self: self.detach(), data.__set__)  # type: ignore[method-assign,assignment]
+
+    def restore() -> None:
+        torch.Tensor.numpy = original  # type: ignore[method-assign]
+        del torch.Tensor.data
+
+    undo.append(restore)
 
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:

@@ -8,11 +8,17 @@ parity compares like with like and what is verified is what the user pastes.
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import LoadCode, Recipe
+from onnxdoctor.recipe import EagerExport, LoadCode, Recipe
 
-CODES = ("OD211",)
+CODES = ("OD211", "OD299")
+
+# The TorchScript exporter flattening outputs that hold numpy arrays: "Here, received an input of
+# unsupported type: numpy.ndarray"; the dynamo exporter names the type as it meets it.
+NUMPY_OUTPUT = re.compile(r"unsupported type: numpy\.ndarray|<class 'numpy\.ndarray'>")
 
 WRAPPER = """import copy
 import dataclasses
@@ -63,9 +69,12 @@ EXPORT = "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n"
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """`use_cache=False` for models with that switch, then a wrapper that returns tensors only."""
+    """`use_cache=False` for models with that switch, then a wrapper that returns tensors only;
+    for numpy arrays among the outputs (OD299), the arrays kept tensors."""
     if ctx.target_kind != "script":
         return []
+    if finding.code == "OD299":
+        return _numpy_outputs(finding, ctx)
     load = next((o for o in ctx.outcomes if o.stage is Stage.LOAD), None)
     has_switch = bool(load and load.facts.get("config_use_cache") is not None)
     fixes = []
@@ -88,3 +97,26 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),
     ))
     return fixes
+
+
+def _numpy_outputs(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """forward() hands its results over as numpy arrays (`.cpu().numpy()` at its end): exported
+    with `Tensor.numpy()` giving the tensor, the arithmetic after it stays in the graph."""
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+    text = " ".join([finding.message, export.error.all_text() if export and export.error else ""])
+    if not NUMPY_OUTPUT.search(text):
+        return []
+    return [Fix(
+        kind="numpy_outputs",
+        title="Return tensors where forward() converts its results with .numpy(); convert the ONNX "
+              "outputs instead",
+        snippet=(
+            "# before:  flow = flow.permute(0, 2, 3, 1).cpu().numpy() * self.flow_div\n"
+            "flow = flow.permute(0, 2, 3, 1) * self.flow_div   # the same arithmetic, on the tensor\n"
+            "# ONNX Runtime returns numpy arrays anyway: the caller gets what it got before.\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=("an edit to forward(); checked by exporting it with .numpy() returning the tensor, at the "
+              "example and other inputs (numpy functions applied afterwards would be frozen there)"),
+        recipe=Recipe("numpy_outputs", (EagerExport(tensor_outputs=True),), isolated=True),
+    )]
