@@ -271,3 +271,42 @@ def test_results_handed_over_as_numpy_arrays_are_exported_as_the_tensors_they_we
     assert best.kind == "numpy_outputs" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     # `.data` would have been the example's constant: the check at other inputs holds it to them.
     assert best.check is not None and "input sets" in best.check.detail, best.check.detail
+
+
+def test_a_prims_op_is_named_by_the_aten_op_whose_decomposition_wrote_it() -> None:
+    from onnxdoctor.worker.registry import aten_of_prims
+
+    assert aten_of_prims("prims::erf_inv") == "aten::erfinv"
+    assert aten_of_prims("prims::bessel_i0") == "aten::i0"
+    assert aten_of_prims("prims::ndtri") == "aten::special_ndtri"
+    assert aten_of_prims("prims::hypot") == "aten::hypot"
+    assert aten_of_prims("prims::no_such_prim") is None
+    assert aten_of_prims("aten::hypot") is None  # only prims ops are translated
+
+
+HYPOT = '''
+import torch
+
+dynamo = True
+opset_version = 18
+
+
+class Distance(torch.nn.Module):
+    def forward(self, dx: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+        return torch.hypot(dx, dy)
+
+
+def get_model():
+    return Distance().eval(), (torch.randn(4, 4), torch.randn(4, 4))
+'''
+
+
+@pytest.mark.slow
+def test_the_dynamo_exporter_s_prims_op_is_reported_as_the_call_the_user_wrote(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(HYPOT)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op, finding.source) == ("OD202", "aten::hypot", "model.py:10")
+    assert "prims::hypot" not in finding.message  # the same call is not listed again as another op
+    assert finding.fixes[0].kind == "rewrite" and finding.fixes[0].verified is True

@@ -131,6 +131,14 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         else:  # costs a torch.export: only when the exporter's own frames did not tell
             with contextlib.suppress(Exception):
                 facts.update(locate_op(loaded, op, target))
+        if op.startswith("prims::") and dynamo:
+            # The dynamo exporter names the prims op a decomposition wrote; the user's line calls
+            # the aten op (checked on that line: several ops decompose to some prims ops).
+            with contextlib.suppress(Exception):
+                called = _called_on_line(op, facts.get("source"), target)
+                if called:
+                    facts["prims_op"], op = op, called
+                    facts["op"] = op
         custom = op.split("::", 1)[0] not in ("aten", "prims")
         # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
         if gather or custom:
@@ -156,8 +164,23 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             with contextlib.suppress(Exception):
                 from onnxdoctor.worker.registry import unsupported_ops
 
-                facts["unsupported_ops"] = unsupported_ops(loaded, target)
+                facts["unsupported_ops"] = [row for row in unsupported_ops(loaded, target)
+                                            if row.get("op") != facts.get("prims_op")]  # the same call
     return facts
+
+
+def _called_on_line(prims_op: str, source: str | None, target: Path) -> str | None:
+    """The aten op whose decomposition writes `prims_op`, when the user's line calls it by name."""
+    from onnxdoctor.worker.registry import aten_of_prims
+
+    called = aten_of_prims(prims_op)
+    name, _, line = (source or "").rpartition(":")
+    if called is None or not line.isdigit() or Path(name).name != target.name:
+        return None
+    lines = target.read_text("utf-8", errors="replace").splitlines()
+    text = lines[int(line) - 1] if 0 < int(line) <= len(lines) else ""
+    function = called.split("::", 1)[1].removeprefix("special_")
+    return called if re.search(rf"\b{re.escape(function)}\s*\(", text) else None
 
 
 FUNCTIONAL_FILES = ("torch/nn/functional.py", "torch/functional.py")

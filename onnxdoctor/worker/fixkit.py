@@ -281,6 +281,9 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         _replace(F, name, make(getattr(F, name), rank), loaded, undo)
 
 
+MAX_FORCED_READS = 1000  # a branch read one way this often is a loop's condition
+
+
 def _force_branches(sites: tuple[tuple[str, int, bool], ...], undo: list[Callable[[], None]]) -> None:
     """A tensor's truth value asked on one of `sites` (file name, line) reads the site's value
     without looking at the tensor, until `undo` runs; elsewhere, the tensor's own.
@@ -297,12 +300,22 @@ def _force_branches(sites: tuple[tuple[str, int, bool], ...], undo: list[Callabl
     from onnxdoctor.worker.provenance import asking_frame, truth_at
 
     forced = {(name, int(line)): bool(value) for name, line, value in sites}
+    asked: dict[tuple[str, int], int] = {}
     original = torch.Tensor.__bool__
 
     def truth(self: Any) -> bool:
         caller = asking_frame()  # the line asking (bool() and `if` add no Python frame)
-        value = forced.get((os.path.basename(caller.f_code.co_filename), caller.f_lineno))
-        return truth_at(original, self, caller) if value is None else value
+        site = (os.path.basename(caller.f_code.co_filename), caller.f_lineno)
+        value = forced.get(site)
+        if value is None:
+            return truth_at(original, self, caller)
+        asked[site] = asked.get(site, 0) + 1
+        if asked[site] > MAX_FORCED_READS:
+            # A loop's condition read one way never ends (`while not converged:`): stop the trace
+            # before it grows without bound.
+            raise RuntimeError(f"the condition at {site[0]}:{site[1]} read as {value} was asked "
+                               f"{MAX_FORCED_READS} times: a loop that never ends that way")
+        return value
 
     torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
     undo.append(lambda: setattr(torch.Tensor, "__bool__", original))

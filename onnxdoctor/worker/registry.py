@@ -330,3 +330,32 @@ def observe_calls(loaded: Any, op: str, limit: int = 4) -> list[dict[str, Any]]:
     with torch.no_grad(), Recorder():
         loaded.model(*loaded.args, **(loaded.kwargs or {}))
     return calls
+
+
+def aten_of_prims(op: str) -> str | None:
+    """The aten op whose decomposition wrote the prims op the dynamo exporter stopped at
+    (`prims::erf_inv` for `torch.erfinv`, `prims::bessel_i0` for `torch.i0`): the op the user's
+    code calls. torch's references (torch._refs) are where each aten op becomes prims ops; a prims
+    op that one reference alone calls names that reference's op. None when none or several do."""
+    import inspect
+    import re
+
+    import torch
+    import torch._refs
+    import torch._refs.special
+
+    namespace, _, name = op.partition("::")
+    if namespace != "prims" or not name:
+        return None
+    callers: set[str] = set()
+    calls = re.compile(rf"\bprims\.{re.escape(name)}\b")
+    for module, prefix in ((torch._refs, ""), (torch._refs.special, "special_")):
+        text = inspect.getsource(module)
+        # A reference is a top-level function, or a name bound to a factory called with the prim.
+        for match in re.finditer(r"^def (\w+)\(.*?(?=^def |^\w+ = |\Z)", text, re.DOTALL | re.MULTILINE):
+            if calls.search(match.group(0)):
+                callers.add(prefix + match.group(1))
+        for match in re.finditer(rf"^(\w+) = _make_\w+\(\s*prims\.{re.escape(name)}\b", text, re.MULTILINE):
+            callers.add(prefix + match.group(1))
+    callers = {c for c in callers if not c.startswith("_") and hasattr(torch.ops.aten, c)}
+    return f"aten::{callers.pop()}" if len(callers) == 1 else None
