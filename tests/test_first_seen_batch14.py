@@ -310,3 +310,19 @@ def test_the_dynamo_exporter_s_prims_op_is_reported_as_the_call_the_user_wrote(t
     assert (finding.code, finding.op, finding.source) == ("OD202", "aten::hypot", "model.py:10")
     assert "prims::hypot" not in finding.message  # the same call is not listed again as another op
     assert finding.fixes[0].kind == "rewrite" and finding.fixes[0].verified is True
+
+
+def test_a_while_loop_s_condition_is_never_read_as_true_for_ever() -> None:
+    import torch
+
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    loaded = LoadedModel(model=torch.nn.Identity(), args=(), kwargs={}, settings={}, factory="get_model")
+    here = Path(__file__).name
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if text.endswith("# the loop read as True"))
+    x = torch.ones(3)
+    with eager_export(loaded, EagerExport(forced_branches=((here, line, True),))), pytest.raises(RuntimeError, match="never ends"):
+        while (x > 100).any():  # the loop read as True
+            x = x + 1

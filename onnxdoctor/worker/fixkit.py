@@ -281,7 +281,7 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         _replace(F, name, make(getattr(F, name), rank), loaded, undo)
 
 
-MAX_FORCED_READS = 1000  # a branch read one way this often is a loop's condition
+MAX_FORCED_READS = 4096  # a branch read one way this often is a loop's condition (`while True: ... if done: break`)
 
 
 def _force_branches(sites: tuple[tuple[str, int, bool], ...], undo: list[Callable[[], None]]) -> None:
@@ -293,6 +293,7 @@ def _force_branches(sites: tuple[tuple[str, int, bool], ...], undo: list[Callabl
     missing from the graph. Read as the side that does the work, the branch stays out of the trace
     and the exported graph computes that side for every input: whether that is the same result is
     for the fix's check at other inputs to say."""
+    import linecache
     import os
 
     import torch
@@ -310,6 +311,8 @@ def _force_branches(sites: tuple[tuple[str, int, bool], ...], undo: list[Callabl
         if value is None:
             return truth_at(original, self, caller)
         asked[site] = asked.get(site, 0) + 1
+        if value and asked[site] == 1 and linecache.getline(caller.f_code.co_filename, caller.f_lineno).lstrip().startswith("while"):
+            raise RuntimeError(f"the condition at {site[0]}:{site[1]} is a while loop's: read as True it never ends")
         if asked[site] > MAX_FORCED_READS:
             # A loop's condition read one way never ends (`while not converged:`): stop the trace
             # before it grows without bound.
