@@ -179,6 +179,13 @@ class Unoptimized:
 
 
 @dataclass(frozen=True)
+class StrictCapture:
+    """The dynamo exporter given the program of `torch.export.export(..., strict=True)`: TorchDynamo
+    traces forward's bytecode, so `len(x)` and Python arithmetic on sizes stay symbolic where the
+    exporter's default capture (non-strict) asks Python for an int and fixes the dim."""
+
+
+@dataclass(frozen=True)
 class DynamicShapes:
     """Corrections to the script's dynamic_shapes.
 
@@ -287,18 +294,19 @@ class DecodeCheck:
 
 
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
-        | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
+        | StrictCapture | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
         | SessionConfig)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, Unoptimized, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig)
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
-_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, DynamicShapes)
+_EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes)
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
+                StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig)
 }
 

@@ -326,3 +326,51 @@ def test_a_while_loop_s_condition_is_never_read_as_true_for_ever() -> None:
     with eager_export(loaded, EagerExport(forced_branches=((here, line, True),))), pytest.raises(RuntimeError, match="never ends"):
         while (x > 100).any():  # the loop read as True
             x = x + 1
+
+
+# YOLO-World's text features repeated to the image batch behind `len(x)`: the tracer records the
+# example's answer, and the dynamo exporter's default capture asks Python for len(x) and fixes
+# the batch (ultralytics#13048). torch.export's strict capture keeps len(x) symbolic.
+LEN_OF_BATCH = '''
+import torch
+
+dynamo = False
+opset_version = 17
+input_names = ["images"]
+dynamic_axes = {"images": {0: "batch"}}
+
+
+class Guided(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("text", torch.randn(1, 5, 8))
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        text = self.text
+        if len(text) != len(x):
+            text = text.repeat(len(x), 1, 1)
+        guide = self.proj(text).view(x.shape[0], -1, 2, 4)
+        return torch.einsum("bnhc,bhc->bn", guide, x.view(x.shape[0], 2, 4))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Guided().eval(), (torch.randn(1, 8),)
+
+
+def get_inputs2():
+    return (torch.randn(3, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_size_read_with_len_is_kept_symbolic_by_torch_export_s_strict_capture(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(LEN_OF_BATCH)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True))
+    finding = next(f for f in diagnosis.findings if f.code in ("OD802", "OD210"))
+    strict = [f for f in finding.fixes if f.kind == "strict_capture"]
+    assert strict and strict[0].verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "strict=True" in strict[0].snippet
+    assert strict[0].check is not None and strict[0].check.sizes  # held to other batch sizes

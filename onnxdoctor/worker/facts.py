@@ -32,6 +32,39 @@ def with_suggested_dims(dynamic_shapes: Any, suggestions: Any) -> Any:
     return refine_dynamic_shapes_from_suggested_fixes(message, dynamic_shapes)
 
 
+def strict_capture(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, dynamic_shapes: Any) -> Any:
+    """`torch.export.export(..., strict=True)`; where torch finds the declared Dims' bounds wrong
+    for the model (a stride-2 conv needs height >= 3), once more with the Dims it suggests, as
+    torch.onnx's own capture does, or with the Dims left to it where it suggests none. The
+    result's check at other sizes says what that costs."""
+    import torch
+    from torch.export import Dim
+
+    try:
+        return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=True)
+    except Exception as exc:
+        if "Constraints violated" not in str(exc) or dynamic_shapes is None:
+            raise
+        if "Suggested fixes:" in str(exc):
+            from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+            refined = refine_dynamic_shapes_from_suggested_fixes(str(exc), dynamic_shapes)
+        else:
+            # Guards no bound can say (`(h - 1) // 2 + 1 != 1` after a stride-2 conv): each Dim left
+            # to torch (Dim.DYNAMIC), which records them instead of refusing the declared range.
+            refined = _nested_map(lambda d: Dim.DYNAMIC if isinstance(d, Dim) else d, dynamic_shapes)
+        return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=refined, strict=True)
+
+
+def _nested_map(fn: Any, value: Any) -> Any:
+    """fn applied to every leaf of dicts, tuples and lists."""
+    if isinstance(value, dict):
+        return {k: _nested_map(fn, v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_nested_map(fn, v) for v in value)
+    return fn(value)
+
+
 def torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
     """torch.export's own verdict on the user's dynamic_shapes, which torch.onnx relaxes.
 

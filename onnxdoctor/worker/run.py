@@ -43,6 +43,7 @@ from onnxdoctor.recipe import (
     RewriteOnnx,
     RuntimeKernels,
     SessionConfig,
+    StrictCapture,
     Unoptimized,
     UseExporter,
     UseOpset,
@@ -58,6 +59,7 @@ from onnxdoctor.worker.facts import (
     model_fingerprint,
     none_leaves,
     quiet_torch_logs,
+    strict_capture,
     tensor_leaves,
     torch_export_verdict,
     with_suggested_dims,
@@ -454,6 +456,10 @@ class Runner:
                 else watching_export_branch(loaded)
             ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
                 branch = watched or branch
+                if dynamo and recipe.first(StrictCapture) is not None and isinstance(model_or_program, torch.nn.Module):
+                    # torch.export's strict capture, then the exporter on its program.
+                    model_or_program = strict_capture(model_or_program, tuple(export_args), loaded.kwargs or None,
+                                                      kwargs.pop("dynamic_shapes", None))
                 state["onnx_program"] = torch.onnx.export(model_or_program, export_args, str(path), **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):

@@ -12,7 +12,14 @@ from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
-from onnxdoctor.recipe import DeclareDynamic, EagerExport, LoadCode, Recipe, UseExporter
+from onnxdoctor.recipe import (
+    DeclareDynamic,
+    EagerExport,
+    LoadCode,
+    Recipe,
+    StrictCapture,
+    UseExporter,
+)
 
 CODES = ("OD801", "OD802", "OD803", "OD804")
 
@@ -69,6 +76,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                   "by a guard there too"),
             recipe=Recipe("exporter", (UseExporter(other), declare)),
         ))
+        fixes.append(_strict_capture(detail, declare, params, axes))
     pools = global_pool_fix(finding, ctx)
     if pools is not None:
         fixes.append(pools)
@@ -89,6 +97,25 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                           isolated=True) if edits else None,
         ))
     return fixes
+
+
+def _strict_capture(detail: FrozenSize, declare: DeclareDynamic, params: tuple[str, ...],
+                    axes: dict[str, Any] | None) -> Fix:
+    """The dynamo exporter on a program torch.export captured strictly (TorchDynamo): `len(x)`
+    and Python arithmetic on a size stay symbolic, where the default capture fixes the dim."""
+    declared = declaration_snippet(detail, "dynamo", params, axes)
+    default = "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True, dynamic_shapes=dynamic_shapes)"
+    strict = ("program = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=True)\n"
+              "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)")
+    return Fix(
+        kind="strict_capture",
+        title="Use the dynamo exporter on torch.export's strict capture, with the dimensions declared dynamic",
+        snippet=declared.replace(default, strict) if default in declared else declared + strict + "\n",
+        applicability=Applicability.SAFE,
+        cost=("none at run time; strict capture traces forward's bytecode (TorchDynamo), which keeps len(x) and "
+              "arithmetic on sizes symbolic but refuses some Python the default capture runs"),
+        recipe=Recipe("strict_capture", (UseExporter("dynamo"), StrictCapture(), declare)),
+    )
 
 
 def code_edits(detail: FrozenSize) -> list[tuple[int, str, str]]:
