@@ -45,14 +45,17 @@ def strict_capture(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | N
     except Exception as exc:
         if "Constraints violated" not in str(exc) or dynamic_shapes is None:
             raise
+        refined = None
         if "Suggested fixes:" in str(exc):
             from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
 
-            refined = refine_dynamic_shapes_from_suggested_fixes(str(exc), dynamic_shapes)
-        else:
+            with contextlib.suppress(Exception):  # torch cannot parse some of its own suggestions
+                refined = refine_dynamic_shapes_from_suggested_fixes(str(exc), dynamic_shapes)
+        if refined is None:
             # Guards no bound can say (`(h - 1) // 2 + 1 != 1` after a stride-2 conv): each Dim left
-            # to torch (Dim.DYNAMIC), which records them instead of refusing the declared range.
-            refined = _nested_map(lambda d: Dim.DYNAMIC if isinstance(d, Dim) else d, dynamic_shapes)
+            # to torch (Dim.AUTO), which records them instead of refusing the declared range; a dim
+            # it then fixes fails the check at other sizes.
+            refined = _nested_map(lambda d: Dim.AUTO if isinstance(d, Dim) else d, dynamic_shapes)
         return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=refined, strict=True)
 
 
