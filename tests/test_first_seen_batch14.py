@@ -8,9 +8,18 @@ from pathlib import Path
 import pytest
 
 from onnxdoctor.analysis.classify import extract_op
-from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.model import DiagnoseOptions, Diagnosis
 from onnxdoctor.pipeline import diagnose
 from onnxdoctor.recipe import EagerExport
+
+
+def _diagnosed(tmp_path: Path, source: str, **options: bool) -> Diagnosis:
+    """The diagnosis of `source` written as the model script model.py."""
+    script = tmp_path / "model.py"
+    script.write_text(source)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(**options))
+    return diagnosis
+
 
 # round() and math.sqrt() of sizes declared dynamic: both stay in the exported program as calls
 # on symbolic scalars, which the dynamo exporter's registry does not translate (pytorch#138852).
@@ -43,9 +52,7 @@ def get_inputs2():
 
 @pytest.mark.slow
 def test_a_function_of_a_symbolic_size_is_translated_and_judged_at_other_sizes(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(SIZE_FUNCTIONS)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True))
+    diagnosis = _diagnosed(tmp_path, SIZE_FUNCTIONS, fix=True)
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD299", "builtins::round")
     best = finding.fixes[0]
@@ -88,9 +95,7 @@ def get_model():
 
 @pytest.mark.slow
 def test_a_frozen_branch_under_random_outputs_is_judged_in_distribution_at_other_inputs(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(NOISY_BRANCH)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
+    diagnosis = _diagnosed(tmp_path, NOISY_BRANCH, fix=False, check_shapes=False)
     (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
     assert frozen.severity.value == "error", frozen.message  # not "matches at other inputs too"
     assert "in distribution" in frozen.message
@@ -153,9 +158,7 @@ def get_inputs2():
 
 @pytest.mark.slow
 def test_a_branch_that_only_skips_work_is_exported_taken_and_named_by_the_value_it_reads(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(SKIPPED_WORK)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    diagnosis = _diagnosed(tmp_path, SKIPPED_WORK, fix=True, check_shapes=False)
     (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
     assert (frozen.op, frozen.source) == ("aten::any", "model.py:17")  # the value `if not rows.any()` reads
     best = frozen.fixes[0]
@@ -192,9 +195,7 @@ def get_inputs2():
 
 @pytest.mark.slow
 def test_a_branch_with_two_real_sides_is_not_called_fixed_by_reading_it_either_way(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(TWO_SIDES)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    diagnosis = _diagnosed(tmp_path, TWO_SIDES, fix=True, check_shapes=False)
     (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
     assert frozen.op == "aten::gt" and frozen.source == "model.py:10"
     forced = [f for f in frozen.fixes if f.kind == "forced_branch"]
@@ -262,9 +263,7 @@ def get_model():
 
 @pytest.mark.slow
 def test_results_handed_over_as_numpy_arrays_are_exported_as_the_tensors_they_were(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(NUMPY_RESULTS)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    diagnosis = _diagnosed(tmp_path, NUMPY_RESULTS, fix=True, check_shapes=False)
     finding = diagnosis.findings[0]
     assert finding.code == "OD299" and "numpy" in finding.message
     best = finding.fixes[0]
@@ -303,9 +302,7 @@ def get_model():
 
 @pytest.mark.slow
 def test_the_dynamo_exporter_s_prims_op_is_reported_as_the_call_the_user_wrote(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(HYPOT)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    diagnosis = _diagnosed(tmp_path, HYPOT, fix=True, check_shapes=False)
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op, finding.source) == ("OD202", "aten::hypot", "model.py:10")
     assert "prims::hypot" not in finding.message  # the same call is not listed again as another op
@@ -366,9 +363,7 @@ def get_inputs2():
 
 @pytest.mark.slow
 def test_a_size_read_with_len_is_kept_symbolic_by_torch_export_s_strict_capture(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(LEN_OF_BATCH)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True))
+    diagnosis = _diagnosed(tmp_path, LEN_OF_BATCH, fix=True)
     finding = next(f for f in diagnosis.findings if f.code in ("OD802", "OD210"))
     strict = [f for f in finding.fixes if f.kind == "strict_capture"]
     assert strict and strict[0].verified is True, [(f.kind, f.check) for f in finding.fixes]
