@@ -369,3 +369,40 @@ def test_a_size_read_with_len_is_kept_symbolic_by_torch_export_s_strict_capture(
     assert strict and strict[0].verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "strict=True" in strict[0].snippet
     assert strict[0].check is not None and strict[0].check.sizes  # held to other batch sizes
+
+
+# InternImage's DCNv3 Function: its symbolic passes an attribute with no type suffix.
+UNSUFFIXED = '''
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Shift(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, amount: int):
+        return x + amount
+
+    @staticmethod
+    def symbolic(g, x, amount):
+        return g.op("custom::Shift", x, amount_i=amount, remove_center=0)
+
+
+class Model(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Shift.apply(x, 2) * 3
+
+
+def get_model():
+    return Model().eval(), (torch.randn(2, 3),)
+'''
+
+
+@pytest.mark.slow
+def test_an_attribute_without_a_type_suffix_is_named_with_the_function_and_the_spelling_it_needs(
+        tmp_path: Path) -> None:
+    diagnosis = _diagnosed(tmp_path, UNSUFFIXED, fix=False, check_shapes=False)
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD205", "Shift")  # the Function, not "::Shift"
+    assert "remove_center_i=0" in finding.message and "no type suffix" in finding.message

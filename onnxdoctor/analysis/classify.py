@@ -457,7 +457,7 @@ def _attribute_headline(bad: dict[str, Any], op: str | None) -> str | None:
     keyword, function = str(bad.get("keyword", "")), str(bad.get("function", "")).split(" ")[-1]
     if not keyword or not function:
         return None
-    whose = f"your symbolic {function}()" + (f" for {op}" if op else "")
+    whose = ("your symbolic()" if function == "symbolic" else f"your symbolic {function}()") + (f" for {op}" if op else "")
     parameter = bad.get("parameter")
     if bad.get("parse_args") and parameter:
         descriptors = ", ".join(f'"{d}"' for d in bad["parse_args"])
@@ -467,6 +467,10 @@ def _attribute_headline(bad: dict[str, Any], op: str | None) -> str | None:
     value = bad.get("value")
     given = str(bad.get("given", "")).removeprefix("a ")
     right = _SUFFIX_OF.get(given)
+    if bad.get("unsuffixed"):
+        named = f"{keyword}_{right}={value!r}" if right else f"{keyword}_i / _f / _s / _t"
+        return (f"{whose} writes {keyword}={value!r} with no type suffix: g.op names each attribute with its "
+                f"type ({named})")
     fix = f"; write {bad.get('attribute')}_{right}={value!r}" if right and right != bad.get("suffix") else ""
     return (f"{whose} writes {keyword}={value!r}: the _{bad.get('suffix')} suffix wants {bad.get('wants')}, "
             f"and {value!r} is {bad.get('given')}{fix}")

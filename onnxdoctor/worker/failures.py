@@ -71,7 +71,8 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         owners = [op for op, fn in find_custom_symbolics(target.resolve().parent).items()
                   if fn == symbolic["function"]]
         if owners and not op:
-            op = owners[0]
+            # An autograd.Function's symbolic is registered under an empty namespace ("::DCNv3Function").
+            op = owners[0].removeprefix("::")
             facts["op"] = op
     if not dynamo and not symbolic and "Unsupported: ONNX export of" in info["message"]:
         # torch's built-in symbolic refused the call and spelt the op its own way ("GridSample"):

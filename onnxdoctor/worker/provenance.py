@@ -298,6 +298,14 @@ def _bad_attribute(opname: str, kwargs: dict[str, Any], frame: Any) -> dict[str,
     code = frame.f_code
     names = code.co_varnames[1: code.co_argcount]
     for key, value in kwargs.items():
+        if key not in ("outputs",) and not _ATTRIBUTE_KEY.match(key):
+            # No type suffix at all (`remove_center=` for `remove_center_i=`).
+            return {"keyword": key, "attribute": key, "suffix": "", "wants": "a type suffix",
+                    "given": f"a {type(value).__name__}", "value": _plain(value), "unsuffixed": True,
+                    "parameter": next((n for n in names if frame.f_locals.get(n) is value), ""),
+                    "node_op": opname, "function": f"{Path(code.co_filename).name}:{code.co_firstlineno} {code.co_name}",
+                    "parse_args": []}
+    for key, value in kwargs.items():
         match = _ATTRIBUTE_KEY.match(key)
         if not match or match.group(2) not in _WANTS:
             continue
