@@ -406,3 +406,39 @@ def test_an_attribute_without_a_type_suffix_is_named_with_the_function_and_the_s
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD205", "Shift")  # the Function, not "::Shift"
     assert "remove_center_i=0" in finding.message and "no type suffix" in finding.message
+
+
+# transformers' Deformable DETR: a Function whose compiled kernel is missing, called in try/except
+# with the eager fallback in the except branch. The aborted call stays in the trace.
+SWALLOWED = '''
+import torch
+
+dynamo = False
+opset_version = 17
+KERNEL = None  # the compiled extension did not load
+
+
+class KernelFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return KERNEL.run(x)
+
+
+class Model(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            y = KernelFunction.apply(x)
+        except Exception:
+            y = x * 2
+        return y + 1
+
+
+def get_model():
+    return Model().eval(), (torch.randn(2, 3),)
+'''
+
+
+@pytest.mark.slow
+def test_a_function_call_aborted_inside_try_is_named_when_the_exporter_s_pass_trips_on_it(tmp_path: Path) -> None:
+    finding = _diagnosed(tmp_path, SWALLOWED, fix=False, check_shapes=False).findings[0]
+    assert (finding.code, finding.op) == ("OD299", "KernelFunction"), finding.message

@@ -90,8 +90,11 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             from onnxdoctor.worker.registry import converting_node_op
 
             op = converting_node_op(exc, text)
-    if not op and not dynamo and "was not in the map" in text and loaded is not None:
-        # A graph pass crashed without naming a node; the graph's autograd Functions are the suspects.
+    if not op and not dynamo and loaded is not None and (
+            "was not in the map" in text or "attribute 'Subgraph' is undefined" in text):
+        # A graph pass crashed without naming a node (the pass over autograd Functions asking a
+        # node for the subgraph an aborted Function call never recorded); the graph's Functions
+        # are the suspects.
         with contextlib.suppress(Exception):
             from onnxdoctor.worker.registry import traced_python_ops
 
