@@ -442,3 +442,17 @@ def get_model():
 def test_a_function_call_aborted_inside_try_is_named_when_the_exporter_s_pass_trips_on_it(tmp_path: Path) -> None:
     finding = _diagnosed(tmp_path, SWALLOWED, fix=False, check_shapes=False).findings[0]
     assert (finding.code, finding.op) == ("OD299", "KernelFunction"), finding.message
+
+
+def test_an_intermediate_value_of_another_integer_type_but_the_same_numbers_is_not_a_difference() -> None:
+    import numpy as np
+    import torch
+
+    from onnxdoctor.worker.parity import compare_outputs
+
+    positions = torch.tensor([[1, 2, 3, 0]], dtype=torch.int64)
+    same = np.array([[1, 2, 3, 0]], dtype=np.int32)  # Longformer's position ids, as the export keeps them
+    assert compare_outputs([positions], [same], 1e-4, 1e-3)["code"] == "OD604"  # an output: its type matters
+    assert compare_outputs([positions], [same], 1e-4, 1e-3, values_only=True)["code"] is None
+    other = np.array([[1, 2, 4, 0]], dtype=np.int32)
+    assert compare_outputs([positions], [other], 1e-4, 1e-3, values_only=True)["code"] == "OD601"
