@@ -456,3 +456,30 @@ def test_an_intermediate_value_of_another_integer_type_but_the_same_numbers_is_n
     assert compare_outputs([positions], [same], 1e-4, 1e-3, values_only=True)["code"] is None
     other = np.array([[1, 2, 4, 0]], dtype=np.int32)
     assert compare_outputs([positions], [other], 1e-4, 1e-3, values_only=True)["code"] == "OD601"
+
+
+# A matcher that hands the scores to numpy: the order it computes there is the graph's constant.
+NUMPY_CALL = '''
+import numpy as np
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Matcher(torch.nn.Module):
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        order = torch.from_numpy(np.argsort(scores.detach().numpy(), axis=-1))
+        return torch.gather(scores, -1, order)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Matcher().eval(), (torch.randn(3, 5),)
+'''
+
+
+@pytest.mark.slow
+def test_a_value_handed_to_numpy_is_named_by_the_function_that_computes_outside_torch(tmp_path: Path) -> None:
+    finding = _diagnosed(tmp_path, NUMPY_CALL, fix=False, check_shapes=False).findings[0]
+    assert (finding.code, finding.op, finding.source) == ("OD210", "np.argsort", "model.py:11"), finding.message

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from onnxdoctor.analysis.findings import finding_from_record, make_finding
@@ -120,6 +122,11 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     if read and "Python boolean" in warned and not str(read).startswith("prim::"):
         # A branch: the value it reads (`mask.any()`), not where its missing side first shows.
         op, node = str(read), None
+    consumer = _numpy_consumer(source, base_dir) if "NumPy array" in warned else None
+    if consumer and op in (None, "aten::numpy"):
+        # The array went to code outside torch (scipy's linear_sum_assignment): what it computed
+        # there is the graph's constant.
+        op, node = consumer, None
     if op is None:
         # Nothing exported from the line (the value became a constant): the conversion itself.
         op = next((_CONVERSIONS[m.group(1)] for m in map(_CONVERTING.search, [warned, *frozen]) if m), None)
@@ -238,6 +245,26 @@ def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None)
         return diverging.get("op") or (failed.group(1) if failed else None), node
     # No difference located: the first op exported from the line the tracer warned about.
     return (on_line[0].torch_op, on_line[0].node) if on_line else (None, None)
+
+
+def _numpy_consumer(source: str | None, base_dir: str | None) -> str | None:
+    """The function the warned line hands a `.numpy()` array to (`linear_sum_assignment` in
+    `rows, cols = linear_sum_assignment(sim.cpu().numpy())`), by the line's own text; None when
+    the line is not one whole statement or passes the array to no call."""
+    name, _, line = (source or "").rpartition(":")
+    if not base_dir or not line.isdigit():
+        return None
+    try:
+        text = (Path(base_dir) / name).read_text("utf-8", errors="replace").splitlines()[int(line) - 1]
+        tree = ast.parse(text.strip())
+    except (OSError, IndexError, SyntaxError, ValueError):
+        return None
+    receivers = [call for call in ast.walk(tree) if isinstance(call, ast.Call) and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "numpy"
+        for arg in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(arg))]
+    # The innermost (ast.walk goes breadth first): `torch.from_numpy(np.argsort(x.numpy()))` hands
+    # the array to np.argsort, and torch.from_numpy only takes its result back.
+    return ast.unparse(receivers[-1].func) if receivers else None
 
 
 def _first_difference(found: object) -> str | None:
