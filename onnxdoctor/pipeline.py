@@ -506,8 +506,11 @@ def _recorded(fix: Fix, wide: bool, done: dict[str, FixCheck], done_wide: dict[s
 def about_other_inputs(finding: Finding) -> bool:
     """Whether an error finding is about inputs other than the example (a frozen trace or size),
     or about the symbolic sizes that stand for them (a function of a size with no translation)."""
-    return finding.severity is Severity.ERROR and (finding.code in _OTHER_INPUT_CODES
-                                                   or finding.op in scalar_functions.HANDLED)
+    return finding.severity is Severity.ERROR and (
+        finding.code in _OTHER_INPUT_CODES or finding.op in scalar_functions.HANDLED
+        # torch.export stopped at a data-dependent branch: a fix that gets past it decides that
+        # branch somehow, which only other inputs can judge.
+        or (finding.code == "OD204" and "data-dependent" in finding.message))
 
 
 def _wants_chain(finding: Finding) -> bool:

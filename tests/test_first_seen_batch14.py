@@ -483,3 +483,43 @@ def get_model():
 def test_a_value_handed_to_numpy_is_named_by_the_function_that_computes_outside_torch(tmp_path: Path) -> None:
     finding = _diagnosed(tmp_path, NUMPY_CALL, fix=False, check_shapes=False).findings[0]
     assert (finding.code, finding.op, finding.source) == ("OD210", "np.argsort", "model.py:11"), finding.message
+
+
+# Longformer's `is_global_attn = mask.any().item()`, asked by `if` at several lines: torch.export
+# stops at the first. Read as True there, the same flag reads True at the others.
+FLAG_ASKED_TWICE = '''
+import torch
+
+dynamo = True
+opset_version = 18
+
+
+class Clipper(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        big = x > 1
+        flag = big.any().item()
+        if flag:
+            x = torch.where(big, torch.zeros_like(x), x)
+        y = x * 3
+        if flag:
+            y = y + 0.0 * big
+        return y
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Clipper().eval(), (torch.randn(4, 6),)
+'''
+
+
+@pytest.mark.slow
+def test_a_data_dependent_flag_torch_export_stops_at_is_read_one_way_wherever_it_is_asked(tmp_path: Path) -> None:
+    # Every fix tried: the TorchScript exporter holds here too (it freezes a branch that only
+    # skips work), and would otherwise be the only one checked.
+    finding = _diagnosed(tmp_path, FLAG_ASKED_TWICE, fix=True, all_fixes=True, check_shapes=False).findings[0]
+    assert finding.code == "OD204"
+    forced = [f for f in finding.fixes if f.kind == "forced_branch" and f.verified]
+    assert forced, [(f.kind, f.title, f.check) for f in finding.fixes]
+    step = forced[0].recipe.first(EagerExport) if forced[0].recipe else None
+    assert step is not None and step.forced_branches[0][:2] == ("model.py", 12)
+    assert forced[0].check is not None and "input sets" in forced[0].check.detail  # held to other inputs

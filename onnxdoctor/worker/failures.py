@@ -126,6 +126,12 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 from onnxdoctor.worker.parity import traced_functions
 
                 facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == op]
+    if dynamo and "data-dependent" in text:
+        # The line whose branch asked for a data-dependent truth value (`if is_global_attn:`).
+        with contextlib.suppress(Exception):
+            site = guard_site(exc)
+            if site:
+                facts["guard_site"] = site
     if op:
         facts["op"] = op
     if op and not symbolic:
@@ -171,6 +177,28 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 facts["unsupported_ops"] = [row for row in unsupported_ops(loaded, target)
                                             if row.get("op") != facts.get("prims_op")]  # the same call
     return facts
+
+
+def guard_site(exc: BaseException) -> str | None:
+    """`file.py:line` of the innermost frame outside torch (and this package) in the traceback of
+    `exc` or what caused it: where torch.export met a branch or conversion on a data-dependent value."""
+    import os
+    import traceback
+
+    import torch
+
+    from onnxdoctor.worker.tracebacks import exception_chain
+
+    outside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    site = None
+    for link in reversed(exception_chain(exc, hidden_context=True)):  # the innermost cause first
+        for frame, line in traceback.walk_tb(link.__traceback__):
+            filename = os.path.abspath(frame.f_code.co_filename)
+            if not filename.startswith(outside) and not filename.startswith("<"):
+                site = f"{os.path.basename(filename)}:{line}"
+        if site:
+            return site
+    return None
 
 
 def _called_on_line(prims_op: str, source: str | None, target: Path) -> str | None:

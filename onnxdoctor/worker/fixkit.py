@@ -322,6 +322,25 @@ def _force_branches(sites: tuple[tuple[str, int, bool], ...], undo: list[Callabl
 
     torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
     undo.append(lambda: setattr(torch.Tensor, "__bool__", original))
+    # Under torch.export a value taken out of a tensor (`flag = mask.any().item()`) is a SymBool,
+    # and `if flag:` asks it, not the tensor.
+    original_symbolic = torch.SymBool.__bool__
+    decided: dict[str, bool] = {}  # a symbolic condition read one way, by its expression
+
+    def symbolic_truth(self: Any) -> bool:
+        caller = asking_frame()
+        value = forced.get((os.path.basename(caller.f_code.co_filename), caller.f_lineno))
+        expression = str(getattr(getattr(self, "node", None), "expr", ""))
+        if value is not None:
+            if expression:
+                decided[expression] = value
+            return value
+        # The same flag asked again further on (Longformer asks `if is_global_attn:` in several
+        # places): the same answer.
+        return decided[expression] if expression in decided else original_symbolic(self)
+
+    torch.SymBool.__bool__ = symbolic_truth  # type: ignore[method-assign]
+    undo.append(lambda: setattr(torch.SymBool, "__bool__", original_symbolic))
 
 
 def _cond_as_where(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:

@@ -149,8 +149,15 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
     side and computes it for any data. A check that guards an error reads the other way. Both are
     tried; the check at other inputs keeps only a reading that holds there.
     """
-    sites = branch_sites(ctx)
-    if finding.code != "OD210" or ctx.target_kind != "script" or not sites or len(sites) > MAX_FORCED_SITES:
+    sites, exporter = branch_sites(ctx), "torchscript"
+    if finding.code == "OD204":
+        # torch.export stopped at a branch on a data-dependent value: the line it stopped at.
+        guard = str(ctx.export_facts.get("guard_site") or "")
+        name, _, line = guard.rpartition(":")
+        sites, exporter = ([(name, int(line))] if line.isdigit() else []), "dynamo"
+    elif finding.code != "OD210":
+        return []
+    if ctx.target_kind != "script" or not sites or len(sites) > MAX_FORCED_SITES:
         return []
     named = ", ".join(f"{name}:{line}" for name, line in sites)
     fixes = []
@@ -174,7 +181,7 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
             cost=("an edit of the condition; checked by exporting with it read as "
                   f"{value} and comparing at the example and at other inputs"),
             recipe=Recipe("forced_branch", (EagerExport(forced_branches=tuple((n, ln, value) for n, ln in sites)),
-                                            UseExporter("torchscript")), isolated=True),
+                                            UseExporter(exporter)), isolated=True),
         ))
     return fixes
 
