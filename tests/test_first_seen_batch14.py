@@ -523,3 +523,37 @@ def test_a_data_dependent_flag_torch_export_stops_at_is_read_one_way_wherever_it
     step = forced[0].recipe.first(EagerExport) if forced[0].recipe else None
     assert step is not None and step.forced_branches[0][:2] == ("model.py", 12)
     assert forced[0].check is not None and "input sets" in forced[0].check.detail  # held to other inputs
+
+
+# DEIMv2's deploy script: dynamo=True with the dims as dynamic_axes, which torch.onnx converts.
+# Ignoring them called a healthy model's other batch sizes refused (a false alarm).
+AXES_FOR_DYNAMO = '''
+import torch
+
+dynamo = True
+opset_version = 18
+input_names = ["x", "y"]
+dynamic_axes = {"x": {0: "batch"}}
+
+
+class Pair(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.sum(-1, keepdim=True) + y.mean(1, keepdim=True)
+
+
+def get_model():
+    return Pair().eval(), (torch.randn(2, 3), torch.randn(2, 4))
+
+
+def get_inputs2():
+    return (torch.randn(5, 3), torch.randn(5, 7))
+'''
+
+
+@pytest.mark.slow
+def test_a_dynamo_script_declaring_dynamic_axes_is_exported_with_them(tmp_path: Path) -> None:
+    declared = AXES_FOR_DYNAMO.replace('{"x": {0: "batch"}}', '{"x": {0: "batch"}, "y": {0: "batch", 1: "n"}}')
+    diagnosis = _diagnosed(tmp_path, declared, fix=False)
+    assert diagnosis.healthy, [(f.code, f.message) for f in diagnosis.findings]
+    # Checked at the batch and n the script declares, where the export passes.
+    assert [c.status for c in diagnosis.shapes].count("passed") >= 2, diagnosis.shapes

@@ -620,6 +620,14 @@ def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
         # "input"); torch.export keys dynamic_shapes by forward()'s arguments, in the same order.
         onnx_names = list(settings.get("input_names") or declare.inputs or ())
         to_param = {name: params[i] for i, name in enumerate(onnx_names) if i < len(params) and name not in params}
+        axes = settings.get("dynamic_axes") if spec is None else None
+        for name, dims in (axes.items() if isinstance(axes, dict) else ()):
+            # The script's own dims, declared the TorchScript way: one Dim per label, as torch.onnx
+            # converts them.
+            labels = dims.items() if isinstance(dims, dict) else ((d, f"{name}_{d}") for d in dims)
+            for dim, label in labels:
+                made.setdefault(str(label), torch.export.Dim(str(label)))
+                shapes.setdefault(to_param.get(name, name), {})[int(dim)] = made[str(label)]
         for name, dim, label, low, high in declare.dims:
             if label not in made:
                 bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}

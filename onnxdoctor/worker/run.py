@@ -406,6 +406,10 @@ class Runner:
         }
         if dynamo:
             kwargs["dynamic_shapes"] = settings.get("dynamic_shapes")
+            if kwargs["dynamic_shapes"] is None and settings.get("dynamic_axes") is not None:
+                # A dynamo script may declare its dims the TorchScript way: torch.onnx turns
+                # dynamic_axes into dynamic_shapes itself, as it does for the user's own call.
+                kwargs["dynamic_axes"] = settings.get("dynamic_axes")
         elif settings.get("dynamic_axes") is not None:
             kwargs["dynamic_axes"] = settings.get("dynamic_axes")
         declare = recipe.first(DeclareDynamic)
@@ -413,6 +417,8 @@ class Runner:
             from onnxdoctor.worker.fixkit import declared_dynamic
 
             kwargs.update(declared_dynamic(loaded, declare, dynamo, settings))
+            if dynamo and kwargs.get("dynamic_shapes") is not None:
+                kwargs.pop("dynamic_axes", None)  # the declaration covers the script's own axes
         export_args = loaded.args
         if declare is not None and dynamo:
             from onnxdoctor.worker.fixkit import widened_for_export

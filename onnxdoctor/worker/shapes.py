@@ -225,7 +225,8 @@ def _declared(loaded: Any, names: list[str], dynamo: bool, export_kwargs: dict[s
                         continue
                     rows.append({"input": key, "dim": int(dim), **_dim_bounds(value, f"{key}_{dim}")})
     axes = settings.get("dynamic_axes")
-    if not dynamo and isinstance(axes, dict):
+    # (A dynamo script may declare its dims as dynamic_axes, which torch.onnx converts.)
+    if isinstance(axes, dict) and not (dynamo and settings.get("dynamic_shapes") is not None):
         for key, dims in axes.items():
             if key not in names:
                 continue
