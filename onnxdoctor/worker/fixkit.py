@@ -624,10 +624,13 @@ def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
         for name, dims in (axes.items() if isinstance(axes, dict) else ()):
             # The script's own dims, declared the TorchScript way: one Dim per label, as torch.onnx
             # converts them.
+            key = to_param.get(name, name)
+            if params and key not in params:
+                continue  # an output's axes (dynamic_axes names outputs too)
             labels = dims.items() if isinstance(dims, dict) else ((d, f"{name}_{d}") for d in dims)
             for dim, label in labels:
                 made.setdefault(str(label), torch.export.Dim(str(label)))
-                shapes.setdefault(to_param.get(name, name), {})[int(dim)] = made[str(label)]
+                shapes.setdefault(key, {})[int(dim)] = made[str(label)]
         for name, dim, label, low, high in declare.dims:
             if label not in made:
                 bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
