@@ -798,7 +798,7 @@ def first_diverging_module(state: dict[str, Any], atol: float, rtol: float, targ
         got = values.get(last[name])
         if got is None or tuple(got.shape) != tuple(expected.shape):
             continue
-        report = compare_outputs([expected], [got], atol, rtol, values_only=True)
+        report = compare_outputs([expected], [got], atol, rtol, values_only=not state.get("dtype_differs"))
         if report["code"] is None:
             continue
         node = producers.get(last[name])
@@ -914,7 +914,7 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
             if got is None:
                 continue
             compared += 1
-            report = compare_outputs([expected], [got], atol, rtol, values_only=True)
+            report = compare_outputs([expected], [got], atol, rtol, values_only=not state.get("dtype_differs"))
             if report["code"] is None:
                 continue
             node = producers.get(name)
@@ -1070,7 +1070,7 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float,
         if key[0] in misaligned:
             continue
         compared += 1
-        report = compare_outputs([expected], [values[name]], atol, rtol, values_only=True)
+        report = compare_outputs([expected], [values[name]], atol, rtol, values_only=not state.get("dtype_differs"))
         if report["code"] is None:
             agreed.add(name)
             continue

@@ -711,6 +711,8 @@ class Runner:
                 state.get("exporter") == "torchscript" and state.get("onnx_path") is not None)
             torchscript = state.get("onnx_program") is None
             if searchable and not explained and (report["code"] == "OD601" or torchscript):
+                # An output of another dtype (OD604): there a type that differs is the difference.
+                state["dtype_differs"] = report["code"] == "OD604"
                 budget = self.request.localize_budget
                 atol, rtol = self.request.atol, self.request.rtol
                 try:
