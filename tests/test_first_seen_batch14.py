@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_first_seen_batch11 import UNDECLARED
 
 from onnxdoctor.analysis.classify import extract_op
 from onnxdoctor.model import DiagnoseOptions, Diagnosis
@@ -527,27 +528,7 @@ def test_a_data_dependent_flag_torch_export_stops_at_is_read_one_way_wherever_it
 
 # DEIMv2's deploy script: dynamo=True with the dims as dynamic_axes, which torch.onnx converts.
 # Ignoring them called a healthy model's other batch sizes refused (a false alarm).
-AXES_FOR_DYNAMO = '''
-import torch
-
-dynamo = True
-opset_version = 18
-input_names = ["x", "y"]
-dynamic_axes = {"x": {0: "batch"}}
-
-
-class Pair(torch.nn.Module):
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return x.sum(-1, keepdim=True) + y.mean(1, keepdim=True)
-
-
-def get_model():
-    return Pair().eval(), (torch.randn(2, 3), torch.randn(2, 4))
-
-
-def get_inputs2():
-    return (torch.randn(5, 3), torch.randn(5, 7))
-'''
+AXES_FOR_DYNAMO = UNDECLARED.replace("dynamo = False", "dynamo = True")
 
 
 @pytest.mark.slow
