@@ -192,9 +192,13 @@ def tensor_leaves(value: Any) -> list[Any]:
     import torch.utils._pytree as pytree
 
     leaves, _ = pytree.tree_flatten(value)
-    return [torch.from_numpy(np.ascontiguousarray(leaf)) if isinstance(leaf, np.ndarray) and leaf.dtype != object
-            else leaf for leaf in leaves if isinstance(leaf, torch.Tensor)
-            or (isinstance(leaf, np.ndarray) and leaf.dtype != object)]
+    found = []
+    for leaf in leaves:
+        if isinstance(leaf, np.ndarray) and leaf.dtype != object:
+            leaf = torch.from_numpy(np.ascontiguousarray(leaf))
+        if isinstance(leaf, torch.Tensor):
+            found.append(leaf)
+    return found
 
 
 def none_leaves(value: Any) -> int:

@@ -17,6 +17,7 @@ from onnxdoctor.worker.tracebacks import (
     find_custom_symbolics,
     find_symbolic_frame,
     locate_op,
+    model_code_frame,
     source_from_frames,
     user_frame,
 )
@@ -129,7 +130,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     if dynamo and "data-dependent" in text:
         # The line whose branch asked for a data-dependent truth value (`if is_global_attn:`).
         with contextlib.suppress(Exception):
-            site = guard_site(exc)
+            site = model_code_frame(exc, target)
             if site:
                 facts["guard_site"] = site
     if op:
@@ -177,28 +178,6 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 facts["unsupported_ops"] = [row for row in unsupported_ops(loaded, target)
                                             if row.get("op") != facts.get("prims_op")]  # the same call
     return facts
-
-
-def guard_site(exc: BaseException) -> str | None:
-    """`file.py:line` of the innermost frame outside torch (and this package) in the traceback of
-    `exc` or what caused it: where torch.export met a branch or conversion on a data-dependent value."""
-    import os
-    import traceback
-
-    import torch
-
-    from onnxdoctor.worker.tracebacks import exception_chain
-
-    outside = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    site = None
-    for link in reversed(exception_chain(exc, hidden_context=True)):  # the innermost cause first
-        for frame, line in traceback.walk_tb(link.__traceback__):
-            filename = os.path.abspath(frame.f_code.co_filename)
-            if not filename.startswith(outside) and not filename.startswith("<"):
-                site = f"{os.path.basename(filename)}:{line}"
-        if site:
-            return site
-    return None
 
 
 def _called_on_line(prims_op: str, source: str | None, target: Path) -> str | None:

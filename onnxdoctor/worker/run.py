@@ -111,6 +111,26 @@ STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
 
 
+def _runs_in_distribution(state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None,
+                          budget: float, atol: float, rtol: float) -> dict[str, Any]:
+    """PyTorch (reseeded each run) and the exported model's session run at these inputs, compared
+    in distribution (worker/randomness.compare_in_distribution)."""
+    import torch
+
+    from onnxdoctor.worker.randomness import compare_in_distribution
+    from onnxdoctor.worker.runtime import to_numpy
+
+    model, session = state["loaded"].model, state["session"]
+    feeds = feeds_for_session(session, tensor_leaves((args, kwargs)))
+
+    def run_torch(seed: int) -> list[Any]:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return [to_numpy(t) for t in tensor_leaves(model(*args, **(kwargs or {})))]
+
+    return compare_in_distribution(run_torch, lambda: run_session(session, feeds), budget, atol, rtol)
+
+
 class Runner:
     """Runs the stages for one request; `run_once` can be repeated for fix re-runs."""
 
@@ -781,24 +801,11 @@ class Runner:
                                ) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
         """A judge of one other input set for outputs that draw random numbers: both sides run
         many times there and compared in distribution, as PARITY compared the example."""
-        import torch
-
-        from onnxdoctor.worker.randomness import compare_in_distribution
-        from onnxdoctor.worker.runtime import to_numpy
-
-        loaded, session = state["loaded"], state["session"]
         # The sets share what PARITY may spend on one search (up to four sets).
         budget = min(self.request.localize_budget, 20.0) / 2
 
         def compare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-            feeds = feeds_for_session(session, tensor_leaves((args, kwargs)))
-
-            def run_torch(seed: int) -> list[Any]:
-                torch.manual_seed(seed)
-                with torch.no_grad():
-                    return [to_numpy(t) for t in tensor_leaves(loaded.model(*args, **kwargs))]
-
-            found = compare_in_distribution(run_torch, lambda: run_session(session, feeds), budget, atol, rtol)
+            found = _runs_in_distribution(state, args, kwargs, budget, atol, rtol)
             if found["matched"] is False:
                 return {"code": "OD601", "message": f"differs in distribution: {found['message']}", "max_abs_diff": None}
             if found["matched"] is None:  # not judged (too slow): not called a match
@@ -810,27 +817,16 @@ class Runner:
     def _in_distribution(self, state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
         """The outputs compared over many runs, where the exported graph draws random numbers
         (docs/ARCHITECTURE.md, "Random outputs"); None when it draws none."""
-        from onnxdoctor.worker.randomness import compare_in_distribution, random_ops
-        from onnxdoctor.worker.runtime import to_numpy
+        from onnxdoctor.worker.randomness import random_ops
 
         model = state.get("onnx_model")
         drawn = random_ops(model) if model is not None else []
         if not drawn:
             return None
-        import torch
-
         loaded = state["loaded"]
-        tensors = tensor_leaves((loaded.args, loaded.kwargs))
-        feeds = feeds_for_session(state["session"], tensors)
-
-        def run_torch(seed: int) -> list[Any]:
-            torch.manual_seed(seed)
-            with torch.no_grad():
-                return [to_numpy(t) for t in tensor_leaves(loaded.model(*loaded.args, **loaded.kwargs))]
-
         try:
-            found = compare_in_distribution(run_torch, lambda: run_session(state["session"], feeds),
-                                            min(self.request.localize_budget, 20.0), atol, rtol)
+            found = _runs_in_distribution(state, loaded.args, loaded.kwargs, min(self.request.localize_budget, 20.0),
+                                          atol, rtol)
         except Exception as exc:  # best effort: the one-run mismatch is reported as it was
             return {"ops": drawn, "matched": None, "message": f"not compared in distribution: {exception_text(exc)}"}
         return {"ops": drawn, **found}

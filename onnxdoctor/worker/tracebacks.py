@@ -90,6 +90,21 @@ def library_frame(exc: BaseException) -> traceback.FrameSummary | None:
     return None
 
 
+def model_code_frame(exc: BaseException, target: Path) -> str | None:
+    """`file.py:line` of the innermost frame of the model's code in the chain: a file in the
+    user's folder or an installed model library, not torch's own (where torch.export met a
+    data-dependent branch: `if is_global_attn:` in transformers, `if mask.any():` in model.py)."""
+    folder = target.resolve().parent
+    for current in reversed(exception_chain(exc, hidden_context=True)):
+        for item in reversed(traceback.extract_tb(current.__traceback__)):
+            if item.filename.startswith("<"):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                if _model_library(item.filename) or Path(item.filename).resolve().parent == folder:
+                    return f"{Path(item.filename).name}:{item.lineno}"
+    return None
+
+
 # When torch replays a captured graph (the dynamo exporter's decompositions), the Python stack is
 # gone; torch prints the failing FX node's recorded stack in the message instead.
 _REPLAYED_STACK = re.compile(r"Original traceback:\n(.*?)(?:\nUse tlparse|\n\n|\Z)", re.DOTALL)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -121,24 +119,16 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
     )
 
 
-# A TracerWarning's site: "... might not generalize to other inputs! [path/model.py:74]" or
-# "path/model.py:74: TracerWarning: ...".
-_WARNED_SITE = re.compile(r"([\w.\-/\\]+\.py):(\d+)")
 MAX_FORCED_SITES = 3  # more branches than this are a loop of decisions, not a check that skips work
 
 
 def branch_sites(ctx: FixContext) -> list[tuple[str, int]]:
-    """The lines where the TorchScript tracer turned a tensor into a Python bool, in the order
-    it warned (file name, line)."""
+    """The lines where the TorchScript tracer turned a tensor into a Python bool, in the order it
+    met them (file name, line): the sites the worker recorded with the value each reads."""
     export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
                   None)
-    sites: list[tuple[str, int]] = []
-    for text in export.warnings if export is not None else ():
-        match = _WARNED_SITE.search(text) if "Python boolean" in text else None
-        site = (match.group(1).replace("\\", "/").rsplit("/", 1)[-1], int(match.group(2))) if match else None
-        if site is not None and site not in sites:
-            sites.append(site)
-    return sites
+    read = (export.facts.get("branch_values") if export is not None else None) or {}
+    return [(name, int(line)) for name, _, line in (str(site).rpartition(":") for site in read) if line.isdigit()]
 
 
 def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
