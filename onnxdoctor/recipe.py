@@ -145,7 +145,10 @@ class EagerExport:
     `forced_branches`: (file name, line, value): a tensor's truth value asked on that line of that
     file (`if mask.any():`) reads `value` without looking at the tensor, so the export keeps the
     side it leads to whatever the example's data; `tensor_outputs`: `Tensor.numpy()` gives the
-    tensor itself, so results forward() hands over as numpy arrays stay the graph's outputs.
+    tensor itself, so results forward() hands over as numpy arrays stay the graph's outputs;
+    `seeded_noise`: random draws given an explicit `generator=` are, for "constant", drawn by
+    PyTorch with the tracer looking away (the generator's numbers become a constant of the
+    graph), and for "unseeded", drawn without the generator (the graph's own random op).
     """
 
     functions: tuple[str, ...] = ()
@@ -156,6 +159,7 @@ class EagerExport:
     cond_as_where: bool = False
     forced_branches: tuple[tuple[str, int, bool], ...] = ()
     tensor_outputs: bool = False
+    seeded_noise: str = ""
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _force_branches(step.forced_branches, undo)
         if step.tensor_outputs:
             _keep_tensor_outputs(undo)
+        if step.seeded_noise:
+            _seeded_noise(step.seeded_noise, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -381,6 +383,59 @@ def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:
 
     _trace.script = script  # type: ignore[assignment]
     undo.append(lambda: setattr(_trace, "script", original))
+
+
+# torch's random functions and in-place samplers that take a `generator=` (torch/_torch_docs.py).
+RANDOM_FUNCTIONS = ("randn", "rand", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson",
+                    "randn_like", "rand_like", "randint_like")
+RANDOM_METHODS = ("normal_", "uniform_", "random_", "exponential_", "bernoulli_", "cauchy_", "log_normal_",
+                  "geometric_", "bernoulli", "multinomial")
+
+
+def _seeded_noise(mode: str, undo: list[Callable[[], None]]) -> None:
+    """Random draws given a `generator=` are made, until `undo` runs, as `mode` says: "constant",
+    by PyTorch with the TorchScript tracer looking away, so the generator's numbers are a
+    constant of the graph; "unseeded", without the generator, so the graph keeps its random op.
+
+    A `torch.Generator` is an object no exporter can write (pytorch#136860: "Unsupported
+    prim::Constant kind: 'ival'"). A generator seeded in forward() gives the same numbers every
+    call at a given size, and the constant is those numbers; one seeded once and drawn from on
+    every call gives new numbers each time, which only a random op reproduces (in distribution).
+    The fix's check at other inputs tells the two apart."""
+    import torch
+
+    def drawing(original: Any, in_place: bool) -> Any:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("generator") is None:
+                return original(*args, **kwargs)
+            if mode == "unseeded":
+                kwargs.pop("generator")
+                return original(*args, **kwargs)
+            state = torch._C._get_tracing_state()
+            torch._C._set_tracing_state(None)
+            try:
+                with torch.no_grad():
+                    if in_place:  # drawn into a fresh tensor, then written in traced
+                        noise = original(torch.empty_like(args[0]), *args[1:], **kwargs)
+                    else:
+                        noise = original(*args, **kwargs)
+            finally:
+                torch._C._set_tracing_state(state)
+            # `zero_().add_()` rather than `copy_()`, which the TorchScript exporter writes only
+            # into a view: the in-place pass makes both plain data flow.
+            return args[0].zero_().add_(noise) if in_place else noise
+        return draw
+
+    for name in RANDOM_FUNCTIONS:
+        original = getattr(torch, name, None)
+        if original is not None:
+            setattr(torch, name, drawing(original, False))
+            undo.append(lambda name=name, original=original: setattr(torch, name, original))
+    for name in RANDOM_METHODS:
+        original = getattr(torch.Tensor, name, None)
+        if original is not None:
+            setattr(torch.Tensor, name, drawing(original, name.endswith("_")))
+            undo.append(lambda name=name, original=original: setattr(torch.Tensor, name, original))
 
 
 def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:

@@ -29,6 +29,7 @@ from onnxdoctor.analysis.fixes import (
     exporter,
     fake_kernel,
     function_kernel,
+    generators,
     half,
     inference_noops,
     llm_cache,
@@ -55,7 +56,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 FAMILIES = (
     eval_mode, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, exporter, runtime,
-    aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions,
+    aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
