@@ -49,10 +49,13 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
 
 
 def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """torch.complex, complex unsqueeze/squeeze/matmul (the real matmul goes through the table too)."""
+    """torch.complex, complex unsqueeze/squeeze/matmul, complex exp and products with a Python complex
+    number (the real matmul, exp and products go through the table too)."""
     z = torch.complex(x, x.flip(-1))
     y = (z @ z.mT.unsqueeze(0)).squeeze(0)
-    return torch.view_as_real(y), x @ x.mT, x[0] @ x.mT
+    spectrum = torch.exp(x) * torch.exp(torch.sin(x) * 1j)  # magnitude * exp(phase * 1j), MB-iSTFT-VITS2#3
+    return (torch.view_as_real(y), x @ x.mT, x[0] @ x.mT, torch.view_as_real(spectrum),
+            torch.view_as_real(z * (0.5 - 2j)), x * 3.0)
 
 
 def _svd_invariants(u: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -2,11 +2,12 @@
 
 The dynamo exporter represents a complex tensor as a real one with a trailing dimension of 2 and
 lowers the FFT ops, `view_as_real` and `view_as_complex` that way, but not `torch.complex`, a
-complex `unsqueeze`/`squeeze` or a complex `matmul` (pytorch/pytorch#126972: rfft, a complex
-matmul per bin, irfft). These functions write each of those on the `view_as_real` pair, so the
+complex `unsqueeze`/`squeeze`, a complex `matmul` (pytorch/pytorch#126972: rfft, a complex
+matmul per bin, irfft), a complex `exp` or a product with a Python complex number (`magnitude *
+torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3). These functions write each of those on the `view_as_real` pair, so the
 complex values only ever pass through ops the exporter lowers. A table entry replaces the op for
 real tensors too, so the real branch is the same op spelled without calling itself (reshape for
-(un)squeeze, einsum for matmul).
+(un)squeeze, einsum for matmul), or returns NotImplemented, which leaves the op as it is.
 """
 
 from __future__ import annotations
@@ -65,22 +66,43 @@ def matmul(a, b):
     ar, ai = torch.view_as_real(a).unbind(-1) if a.is_complex() else (a, torch.zeros_like(a))
     br, bi = torch.view_as_real(b).unbind(-1) if b.is_complex() else (b, torch.zeros_like(b))
     return torch.view_as_complex(torch.stack([_mm(ar, br) - _mm(ai, bi), _mm(ar, bi) + _mm(ai, br)], -1))
+
+
+def exp(x):
+    """exp of a complex tensor: exp(re) (cos im + i sin im); real tensors keep the exporter's Exp."""
+    if not x.is_complex():
+        return NotImplemented  # run_decompositions then records aten.exp itself
+    re, im = torch.view_as_real(x).unbind(-1)
+    return torch.polar(torch.exp(re), im)
+
+
+def mul_scalar(x, other):
+    """x * a Python complex number (`phase * 1j`): the pair times (re, im) of the number; products
+    of tensors are left to the exporter, which lowers complex ones."""
+    if isinstance(other, torch.Tensor) or not (isinstance(other, complex) or x.is_complex()):
+        return NotImplemented
+    other = complex(other)
+    xr, xi = torch.view_as_real(x).unbind(-1) if x.is_complex() else (x, torch.zeros_like(x))
+    re = xr * other.real - xi * other.imag
+    im = xr * other.imag + xi * other.real
+    return torch.view_as_complex(torch.stack([re, im], -1))
 '''
 
 REWRITES = (
     Rewrite(
         op="aten::complex",
         family="complex",
-        targets=("aten.complex.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.matmul.default"),
-        functions=("complex_", "unsqueeze", "squeeze_dim", "matmul"),
+        targets=("aten.complex.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.matmul.default",
+                 "aten.exp.default", "aten.mul.Scalar", "aten.mul.Tensor"),
+        functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
         error="a complex matmul as four real ones: the same products, summed in another order; "
         "the other ops are exact",
         limits="complex64/complex128 through view_as_real (the dynamo exporter's representation); "
-        "every matmul of the model is replaced (real ones through einsum, the same MatMul in ONNX); "
-        "other complex ops (complex division, angle, ...) are not covered",
-        reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul"),
+        "every matmul of the model is replaced (real ones through einsum, the same MatMul in ONNX); exp "
+        "and multiplication by a Python number only where complex values are involved; conj is not covered",
+        reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul"),
     ),
 )
