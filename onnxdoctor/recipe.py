@@ -148,7 +148,10 @@ class EagerExport:
     tensor itself, so results forward() hands over as numpy arrays stay the graph's outputs;
     `seeded_noise`: random draws given an explicit `generator=` are, for "constant", drawn by
     PyTorch with the tracer looking away (the generator's numbers become a constant of the
-    graph), and for "unseeded", drawn without the generator (the graph's own random op).
+    graph), and for "unseeded", drawn without the generator (the graph's own random op);
+    `every_candidate`: a loop over the rows of `nonzero()` (`for i in hits.nonzero():`) visits
+    every position of the tensor nonzero() was asked about, each row a constant, so the graph
+    holds the loop body for all of them.
     """
 
     functions: tuple[str, ...] = ()
@@ -160,6 +163,7 @@ class EagerExport:
     forced_branches: tuple[tuple[str, int, bool], ...] = ()
     tensor_outputs: bool = False
     seeded_noise: str = ""
+    every_candidate: bool = False
 
 
 @dataclass(frozen=True)

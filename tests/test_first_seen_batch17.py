@@ -31,3 +31,45 @@ def test_a_spectrum_built_with_a_python_complex_number_is_exported_as_pairs() ->
     assert best.verified is True, [(f.title, f.check) for f in diagnosis.findings[0].fixes]
     assert best.title.startswith("Rewrite aten::complex")
     assert best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-4
+
+
+@pytest.mark.slow
+def test_a_loop_over_the_experts_nonzero_found_visits_every_expert() -> None:
+    # transformers#38518: torch.export stops at `for expert_idx in expert_hit:` (a count the data decides).
+    (diagnosis,) = diagnose(str(CORPUS / "nonzero_expert_hit_loop_mixtral_moe_transformers_38518.py"),
+                            DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD204"
+    best = finding.fixes[0]
+    assert best.kind == "every_candidate" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "input sets" in best.check.detail  # judged at other inputs too, where other experts are hit
+
+
+# A loop whose body does something for every row: visiting every candidate changes the result.
+COUNTING_LOOP = '''
+import torch
+
+dynamo = True
+opset_version = 18
+
+
+class Count(torch.nn.Module):
+    def forward(self, x):
+        out = x.clone()
+        for i in (x.sum(-1) > 0).nonzero():
+            out = out + 1.0
+        return out
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Count().eval(), (torch.randn(6, 4),)
+'''
+
+
+@pytest.mark.slow
+def test_visiting_every_candidate_is_refused_where_the_body_counts_them(tmp_path: Path) -> None:
+    diagnosis = _diagnosed(tmp_path, COUNTING_LOOP, fix=True)
+    fixes = {fix.kind: fix for fix in diagnosis.findings[0].fixes}
+    assert fixes["every_candidate"].verified is False
+    assert not any(fix.verified for fix in diagnosis.findings[0].fixes)

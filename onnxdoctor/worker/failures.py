@@ -130,9 +130,10 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     if dynamo and "data-dependent" in text:
         # The line whose branch asked for a data-dependent truth value (`if is_global_attn:`).
         with contextlib.suppress(Exception):
-            site = model_code_frame(exc, target)
-            if site:
-                facts["guard_site"] = site
+            frame = model_code_frame(exc, target)
+            if frame is not None:
+                facts["guard_site"] = f"{Path(frame.filename).name}:{frame.lineno}"
+                facts["guard_code"] = (frame.line or "").strip()
     if op:
         facts["op"] = op
     if op and not symbolic:

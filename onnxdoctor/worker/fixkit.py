@@ -10,6 +10,7 @@ PyTorch's outputs (`check`).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import runpy
 import tempfile
@@ -226,6 +227,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _keep_tensor_outputs(undo)
         if step.seeded_noise:
             _seeded_noise(step.seeded_noise, undo)
+        if step.every_candidate:
+            _every_candidate(undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -383,6 +386,91 @@ def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:
 
     _trace.script = script  # type: ignore[assignment]
     undo.append(lambda: setattr(_trace, "script", original))
+
+
+# More positions than this and the unrolled loop would be the graph's bulk: left to fail as it did.
+MAX_CANDIDATES = 1024
+
+
+def _every_candidate(undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, a loop over the rows of a `nonzero()` result visits every position of
+    the tensor nonzero() was asked about, in order, each row a constant whose `int()` is known.
+
+    A mixture of experts visits only the experts some token chose (`for i in
+    mask.sum((-1, -2)).nonzero():`, transformers#38518): torch.export cannot loop over a count
+    known only from the data, and the tracer unrolls the example's count. Visiting every expert
+    gives the same sum where the body adds nothing for a position nonzero() would have skipped
+    (an expert no token chose selects no rows); the check at other inputs tells where it does."""
+    import itertools
+    import weakref
+
+    import torch
+
+    asked: dict[int, tuple[Any, tuple[int, ...]]] = {}  # id of a nonzero() result -> (ref, input shape)
+    rows: dict[int, tuple[Any, tuple[int, ...]]] = {}  # id of a visited row -> (ref, its position)
+
+    def static_shape(x: Any) -> tuple[int, ...] | None:
+        if not all(isinstance(size, int) for size in x.shape):  # a symbolic size: count unknown here
+            return None
+        shape = tuple(x.shape)
+        return shape if 0 < len(shape) and math.prod(shape) <= MAX_CANDIDATES else None
+
+    def tracked(original: Any) -> Any:
+        def nonzero(x: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(x, *args, **kwargs)
+            shape = static_shape(x) if isinstance(result, torch.Tensor) else None
+            if shape is not None:
+                asked[id(result)] = (weakref.ref(result), shape)
+            return result
+        return nonzero
+
+    def positions(x: Any) -> list[tuple[int, ...]] | None:
+        entry = asked.get(id(x))
+        if entry is None or entry[0]() is not x:
+            return None
+        return list(itertools.product(*(range(size) for size in entry[1])))
+
+    iterate, index, as_int, to_list = (torch.Tensor.__iter__, torch.Tensor.__index__, torch.Tensor.__int__,
+                                       torch.Tensor.tolist)
+
+    def every_row(self: Any) -> Any:
+        every = positions(self)
+        if every is None:
+            return iterate(self)
+        visited = []
+        for position in every:
+            row = torch.tensor(position, dtype=self.dtype)
+            rows[id(row)] = (weakref.ref(row), position)
+            visited.append(row)
+        return iter(visited)
+
+    def known(original: Any) -> Any:
+        def value(self: Any) -> Any:
+            entry = rows.get(id(self))
+            if entry is not None and entry[0]() is self and len(entry[1]) == 1:
+                return entry[1][0]
+            return original(self)
+        return value
+
+    def listed(self: Any) -> Any:
+        every = positions(self)
+        return [list(p) for p in every] if every is not None else to_list(self)
+
+    saved = {name: getattr(torch.Tensor, name) for name in ("nonzero", "__iter__", "__index__", "__int__", "tolist")}
+    torch.Tensor.nonzero = tracked(torch.Tensor.nonzero)  # type: ignore[method-assign]
+    torch.Tensor.__iter__ = every_row  # type: ignore[method-assign]
+    torch.Tensor.__index__ = known(index)  # type: ignore[method-assign]
+    torch.Tensor.__int__ = known(as_int)  # type: ignore[method-assign]
+    torch.Tensor.tolist = listed  # type: ignore[method-assign]
+    function = torch.nonzero
+    torch.nonzero = tracked(function)
+
+    def restore() -> None:
+        for name, original in saved.items():
+            setattr(torch.Tensor, name, original)
+        torch.nonzero = function
+
+    undo.append(restore)
 
 
 # torch's random functions and in-place samplers that take a `generator=` (torch/_torch_docs.py).

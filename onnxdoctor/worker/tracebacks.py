@@ -90,10 +90,10 @@ def library_frame(exc: BaseException) -> traceback.FrameSummary | None:
     return None
 
 
-def model_code_frame(exc: BaseException, target: Path) -> str | None:
-    """`file.py:line` of the innermost frame of the model's code in the chain: a file in the
-    user's folder or an installed model library, not torch's own (where torch.export met a
-    data-dependent branch: `if is_global_attn:` in transformers, `if mask.any():` in model.py)."""
+def model_code_frame(exc: BaseException, target: Path) -> traceback.FrameSummary | None:
+    """The innermost frame of the model's code in the chain: a file in the user's folder or an
+    installed model library, not torch's own (where torch.export met a data-dependent branch:
+    `if is_global_attn:` in transformers, `if mask.any():` or `for i in hits:` in model.py)."""
     folder = target.resolve().parent
     for current in reversed(exception_chain(exc, hidden_context=True)):
         for item in reversed(traceback.extract_tb(current.__traceback__)):
@@ -101,7 +101,7 @@ def model_code_frame(exc: BaseException, target: Path) -> str | None:
                 continue
             with contextlib.suppress(OSError, ValueError):
                 if _model_library(item.filename) or Path(item.filename).resolve().parent == folder:
-                    return f"{Path(item.filename).name}:{item.lineno}"
+                    return item
     return None
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -36,6 +38,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     return [
         *([values] if values else []),
         *([pools] if pools else []),
+        *_every_candidate(finding, ctx),
         *_forced_branches(finding, ctx),
         Fix(
             kind="control_flow",
@@ -174,6 +177,38 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
                                             UseExporter(exporter)), isolated=True),
         ))
     return fixes
+
+
+# `for expert_idx in expert_hit:`: the line torch.export stopped at loops over a tensor.
+_TENSOR_LOOP = re.compile(r"^for\s+.+\s+in\s+(?!range\()")
+
+
+def _every_candidate(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """OD204 at a loop over a tensor whose length the data decides (the rows of `nonzero()`): the
+    export visiting every position nonzero() was asked about (recipe.EagerExport.every_candidate)."""
+    code = str(ctx.export_facts.get("guard_code") or "")
+    if finding.code != "OD204" or ctx.target_kind != "script" or not _TENSOR_LOOP.match(code):
+        return []
+    where = f" at {ctx.export_facts.get('guard_site')}" if ctx.export_facts.get("guard_site") else ""
+    return [Fix(
+        kind="every_candidate",
+        title=f"Loop over every candidate{where} instead of the ones nonzero() found (their count is data)",
+        snippet=(
+            f"# {code}\n"
+            "# torch.export cannot loop over a count the data decides. Where the loop body adds nothing\n"
+            "# for a candidate nonzero() would skip (an expert no token chose selects no tokens), visit\n"
+            "# them all (transformers#40114):\n"
+            "# before:  expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()\n"
+            "#          for expert_idx in expert_hit:\n"
+            "for expert_idx in range(self.num_experts):\n"
+            "    ...   # the same body\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=("an edit of the loop; the graph computes the body for every candidate (for a mixture of "
+              "experts, each expert on the tokens routed to it: no extra rows); checked at the example "
+              "and at other inputs"),
+        recipe=Recipe("every_candidate", (EagerExport(every_candidate=True), UseExporter("dynamo")), isolated=True),
+    )]
 
 
 def _cond_as_where(finding: Finding, ctx: FixContext) -> Fix | None:
