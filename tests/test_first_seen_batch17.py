@@ -73,3 +73,15 @@ def test_visiting_every_candidate_is_refused_where_the_body_counts_them(tmp_path
     fixes = {fix.kind: fix for fix in diagnosis.findings[0].fixes}
     assert fixes["every_candidate"].verified is False
     assert not any(fix.verified for fix in diagnosis.findings[0].fixes)
+
+
+@pytest.mark.slow
+def test_dims_declared_for_a_parameter_torch_export_renames_are_checked_as_declared() -> None:
+    # forward(self, I) with dynamic_shapes={"I": {2: Dim("H")}}: the graph's input is named `i`.
+    # Matched by name only, the declaration was lost and every dim probed: a false OD802.
+    (diagnosis,) = diagnose(str(CORPUS / "healthy_pad_replicate_dynamic_amount_denoiser_dynamo_onnxscript_2539.py"),
+                            DiagnoseOptions(fix=False))
+    assert diagnosis.healthy, [(f.code, f.message) for f in diagnosis.findings]
+    # Only H varied, and every size passed.
+    assert {dict(check.inputs)["i"] for check in diagnosis.shapes} >= {(1, 1, 2, 1)}
+    assert all(check.status == "passed" for check in diagnosis.shapes)

@@ -217,13 +217,14 @@ def _declared(loaded: Any, names: list[str], dynamo: bool, export_kwargs: dict[s
             else:
                 by_name = dict(zip(params, spec))
             for key, dims in by_name.items():
-                if key not in names:
+                name = _graph_input(key, params, names)
+                if name is None:
                     continue
                 items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
                 for dim, value in items:
                     if value is None:
                         continue
-                    rows.append({"input": key, "dim": int(dim), **_dim_bounds(value, f"{key}_{dim}")})
+                    rows.append({"input": name, "dim": int(dim), **_dim_bounds(value, f"{name}_{dim}")})
     axes = settings.get("dynamic_axes")
     # (A dynamo script may declare its dims as dynamic_axes, which torch.onnx converts.)
     if isinstance(axes, dict) and not (dynamo and settings.get("dynamic_shapes") is not None):
@@ -234,6 +235,19 @@ def _declared(loaded: Any, names: list[str], dynamo: bool, export_kwargs: dict[s
             for dim, label in items:
                 rows.append({"input": key, "dim": int(dim), "name": str(label), "min": None, "max": None})
     return rows
+
+
+def _graph_input(parameter: str, params: list[str], names: list[str]) -> str | None:
+    """The graph input a forward() parameter became: torch.export renames placeholders (`I` is
+    written `i`), so a name the graph lacks is matched case-blind, then by position."""
+    if parameter in names:
+        return parameter
+    folded = [n for n in names if n.lower() == parameter.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    if parameter in params and params.index(parameter) < len(names) and len(params) == len(names):
+        return names[params.index(parameter)]
+    return None
 
 
 def _dim_bounds(value: Any, default: str) -> dict[str, Any]:
