@@ -85,3 +85,13 @@ def test_dims_declared_for_a_parameter_torch_export_renames_are_checked_as_decla
     # Only H varied, and every size passed.
     assert {dict(check.inputs)["i"] for check in diagnosis.shapes} >= {(1, 1, 2, 1)}
     assert all(check.status == "passed" for check in diagnosis.shapes)
+
+
+@pytest.mark.slow
+def test_a_function_the_exporter_cannot_inline_names_the_extension_op_its_forward_calls() -> None:
+    # NATTEN's autograd.Function calls natten::na2d_qk; torch says so only on stderr.
+    (diagnosis,) = diagnose(str(CORPUS / "na2d_natten_custom_op_nat_neighborhood_attention_transformer_74.py"),
+                            DiagnoseOptions(fix=False))
+    finding = diagnosis.findings[0]
+    assert finding.op == "NeighborhoodAttention2DQKAutogradFunction"
+    assert finding.torch_op == "natten::na2d_qk" and "natten::na2d_qk" in finding.message

@@ -441,6 +441,14 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         else:
             message = "torch.export could not capture the model"
         return make("OD204", message + (f": {detail}" if detail else ""))
+    python_op = _COULD_NOT_EXPORT_PYTHON.search(text)
+    if python_op and facts.get("inner_ops"):
+        # The Function stays the finding's op (its fixes answer it); what stopped the export is
+        # the op its forward calls, which the exporter could not inline.
+        inner = str(facts["inner_ops"][0])
+        found = make("OD299", f"autograd.Function {python_op.group(1)} cannot be exported: its forward calls "
+                              f"{inner}, which has no ONNX export (the TorchScript exporter could not inline it)")
+        return [replace(found[0], torch_op=inner)]
     bad = facts.get("symbolic_attribute")
     if isinstance(bad, dict) or facts.get("symbolic_frame") or _bad_symbolic(text, error):
         headline = _attribute_headline(bad, op) if isinstance(bad, dict) else None

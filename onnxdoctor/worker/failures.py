@@ -127,6 +127,14 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 from onnxdoctor.worker.parity import traced_functions
 
                 facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == op]
+    python_op = _COULD_NOT_EXPORT_PYTHON.search(text)
+    if python_op and not dynamo and loaded is not None:
+        # The exporter could not inline the Function because its forward calls an op it cannot
+        # export (a compiled extension's `natten::na2d_qk`); torch says which only on stderr.
+        with contextlib.suppress(Exception):
+            inner = function_inner_ops(loaded, python_op.group(1))
+            if inner:
+                facts["inner_ops"] = inner
     if dynamo and "data-dependent" in text:
         # The line whose branch asked for a data-dependent truth value (`if is_global_attn:`).
         with contextlib.suppress(Exception):
@@ -252,6 +260,50 @@ def function_frame_op(exc: BaseException) -> str | None:
                 if named:
                     return named
     return None
+
+
+# An autograd.Function the TorchScript exporter could neither inline nor export (its class name).
+_COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
+# Namespaces of torch's own ops: every other one is an extension's or the user's.
+TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "quantized_decomposed",
+                              "profiler", "higher_order", "onnx", "_c10d_functional", "c10d"})
+
+
+def function_inner_ops(loaded: Any, name: str) -> list[str]:
+    """The ops outside torch's namespaces that the autograd.Function `name` (its class name)
+    dispatches during one eager forward of the model, in order of first call."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from onnxdoctor.worker.fixkit import reference_call
+
+    running: list[str] = []
+    found: list[str] = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            namespace = getattr(func, "namespace", "")
+            qualified = f"{namespace}::{func._opname}" if namespace else ""
+            if name in running and namespace not in TORCH_NAMESPACES and qualified and qualified not in found:
+                found.append(qualified)
+            return func(*args, **(kwargs or {}))
+
+    raw = torch.autograd.Function.__dict__["apply"]
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        running.append(cls.__name__)
+        try:
+            return raw.__func__(cls, *args, **kwargs)
+        finally:
+            running.pop()
+
+    torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
+    try:
+        with torch.no_grad(), Watch():
+            reference_call(loaded)
+    finally:
+        torch.autograd.Function.apply = raw  # type: ignore[method-assign]
+    return found
 
 
 # `Name.apply(`: a line calling an autograd.Function.
