@@ -95,3 +95,15 @@ def test_a_function_the_exporter_cannot_inline_names_the_extension_op_its_forwar
     finding = diagnosis.findings[0]
     assert finding.op == "NeighborhoodAttention2DQKAutogradFunction"
     assert finding.torch_op == "natten::na2d_qk" and "natten::na2d_qk" in finding.message
+
+
+@pytest.mark.slow
+def test_an_fx_quantized_prelu_is_named_and_rebuilt_as_float() -> None:
+    # The exporter stops converting the quantized weight's constant: the op it feeds is named, and
+    # the float model is rebuilt with a float PReLU (and checked against the quantized one).
+    (diagnosis,) = diagnose(str(CORPUS / "prelu_fx_unknown_quantizer_pytorch_101091.py"), DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert finding.op == "quantized::prelu"
+    best = finding.fixes[0]
+    assert best.verified is True and best.recipe is not None, [(f.title, f.check) for f in finding.fixes]
+    assert "float model" in best.title

@@ -116,6 +116,16 @@ def _converters() -> dict[type, Callable[[Any], Any]]:
             return float_norm
         return build
 
+    def prelu(module: Any) -> Any:
+        float_prelu = nn.PReLU(module.num_parameters)
+        with torch.no_grad():
+            float_prelu.weight.copy_(module.weight.dequantize().reshape(float_prelu.weight.shape))
+        return float_prelu
+
+    def embedding(module: Any) -> Any:
+        # Float output: a quantized embedding dequantizes the rows it looks up.
+        return nn.Embedding.from_pretrained(module.weight().dequantize(), freeze=True)
+
     table: dict[type, Callable[[Any], Any]] = {
         nnq.Quantize: lambda m: fake_quantize(m.scale, m.zero_point, m.dtype),
         nnq.DeQuantize: lambda m: nn.Identity(),
@@ -139,6 +149,11 @@ def _converters() -> dict[type, Callable[[Any], Any]]:
         nnq.LeakyReLU: rounded(lambda m: nn.LeakyReLU(m.negative_slope)),
         nnq.ELU: rounded(lambda m: nn.ELU(m.alpha)),
         nnq.Sigmoid: lambda m: nn.Sigmoid(),
+        nnq.PReLU: rounded(prelu),
+        nnq.Softmax: rounded(lambda m: nn.Softmax(m.dim)),
+        nnq.Embedding: embedding,
+        nnq.InstanceNorm1d: rounded(norm(nn.InstanceNorm1d)), nnq.InstanceNorm2d: rounded(norm(nn.InstanceNorm2d)),
+        nnq.InstanceNorm3d: rounded(norm(nn.InstanceNorm3d)),
         nnq.Dropout: lambda m: nn.Identity(),
         nnq.QFunctional: lambda m: nnq.FloatFunctional(),
     }

@@ -115,6 +115,11 @@ def converting_node_op(exc: BaseException, text: str) -> str | None:
     elif "to be a quantized tensor" in text and inputs:
         blamed = inputs[0]
     kind = (blamed.node() if blamed is not None else node).kind()
+    if kind == "prim::Constant" and blamed is None:
+        # A constant the exporter cannot write (a quantized weight whose quantizer it cannot
+        # read, "cannot call qscheme on UnknownQuantizer"): the op it feeds is the one to name.
+        users = [use.user.kind() for output in node.outputs() for use in output.uses()]
+        kind = next((k for k in users if not k.startswith("prim::")), kind)
     return _DUNDER_OPS.get(kind, kind)
 
 
