@@ -151,7 +151,9 @@ class EagerExport:
     graph), and for "unseeded", drawn without the generator (the graph's own random op);
     `every_candidate`: a loop over the rows of `nonzero()` (`for i in hits.nonzero():`) visits
     every position of the tensor nonzero() was asked about, each row a constant, so the graph
-    holds the loop body for all of them.
+    holds the loop body for all of them; `dense_sparse`: sparse tensors are built and used dense
+    (`torch.sparse_coo_tensor` sums its values into a zero tensor, the sparse products are the
+    dense ones), since ONNX has no sparse tensors.
     """
 
     functions: tuple[str, ...] = ()
@@ -164,6 +166,7 @@ class EagerExport:
     tensor_outputs: bool = False
     seeded_noise: str = ""
     every_candidate: bool = False
+    dense_sparse: bool = False
 
 
 @dataclass(frozen=True)

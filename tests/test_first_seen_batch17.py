@@ -107,3 +107,46 @@ def test_an_fx_quantized_prelu_is_named_and_rebuilt_as_float() -> None:
     best = finding.fixes[0]
     assert best.verified is True and best.recipe is not None, [(f.title, f.check) for f in finding.fixes]
     assert "float model" in best.title
+
+
+@pytest.mark.slow
+def test_a_sparse_matrix_built_in_forward_is_exported_dense() -> None:
+    (diagnosis,) = diagnose(str(CORPUS / "sparse_coo_tensor_edge_index_adjacency_pytorch_112487.py"),
+                            DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::sparse_coo_tensor")
+    best = finding.fixes[0]
+    assert best.kind == "dense_sparse" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+# A sparse adjacency held as a buffer, with a duplicate entry (coalescing sums it).
+SPARSE_BUFFER = '''
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class GCN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        idx = torch.tensor([[0, 1, 1, 2, 3, 3], [1, 0, 2, 1, 3, 3]])
+        self.register_buffer("adj", torch.sparse_coo_tensor(idx, torch.ones(6), (4, 4)))
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(torch.sparse.mm(self.adj, self.lin(x)))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return GCN().eval(), (torch.randn(4, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_sparse_buffer_is_a_dense_constant_of_the_graph(tmp_path: Path) -> None:
+    diagnosis = _diagnosed(tmp_path, SPARSE_BUFFER, fix=True)
+    best = diagnosis.findings[0].fixes[0]
+    assert best.kind == "dense_sparse" and best.verified is True
+    assert best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-5

@@ -229,6 +229,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _seeded_noise(step.seeded_noise, undo)
         if step.every_candidate:
             _every_candidate(undo)
+        if step.dense_sparse:
+            _dense_sparse(undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -386,6 +388,65 @@ def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:
 
     _trace.script = script  # type: ignore[assignment]
     undo.append(lambda: setattr(_trace, "script", original))
+
+
+def _dense_sparse(undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, sparse tensors are built and used dense: `torch.sparse_coo_tensor` sums
+    its values into a zero tensor at their indices (duplicates add up, as coalescing does), the
+    sparse products are ordinary ones, and `to_dense`/`coalesce`/`to_sparse` of a dense tensor
+    give it back. A sparse tensor the model holds (a buffer) is made dense with the tracer looking
+    away: a constant of the graph.
+
+    ONNX has no sparse tensors, and neither exporter maps the sparse constructors (pytorch#112487:
+    "Exporting the operator 'aten::sparse_coo_tensor' ... is not supported")."""
+    import torch
+
+    def dense(x: Any) -> Any:
+        if not (isinstance(x, torch.Tensor) and x.layout is not torch.strided):
+            return x
+        state = torch._C._get_tracing_state()
+        torch._C._set_tracing_state(None)
+        try:
+            return to_dense(x)
+        finally:
+            torch._C._set_tracing_state(state)
+
+    def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, *, dtype: Any = None, device: Any = None,
+                          **_: Any) -> Any:
+        indices, values = torch.as_tensor(indices), torch.as_tensor(values, dtype=dtype, device=device)
+        if size is None:  # torch's default: one past the largest index of each sparse dim
+            size = [int(m) + 1 for m in indices.amax(1)] + list(values.shape[1:])
+        zeros = torch.zeros(tuple(size), dtype=values.dtype, device=values.device)
+        return zeros.index_put(tuple(indices.unbind(0)), values, accumulate=True)
+
+    def product(a: Any, b: Any) -> Any:
+        return torch.matmul(dense(a), dense(b))
+
+    def added_product(c: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+        return beta * dense(c) + alpha * torch.matmul(dense(a), dense(b))
+
+    to_dense, coalesce = torch.Tensor.to_dense, torch.Tensor.coalesce
+    saved: list[tuple[Any, str, Any]] = []
+
+    def swap(owner: Any, name: str, replacement: Any) -> None:
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, replacement)
+
+    swap(torch, "sparse_coo_tensor", sparse_coo_tensor)
+    swap(torch.sparse, "mm", product)
+    swap(torch, "spmm", product)
+    swap(torch.sparse, "addmm", added_product)
+    swap(torch.sparse, "sum", lambda x, dim=None, dtype=None: dense(x).sum(dim, dtype=dtype) if dim is not None
+         else dense(x).sum(dtype=dtype))
+    swap(torch.Tensor, "to_dense", lambda self, *a, **k: dense(self))
+    swap(torch.Tensor, "coalesce", lambda self: self if self.layout is torch.strided else coalesce(self))
+    swap(torch.Tensor, "to_sparse", lambda self, *a, **k: self)
+
+    def restore() -> None:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+    undo.append(restore)
 
 
 # More positions than this and the unrolled loop would be the graph's bulk: left to fail as it did.

@@ -46,6 +46,7 @@ from onnxdoctor.analysis.fixes import (
     scalar_functions,
     scripted,
     shapes,
+    sparse_dense,
     target_gaps,
     translation,
 )
@@ -57,6 +58,7 @@ FAMILIES = (
     eval_mode, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
+    sparse_dense,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )

@@ -1,0 +1,46 @@
+"""Sparse tensors written dense: ONNX has no sparse tensors, and neither exporter maps the sparse
+constructors (`aten::sparse_coo_tensor`, `aten::_sparse_coo_tensor_with_dims_and_tensors`,
+pytorch#112487) or a sparse constant. The export runs with the sparse tensors built dense
+(recipe.EagerExport.dense_sparse): the values summed into a zero tensor at their indices, which
+is what coalescing does with duplicates, and the sparse products the ordinary ones.
+"""
+
+from __future__ import annotations
+
+import re
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import EagerExport, Recipe
+
+CODES = ("OD202", "OD203", "OD299")
+
+SPARSE = re.compile(r"sparse|Sparse", re.IGNORECASE)
+
+SNIPPET = """\
+# ONNX has no sparse tensors: build the matrix dense. The same sums (duplicates add up, as
+# coalescing does); memory grows with the matrix's full size.
+# before:  adj = torch.sparse_coo_tensor(edge_index, values, (rows, cols))
+adj = torch.zeros(rows, cols, dtype=values.dtype).index_put(
+    (edge_index[0], edge_index[1]), values, accumulate=True)
+# and torch.sparse.mm(adj, x) / torch.spmm(adj, x) -> adj @ x
+"""
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """The export with sparse tensors dense, for a failure on a sparse op or a sparse constant."""
+    if ctx.target_kind != "script":
+        return []
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+    text = " ".join([finding.op or "", finding.message, export.error.all_text() if export and export.error else ""])
+    if not SPARSE.search(text):
+        return []
+    return [Fix(
+        kind="dense_sparse",
+        title="Build the sparse tensor dense (ONNX has no sparse tensors): index_put with accumulate, "
+              "and the dense product",
+        snippet=SNIPPET,
+        applicability=Applicability.SAFE,
+        cost="the matrix is dense in the ONNX model: memory and time grow with its full size",
+        recipe=Recipe("dense_sparse", (EagerExport(dense_sparse=True),), isolated=True),
+    )]
