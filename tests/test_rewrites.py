@@ -58,6 +58,16 @@ def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             torch.view_as_real(z * (0.5 - 2j)), x * 3.0)
 
 
+def _observed(channels: int) -> tuple[torch.Tensor, ...]:
+    """A fused observer's state after one forward with fake quantization on: the scale and zero
+    point it wrote from a running range of [-1.3, 2.1] (and -0.5, 0.4 for other channels)."""
+    low, high = torch.tensor([-1.3, -0.5, 0.0][:channels]), torch.tensor([2.1, 0.4, 3.0][:channels])
+    scale, zero = torch.ones(channels), torch.zeros(channels, dtype=torch.int32)
+    torch.fused_moving_avg_obs_fake_quant(torch.zeros(2, 3, 4), torch.tensor([0]), torch.tensor([1]), low, high, scale,
+                                          zero, 0.01, 0, 255, 1, channels > 1)
+    return low, high, scale, zero
+
+
 def _svd_invariants(u: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """What does not depend on the singular vectors' signs: S, U S V^T, V U^T."""
     return s, (u * s.unsqueeze(-2)) @ v.mT, v @ u.mT
@@ -241,6 +251,16 @@ CASES: dict[str, Case] = {
                    torch._fake_quantize_learnable_per_channel_affine(x, torch.tensor([0.1, 0.03, 0.2]),
                                                                      torch.tensor([0.0, -3.4, 7.5]), 1, -8, 7, 1.0)),
         (_g(2, 3, 4, 5, seed=14, scale=3.0),), atol=0.0, rtol=0.0,
+    ),
+    # The fused observer + fake-quantize of a QAT model, its observer off: per tensor, per channel,
+    # and with fake quantization off (x itself). Its scale and zero point are those a forward
+    # with fake quantization on writes from the running range (_observed).
+    "aten::fused_moving_avg_obs_fake_quant": Case(
+        lambda x, states={n: _observed(n) for n in (1, 3)}: tuple(  # noqa: B008 - made once, before the trace
+            torch.fused_moving_avg_obs_fake_quant(x, torch.tensor([0]), torch.tensor([on]),
+                                                  *(t.clone() for t in states[channels]), 0.01, 0, 255, 1, channels > 1)
+            for on, channels in ((1, 1), (1, 3), (0, 1))),
+        (_g(2, 3, 4, seed=21, scale=4.0),), atol=0.0, rtol=0.0,
     ),
     # torch.sparse.mm / addmm reached with dense operands (a sparse input is given dense).
     "aten::_sparse_mm": Case(
