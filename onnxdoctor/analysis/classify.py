@@ -449,6 +449,11 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         found = make("OD299", f"autograd.Function {python_op.group(1)} cannot be exported: its forward calls "
                               f"{inner}, which has no ONNX export (the TorchScript exporter could not inline it)")
         return [replace(found[0], torch_op=inner)]
+    if _COULD_NOT_EXPORT.search(text) and facts.get("inner_ops"):
+        inner = str(facts["inner_ops"][0])
+        found = make("OD299", f"{op} cannot be exported inside an autograd.Function whose forward also calls "
+                              f"the extension op {inner}: export that op (or the Function) another way")
+        return [replace(found[0], torch_op=inner)]
     bad = facts.get("symbolic_attribute")
     if isinstance(bad, dict) or facts.get("symbolic_frame") or _bad_symbolic(text, error):
         headline = _attribute_headline(bad, op) if isinstance(bad, dict) else None

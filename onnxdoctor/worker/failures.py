@@ -132,7 +132,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         # The exporter could not inline the Function because its forward calls an op it cannot
         # export (a compiled extension's `natten::na2d_qk`); torch says which only on stderr.
         with contextlib.suppress(Exception):
-            inner = function_inner_ops(loaded, python_op.group(1))
+            inner = function_inner_ops(loaded, name=python_op.group(1))
             if inner:
                 facts["inner_ops"] = inner
     if dynamo and "data-dependent" in text:
@@ -151,6 +151,15 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         else:  # costs a torch.export: only when the exporter's own frames did not tell
             with contextlib.suppress(Exception):
                 facts.update(locate_op(loaded, op, target))
+        if not dynamo and "Couldn't export operator" in text and loaded is not None:
+            # A torch op the exporter stopped at inside a Function whose forward also calls an
+            # extension op (`input.new_empty(0)` beside `fused_bias_act`, pytorch#116182): the
+            # Function is exported through its inlined forward, and the extension op is what it
+            # cannot be exported without.
+            with contextlib.suppress(Exception):
+                inner = function_inner_ops(loaded, line=facts.get("source"))
+                if inner:
+                    facts["inner_ops"] = inner
         if op.startswith("prims::") and dynamo:
             # The dynamo exporter names the prims op a decomposition wrote; the user's line calls
             # the aten op (checked on that line: several ops decompose to some prims ops).
@@ -269,29 +278,33 @@ TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized"
                               "profiler", "higher_order", "onnx", "_c10d_functional", "c10d"})
 
 
-def function_inner_ops(loaded: Any, name: str) -> list[str]:
-    """The ops outside torch's namespaces that the autograd.Function `name` (its class name)
-    dispatches during one eager forward of the model, in order of first call."""
+def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = None) -> list[str]:
+    """The ops outside torch's namespaces that an autograd.Function dispatches during one eager
+    forward of the model, in order of first call: the Function named `name` (its class name),
+    or the one whose forward holds `line` (`file.py:N`)."""
+    import inspect
+
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from onnxdoctor.worker.fixkit import reference_call
 
-    running: list[str] = []
-    found: list[str] = []
+    running: list[type] = []
+    found: dict[type, list[str]] = {}
 
     class Watch(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             namespace = getattr(func, "namespace", "")
-            qualified = f"{namespace}::{func._opname}" if namespace else ""
-            if name in running and namespace not in TORCH_NAMESPACES and qualified and qualified not in found:
-                found.append(qualified)
+            if running and namespace and namespace not in TORCH_NAMESPACES:
+                calls = found.setdefault(running[-1], [])
+                if f"{namespace}::{func._opname}" not in calls:
+                    calls.append(f"{namespace}::{func._opname}")
             return func(*args, **(kwargs or {}))
 
     raw = torch.autograd.Function.__dict__["apply"]
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        running.append(cls.__name__)
+        running.append(cls)
         try:
             return raw.__func__(cls, *args, **kwargs)
         finally:
@@ -303,7 +316,19 @@ def function_inner_ops(loaded: Any, name: str) -> list[str]:
             reference_call(loaded)
     finally:
         torch.autograd.Function.apply = raw  # type: ignore[method-assign]
-    return found
+
+    def holds(cls: type) -> bool:
+        file, _, number = (line or "").rpartition(":")
+        with contextlib.suppress(OSError, TypeError):
+            lines, first = inspect.getsourcelines(cls.forward)
+            return (Path(inspect.getsourcefile(cls.forward) or "").name == Path(file).name
+                    and first <= int(number) < first + len(lines))
+        return False
+
+    for cls, calls in found.items():
+        if cls.__name__ == name or (line and holds(cls)):
+            return calls
+    return []
 
 
 # `Name.apply(`: a line calling an autograd.Function.
