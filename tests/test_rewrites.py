@@ -54,8 +54,10 @@ def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     z = torch.complex(x, x.flip(-1))
     y = (z @ z.mT.unsqueeze(0)).squeeze(0)
     spectrum = torch.exp(x) * torch.exp(torch.sin(x) * 1j)  # magnitude * exp(phase * 1j), MB-iSTFT-VITS2#3
+    halves = torch.stack(torch.chunk(z, 2, dim=-1), dim=0)  # complex split (USRNet's splits(), pytorch#128324)
     return (torch.view_as_real(y), x @ x.mT, x[0] @ x.mT, torch.view_as_real(spectrum),
-            torch.view_as_real(z * (0.5 - 2j)), x * 3.0)
+            torch.view_as_real(z * (0.5 - 2j)), x * 3.0, torch.view_as_real(halves.repeat(1, 2, 1)),
+            torch.view_as_real(torch.cat(z.split([1, 3], dim=1)[::-1], dim=1)), x.repeat(2, 1))
 
 
 def _observed(channels: int) -> tuple[torch.Tensor, ...]:

@@ -76,6 +76,27 @@ def exp(x):
     return torch.polar(torch.exp(re), im)
 
 
+def split(x, split_size, dim=0):
+    """split / chunk of a complex tensor: the pair split on the same dim (before its trailing
+    (re, im) one), each part viewed as complex again."""
+    if not x.is_complex():
+        return NotImplemented
+    d = dim if dim >= 0 else dim + x.dim()
+    return [torch.view_as_complex(part) for part in torch.view_as_real(x).split(split_size, d)]
+
+
+def split_with_sizes(x, split_sizes, dim=0):
+    """split into given sizes, the same way."""
+    return split(x, list(split_sizes), dim)
+
+
+def repeat(x, repeats):
+    """repeat of a complex tensor: the pair repeated, its trailing (re, im) dim once."""
+    if not x.is_complex():
+        return NotImplemented
+    return torch.view_as_complex(torch.view_as_real(x).repeat(list(repeats) + [1]))
+
+
 def mul_scalar(x, other):
     """x * a Python complex number (`phase * 1j`): the pair times (re, im) of the number; products
     of tensors are left to the exporter, which lowers complex ones."""
@@ -93,8 +114,10 @@ REWRITES = (
         op="aten::complex",
         family="complex",
         targets=("aten.complex.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.matmul.default",
-                 "aten.exp.default", "aten.mul.Scalar", "aten.mul.Tensor"),
-        functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar"),
+                 "aten.exp.default", "aten.mul.Scalar", "aten.mul.Tensor", "aten.split.Tensor",
+                 "aten.split_with_sizes.default", "aten.repeat.default"),
+        functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar", "split",
+                   "split_with_sizes", "repeat"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
@@ -103,6 +126,7 @@ REWRITES = (
         limits="complex64/complex128 through view_as_real (the dynamo exporter's representation); "
         "every matmul of the model is replaced (real ones through einsum, the same MatMul in ONNX); exp "
         "and multiplication by a Python number only where complex values are involved; conj is not covered",
-        reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul"),
+        reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul", "aten::split",
+                     "aten::chunk", "aten::repeat"),
     ),
 )
