@@ -22,3 +22,15 @@ def test_a_torch_op_failing_inside_a_function_names_the_extension_op_beside_it()
     finding = diagnosis.findings[0]
     assert finding.op == "aten::new_empty"
     assert finding.torch_op == "basicsr_ops::fused_bias_act" and "basicsr_ops::fused_bias_act" in finding.message
+
+
+@pytest.mark.slow
+def test_a_function_applied_through_a_bound_apply_gets_its_kernel() -> None:
+    # `inplace_abn_sync = InPlaceABNSync.apply` at module level: the Function's call is observed
+    # through its forward, so its kernel fix has the types it needs.
+    (diagnosis,) = diagnose(str(CORPUS / "inplace_abn_sync_extension_in_place_self_correction_human_parsing_82.py"),
+                            DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD601"
+    best = finding.fixes[0]
+    assert best.verified is True and "InPlaceABNSync" in best.title, [(f.title, f.check) for f in finding.fixes]

@@ -483,28 +483,33 @@ def _observed_calls(loaded: Any, owners: list[type]) -> dict[type, tuple[list[li
         return [[str(v.dtype).removeprefix("torch."), list(v.shape)] for v in values if isinstance(v, torch.Tensor)]
 
     seen: dict[type, tuple[list[list[Any]], list[list[Any]]]] = {}
-    originals = {owner: vars(owner).get("apply") for owner in owners}
+    # `forward` is watched, not `apply`: a module-level `inplace_abn = InPlaceABN.apply` holds the
+    # bound apply from before any patch, and apply looks `forward` up on each call.
+    patched: list[tuple[type, Any]] = []
 
-    def watching(owner: type) -> Any:
-        def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-            result = super(owner, cls).apply(*args, **kwargs)  # type: ignore[misc]
-            if cls is owner and owner not in seen:  # a subclass inherits the watcher: not its call
+    def watching(owner: type, original: Any) -> Any:
+        function = original.__func__
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            result = function(*args, **kwargs)
+            if owner not in seen:
+                inputs = args[2:] if isinstance(original, classmethod) else args[1:]  # after (cls,) ctx
                 results = result if isinstance(result, (tuple, list)) else (result,)
-                seen[owner] = (described(args), described(results))
+                seen[owner] = (described(inputs), described(results))
             return result
-        return classmethod(apply)
+        return type(original)(forward)
 
     try:
         for owner in owners:
-            owner.apply = watching(owner)  # type: ignore[attr-defined]
+            original = vars(owner).get("forward")
+            if isinstance(original, (staticmethod, classmethod)):
+                owner.forward = watching(owner, original)  # type: ignore[attr-defined]
+                patched.append((owner, original))
         with torch.no_grad():
             loaded.model(*loaded.args, **(loaded.kwargs or {}))
     finally:
-        for owner, original in originals.items():
-            if original is None:
-                del owner.apply  # type: ignore[attr-defined]
-            else:
-                owner.apply = original  # type: ignore[attr-defined]
+        for owner, original in patched:
+            owner.forward = original  # type: ignore[attr-defined]
     return seen
 
 
