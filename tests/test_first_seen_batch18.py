@@ -34,3 +34,13 @@ def test_a_function_applied_through_a_bound_apply_gets_its_kernel() -> None:
     assert finding.code == "OD601"
     best = finding.fixes[0]
     assert best.verified is True and "InPlaceABNSync" in best.title, [(f.title, f.check) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_an_argmax_that_skips_nan_in_onnx_runtime_is_rewritten_with_torchs_nan_rule() -> None:
+    # apache/tvm#19558: ONNX Runtime's ArgMax passes over a NaN that torch.argmax points at.
+    (diagnosis,) = diagnose(str(CORPUS / "argmax_nan_confidence_select_tvm_19558.py"), DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.torch_op) == ("OD601", "aten::argmax")
+    best = finding.fixes[0]
+    assert best.kind == "rewrite" and best.verified is True and best.check.max_abs_diff == 0

@@ -350,6 +350,10 @@ CASES: dict[str, Case] = {
                        (torch.tensor([[[1.0, NAN], [3.0, -2.0]], [[0.5, 4.0], [-INF, 2.0]]]),)),
     "aten::amin": Case(lambda x: (torch.amin(x, dim=0), torch.amin(x, dim=(-1,), keepdim=True)),
                        (torch.tensor([[1.0, NAN, -3.0], [2.0, 0.0, INF]]),)),
+    # A NaN first, later and twice in a slice; a slice without NaN; the flattened form.
+    "aten::argmax": Case(lambda x: (torch.argmax(x, 1), torch.argmin(x, 1, keepdim=True), torch.argmax(x),
+                                    torch.argmin(x, 0)),
+                         (torch.tensor([[NAN, 1.0, 5.0], [0.3, NAN, 9.0], [2.0, -1.0, 4.0], [1.0, NAN, NAN]]),)),
     "aten::rrelu_with_noise": Case(
         lambda x: (torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), _RRELU(x)),
         (_g(3, 4), torch.tensor([-INF, -1.0, -0.0, 0.0, 2.0, NAN])),

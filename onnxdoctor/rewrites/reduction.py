@@ -1,4 +1,4 @@
-"""Reductions whose ONNX export drops PyTorch's NaN rule: amax and amin.
+"""Reductions whose ONNX export drops PyTorch's NaN rule: amax and amin, argmax and argmin.
 
 torch.amax/amin return NaN for a slice holding a NaN. Both exporters write them as ONNX
 ReduceMax/ReduceMin, and ONNX Runtime's CPU kernels skip NaN there (a depth map with holes marked
@@ -34,6 +34,30 @@ def amax(x, dim=(), keepdim=False):
 def amin(x, dim=(), keepdim=False):
     """torch.amin, NaN in a slice giving NaN as PyTorch does."""
     return _extreme(x, dim, keepdim, False)
+
+
+def _extreme_index(x, dim, keepdim, largest):
+    if dim is None:
+        index = _extreme_index(x.reshape(-1), 0, False, largest)
+        return index.reshape([1] * x.dim()) if keepdim else index
+    nan = torch.isnan(x)
+    filled = torch.where(nan, torch.full_like(x, float("-inf") if largest else float("inf")), x)
+    # max.dim / min.dim, not argmax: an argmax here would be rewritten again. Both give the first
+    # index of the extreme, as torch.argmax does.
+    index = (torch.max if largest else torch.min)(filled, dim=dim, keepdim=True).indices
+    first_nan = torch.max(nan.to(torch.int64), dim=dim, keepdim=True).indices
+    index = torch.where(nan.any(dim=dim, keepdim=True), first_nan, index)
+    return index if keepdim else index.squeeze(dim)
+
+
+def argmax(x, dim=None, keepdim=False):
+    """torch.argmax: the first NaN's index in a slice that holds one, as PyTorch does."""
+    return _extreme_index(x, dim, keepdim, True)
+
+
+def argmin(x, dim=None, keepdim=False):
+    """torch.argmin, the same way."""
+    return _extreme_index(x, dim, keepdim, False)
 '''
 
 REWRITES = (
@@ -57,6 +81,20 @@ REWRITES = (
         exactness=Exactness.EXACT,
         error="the same values, NaN where a slice holds one",
         limits="floating-point input (an integer one has no NaN and exports as it is)",
+        mismatch_only=True,
+    ),
+    Rewrite(
+        op="aten::argmax",
+        family="reduction",
+        targets=("aten.argmax.default", "aten.argmin.default"),
+        functions=("argmax", "argmin"),
+        function="argmax",
+        source=EXTREMA,
+        exactness=Exactness.EXACT,
+        error="the same indices, the first NaN's where a slice holds one",
+        limits="floating-point input (an integer one has no NaN and exports as it is); both argmax and "
+        "argmin of the model are replaced",
+        reported_as=("aten::argmin",),
         mismatch_only=True,
     ),
 )

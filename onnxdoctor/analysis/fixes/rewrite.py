@@ -43,7 +43,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script":
         return []
     if finding.code == "OD601":
-        rewrites = find_rewrites(_diverging_torch_op(ctx))
+        # The search's first differing call; else the torch op the finding's node was exported from.
+        rewrites = find_rewrites(_diverging_torch_op(ctx) or (finding.torch_op if not ctx.diverging else None))
         if not rewrites:
             return []
     else:
