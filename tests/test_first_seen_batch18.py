@@ -44,3 +44,13 @@ def test_an_argmax_that_skips_nan_in_onnx_runtime_is_rewritten_with_torchs_nan_r
     assert (finding.code, finding.torch_op) == ("OD601", "aten::argmax")
     best = finding.fixes[0]
     assert best.kind == "rewrite" and best.verified is True and best.check.max_abs_diff == 0
+
+
+@pytest.mark.slow
+def test_a_numpy_hand_off_at_the_top_of_a_helper_names_the_helper() -> None:
+    # img2pose's post-processing converts its arguments with `.numpy()` on lines of their own and
+    # goes on in scipy: the helper is what runs outside torch (its result is the graph's constant).
+    (diagnosis,) = diagnose(str(CORPUS / "scipy_rotation_frozen_dof_projection_img2pose_77.py"),
+                            DiagnoseOptions(fix=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD210", "transform_pose_global_project_bbox")

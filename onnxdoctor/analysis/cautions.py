@@ -123,6 +123,13 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         # A branch: the value it reads (`mask.any()`), not where its missing side first shows.
         op, node = str(read), None
     consumer = _numpy_consumer(source, base_dir) if "NumPy array" in warned else None
+    if not consumer and op in (None, "aten::numpy"):
+        # The conversion is on another warned line, or hands the array to no call there (`boxes =
+        # boxes.cpu().numpy()` at the top of a post-processing function): the call on the line,
+        # else the function doing the conversion, is what runs outside torch.
+        converting = next((w for w in frozen if "NumPy array" in w and _warning_source(w, base_dir)), None)
+        where = _warning_source(converting, base_dir) if converting else None
+        consumer = _numpy_consumer(where, base_dir) or _enclosing_function(where, base_dir)
     if consumer and op in (None, "aten::numpy"):
         # The array went to code outside torch (scipy's linear_sum_assignment): what it computed
         # there is the graph's constant.
@@ -265,6 +272,22 @@ def _numpy_consumer(source: str | None, base_dir: str | None) -> str | None:
     # The innermost (ast.walk goes breadth first): `torch.from_numpy(np.argsort(x.numpy()))` hands
     # the array to np.argsort, and torch.from_numpy only takes its result back.
     return ast.unparse(receivers[-1].func) if receivers else None
+
+
+def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
+    """The name of the innermost function holding `file.py:line`, unless it is a forward() (the
+    model's own code, not a helper it calls)."""
+    name, _, line = (source or "").rpartition(":")
+    if not base_dir or not line.isdigit():
+        return None
+    try:
+        tree = ast.parse((Path(base_dir) / name).read_text("utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    holding = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and node.lineno <= int(line) <= (node.end_lineno or node.lineno)]
+    innermost = max(holding, key=lambda node: node.lineno, default=None)
+    return innermost.name if innermost is not None and innermost.name not in ("forward", "__call__") else None
 
 
 def _first_difference(found: object) -> str | None:
