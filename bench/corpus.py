@@ -85,7 +85,15 @@ class Outcome:
 
     @property
     def op_named(self) -> bool:
-        return self.expected.op is not None and any(_bare(o) == _bare(self.expected.op) for o in self.ops)
+        expected = self.expected.op
+        if expected is None:
+            return False
+        if "::" not in expected:
+            # An ONNX op named without its domain (`MatMulNBits`) is the tool's
+            # `com.microsoft::MatMulNBits`: the domain qualifies the name, it names no other op.
+            return any(_bare(o) == expected or (o.split("::", 1)[0] not in _TORCH_NAMESPACES
+                                                and o.split("::", 1)[-1] == expected) for o in self.ops)
+        return any(_bare(o) == _bare(expected) for o in self.ops)
 
     @property
     def verified(self) -> bool:
@@ -108,6 +116,10 @@ class Outcome:
 # verified, but the serving process needs Python (and torch), so the summary counts them apart.
 PYTHON_KERNEL_KINDS = frozenset({"aten_kernel_dynamo", "aten_kernel_torchscript", "function_kernel",
                                  "runtime_kernel_python", "custom_op_dynamo", "custom_op_torchscript"})
+
+
+# Namespaces of torch's ops: `aten::lt` does not name an ONNX op `lt`.
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "torch", "builtins"})
 
 
 def _bare(op: str) -> str:

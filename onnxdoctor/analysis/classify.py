@@ -724,9 +724,19 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
                               evidence=evidence))
     if not found:
         error = outcome.error
+        op, node = facts.get("op"), facts.get("node")
+        named = _LOAD_NODE.search(text)
+        if named and not op:
+            # "Node (/encoder/Where) Op (Where) [ShapeInferenceError] Incompatible dimensions"
+            node, op = named.group(1), named.group(2)
+        prepack = _PREPACK.search(text)
+        if prepack and not op:
+            # A kernel refusing its initializers while the session prepacks them ("MatMulNBits
+            # PrePack: zero_points initializer shape {512,1} does not match ...").
+            op = prepack.group(1)
         found.append(make_finding(catch_all(Stage.ORT_LOAD), Stage.ORT_LOAD,
                               first_line(normalize_message(error.message if error else "failed", base_dir=base_dir)),
-                              op=facts.get("op"), node=facts.get("node"), evidence=evidence))
+                              op=op, node=node, evidence=evidence))
     check = by_stage.get(Stage.CHECK)
     checker_too_old = check is not None and any(
         "higher than the checker's" in r.get("message", "") for r in check.facts.get("findings", [])
@@ -742,6 +752,11 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
                               f"onnx.checker passed this model, but ONNX Runtime refuses it ({first.code})",
                               op=first.op, node=first.node, opset=first.opset))
     return found
+
+
+# ONNX Runtime's load errors that name the node and its op, and a kernel's prepacking error.
+_LOAD_NODE = re.compile(r"Node \(([^)]*)\) Op \((\w+)\)")
+_PREPACK = re.compile(r"\b([A-Z]\w+) PrePack:")
 
 
 def _kernel_type_summary(kernels: list[dict[str, Any]], version: int) -> str:
