@@ -26,3 +26,17 @@ def test_a_load_error_names_the_op_and_node_onnx_runtime_names(script: str, op: 
     assert (finding.code, finding.op) == ("OD499", op)
     if node is not None:
         assert finding.node == node
+
+
+@pytest.mark.slow
+def test_a_size_frozen_by_a_branch_on_sizes_is_fixed_by_reading_it_one_way() -> None:
+    # icefall#857: `if seq_len != d_seq_len * ds:` pads; an even example takes the other side and
+    # the graph has no pad, so an odd length is refused at the Reshape.
+    (diagnosis,) = diagnose(str(CORPUS / "reshape_frozen_pad_branch_zipformer_downsample_icefall_857.py"),
+                            DiagnoseOptions(fix=True))
+    finding = next(f for f in diagnosis.findings if f.code == "OD802")
+    best = finding.fixes[0]
+    assert best.kind == "forced_branch" and best.verified is True, [(f.title, f.check) for f in finding.fixes]
+    assert "as True" in best.title
+    # Checked at sizes the example does not have, odd lengths among them.
+    assert best.check.detail and "101" in best.check.detail

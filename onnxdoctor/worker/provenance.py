@@ -74,6 +74,9 @@ class TorchScriptRecorder:
     # The op whose result the tracer turned into a Python bool, by the line asking ("model.py:48":
     # "aten::any" for `if not mask.any():`): the value a frozen branch reads.
     branch_values: dict[str, str] = field(default_factory=dict)
+    # The lines whose branch compares sizes (`if seq_len != d_seq_len * ds:`), in the order met:
+    # a size the tracer froze there, the sizes fixes read one way (analysis/fixes/control_flow.py).
+    size_branches: list[str] = field(default_factory=list)
 
     def add(self, emission: _Emission) -> None:
         """Record one g.op call, numbered by the symbolic call it belongs to."""
@@ -205,10 +208,12 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         caller = asking_frame()  # the line asking (bool() and `if` add no Python frame)
         with contextlib.suppress(Exception):
             node = torch._C._get_value_trace(self).node() if torch._C._get_tracing_state() is not None else None
+            site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
             if node is not None and not _from_sizes(node):
                 # (A comparison of sizes, `min(k, len(boxes))`, freezes a number, not a branch.)
-                site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
                 recorder.branch_values.setdefault(site, node.kind())
+            elif node is not None and site not in recorder.size_branches:
+                recorder.size_branches.append(site)
         return truth_at(original_truth, self, caller)
 
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]

@@ -536,6 +536,8 @@ class Runner:
             facts["node_sources"] = sources
         if recorder is not None and recorder.branch_values:
             facts["branch_values"] = dict(recorder.branch_values)
+        if recorder is not None and recorder.size_branches:
+            facts["size_branches"] = list(recorder.size_branches)
         if dynamo and kwargs.get("dynamic_shapes") is not None:
             facts["dynamic_shapes_requested"] = True
             facts["symbolic_input_dims"] = sum(

@@ -12,12 +12,15 @@ from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
 
-CODES = ("OD204", "OD210", "OD299")
+CODES = ("OD204", "OD210", "OD299", "OD802", "OD803")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """torch.cond or torch.where in place of a Python branch on a tensor value; for a torch.cond
-    the exporter fails on (OD299 too), torch.where over both branches."""
+    the exporter fails on (OD299 too), torch.where over both branches; for a size the trace froze
+    (OD802/OD803), the branches that compare sizes read one way."""
+    if finding.code in ("OD802", "OD803"):
+        return _size_branches(ctx)
     where_fix = _cond_as_where(finding, ctx)
     if where_fix is not None:
         return [where_fix]
@@ -209,6 +212,43 @@ def _every_candidate(finding: Finding, ctx: FixContext) -> list[Fix]:
               "and at other inputs"),
         recipe=Recipe("every_candidate", (EagerExport(every_candidate=True), UseExporter("dynamo")), isolated=True),
     )]
+
+
+# More size comparisons than this on the traced path and reading them all one way is no longer
+# one edit the user would make.
+MAX_SIZE_SITES = 4
+
+
+def _size_branches(ctx: FixContext) -> list[Fix]:
+    """A size the TorchScript trace froze where forward() branches on a comparison of sizes (`if
+    seq_len != d_seq_len * ds: pad`, icefall#857): the export with each such branch read one way.
+
+    The trace keeps the side the example's size took: padding by zero where the example needed
+    none, and then no pad at all in the graph. Read as the side that does the work, the graph
+    computes it for every size (a pad of zero where none is needed); the check at other sizes
+    keeps only a reading that holds there."""
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
+                  None)
+    read = (export.facts.get("size_branches") if export is not None else None) or []
+    sites = [(name, int(line)) for name, _, line in (str(site).rpartition(":") for site in read) if line.isdigit()]
+    if ctx.target_kind != "script" or not sites or len(sites) > MAX_SIZE_SITES:
+        return []
+    named = ", ".join(f"{name}:{line}" for name, line in sites)
+    return [Fix(
+        kind="forced_branch",
+        title=f"Read the size comparison at {named} as {value} while exporting, so the graph keeps the "
+              "side it leads to for every size",
+        snippet=(
+            f"# {named}: the tracer records the example's answer to a comparison of sizes as a\n"
+            "# constant, and with it the side the example's size took. Where the other side gives the\n"
+            "# same result (a pad of zero, a reshape that changes nothing), decide it for the export:\n"
+            f"#   if <sizes differ>:   ->   if {'torch.onnx.is_in_onnx_export() or <sizes differ>' if value else 'not torch.onnx.is_in_onnx_export() and <sizes differ>'}:\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=f"an edit of the condition; checked by exporting with it read as {value} and comparing at other sizes",
+        recipe=Recipe("forced_branch", (EagerExport(forced_branches=tuple((n, ln, value) for n, ln in sites)),
+                                        UseExporter("torchscript")), isolated=True),
+    ) for value in (True, False)]
 
 
 def _cond_as_where(finding: Finding, ctx: FixContext) -> Fix | None:
