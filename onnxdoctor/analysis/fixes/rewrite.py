@@ -8,6 +8,8 @@ builds, so what is verified is what the user pastes.
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import ExportCode, LoadCode, Recipe, Step, UseExporter, UseOpset
@@ -56,6 +58,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # The worker lists every op the exporter has no function for; one program rewrites them all.
         ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
         rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op) if not r.mismatch_only))
+        # The complex family replaces common ops (mul, exp, split) only where complex values are
+        # involved: for a failure that has none it would be the dynamo exporter under another name.
+        export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+        text = " ".join([finding.message, export.error.all_text() if export and export.error else ""])
+        rewrites = tuple(r for r in rewrites if r.family != "complex" or _COMPLEX.search(text))
+        if not rewrites:
+            return []
     code = program_code(rewrites)
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     names = ", ".join(dict.fromkeys(r.op.split(".")[0] for r in rewrites))
@@ -80,6 +89,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         )
     ]
 
+
+# A failure about complex values (not a schema list that mentions `complex a`).
+_COMPLEX = re.compile(r"complex-valued|number type: complex|Complex(?:Float|Double|Half)|complex(?:64|128)|"
+                      r"aten::complex\b")
 
 _DENSE_INPUTS = (
     "import torch\n\n"
