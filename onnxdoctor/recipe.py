@@ -55,6 +55,14 @@ class CastAround:
 
 
 @dataclass(frozen=True)
+class PromoteInputs:
+    """Cast the inputs of the node named `node` to the type PyTorch promotes them to (a Concat
+    the dynamo exporter writes for `torch.stack` of mixed dtypes; onnxkit.transforms.promote_inputs)."""
+
+    node: str
+
+
+@dataclass(frozen=True)
 class SetIrVersion:
     """Stamp the model with an older IR version, when its opset imports allow it."""
 
@@ -71,7 +79,8 @@ class FoldConstants:
     """Compute what the graph computes from constants alone, and store it as initializers."""
 
 
-Transform = SetOpset | ConvertOpset | ExpandFunction | CastAround | SetIrVersion | ToFloat32 | FoldConstants
+Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
+             | FoldConstants)
 
 
 @dataclass(frozen=True)
@@ -315,7 +324,7 @@ _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, St
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, SetIrVersion, ToFloat32, FoldConstants, Reference,
+    for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig)

@@ -40,3 +40,58 @@ def test_a_size_frozen_by_a_branch_on_sizes_is_fixed_by_reading_it_one_way() -> 
     assert "as True" in best.title
     # Checked at sizes the example does not have, odd lengths among them.
     assert best.check.detail and "101" in best.check.detail
+
+
+# torch.stack of float16 and float32: the dynamo exporter writes one Concat over both as they are.
+MIXED_STACK = '''
+import torch
+
+dynamo = True
+opset_version = 18
+
+
+class Mixed(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.stack([a.to(torch.float16), b], dim=1) * 2
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Mixed().eval(), (torch.randn(3, 4), torch.randn(3, 4))
+'''
+
+
+@pytest.mark.slow
+def test_a_concat_of_mixed_types_is_fixed_by_promoting_its_inputs(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(MIXED_STACK)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, all_fixes=True))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.node) == ("OD304", "node_stack")
+    promote = next(f for f in finding.fixes if f.kind == "promote_inputs")
+    assert promote.verified is True and promote.check.max_abs_diff == 0
+
+
+def test_promote_inputs_casts_only_the_inputs_of_another_type() -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from onnxdoctor.onnxkit.transforms import TransformError, promote_inputs
+
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["a", "b"], ["c"], axis=0, name="cat")], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [2]),
+         helper.make_tensor_value_info("b", TensorProto.INT8, [2])],
+        [helper.make_tensor_value_info("c", TensorProto.INT16, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    fixed = promote_inputs(model, "cat")
+    onnx.checker.check_model(fixed, full_check=True)
+    casts = [n for n in fixed.graph.node if n.op_type == "Cast"]
+    assert [helper.get_attribute_value(c.attribute[0]) for c in casts] == [TensorProto.INT16] * 2
+    from onnx.reference import ReferenceEvaluator
+
+    (got,) = ReferenceEvaluator(fixed).run(None, {"a": np.array([200, 1], np.uint8), "b": np.array([-3, 4], np.int8)})
+    assert got.tolist() == [200, 1, -3, 4]
+    with pytest.raises(TransformError):
+        promote_inputs(model, "missing")

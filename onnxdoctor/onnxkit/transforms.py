@@ -20,6 +20,7 @@ from onnxdoctor.recipe import (
     ConvertOpset,
     ExpandFunction,
     FoldConstants,
+    PromoteInputs,
     SetIrVersion,
     SetOpset,
     ToFloat32,
@@ -574,6 +575,53 @@ def _formal_types(schema: Any, formals: list[Any], index: int) -> set[str] | Non
     return constraints.get(formal.type_str) or {formal.type_str}
 
 
+def promote_inputs(model: onnx.ModelProto, node_name: str) -> onnx.ModelProto:
+    """The node named `node_name` with every input cast to the type numpy's (and PyTorch's)
+    promotion gives its inputs' types: float16 with float32 is float32, uint8 with int8 is int16.
+
+    The dynamo exporter writes `torch.stack` of tensors of different dtypes as one Concat over
+    them as they are, which the schema refuses ("inputs has inconsistent type"); PyTorch promotes.
+
+    Raises:
+        TransformError: no such node, or an input whose type the model does not say.
+    """
+    import numpy as np
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    model = fixed
+    node = next((n for n in model.graph.node if n.name == node_name), None)
+    if node is None:
+        raise TransformError(f"the model has no node named {node_name}")
+    types = _value_types(model)
+    elems = []
+    for name in node.input:
+        if name and name in types and types[name].tensor_type.elem_type:
+            elems.append(types[name].tensor_type.elem_type)
+        elif name:
+            raise TransformError(f"the type of {name}, an input of {node_name}, is unknown")
+    promoted = np.result_type(*(onnx.helper.tensor_dtype_to_np_dtype(e) for e in elems))
+    target = onnx.helper.np_dtype_to_tensor_dtype(promoted)
+    taken = {o for n in _all_nodes(model.graph) for o in n.output} | {i.name for i in model.graph.input}
+    casts = []
+    for index, (name, elem) in enumerate(zip([i for i in node.input if i], elems, strict=True)):
+        if elem == target:
+            continue
+        cast_output = _fresh(f"{name}_promoted", taken)
+        taken.add(cast_output)
+        casts.append(onnx.helper.make_node("Cast", [name], [cast_output], to=target,
+                                           name=_fresh(f"{node_name}_promote_{index}", taken)))
+        node.input[list(node.input).index(name)] = cast_output
+    nodes = list(model.graph.node)
+    position = next(i for i, n in enumerate(nodes) if n.name == node_name)
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes[:position] + casts + nodes[position:])
+    # The node's output, and what follows from it, is of the promoted type now: the exporter's
+    # declared intermediate types are dropped for shape inference to derive again.
+    model.graph.ClearField("value_info")
+    return model
+
+
 def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model computing in float32 where it computed in float64; its interface stays float64.
 
@@ -743,6 +791,8 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return expand_for_target(model, op, target) if target else expand_function(model, op)
         case CastAround(op=op, to=to, integers=integers):
             return cast_around(model, op, to, integers=integers)
+        case PromoteInputs(node=node):
+            return promote_inputs(model, node)
         case SetIrVersion(ir_version=version):
             return set_ir_version(model, version)
         case ToFloat32():

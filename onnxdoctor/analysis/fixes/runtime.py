@@ -10,7 +10,16 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, IrTooNew, Stage
-from onnxdoctor.recipe import CastAround, Recipe, Reference, RewriteOnnx, SetIrVersion, ToFloat32
+from onnxdoctor.recipe import (
+    CastAround,
+    PromoteInputs,
+    Recipe,
+    Reference,
+    RewriteOnnx,
+    SetIrVersion,
+    ToFloat32,
+    UseExporter,
+)
 
 # OD303/OD304: the checker or shape inference refuses a node's input type (a type constraint of
 # the op's schema), the same gap one stage earlier than OD402.
@@ -46,6 +55,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
     if finding.code == "OD403" and isinstance(finding.detail, IrTooNew):
         return [_ir_fix(ctx, finding.detail.max_ir)]
+    if finding.code in ("OD303", "OD304") and finding.node and _INCONSISTENT.search(finding.message):
+        return [_promote_fix(finding.node, finding.onnx_op or finding.op or "the node", ctx)]
     refused = REFUSED_TYPE.search(finding.message)
     if finding.code in ("OD303", "OD304") and finding.op and "::" not in finding.op and refused:
         return [_schema_cast_fix(finding.op, refused.group(1), ctx)]
@@ -142,6 +153,34 @@ def _one_cast_fix(op: str, to: str, ctx: FixContext, *, why: str, title: str, ap
     )
     return Fix(kind="cast", title=title, snippet=snippet, applicability=applicability, cost=cost,
                recipe=Recipe("cast", (RewriteOnnx(CastAround(op, to, integers), reference),)))
+
+
+# Shape inference's words for a node whose inputs of one type parameter differ in type.
+_INCONSISTENT = re.compile(r"inputs? has inconsistent type|inconsistent type")
+
+
+def _promote_fix(node: str, op: str, ctx: FixContext) -> Fix:
+    """Cast a node's inputs to the type PyTorch promotes them to (`torch.stack` of float16 and
+    float32, written by the dynamo exporter as one Concat over both as they are)."""
+    reference, load, saved = _cast_files(ctx)
+    snippet = (
+        "import onnx\n"
+        "from onnxdoctor.onnxkit.transforms import promote_inputs\n\n"
+        f"{load}"
+        f"# {node}'s inputs differ in type; PyTorch promotes them (numpy's rule) before it computes:\n"
+        f"onnx.save(promote_inputs(model, {node!r}), {saved!r})\n"
+        "# or in the model: cast them to one dtype before torch.stack / torch.cat\n"
+    )
+    return Fix(kind="promote_inputs",
+               title=f"Cast the inputs of {node} ({op})"
+                     + (f" in the {ctx.exporter} exporter's model" if ctx.target_kind == "script" and ctx.exporter else "")
+                     + " to the type PyTorch promotes them to",
+               snippet=snippet, applicability=Applicability.SAFE,
+               cost="one Cast per input of another type; none at run time beyond it",
+               # The node's name is the export's: the same exporter, or no such node.
+               recipe=Recipe("promote_inputs", (*((UseExporter(ctx.exporter),) if ctx.target_kind == "script"
+                                                   and ctx.exporter else ()),
+                                                 RewriteOnnx(PromoteInputs(node), reference))))
 
 
 def _cast_files(ctx: FixContext) -> tuple[Reference | None, str, str]:
