@@ -268,6 +268,16 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
         if status is Status.PASSED and frozen is not None:
             # Verified for these inputs only: the trace froze a value, which other inputs may need.
             detail += f"; the tracer froze a value, and it matches at {frozen.source} too"
+            load = next((o for o in outcomes if o.stage is Stage.LOAD), None)
+            integers = [i for i, x in enumerate((load.facts.get("inputs") if load else None) or ())
+                        if isinstance(x, dict) and str(x.get("dtype", "")).startswith(("int", "uint", "bool"))]
+            if integers and "get_inputs2" not in str(frozen.source):
+                # The derived sets vary floating-point inputs only: sizes or indices the trace read
+                # from an integer input (an image grid, token ids) were never varied.
+                several = len(integers) > 1
+                detail += (f"; integer input{'s' if several else ''} {', '.join(str(i) for i in integers)} kept "
+                           f"the example's values, so what the trace read from {'them' if several else 'it'} holds "
+                           "for those values only (give get_inputs2() to check others)")
         second = (numbers.facts.get("second_inputs") if numbers else None) or {}
         if status is Status.PASSED and frozen is None and isinstance(second, dict) and second.get("matched"):
             detail += f"; and at {second.get('source')}"  # other inputs the check held it to
