@@ -258,13 +258,13 @@ def _numpy_consumer(source: str | None, base_dir: str | None) -> str | None:
     """The function the warned line hands a `.numpy()` array to (`linear_sum_assignment` in
     `rows, cols = linear_sum_assignment(sim.cpu().numpy())`), by the line's own text; None when
     the line is not one whole statement or passes the array to no call."""
-    name, _, line = (source or "").rpartition(":")
-    if not base_dir or not line.isdigit():
+    found = _source_text(source, base_dir)
+    if found is None:
         return None
+    text, line = found
     try:
-        text = (Path(base_dir) / name).read_text("utf-8", errors="replace").splitlines()[int(line) - 1]
-        tree = ast.parse(text.strip())
-    except (OSError, IndexError, SyntaxError, ValueError):
+        tree = ast.parse(text.splitlines()[line - 1].strip())
+    except (IndexError, SyntaxError, ValueError):
         return None
     receivers = [call for call in ast.walk(tree) if isinstance(call, ast.Call) and any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "numpy"
@@ -274,18 +274,30 @@ def _numpy_consumer(source: str | None, base_dir: str | None) -> str | None:
     return ast.unparse(receivers[-1].func) if receivers else None
 
 
-def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
-    """The name of the innermost function holding `file.py:line`, unless it is a forward() (the
-    model's own code, not a helper it calls)."""
+def _source_text(source: str | None, base_dir: str | None) -> tuple[str, int] | None:
+    """The text of the file a `file.py:line` source names (in the model's folder) and the line."""
     name, _, line = (source or "").rpartition(":")
     if not base_dir or not line.isdigit():
         return None
     try:
-        tree = ast.parse((Path(base_dir) / name).read_text("utf-8", errors="replace"))
-    except (OSError, SyntaxError, ValueError):
+        return (Path(base_dir) / name).read_text("utf-8", errors="replace"), int(line)
+    except OSError:
+        return None
+
+
+def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
+    """The name of the innermost function holding `file.py:line`, unless it is a forward() (the
+    model's own code, not a helper it calls)."""
+    found = _source_text(source, base_dir)
+    if found is None:
+        return None
+    text, line = found
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
         return None
     holding = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and node.lineno <= int(line) <= (node.end_lineno or node.lineno)]
+               and node.lineno <= line <= (node.end_lineno or node.lineno)]
     innermost = max(holding, key=lambda node: node.lineno, default=None)
     return innermost.name if innermost is not None and innermost.name not in ("forward", "__call__") else None
 

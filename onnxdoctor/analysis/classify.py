@@ -51,7 +51,7 @@ _TS_TRY_OPSET = re.compile(r"in opset (\d+)\. Please try opset version (\d+)")
 # The TorchScript exporter's words when a node is left without a symbolic's output.
 _COULD_NOT_EXPORT = re.compile(r"Couldn't export operator ([\w.]+::[\w.]+)")
 # An autograd.Function the TorchScript exporter could neither inline nor export: its class name.
-_COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
+COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
 # The JIT's alias analysis meeting an aten call with argument types no schema has (Tensor * bool).
 _NO_SCHEMA_FOR = re.compile(r"We don't have an op for ((?:aten|prim)::\w+) but it isn't a special case")
 # A torch function refusing an argument's Python type while the exporter traces ("scaled_dot_product_
@@ -92,7 +92,9 @@ _UNKNOWN_OUTPUT = re.compile(r"Found <class '([\w.]+)'> in output, which is not 
 _NO_FAKE_KERNEL = re.compile(r"([\w.]+::[\w.]+): attempted to run this operator with Meta tensors"
                              # a torch.library.custom_op without register_fake says it this way
                              r"|There was no fake impl registered for <CustomOpDef\(([\w.]+::[\w.]+)\)>")
-_TORCH_NAMESPACES = ("aten", "prims", "quantized", "_quantized", "quantized_decomposed")
+# Namespaces of torch's own ops: every other one is an extension's or the user's.
+TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "quantized_decomposed",
+                              "profiler", "higher_order", "onnx", "_c10d_functional", "c10d"})
 # torch.export meeting a quantized module's packed weights (torch.classes.quantized.*PackedParamsBase).
 PACKED_WEIGHTS = re.compile(r"PackedParamsBase|torch\._C\.ScriptObject|__obj_flatten__")
 # A Python number among forward()'s outputs passes torch.export (it becomes a constant in the
@@ -143,7 +145,7 @@ def aten_name(name: str) -> str:
 def extract_op(text: str) -> str | None:
     """The qualified op a failure message names, e.g. "mynamespace::myselu" or "aten::gelu"."""
     for pattern in (_NO_FAKE_KERNEL, _UNRECOGNIZED_NS, _TS_UNSUPPORTED, _NOT_SUPPORTED_OP, _COULD_NOT_EXPORT,
-                    _COULD_NOT_EXPORT_PYTHON, _NO_SCHEMA_FOR):
+                    COULD_NOT_EXPORT_PYTHON, _NO_SCHEMA_FOR):
         match = pattern.search(text)
         if match:
             return next(g for g in match.groups() if g)  # a pattern may have alternatives
@@ -367,7 +369,7 @@ def _classify_export(failure: _Failure) -> list[Finding]:
     match = _NO_FAKE_KERNEL.search(text)
     if match:
         name = match.group(1) or match.group(2)
-        if name.split("::", 1)[0] in _TORCH_NAMESPACES:
+        if name.split("::", 1)[0] in TORCH_NAMESPACES:
             # torch's own op (aten::int_repr on a quantized tensor, aten::to_mkldnn): not the user's
             # custom op, and not one they can register a fake kernel for.
             return make("OD212", f"torch's op {name} has no fake (meta) kernel for this call, so "
@@ -441,19 +443,16 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         else:
             message = "torch.export could not capture the model"
         return make("OD204", message + (f": {detail}" if detail else ""))
-    python_op = _COULD_NOT_EXPORT_PYTHON.search(text)
-    if python_op and facts.get("inner_ops"):
-        # The Function stays the finding's op (its fixes answer it); what stopped the export is
-        # the op its forward calls, which the exporter could not inline.
+    python_op = COULD_NOT_EXPORT_PYTHON.search(text)
+    if facts.get("inner_ops") and (python_op or _COULD_NOT_EXPORT.search(text)):
+        # The finding's op stays what the exporter named (a Function's fixes answer it); what
+        # stopped the export is the extension op the Function's forward calls.
         inner = str(facts["inner_ops"][0])
-        found = make("OD299", f"autograd.Function {python_op.group(1)} cannot be exported: its forward calls "
-                              f"{inner}, which has no ONNX export (the TorchScript exporter could not inline it)")
-        return [replace(found[0], torch_op=inner)]
-    if _COULD_NOT_EXPORT.search(text) and facts.get("inner_ops"):
-        inner = str(facts["inner_ops"][0])
-        found = make("OD299", f"{op} cannot be exported inside an autograd.Function whose forward also calls "
-                              f"the extension op {inner}: export that op (or the Function) another way")
-        return [replace(found[0], torch_op=inner)]
+        message = (f"autograd.Function {python_op.group(1)} cannot be exported: its forward calls {inner}, which "
+                   "has no ONNX export (the TorchScript exporter could not inline it)" if python_op else
+                   f"{op} cannot be exported inside an autograd.Function whose forward also calls the extension "
+                   f"op {inner}: export that op (or the Function) another way")
+        return [replace(make("OD299", message)[0], torch_op=inner)]
     bad = facts.get("symbolic_attribute")
     if isinstance(bad, dict) or facts.get("symbolic_frame") or _bad_symbolic(text, error):
         headline = _attribute_headline(bad, op) if isinstance(bad, dict) else None

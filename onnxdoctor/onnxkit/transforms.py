@@ -589,37 +589,35 @@ def promote_inputs(model: onnx.ModelProto, node_name: str) -> onnx.ModelProto:
 
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
-    model = fixed
-    node = next((n for n in model.graph.node if n.name == node_name), None)
-    if node is None:
+    position = next((i for i, n in enumerate(fixed.graph.node) if n.name == node_name), None)
+    if position is None:
         raise TransformError(f"the model has no node named {node_name}")
-    types = _value_types(model)
-    elems = []
-    for name in node.input:
-        if name and name in types and types[name].tensor_type.elem_type:
-            elems.append(types[name].tensor_type.elem_type)
-        elif name:
-            raise TransformError(f"the type of {name}, an input of {node_name}, is unknown")
-    promoted = np.result_type(*(onnx.helper.tensor_dtype_to_np_dtype(e) for e in elems))
-    target = onnx.helper.np_dtype_to_tensor_dtype(promoted)
-    taken = {o for n in _all_nodes(model.graph) for o in n.output} | {i.name for i in model.graph.input}
+    node = fixed.graph.node[position]
+    types = _value_types(fixed)
+    inputs = [(i, name) for i, name in enumerate(node.input) if name]
+    unknown = [name for _, name in inputs if not (name in types and types[name].tensor_type.elem_type)]
+    if unknown:
+        raise TransformError(f"the type of {unknown[0]}, an input of {node_name}, is unknown")
+    elems = {name: types[name].tensor_type.elem_type for _, name in inputs}
+    target = onnx.helper.np_dtype_to_tensor_dtype(
+        np.result_type(*(onnx.helper.tensor_dtype_to_np_dtype(e) for e in elems.values())))
+    taken = {o for n in _all_nodes(fixed.graph) for o in n.output} | {i.name for i in fixed.graph.input}
     casts = []
-    for index, (name, elem) in enumerate(zip([i for i in node.input if i], elems, strict=True)):
-        if elem == target:
+    for index, name in inputs:
+        if elems[name] == target:
             continue
         cast_output = _fresh(f"{name}_promoted", taken)
         taken.add(cast_output)
         casts.append(onnx.helper.make_node("Cast", [name], [cast_output], to=target,
                                            name=_fresh(f"{node_name}_promote_{index}", taken)))
-        node.input[list(node.input).index(name)] = cast_output
-    nodes = list(model.graph.node)
-    position = next(i for i, n in enumerate(nodes) if n.name == node_name)
-    model.graph.ClearField("node")
-    model.graph.node.extend(nodes[:position] + casts + nodes[position:])
+        node.input[index] = cast_output
+    nodes = list(fixed.graph.node)
+    fixed.graph.ClearField("node")
+    fixed.graph.node.extend(nodes[:position] + casts + nodes[position:])
     # The node's output, and what follows from it, is of the promoted type now: the exporter's
     # declared intermediate types are dropped for shape inference to derive again.
-    model.graph.ClearField("value_info")
-    return model
+    fixed.graph.ClearField("value_info")
+    return fixed
 
 
 def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -3,9 +3,10 @@
 The dynamo exporter represents a complex tensor as a real one with a trailing dimension of 2 and
 lowers the FFT ops, `view_as_real` and `view_as_complex` that way, but not `torch.complex`, a
 complex `unsqueeze`/`squeeze`, a complex `matmul` (pytorch/pytorch#126972: rfft, a complex
-matmul per bin, irfft), a complex `exp` or a product with a Python complex number (`magnitude *
-torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3). These functions write each of those on the `view_as_real` pair, so the
-complex values only ever pass through ops the exporter lowers. A table entry replaces the op for
+matmul per bin, irfft), a complex `exp`, `split` or `repeat`, or a product with a Python complex
+number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3). These functions write each of
+those on the `view_as_real` pair, so the complex values only ever pass through ops the exporter
+lowers. A table entry replaces the op for
 real tensors too, so the real branch is the same op spelled without calling itself (reshape for
 (un)squeeze, einsum for matmul), or returns NotImplemented, which leaves the op as it is.
 """

@@ -34,12 +34,10 @@ def fused_observer_fake_quantize(x, observer_on, fake_quant_on, running_min, run
                                  symmetric_quant=False):
     """torch.fused_moving_avg_obs_fake_quant with its observer off (a model exported for inference):
     fake_quantize with the observer's scale and zero point where fake_quant_on, else x itself."""
-    shape = [1] * x.dim()
     if per_row_fake_quant:
-        shape[ch_axis] = -1
+        quantized = fake_quantize_learnable_per_channel(x, scale, zero_point, ch_axis, quant_min, quant_max)
     else:
-        shape = []
-    quantized = _fake_quantized(x, scale.reshape(shape), zero_point.reshape(shape).to(x.dtype), quant_min, quant_max)
+        quantized = fake_quantize_learnable_per_tensor(x, scale, zero_point, quant_min, quant_max)
     return torch.where(fake_quant_on.reshape(()) != 0, quantized, x)
 
 

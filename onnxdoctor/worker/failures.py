@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.analysis.classify import COULD_NOT_EXPORT_PYTHON
 from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
 from onnxdoctor.worker.tracebacks import (
     error_info,
@@ -127,7 +129,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 from onnxdoctor.worker.parity import traced_functions
 
                 facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == op]
-    python_op = _COULD_NOT_EXPORT_PYTHON.search(text)
+    python_op = COULD_NOT_EXPORT_PYTHON.search(text)
     if python_op and not dynamo and loaded is not None:
         # The exporter could not inline the Function because its forward calls an op it cannot
         # export (a compiled extension's `natten::na2d_qk`); torch says which only on stderr.
@@ -271,13 +273,6 @@ def function_frame_op(exc: BaseException) -> str | None:
     return None
 
 
-# An autograd.Function the TorchScript exporter could neither inline nor export (its class name).
-_COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
-# Namespaces of torch's own ops: every other one is an extension's or the user's.
-TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "quantized_decomposed",
-                              "profiler", "higher_order", "onnx", "_c10d_functional", "c10d"})
-
-
 def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = None) -> list[str]:
     """The ops outside torch's namespaces that an autograd.Function dispatches during one eager
     forward of the model, in order of first call: the Function named `name` (its class name),
@@ -287,48 +282,50 @@ def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = 
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from onnxdoctor.analysis.classify import TORCH_NAMESPACES
     from onnxdoctor.worker.fixkit import reference_call
+    from onnxdoctor.worker.parity import watching_forwards
 
+    def holds(cls: type) -> bool:
+        file, _, number = (line or "").rpartition(":")
+        code = getattr(cls.forward, "__code__", None)
+        if code is None or Path(code.co_filename).name != Path(file).name:  # torch's own Functions, cheaply
+            return False
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            lines, first = inspect.getsourcelines(cls.forward)
+            return first <= int(number) < first + len(lines)
+        return False
+
+    def subclasses(cls: type) -> Iterator[type]:
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    owners = [c for c in dict.fromkeys(subclasses(torch.autograd.Function))
+              if c.__name__ == name or (line and holds(c))]
+    if not owners:
+        return []
     running: list[type] = []
-    found: dict[type, list[str]] = {}
+    found: list[str] = []
+
+    def inside(owner: type, _inputs: tuple[Any, ...], run: Callable[[], Any]) -> Any:
+        running.append(owner)
+        try:
+            return run()
+        finally:
+            running.pop()
 
     class Watch(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             namespace = getattr(func, "namespace", "")
-            if running and namespace and namespace not in TORCH_NAMESPACES:
-                calls = found.setdefault(running[-1], [])
-                if f"{namespace}::{func._opname}" not in calls:
-                    calls.append(f"{namespace}::{func._opname}")
+            qualified = f"{namespace}::{func._opname}"
+            if running and namespace and namespace not in TORCH_NAMESPACES and qualified not in found:
+                found.append(qualified)
             return func(*args, **(kwargs or {}))
 
-    raw = torch.autograd.Function.__dict__["apply"]
-
-    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        running.append(cls)
-        try:
-            return raw.__func__(cls, *args, **kwargs)
-        finally:
-            running.pop()
-
-    torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
-    try:
-        with torch.no_grad(), Watch():
-            reference_call(loaded)
-    finally:
-        torch.autograd.Function.apply = raw  # type: ignore[method-assign]
-
-    def holds(cls: type) -> bool:
-        file, _, number = (line or "").rpartition(":")
-        with contextlib.suppress(OSError, TypeError):
-            lines, first = inspect.getsourcelines(cls.forward)
-            return (Path(inspect.getsourcefile(cls.forward) or "").name == Path(file).name
-                    and first <= int(number) < first + len(lines))
-        return False
-
-    for cls, calls in found.items():
-        if cls.__name__ == name or (line and holds(cls)):
-            return calls
-    return []
+    with watching_forwards(owners, inside), torch.no_grad(), Watch():
+        reference_call(loaded)
+    return found
 
 
 # `Name.apply(`: a line calling an autograd.Function.

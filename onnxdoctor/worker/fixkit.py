@@ -226,11 +226,11 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
         if step.tensor_outputs:
             _keep_tensor_outputs(undo)
         if step.seeded_noise:
-            _seeded_noise(step.seeded_noise, undo)
+            _seeded_noise(loaded, step.seeded_noise, undo)
         if step.every_candidate:
-            _every_candidate(undo)
+            _every_candidate(loaded, undo)
         if step.dense_sparse:
-            _dense_sparse(undo)
+            _dense_sparse(loaded, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -390,7 +390,21 @@ def _trace_scripted_helpers(undo: list[Callable[[], None]]) -> None:
     undo.append(lambda: setattr(_trace, "script", original))
 
 
-def _dense_sparse(undo: list[Callable[[], None]]) -> None:
+@contextlib.contextmanager
+def _untraced() -> Iterator[None]:
+    """The TorchScript tracer looking away: what runs in the block is not recorded, and a tensor
+    it makes enters the graph as a constant where traced code uses it."""
+    import torch
+
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
+def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """Until `undo` runs, sparse tensors are built and used dense: `torch.sparse_coo_tensor` sums
     its values into a zero tensor at their indices (duplicates add up, as coalescing does), the
     sparse products are ordinary ones, and `to_dense`/`coalesce`/`to_sparse` of a dense tensor
@@ -404,12 +418,8 @@ def _dense_sparse(undo: list[Callable[[], None]]) -> None:
     def dense(x: Any) -> Any:
         if not (isinstance(x, torch.Tensor) and x.layout is not torch.strided):
             return x
-        state = torch._C._get_tracing_state()
-        torch._C._set_tracing_state(None)
-        try:
+        with _untraced():
             return to_dense(x)
-        finally:
-            torch._C._set_tracing_state(state)
 
     def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, *, dtype: Any = None, device: Any = None,
                           **_: Any) -> Any:
@@ -426,34 +436,25 @@ def _dense_sparse(undo: list[Callable[[], None]]) -> None:
         return beta * dense(c) + alpha * torch.matmul(dense(a), dense(b))
 
     to_dense, coalesce = torch.Tensor.to_dense, torch.Tensor.coalesce
-    saved: list[tuple[Any, str, Any]] = []
-
-    def swap(owner: Any, name: str, replacement: Any) -> None:
-        saved.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, replacement)
-
-    swap(torch, "sparse_coo_tensor", sparse_coo_tensor)
-    swap(torch.sparse, "mm", product)
-    swap(torch, "spmm", product)
-    swap(torch.sparse, "addmm", added_product)
-    swap(torch.sparse, "sum", lambda x, dim=None, dtype=None: dense(x).sum(dim, dtype=dtype) if dim is not None
-         else dense(x).sum(dtype=dtype))
-    swap(torch.Tensor, "to_dense", lambda self, *a, **k: dense(self))
-    swap(torch.Tensor, "coalesce", lambda self: self if self.layout is torch.strided else coalesce(self))
-    swap(torch.Tensor, "to_sparse", lambda self, *a, **k: self)
-
-    def restore() -> None:
-        for owner, name, original in reversed(saved):
-            setattr(owner, name, original)
-
-    undo.append(restore)
+    for owner, name, replacement in (
+        (torch, "sparse_coo_tensor", sparse_coo_tensor),
+        (torch.sparse, "mm", product),
+        (torch, "spmm", product),
+        (torch.sparse, "addmm", added_product),
+        (torch.sparse, "sum", lambda x, dim=None, dtype=None: dense(x).sum(dim, dtype=dtype) if dim is not None
+         else dense(x).sum(dtype=dtype)),
+        (torch.Tensor, "to_dense", lambda self, *a, **k: dense(self)),
+        (torch.Tensor, "coalesce", lambda self: self if self.layout is torch.strided else coalesce(self)),
+        (torch.Tensor, "to_sparse", lambda self, *a, **k: self),
+    ):
+        _replace(owner, name, replacement, loaded, undo)
 
 
 # More positions than this and the unrolled loop would be the graph's bulk: left to fail as it did.
 MAX_CANDIDATES = 1024
 
 
-def _every_candidate(undo: list[Callable[[], None]]) -> None:
+def _every_candidate(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """Until `undo` runs, a loop over the rows of a `nonzero()` result visits every position of
     the tensor nonzero() was asked about, in order, each row a constant whose `int()` is known.
 
@@ -517,21 +518,15 @@ def _every_candidate(undo: list[Callable[[], None]]) -> None:
         every = positions(self)
         return [list(p) for p in every] if every is not None else to_list(self)
 
-    saved = {name: getattr(torch.Tensor, name) for name in ("nonzero", "__iter__", "__index__", "__int__", "tolist")}
-    torch.Tensor.nonzero = tracked(torch.Tensor.nonzero)  # type: ignore[method-assign]
-    torch.Tensor.__iter__ = every_row  # type: ignore[method-assign]
-    torch.Tensor.__index__ = known(index)  # type: ignore[method-assign]
-    torch.Tensor.__int__ = known(as_int)  # type: ignore[method-assign]
-    torch.Tensor.tolist = listed  # type: ignore[method-assign]
-    function = torch.nonzero
-    torch.nonzero = tracked(function)
-
-    def restore() -> None:
-        for name, original in saved.items():
-            setattr(torch.Tensor, name, original)
-        torch.nonzero = function
-
-    undo.append(restore)
+    for owner, name, replacement in (
+        (torch.Tensor, "nonzero", tracked(torch.Tensor.nonzero)),
+        (torch, "nonzero", tracked(torch.nonzero)),
+        (torch.Tensor, "__iter__", every_row),
+        (torch.Tensor, "__index__", known(index)),
+        (torch.Tensor, "__int__", known(as_int)),
+        (torch.Tensor, "tolist", listed),
+    ):
+        _replace(owner, name, replacement, loaded, undo)
 
 
 # torch's random functions and in-place samplers that take a `generator=` (torch/_torch_docs.py).
@@ -541,7 +536,7 @@ RANDOM_METHODS = ("normal_", "uniform_", "random_", "exponential_", "bernoulli_"
                   "geometric_", "bernoulli", "multinomial")
 
 
-def _seeded_noise(mode: str, undo: list[Callable[[], None]]) -> None:
+def _seeded_noise(loaded: LoadedModel, mode: str, undo: list[Callable[[], None]]) -> None:
     """Random draws given a `generator=` are made, until `undo` runs, as `mode` says: "constant",
     by PyTorch with the TorchScript tracer looking away, so the generator's numbers are a
     constant of the graph; "unseeded", without the generator, so the graph keeps its random op.
@@ -560,31 +555,21 @@ def _seeded_noise(mode: str, undo: list[Callable[[], None]]) -> None:
             if mode == "unseeded":
                 kwargs.pop("generator")
                 return original(*args, **kwargs)
-            state = torch._C._get_tracing_state()
-            torch._C._set_tracing_state(None)
-            try:
-                with torch.no_grad():
-                    if in_place:  # drawn into a fresh tensor, then written in traced
-                        noise = original(torch.empty_like(args[0]), *args[1:], **kwargs)
-                    else:
-                        noise = original(*args, **kwargs)
-            finally:
-                torch._C._set_tracing_state(state)
+            with _untraced(), torch.no_grad():
+                if in_place:  # drawn into a fresh tensor, then written in traced
+                    noise = original(torch.empty_like(args[0]), *args[1:], **kwargs)
+                else:
+                    noise = original(*args, **kwargs)
             # `zero_().add_()` rather than `copy_()`, which the TorchScript exporter writes only
             # into a view: the in-place pass makes both plain data flow.
             return args[0].zero_().add_(noise) if in_place else noise
         return draw
 
-    for name in RANDOM_FUNCTIONS:
-        original = getattr(torch, name, None)
-        if original is not None:
-            setattr(torch, name, drawing(original, False))
-            undo.append(lambda name=name, original=original: setattr(torch, name, original))
-    for name in RANDOM_METHODS:
-        original = getattr(torch.Tensor, name, None)
-        if original is not None:
-            setattr(torch.Tensor, name, drawing(original, name.endswith("_")))
-            undo.append(lambda name=name, original=original: setattr(torch.Tensor, name, original))
+    for owner, names in ((torch, RANDOM_FUNCTIONS), (torch.Tensor, RANDOM_METHODS)):
+        for name in names:
+            original = getattr(owner, name, None)
+            if original is not None:
+                _replace(owner, name, drawing(original, owner is torch.Tensor and name.endswith("_")), loaded, undo)
 
 
 def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:

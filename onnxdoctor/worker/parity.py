@@ -475,6 +475,37 @@ def _typed(node: Any) -> tuple[list[list[Any]] | None, list[list[Any]] | None]:
     return described(list(node.inputs())), described(list(node.outputs()))
 
 
+@contextlib.contextmanager
+def watching_forwards(owners: list[type], around: Callable[[type, tuple[Any, ...], Callable[[], Any]], Any],
+                      ) -> Iterator[None]:
+    """For the block, each autograd.Function in `owners` runs its forward as `around(owner,
+    inputs, run)`: `inputs` are the call's arguments after ctx, `run()` is the forward itself.
+
+    `forward` is watched, not `apply`: a module-level `inplace_abn = InPlaceABN.apply` holds the
+    bound apply from before any patch, and apply looks `forward` up on each call. A Function whose
+    forward is inherited, or is not a static/class method, is left as it is."""
+    patched: list[tuple[type, Any]] = []
+
+    def watched(owner: type, original: Any) -> Any:
+        function = original.__func__
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            inputs = args[2:] if isinstance(original, classmethod) else args[1:]  # after (cls,) ctx
+            return around(owner, inputs, lambda: function(*args, **kwargs))
+        return type(original)(forward)
+
+    try:
+        for owner in owners:
+            original = vars(owner).get("forward")
+            if isinstance(original, (staticmethod, classmethod)):
+                owner.forward = watched(owner, original)  # type: ignore[attr-defined]
+                patched.append((owner, original))
+        yield
+    finally:
+        for owner, original in patched:
+            owner.forward = original  # type: ignore[attr-defined]
+
+
 def _observed_calls(loaded: Any, owners: list[type]) -> dict[type, tuple[list[list[Any]], list[list[Any]]]]:
     """Each Function's first call in one eager forward pass: its tensors' (dtype, shape) in and out."""
     import torch
@@ -483,33 +514,16 @@ def _observed_calls(loaded: Any, owners: list[type]) -> dict[type, tuple[list[li
         return [[str(v.dtype).removeprefix("torch."), list(v.shape)] for v in values if isinstance(v, torch.Tensor)]
 
     seen: dict[type, tuple[list[list[Any]], list[list[Any]]]] = {}
-    # `forward` is watched, not `apply`: a module-level `inplace_abn = InPlaceABN.apply` holds the
-    # bound apply from before any patch, and apply looks `forward` up on each call.
-    patched: list[tuple[type, Any]] = []
 
-    def watching(owner: type, original: Any) -> Any:
-        function = original.__func__
+    def record(owner: type, inputs: tuple[Any, ...], run: Callable[[], Any]) -> Any:
+        result = run()
+        if owner not in seen:
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            seen[owner] = (described(inputs), described(results))
+        return result
 
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            if owner not in seen:
-                inputs = args[2:] if isinstance(original, classmethod) else args[1:]  # after (cls,) ctx
-                results = result if isinstance(result, (tuple, list)) else (result,)
-                seen[owner] = (described(inputs), described(results))
-            return result
-        return type(original)(forward)
-
-    try:
-        for owner in owners:
-            original = vars(owner).get("forward")
-            if isinstance(original, (staticmethod, classmethod)):
-                owner.forward = watching(owner, original)  # type: ignore[attr-defined]
-                patched.append((owner, original))
-        with torch.no_grad():
-            loaded.model(*loaded.args, **(loaded.kwargs or {}))
-    finally:
-        for owner, original in patched:
-            owner.forward = original  # type: ignore[attr-defined]
+    with watching_forwards(owners, record), torch.no_grad():
+        loaded.model(*loaded.args, **(loaded.kwargs or {}))
     return seen
 
 

@@ -168,6 +168,12 @@ class FixContext:
         return next((o.facts for o in self.outcomes if o.stage is stage), {})
 
     @property
+    def export_error(self) -> str:
+        """Every message of the failed export's error, chained ones too ("" when it passed)."""
+        export = next((o for o in self.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
+        return export.error.all_text() if export is not None and export.error is not None else ""
+
+    @property
     def parity_facts(self) -> dict[str, Any]:
         """What the PARITY stage recorded ({} when it did not run)."""
         return self.facts_of(Stage.PARITY)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.findings import library_frame
@@ -131,10 +132,18 @@ MAX_FORCED_SITES = 3  # more branches than this are a loop of decisions, not a c
 def branch_sites(ctx: FixContext) -> list[tuple[str, int]]:
     """The lines where the TorchScript tracer turned a tensor into a Python bool, in the order it
     met them (file name, line): the sites the worker recorded with the value each reads."""
+    return _recorded_sites(ctx, "branch_values")
+
+
+def _recorded_sites(ctx: FixContext, fact: str) -> list[tuple[str, int]]:
+    """The `file.py:line` sites a TorchScript export recorded under `fact`, as (file name, line)."""
     export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
                   None)
-    read = (export.facts.get("branch_values") if export is not None else None) or {}
-    return [(name, int(line)) for name, _, line in (str(site).rpartition(":") for site in read) if line.isdigit()]
+    return _sites((export.facts.get(fact) if export is not None else None) or ())
+
+
+def _sites(recorded: Any) -> list[tuple[str, int]]:
+    return [(name, int(line)) for name, _, line in (str(site).rpartition(":") for site in recorded) if line.isdigit()]
 
 
 def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -148,9 +157,8 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
     sites, exporter = branch_sites(ctx), "torchscript"
     if finding.code == "OD204":
         # torch.export stopped at a branch on a data-dependent value: the line it stopped at.
-        guard = str(ctx.export_facts.get("guard_site") or "")
-        name, _, line = guard.rpartition(":")
-        sites, exporter = ([(name, int(line))] if line.isdigit() else []), "dynamo"
+        guard = ctx.export_facts.get("guard_site")
+        sites, exporter = _sites([guard] if guard else []), "dynamo"
     elif finding.code != "OD210":
         return []
     if ctx.target_kind != "script" or not sites or len(sites) > MAX_FORCED_SITES:
@@ -227,10 +235,7 @@ def _size_branches(ctx: FixContext) -> list[Fix]:
     none, and then no pad at all in the graph. Read as the side that does the work, the graph
     computes it for every size (a pad of zero where none is needed); the check at other sizes
     keeps only a reading that holds there."""
-    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
-                  None)
-    read = (export.facts.get("size_branches") if export is not None else None) or []
-    sites = [(name, int(line)) for name, _, line in (str(site).rpartition(":") for site in read) if line.isdigit()]
+    sites = _recorded_sites(ctx, "size_branches")
     if ctx.target_kind != "script" or not sites or len(sites) > MAX_SIZE_SITES:
         return []
     named = ", ".join(f"{name}:{line}" for name, line in sites)
@@ -254,8 +259,7 @@ def _size_branches(ctx: FixContext) -> list[Fix]:
 def _cond_as_where(finding: Finding, ctx: FixContext) -> Fix | None:
     """torch.cond that the exporter fails on: both branches computed, each output picked with
     torch.where (the same numbers when both branches run on the operands)."""
-    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
-    text = export.error.all_text() if export is not None and export.error is not None else ""
+    text = ctx.export_error
     if ctx.target_kind != "script" or not (finding.op in ("higher_order::cond", "torch.cond") or "torch.cond" in text
                                            or "higher_order.cond" in text or "cond_op" in text):
         return None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
 
 CODES = ("OD299",)
@@ -54,8 +54,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     on a Generator argument."""
     if ctx.target_kind != "script":
         return []
-    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
-    text = " ".join([finding.message, export.error.all_text() if export and export.error else ""])
+    text = f"{finding.message} {ctx.export_error}"
     if not GENERATOR.search(text):
         return []
     return [

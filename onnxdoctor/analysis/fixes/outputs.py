@@ -102,8 +102,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 def _numpy_outputs(finding: Finding, ctx: FixContext) -> list[Fix]:
     """forward() hands its results over as numpy arrays (`.cpu().numpy()` at its end): exported
     with `Tensor.numpy()` giving the tensor, the arithmetic after it stays in the graph."""
-    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
-    text = " ".join([finding.message, export.error.all_text() if export and export.error else ""])
+    text = f"{finding.message} {ctx.export_error}"
     if not NUMPY_OUTPUT.search(text):
         return []
     return [Fix(

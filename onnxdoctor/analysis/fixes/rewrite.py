@@ -60,8 +60,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op) if not r.mismatch_only))
         # The complex family replaces common ops (mul, exp, split) only where complex values are
         # involved: for a failure that has none it would be the dynamo exporter under another name.
-        export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
-        text = " ".join([finding.message, export.error.all_text() if export and export.error else ""])
+        text = f"{finding.message} {ctx.export_error}"
         rewrites = tuple(r for r in rewrites if r.family != "complex" or _COMPLEX.search(text))
         if not rewrites:
             return []

@@ -156,7 +156,7 @@ def _one_cast_fix(op: str, to: str, ctx: FixContext, *, why: str, title: str, ap
 
 
 # Shape inference's words for a node whose inputs of one type parameter differ in type.
-_INCONSISTENT = re.compile(r"inputs? has inconsistent type|inconsistent type")
+_INCONSISTENT = re.compile(r"inconsistent type")
 
 
 def _promote_fix(node: str, op: str, ctx: FixContext) -> Fix:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EagerExport, Recipe
 
 CODES = ("OD202", "OD203", "OD299")
@@ -31,8 +31,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The export with sparse tensors dense, for a failure on a sparse op or a sparse constant."""
     if ctx.target_kind != "script":
         return []
-    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
-    text = " ".join([finding.op or "", finding.message, export.error.all_text() if export and export.error else ""])
+    text = " ".join([finding.op or "", finding.message, ctx.export_error])
     if not SPARSE.search(text):
         return []
     return [Fix(
