@@ -6,19 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_first_seen_batch14 import _diagnosed
 
-from onnxdoctor.model import DiagnoseOptions, Diagnosis
+from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
-
-
-def _diagnosed(tmp_path: Path, source: str, **options: bool) -> Diagnosis:
-    """The diagnosis of `source` written as the model script model.py."""
-    script = tmp_path / "model.py"
-    script.write_text(source)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(**options))
-    return diagnosis
 
 
 @pytest.mark.slow

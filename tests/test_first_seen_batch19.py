@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_first_seen_batch14 import _diagnosed
 
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
@@ -63,9 +64,7 @@ def get_model():
 
 @pytest.mark.slow
 def test_a_concat_of_mixed_types_is_fixed_by_promoting_its_inputs(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(MIXED_STACK)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, all_fixes=True))
+    diagnosis = _diagnosed(tmp_path, MIXED_STACK, fix=True, all_fixes=True)
     finding = diagnosis.findings[0]
     assert (finding.code, finding.node) == ("OD304", "node_stack")
     promote = next(f for f in finding.fixes if f.kind == "promote_inputs")

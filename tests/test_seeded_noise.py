@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_first_seen_batch14 import _diagnosed
 
-from onnxdoctor.model import DiagnoseOptions, Diagnosis
+from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
@@ -56,20 +57,10 @@ def get_model():
 '''
 
 
-def _diagnosed(script: Path, **options: bool) -> Diagnosis:
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(**options))
-    return diagnosis
-
-
-def _written(tmp_path: Path, source: str) -> Path:
-    script = tmp_path / "model.py"
-    script.write_text(source)
-    return script
-
-
 @pytest.mark.slow
 def test_a_generator_reseeded_in_forward_is_kept_as_its_numbers() -> None:
-    diagnosis = _diagnosed(CORPUS / "randn_generator_constant_sde_noise_sampler_pytorch_136860.py", fix=True)
+    (diagnosis,) = diagnose(str(CORPUS / "randn_generator_constant_sde_noise_sampler_pytorch_136860.py"),
+                            DiagnoseOptions(fix=True))
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD299", "aten::randn")
     best = finding.fixes[0]
@@ -80,7 +71,7 @@ def test_a_generator_reseeded_in_forward_is_kept_as_its_numbers() -> None:
 
 @pytest.mark.slow
 def test_a_generator_that_moves_on_is_not_frozen_but_drawn_by_the_graph(tmp_path: Path) -> None:
-    diagnosis = _diagnosed(_written(tmp_path, STATEFUL), fix=True, all_fixes=True)
+    diagnosis = _diagnosed(tmp_path, STATEFUL, fix=True, all_fixes=True)
     fixes = {fix.kind: fix for fix in diagnosis.findings[0].fixes}
     assert fixes["seeded_noise_constant"].verified is False
     assert fixes["seeded_noise_unseeded"].verified is True
@@ -89,7 +80,7 @@ def test_a_generator_that_moves_on_is_not_frozen_but_drawn_by_the_graph(tmp_path
 
 @pytest.mark.slow
 def test_an_in_place_draw_from_a_reseeded_generator_is_written_as_data_flow(tmp_path: Path) -> None:
-    diagnosis = _diagnosed(_written(tmp_path, IN_PLACE), fix=True)
+    diagnosis = _diagnosed(tmp_path, IN_PLACE, fix=True)
     best = diagnosis.findings[0].fixes[0]
     assert best.kind == "seeded_noise_constant" and best.verified is True
     assert best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-5
