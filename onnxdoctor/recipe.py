@@ -162,7 +162,10 @@ class EagerExport:
     every position of the tensor nonzero() was asked about, each row a constant, so the graph
     holds the loop body for all of them; `dense_sparse`: sparse tensors are built and used dense
     (`torch.sparse_coo_tensor` sums its values into a zero tensor, the sparse products are the
-    dense ones), since ONNX has no sparse tensors.
+    dense ones), since ONNX has no sparse tensors; `symbolic_sizes`: under torch.export, a tensor
+    built from sizes read off a shape (`torch.as_tensor([(h, w), ...])`) is stacked from those
+    sizes, so it stays computed from the input, and iterating it (or `tolist()`) gives the sizes
+    back; `torch.linspace` with a symbolic count is `start + arange(n) * step`.
     """
 
     functions: tuple[str, ...] = ()
@@ -176,6 +179,7 @@ class EagerExport:
     seeded_noise: str = ""
     every_candidate: bool = False
     dense_sparse: bool = False
+    symbolic_sizes: bool = False
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _every_candidate(loaded, undo)
         if step.dense_sparse:
             _dense_sparse(loaded, undo)
+        if step.symbolic_sizes:
+            _symbolic_sizes(loaded, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -448,6 +450,101 @@ def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         (torch.Tensor, "to_sparse", lambda self, *a, **k: self),
     ):
         _replace(owner, name, replacement, loaded, undo)
+
+
+def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, sizes read off a shape stay symbolic when forward() puts them in a tensor.
+
+    Deformable-DETR-style code collects each level's `(h, w)` from `x.shape` and calls
+    `torch.as_tensor(spatial_shapes)`; torch.export builds that tensor from the example's numbers
+    and then reads it back (`for H_, W_ in spatial_shapes`, `split([H_ * W_ ...])`), so the split
+    sizes, reshapes and reference points are the example's (GroundingDINO#258). Here such a list
+    is stacked from the sizes (`scalar_tensor` of each, which torch.export records as computed
+    from the input), and the tensor remembers the sizes it was built from: iterating it, indexing
+    a row or `tolist()` hands back the same symbolic sizes rather than data-dependent values.
+    `torch.linspace` takes its count as a plain int (torch.export fixes it to the example's);
+    with a symbolic count it is `start + arange(n) * step`, which keeps it."""
+    import weakref
+
+    import torch
+
+    built: dict[int, tuple[Any, Any]] = {}
+    as_tensor, tensor, linspace = torch.as_tensor, torch.tensor, torch.linspace
+    iterate, index, tolist = torch.Tensor.__iter__, torch.Tensor.__getitem__, torch.Tensor.tolist
+
+    def leaves(data: Any) -> list[Any]:
+        if isinstance(data, (list, tuple)):
+            return [x for d in data for x in leaves(d)]
+        return [data]
+
+    def holds_sizes(data: Any) -> bool:
+        values = leaves(data)
+        return (isinstance(data, (list, tuple)) and bool(values)
+                and all(isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) for v in values)
+                and any(isinstance(v, torch.SymInt) for v in values))
+
+    def remembered(t: Any, data: Any) -> Any:
+        built[id(t)] = (weakref.ref(t), data)
+        return t
+
+    def sizes_of(t: Any) -> Any:
+        entry = built.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def stacked(data: Any, dtype: Any, device: Any) -> Any:
+        if isinstance(data, (list, tuple)):
+            return remembered(torch.stack([stacked(d, dtype, device) for d in data]), data)
+        return torch.scalar_tensor(data, dtype=dtype, device=device)
+
+    def building(original: Callable[..., Any]) -> Callable[..., Any]:
+        def build(data: Any, *args: Any, dtype: Any = None, device: Any = None, **kwargs: Any) -> Any:
+            if args or kwargs.get("requires_grad") or not holds_sizes(data):
+                return original(data, *args, dtype=dtype, device=device, **kwargs)
+            try:
+                return stacked(data, dtype or torch.int64, device)
+            except RuntimeError:  # ragged: not a tensor either way
+                return original(data, *args, dtype=dtype, device=device, **kwargs)
+        return build
+
+    def iter_sizes(self: Any) -> Any:
+        data = sizes_of(self)
+        if data is None:
+            return iterate(self)
+        return iter([index(self, i) if isinstance(d, (list, tuple)) else d for i, d in enumerate(data)])
+
+    def index_sizes(self: Any, key: Any) -> Any:
+        data = sizes_of(self)
+        result = index(self, key)
+        if data is not None and isinstance(key, int) and isinstance(data[key], (list, tuple)):
+            remembered(result, data[key])
+        return result
+
+    def tolist_sizes(self: Any) -> Any:
+        data = sizes_of(self)
+        return tolist(self) if data is None else [list(d) if isinstance(d, tuple) else d for d in data]
+
+    def spaced(start: Any, end: Any, steps: Any, *args: Any, dtype: Any = None, device: Any = None,
+               **kwargs: Any) -> Any:
+        symbolic = (torch.SymInt, torch.SymFloat)
+        if args or not any(isinstance(v, symbolic) for v in (start, end, steps)):
+            return linspace(start, end, steps, *args, dtype=dtype, device=device, **kwargs)
+        dtype = dtype or torch.get_default_dtype()
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        step = (end - start) / torch.sym_max(steps - 1, 1)
+        return (start + torch.arange(steps, dtype=work, device=device) * step).to(dtype)
+
+    for owner, name, replacement in (
+        (torch, "as_tensor", building(as_tensor)),
+        (torch, "tensor", building(tensor)),
+        (torch, "linspace", spaced),
+    ):
+        _replace(owner, name, replacement, loaded, undo)
+    torch.Tensor.__iter__ = iter_sizes  # type: ignore[method-assign]
+    torch.Tensor.__getitem__ = index_sizes  # type: ignore[method-assign,assignment]
+    torch.Tensor.tolist = tolist_sizes  # type: ignore[method-assign]
+    undo.append(lambda: setattr(torch.Tensor, "__iter__", iterate))
+    undo.append(lambda: setattr(torch.Tensor, "__getitem__", index))
+    undo.append(lambda: setattr(torch.Tensor, "tolist", tolist))
 
 
 # More positions than this and the unrolled loop would be the graph's bulk: left to fail as it did.

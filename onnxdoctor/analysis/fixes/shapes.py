@@ -77,6 +77,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("exporter", (UseExporter(other), declare)),
         ))
         fixes.append(_strict_capture(detail, declare, params, axes))
+        fixes.append(_symbolic_sizes(detail, declare, params, axes))
     pools = global_pool_fix(finding, ctx)
     if pools is not None:
         fixes.append(pools)
@@ -97,6 +98,36 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                           isolated=True) if edits else None,
         ))
     return fixes
+
+
+SIZES_AS_TENSORS = """\
+# torch.as_tensor / torch.tensor of sizes read off a shape store the example's numbers, and
+# reading them back (for h, w in shapes_tensor) asks torch.export for data it cannot know.
+# Build the tensor from the sizes with torch ops and keep iterating the Python list:
+def sizes_tensor(sizes):  # e.g. [(h, w) for each level], each h, w from x.shape
+    return torch.stack([torch.stack([torch.scalar_tensor(s, dtype=torch.long) for s in row]) for row in sizes])
+
+# torch.linspace(a, b, n) with n from a shape: its count is fixed to the example's; instead
+#     a + torch.arange(n, dtype=torch.float32) * ((b - a) / max(n - 1, 1))
+"""
+
+
+def _symbolic_sizes(detail: FrozenSize, declare: DeclareDynamic, params: tuple[str, ...],
+                    axes: dict[str, Any] | None) -> Fix:
+    """The dynamo exporter with tensors of sizes built from the symbolic sizes (recipe.EagerExport.
+    symbolic_sizes): Deformable-DETR's `torch.as_tensor(spatial_shapes)` read back in a loop."""
+    return Fix(
+        kind="symbolic_sizes",
+        title=("Keep sizes symbolic where they become tensors (torch.as_tensor of shapes, linspace of a size), "
+               "dynamo exporter with the dimensions declared dynamic"),
+        snippet=SIZES_AS_TENSORS + "\n" + declaration_snippet(detail, "dynamo", params, axes),
+        applicability=Applicability.SAFE,
+        cost="none at run time; the graph computes the sizes from the input's shape (Shape, Gather, Range nodes)",
+        # Verified with the same construction patched in for the export (class-level patches of
+        # torch.Tensor: process-wide, hence isolated), at the example and every checked size.
+        recipe=Recipe("symbolic_sizes", (EagerExport(symbolic_sizes=True), UseExporter("dynamo"), declare),
+                      isolated=True),
+    )
 
 
 def _strict_capture(detail: FrozenSize, declare: DeclareDynamic, params: tuple[str, ...],
