@@ -437,11 +437,18 @@ def _classify_export(failure: _Failure) -> list[Finding]:
             return make("OD204", "torch.export cannot trace a quantized module's packed weights "
                                  f"(a torch ScriptObject){' for ' + op if op else ''}"
                                  + (f": {detail}" if detail else ""))
+        origin = facts.get("unbacked_origin") if "data-dependent" in text else None
         if "data-dependent" in text:
             message = ("torch.export cannot capture Python control flow or conversions on tensor values "
                        "(if/while on a tensor, .item(), int(tensor))")
         else:
             message = "torch.export could not capture the model"
+        if isinstance(origin, dict) and origin.get("op"):
+            # The guard's line asked about the value; the op whose result it is is what to change
+            # (a rewrite of it, or the code that reads it back into Python).
+            at = f" at {origin['source']}" if origin.get("source") else ""
+            message += f"; {origin['symbol']} is the data-dependent result of {origin['op']}{at}"
+            return [replace(make("OD204", message + (f": {detail}" if detail else ""))[0], torch_op=origin["op"])]
         return make("OD204", message + (f": {detail}" if detail else ""))
     python_op = COULD_NOT_EXPORT_PYTHON.search(text)
     if facts.get("inner_ops") and (python_op or _COULD_NOT_EXPORT.search(text)):

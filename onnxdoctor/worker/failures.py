@@ -25,6 +25,9 @@ from onnxdoctor.worker.tracebacks import (
 )
 
 _DEFINED_AT = re.compile(r"node defined in (?:File \")?([^\"(\n]+?)\"?(?:\((\d+)\)|, line (\d+))")
+# The first data-dependent symbol a guard asked about: "... data-dependent expression Eq(u0, 1)"
+# (u: an int, zuf: a float, zub: a bool).
+_UNBACKED_SYMBOL = re.compile(r"data-dependent expression[^\n]*?\b((?:u|zuf|zub)\d+)\b")
 _CALL = re.compile(r"(?:\btorch\.|\.)([a-z_][a-z0-9_]*)\(")
 
 
@@ -144,6 +147,16 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             if frame is not None:
                 facts["guard_site"] = f"{Path(frame.filename).name}:{frame.lineno}"
                 facts["guard_code"] = (frame.line or "").strip()
+        symbol = _UNBACKED_SYMBOL.search(text)
+        if symbol and loaded is not None:
+            # torch names the symbol (u0), not the op whose result it is (nonzero's row count).
+            with contextlib.suppress(Exception):
+                from onnxdoctor.worker.tracebacks import unbacked_origins
+
+                origin = next((o for o in unbacked_origins(loaded, target)
+                               if o["symbol"] == symbol.group(1) and o["op"]), None)
+                if origin is not None:
+                    facts["unbacked_origin"] = origin
     if op:
         facts["op"] = op
     if op and not symbolic:

@@ -323,6 +323,53 @@ def locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
     return {}
 
 
+def unbacked_origins(loaded: Any, target: Path) -> list[dict[str, str]]:
+    """For each data-dependent symbol (`u0`) torch.export makes while capturing the model: the op
+    whose result it stands for (`aten::nonzero`'s row count, `aten::item`'s value) and the user's
+    line that called it. torch's guard error names only the symbol, at the line that asked about
+    it; the op that made it is what a rewrite replaces. Costs one torch.export."""
+    import inspect
+
+    import torch
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    folder = target.resolve().parent
+    found: list[dict[str, str]] = []
+
+    def recorded(create: Any) -> Any:
+        def create_and_record(self: Any, *args: Any, **kwargs: Any) -> Any:
+            symbol = create(self, *args, **kwargs)
+            op, source = "", ""
+            frame = inspect.currentframe()
+            while frame is not None and not (op and source):
+                func = frame.f_locals.get("func")
+                if not op and isinstance(func, torch._ops.OpOverload):
+                    # The op being faked when the symbol was made (FakeTensorMode's dispatch).
+                    name = func.name().split(".", 1)[0]
+                    op = "aten::item" if name == "aten::_local_scalar_dense" else name
+                if not source:
+                    with contextlib.suppress(OSError, ValueError):
+                        if Path(frame.f_code.co_filename).resolve().parent == folder:
+                            source = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+                frame = frame.f_back
+            found.append({"symbol": str(symbol), "op": op, "source": source})
+            return symbol
+        return create_and_record
+
+    creators = {name: getattr(ShapeEnv, name) for name in
+                ("create_unbacked_symint", "create_unbacked_symfloat", "create_unbacked_symbool")
+                if hasattr(ShapeEnv, name)}
+    try:
+        for name, create in creators.items():
+            setattr(ShapeEnv, name, recorded(create))
+        with contextlib.suppress(Exception):  # it fails where the export did; the records stay
+            torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
+    finally:
+        for name, create in creators.items():
+            setattr(ShapeEnv, name, create)
+    return found
+
+
 # One frame of a TorchScript node's stack (its sourceRange): `path(12): forward`.
 _TS_FRAME = re.compile(r"^(.+?)\((\d+)\): (\S+)", re.MULTILINE)
 
