@@ -317,12 +317,21 @@ class DecodeCheck:
     encoder: bool = False
 
 
+@dataclass(frozen=True)
+class PrefixParity:
+    """PARITY for a loop exported to its last step where PyTorch leaves it early (a decode loop's
+    `if finished: break` read as never taken): an output longer than PyTorch's along one dim
+    matches when its first part, PyTorch's length of it, does. The rest are the steps the loop
+    would have skipped, which the caller cuts (at the end-of-sequence token)."""
+
+
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
         | StrictCapture | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
-        | SessionConfig)
+        | SessionConfig | PrefixParity)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig)
+_SINGLE = (UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
+           PrefixParity)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes)
 
@@ -331,7 +340,8 @@ _CLASSES: dict[str, type] = {
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
-                DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig)
+                DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,
+                PrefixParity)
 }
 
 S = TypeVar("S")

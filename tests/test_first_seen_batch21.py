@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import PrefixParity
 from tests.test_first_seen_batch14 import _diagnosed
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
@@ -48,3 +51,59 @@ def test_a_float_read_out_with_item_is_named_as_item(tmp_path: Path) -> None:
     assert finding.code == "OD204"
     assert finding.torch_op == "aten::item"
     assert "zuf0 is the data-dependent result of aten::item at model.py:10" in finding.message
+
+
+@pytest.mark.slow
+def test_a_decode_loop_that_stops_early_is_run_to_its_end_and_compared_on_pytorchs_steps() -> None:
+    # PARSeq's `if (tgt_in == eos).any(-1).all(): break` (yomitoku#84): the trace keeps the
+    # example's 4 steps; never taken, the graph runs all 7, whose first 4 are PyTorch's.
+    (diagnosis,) = diagnose(str(CORPUS / "ar_early_exit_eos_break_parseq_decode_yomitoku_84.py"),
+                            DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210"
+    best = finding.fixes[0]
+    assert best.verified is True and best.recipe is not None and best.recipe.first(PrefixParity) is not None
+    assert "PyTorch's 4 of 7 along dim 1" in best.check.detail
+    # Checked beyond the example (get_inputs2() runs all 7 steps in PyTorch too).
+    assert "get_inputs2()" in best.check.detail
+
+
+def test_a_longer_output_matches_only_where_pytorchs_part_of_it_does() -> None:
+    import numpy as np
+
+    from onnxdoctor.worker.parity import compare_prefix
+
+    pytorch = [np.arange(8, dtype=np.float32).reshape(1, 4, 2)]
+    longer = np.concatenate([pytorch[0], np.full((1, 3, 2), 99, np.float32)], axis=1)
+    report = compare_prefix(pytorch, [longer], 1e-4, 1e-3)
+    assert report["code"] is None and report["prefix"] == ["output 0: PyTorch's 4 of 7 along dim 1"]
+    wrong = longer.copy()
+    wrong[0, 2, 1] += 1
+    assert compare_prefix(pytorch, [wrong], 1e-4, 1e-3)["code"] == "OD601"
+    # Shorter, or longer along two dims: a shape difference as before.
+    assert compare_prefix(pytorch, [longer[:, :3]], 1e-4, 1e-3)["code"] == "OD603"
+    assert compare_prefix(pytorch, [np.zeros((2, 7, 2), np.float32)], 1e-4, 1e-3)["code"] == "OD603"
+
+
+def test_only_a_break_out_of_a_range_loop_is_an_early_exit(tmp_path: Path) -> None:
+    from onnxdoctor.worker.provenance import leaves_bounded_loop
+
+    source = tmp_path / "loops.py"
+    source.write_text(
+        "def f(x, done):\n"
+        "    for step in range(8):\n"
+        "        x = x + 1\n"
+        "        if done(x):\n"            # line 4: leaves the range loop
+        "            break\n"
+        "    while True:\n"
+        "        if done(x):\n"            # line 7: a while loop has no fixed count
+        "            break\n"
+        "    for step in range(8):\n"
+        "        if done(x):\n"            # line 10: skips a step, does not leave
+        "            continue\n"
+        "        for inner in x:\n"
+        "            if done(inner):\n"    # line 13: leaves the inner loop over a tensor
+        "                break\n"
+        "    return x\n"
+    )
+    assert [line for line in (4, 7, 10, 13) if leaves_bounded_loop(str(source), line)] == [4]

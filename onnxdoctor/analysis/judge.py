@@ -350,6 +350,11 @@ def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
                     f"{decode.get('steps')} decode steps each, max abs diff of logits "
                     f"{float(decode.get('max_abs_diff', 0.0)):.3g})")
         drawn = drawn_in_distribution((outcome,) if outcome else ())
+        prefix = (outcome.facts if outcome else {}).get("prefix")
+        if prefix:
+            # A loop run to its end (recipe.PrefixParity): PyTorch's steps are what matched.
+            return ("exports, loads, runs and matches PyTorch on PyTorch's steps of the longer outputs ("
+                    + "; ".join(map(str, prefix)) + "): the rest are the steps PyTorch's loop skipped")
         return "exports, loads, runs and matches PyTorch" + (f" in distribution; {drawn}" if drawn else "")
     detail = "passes the checker, loads and runs in ONNX Runtime"
     numbers = outcome.facts if outcome else {}

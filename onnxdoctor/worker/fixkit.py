@@ -142,8 +142,9 @@ def rewrite_file(path: str | Path, rewrites: list[RewriteOnnx]) -> None:
 
 def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | None, *,
           libraries: tuple[str, ...] = (), extensions: bool = False, atol: float = 1e-4,
-          rtol: float = 1e-3, config: tuple[tuple[str, str], ...] = ()) -> float | None:
-    """Load and run the written model in ONNX Runtime; compare with PyTorch's outputs.
+          rtol: float = 1e-3, config: tuple[tuple[str, str], ...] = (), prefix: bool = False) -> float | None:
+    """Load and run the written model in ONNX Runtime; compare with PyTorch's outputs (`prefix`:
+    an output longer than PyTorch's on PyTorch's part of it, recipe.PrefixParity).
 
     Returns the largest absolute difference (None without a reference).
 
@@ -151,7 +152,7 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
         SystemExit: the outputs differ beyond the tolerances (the message says how).
     """
     from onnxdoctor.worker.facts import tensor_leaves
-    from onnxdoctor.worker.parity import compare_outputs
+    from onnxdoctor.worker.parity import compare_outputs, compare_prefix
     from onnxdoctor.worker.runtime import (
         cpu_session,
         feeds_for_session,
@@ -170,10 +171,11 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
         print(f"{path}: loads and runs in ONNX Runtime")
         return None
     got = run_session(session, feeds_for_session(session, tensor_leaves((loaded.args, loaded.kwargs))))
-    report = compare_outputs(reference or [], got, atol, rtol)
+    report = (compare_prefix if prefix else compare_outputs)(reference or [], got, atol, rtol)
     if report["code"]:
         raise SystemExit(f"{path}: {report['message']}")
-    print(f"{path}: matches PyTorch (max abs diff {report['max_abs_diff']:.3g})")
+    cut = f"; on PyTorch's part of the longer outputs: {', '.join(report['prefix'])}" if report.get("prefix") else ""
+    print(f"{path}: matches PyTorch (max abs diff {report['max_abs_diff']:.3g}{cut})")
     return report["max_abs_diff"]
 
 

@@ -96,6 +96,26 @@ def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: floa
     }
 
 
+
+def compare_prefix(torch_outputs: list[Any], ort_outputs: list[Any], atol: float, rtol: float) -> dict[str, Any]:
+    """`compare_outputs` for a loop exported to its last step where PyTorch left it early
+    (recipe.PrefixParity): an ONNX output longer than PyTorch's along exactly one dim is compared
+    on its first part, PyTorch's length; the report's `prefix` says which outputs were cut."""
+    cut: list[Any] = []
+    notes: list[str] = []
+    for index, (expected_t, actual) in enumerate(zip(torch_outputs, ort_outputs)):
+        expected, actual = _numpy(expected_t), np.asarray(actual)
+        longer = [d for d in range(actual.ndim) if expected.ndim == actual.ndim and actual.shape[d] != expected.shape[d]]
+        if len(longer) == 1 and actual.shape[longer[0]] > expected.shape[longer[0]]:
+            dim = longer[0]
+            notes.append(f"output {index}: PyTorch's {expected.shape[dim]} of {actual.shape[dim]} along dim {dim}")
+            actual = np.take(actual, np.arange(expected.shape[dim]), axis=dim)
+        cut.append(actual)
+    report = compare_outputs(torch_outputs, cut, atol, rtol)
+    if notes:
+        report["prefix"] = notes
+    return report
+
 # Half-precision outputs hold about 3 significant digits (float16's step is 2**-10 of the value,
 # bfloat16's 2**-7): an export that rounds once more or sums in another order differs by a few
 # steps, which the float32 defaults (atol 1e-4, rtol 1e-3) call a mismatch. The steps are counted
@@ -598,7 +618,7 @@ def _nested(fn: Any, value: Any) -> Any:
 def second_input_check(state: dict[str, Any], atol: float, rtol: float,
                        retrace: Any = None, target: Any = None, derived: bool = True,
                        compare: Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]] | None = None,
-                       ) -> dict[str, Any]:
+                       prefix: bool = False) -> dict[str, Any]:
     """Run the exported model and PyTorch again at other inputs and compare (a frozen trace).
 
     The sets: the script's own `get_inputs2()` when it defines one, and the three sets
@@ -610,7 +630,8 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
     traced again at that set: if that export matches there, the recorded branch is the cause;
     if it differs too, the frozen value is not (`frozen_cause` False). `compare(args, kwargs)`,
     where given, judges a set instead of one run of each (outputs that draw random numbers are
-    compared in distribution); it returns `compare_outputs`' report.
+    compared in distribution); it returns `compare_outputs`' report. `prefix`: outputs longer
+    than PyTorch's are compared on PyTorch's part (recipe.PrefixParity).
     """
     import torch
 
@@ -642,7 +663,8 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
         except Exception as exc:  # the runtime's own error types
             report = {"code": "OD501", "message": f"ONNX Runtime failed: {exception_text(exc)}", "max_abs_diff": None}
         else:
-            report = compare(args, kwargs) if compare is not None else compare_outputs(expected, got, atol, rtol)
+            report = (compare(args, kwargs) if compare is not None else
+                      (compare_prefix if prefix else compare_outputs)(expected, got, atol, rtol))
         if report["code"] is not None:
             result = {"source": source, "matched": False, "message": report["message"],
                       "max_abs_diff": report.get("max_abs_diff"), "sets": len(checked) + 1,

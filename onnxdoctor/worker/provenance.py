@@ -77,6 +77,9 @@ class TorchScriptRecorder:
     # The lines whose branch compares sizes (`if seq_len != d_seq_len * ds:`), in the order met:
     # a size the tracer froze there, the sizes fixes read one way (analysis/fixes/control_flow.py).
     size_branches: list[str] = field(default_factory=list)
+    # The branch lines that leave a bounded loop early (`if done.all(): break` in a `for ... in
+    # range(n)`): read as never taken, the graph runs every step (recipe.PrefixParity).
+    loop_exits: list[str] = field(default_factory=list)
 
     def add(self, emission: _Emission) -> None:
         """Record one g.op call, numbered by the symbolic call it belongs to."""
@@ -147,6 +150,53 @@ def asking_frame() -> Any:
     return frame
 
 
+def leaves_bounded_loop(filename: str, line: int) -> bool:
+    """Whether the `if` on `line` of `filename` ends in `break` out of a `for ... in range(...)`
+    loop: an early exit from a loop with a fixed number of steps (a decoder stopping once every
+    sequence has its end token)."""
+    import ast
+
+    tree = _parsed(filename)
+    if tree is None:
+        return False
+    for loop in ast.walk(tree):
+        ranged = (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                  and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range")
+        if not ranged:
+            continue
+        for node in _same_loop(loop.body):
+            if isinstance(node, ast.If) and node.lineno == line and node.body and isinstance(node.body[-1], ast.Break):
+                return True
+    return False
+
+
+def _same_loop(body: list[Any]) -> Iterator[Any]:
+    """The statements of a loop's body, nested ifs and withs included, but not inner loops or
+    functions (a `break` there leaves something else)."""
+    import ast
+
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.With)):
+            yield from _same_loop(node.body)
+            yield from _same_loop(getattr(node, "orelse", []))
+
+
+_PARSED: dict[str, Any] = {}
+
+
+def _parsed(filename: str) -> Any:
+    """The file's syntax tree (None where it cannot be read), parsed once per process."""
+    import ast
+
+    if filename not in _PARSED:
+        try:
+            _PARSED[filename] = ast.parse(Path(filename).read_text("utf-8"))
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            _PARSED[filename] = None
+    return _PARSED[filename]
+
+
 def _from_sizes(node: Any, depth: int = 4) -> bool:
     """Whether a traced value is computed from a tensor's size (`140 < boxes.size(0)`)."""
     if node.kind() in ("aten::size", "prim::NumToTensor", "aten::numel", "aten::dim"):
@@ -212,6 +262,9 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
             if node is not None and not _from_sizes(node):
                 # (A comparison of sizes, `min(k, len(boxes))`, freezes a number, not a branch.)
                 recorder.branch_values.setdefault(site, node.kind())
+                if site not in recorder.loop_exits and leaves_bounded_loop(caller.f_code.co_filename,
+                                                                           caller.f_lineno):
+                    recorder.loop_exits.append(site)
             elif node is not None and site not in recorder.size_branches:
                 recorder.size_branches.append(site)
         return truth_at(original_truth, self, caller)

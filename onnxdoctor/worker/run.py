@@ -38,6 +38,7 @@ from onnxdoctor.recipe import (
     ExportCode,
     LoadCode,
     OperatorExportType,
+    PrefixParity,
     QuantizeOnnx,
     Recipe,
     RewriteOnnx,
@@ -536,6 +537,8 @@ class Runner:
             facts["node_sources"] = sources
         if recorder is not None and recorder.branch_values:
             facts["branch_values"] = dict(recorder.branch_values)
+        if recorder is not None and recorder.loop_exits:
+            facts["loop_exits"] = list(recorder.loop_exits)
         if recorder is not None and recorder.size_branches:
             facts["size_branches"] = list(recorder.size_branches)
         if dynamo and kwargs.get("dynamic_shapes") is not None:
@@ -690,7 +693,7 @@ class Runner:
     # ---- PARITY --------------------------------------------------------------------------
 
     def _stage_parity(self, state: dict[str, Any]) -> dict[str, Any]:
-        from onnxdoctor.worker.parity import compare_outputs
+        from onnxdoctor.worker.parity import compare_outputs, compare_prefix
 
         atol, rtol = self.request.atol, self.request.rtol
         quantize = state["recipe"].first(QuantizeOnnx)
@@ -698,7 +701,8 @@ class Runner:
             from onnxdoctor.worker.fixkit import quantization_atol
 
             atol, rtol = quantization_atol(state["torch_outputs"], quantize.tolerance), 0.0
-        report = compare_outputs(state["torch_outputs"], state["ort_outputs"], atol, rtol)
+        prefix = state["recipe"].first(PrefixParity) is not None
+        report = (compare_prefix if prefix else compare_outputs)(state["torch_outputs"], state["ort_outputs"], atol, rtol)
         if quantize is not None:
             report["tolerance"] = f"quantization: {quantize.tolerance:.0%} of the largest output ({atol:.3g})"
             if report["code"] == "OD601":
@@ -796,7 +800,7 @@ class Runner:
                 report["second_inputs"] = second_input_check(
                     state, atol, rtol, None if random or not frozen else self._retrace(state), self.code,
                     derived=frozen or self.request.other_inputs,
-                    compare=self._distribution_comparer(state, atol, rtol) if random else None)
+                    compare=self._distribution_comparer(state, atol, rtol) if random else None, prefix=prefix)
         return report
 
     def _distribution_comparer(self, state: dict[str, Any], atol: float, rtol: float,

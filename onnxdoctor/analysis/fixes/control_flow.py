@@ -11,7 +11,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
+from onnxdoctor.recipe import EagerExport, PrefixParity, Recipe, UseExporter
 
 CODES = ("OD204", "OD210", "OD299", "OD802", "OD803")
 
@@ -164,8 +164,15 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script" or not sites or len(sites) > MAX_FORCED_SITES:
         return []
     named = ", ".join(f"{name}:{line}" for name, line in sites)
+    exits = set(_recorded_sites(ctx, "loop_exits"))
     fixes = []
-    for value in (True, False):
+    values = (True, False)
+    if exits and all(site in exits for site in sites):
+        # `if finished.all(): break` in a `for step in range(max_len)` loop: never taken, the
+        # graph runs every step, and PyTorch's steps are what must match (recipe.PrefixParity).
+        fixes.append(_run_to_the_end(named, sites, exporter))
+        values = (True,)
+    for value in values:
         edit = ("(torch.onnx.is_in_onnx_export() or <condition>)" if value
                 else "(not torch.onnx.is_in_onnx_export() and <condition>)")
         fixes.append(Fix(
@@ -188,6 +195,28 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
                                             UseExporter(exporter)), isolated=True),
         ))
     return fixes
+
+
+def _run_to_the_end(named: str, sites: list[tuple[str, int]], exporter: str) -> Fix:
+    """The loop's early exit never taken while exporting: the graph runs the loop's every step."""
+    return Fix(
+        kind="forced_branch",
+        title=f"Run the loop to its last step while exporting (the break at {named} is never taken); "
+              "cut the output at the end token after the model",
+        snippet=(
+            f"# {named}: the tracer records how many steps the example took before the loop stopped\n"
+            "# early. Exported with the exit never taken, the graph always runs the loop's full count;\n"
+            "# PyTorch's steps are the first ones, and the later steps are the ones it skipped:\n"
+            "#   if <finished>: break   ->   if not torch.onnx.is_in_onnx_export() and <finished>: break\n"
+            "# then, after running the ONNX model, cut each sequence at its end token (as PyTorch's\n"
+            "# loop would have stopped there).\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost=("the ONNX model always runs the loop's maximum number of steps and its outputs are that long; "
+              "checked by comparing PyTorch's steps at the example and at other inputs"),
+        recipe=Recipe("run_to_the_end", (EagerExport(forced_branches=tuple((n, ln, False) for n, ln in sites)),
+                                         UseExporter(exporter), PrefixParity()), isolated=True),
+    )
 
 
 # `for expert_idx in expert_hit:`: the line torch.export stopped at loops over a tensor.

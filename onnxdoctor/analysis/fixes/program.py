@@ -173,6 +173,8 @@ def _after_export(recipe: Recipe, compared_with: str, tolerance: str = "") -> li
     config = recipe.first(steps.SessionConfig)
     # The session configuration the model must be run with (a deployer sets the same entries).
     configured = f", config={config.entries!r}" if config else ""
+    # A loop run to its last step: PyTorch's steps are what is compared (recipe.PrefixParity).
+    configured += ", prefix=True" if recipe.first(steps.PrefixParity) else ""
     lines.append(f"fixkit.check(OUTPUT, {compared_with}, libraries={tuple(libraries)!r}, extensions={extensions}"
                  f"{tolerance}{configured})")
     return lines
