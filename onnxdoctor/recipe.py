@@ -165,7 +165,9 @@ class EagerExport:
     dense ones), since ONNX has no sparse tensors; `symbolic_sizes`: under torch.export, a tensor
     built from sizes read off a shape (`torch.as_tensor([(h, w), ...])`) is stacked from those
     sizes, so it stays computed from the input, and iterating it (or `tolist()`) gives the sizes
-    back; `torch.linspace` with a symbolic count is `start + arange(n) * step`.
+    back; `torch.linspace` with a symbolic count is `start + arange(n) * step`; `traced_data`:
+    under the TorchScript tracer, reading `x.data` is a traced detach and assigning it makes `x`
+    stand for the assigned value in the graph, where the tracer records neither.
     """
 
     functions: tuple[str, ...] = ()
@@ -180,6 +182,7 @@ class EagerExport:
     every_candidate: bool = False
     dense_sparse: bool = False
     symbolic_sizes: bool = False
+    traced_data: bool = False
 
 
 @dataclass(frozen=True)
@@ -318,6 +321,13 @@ class DecodeCheck:
 
 
 @dataclass(frozen=True)
+class TrailingDict:
+    """torch.onnx.export's args with an empty dict after them: the exporter reads a dict at the end
+    of args as keyword arguments (its documented convention), so a forward() whose last positional
+    argument is a dict is called without it unless another dict follows."""
+
+
+@dataclass(frozen=True)
 class PrefixParity:
     """PARITY for a loop exported to its last step where PyTorch leaves it early (a decode loop's
     `if finished: break` read as never taken): an output longer than PyTorch's along one dim
@@ -327,11 +337,11 @@ class PrefixParity:
 
 Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
         | StrictCapture | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
-        | SessionConfig | PrefixParity)
+        | SessionConfig | PrefixParity | TrailingDict)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
 _SINGLE = (UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
-           PrefixParity)
+           PrefixParity, TrailingDict)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes)
 
@@ -341,7 +351,7 @@ _CLASSES: dict[str, type] = {
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,
-                PrefixParity)
+                PrefixParity, TrailingDict)
 }
 
 S = TypeVar("S")

@@ -9,7 +9,7 @@ import pytest
 
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
-from onnxdoctor.recipe import PrefixParity
+from onnxdoctor.recipe import EagerExport, PrefixParity
 from tests.test_first_seen_batch14 import _diagnosed
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
@@ -107,3 +107,45 @@ def test_only_a_break_out_of_a_range_loop_is_an_early_exit(tmp_path: Path) -> No
         "    return x\n"
     )
     assert [line for line in (4, 7, 10, 13) if leaves_bounded_loop(str(source), line)] == [4]
+
+
+@pytest.mark.slow
+def test_what_forward_does_through_data_is_traced_when_exported_again() -> None:
+    # BinaryNet's `input.data = Binarize(input.data)` (pytorch#51033): the tracer recorded neither
+    # the read nor the assignment, so the graph multiplies unbinarized activations.
+    (diagnosis,) = diagnose(str(CORPUS / "sign_data_binarize_binarynet_pytorch_51033.py"), DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD601"
+    fix = next(f for f in finding.fixes if f.kind == "traced_data")
+    assert fix.verified is True, fix.check
+    assert "sign_data_binarize_binarynet_pytorch_51033.py:35" in fix.title  # input.data = ...
+
+
+def test_data_is_left_alone_outside_a_trace_and_restored_after() -> None:
+    import torch
+
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    loaded = LoadedModel(model=torch.nn.Identity(), args=(), kwargs={})
+    x = torch.ones(3, requires_grad=True)
+    with eager_export(loaded, EagerExport(traced_data=True)):
+        x.data = torch.full((3,), 2.0)  # eager: the plain assignment, no autograd history
+        assert x.tolist() == [2.0, 2.0, 2.0] and x.requires_grad and x.data.grad_fn is None
+    assert "data" not in torch.Tensor.__dict__
+
+
+@pytest.mark.slow
+def test_a_dict_as_the_last_input_gets_an_empty_dict_after_it(tmp_path: Path) -> None:
+    # face-vid2vid's keypoint dicts (SadTalker-Video-Lip-Sync#64): torch.onnx.export reads the last
+    # dict of args as keyword arguments, and forward() misses kp_source.
+    from onnxdoctor.analysis.fixes.program import fix_program
+
+    script = CORPUS / "dict_last_arg_as_kwargs_keypoint_dicts_facerender_sadtalker_video_lip_sync_64.py"
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD299" and "missing 1 required positional argument" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "trailing_dict" and best.verified is True
+    program = fix_program(best, str(script), "get_model", "script")
+    assert "(*loaded.args, {})" in program

@@ -235,6 +235,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _dense_sparse(loaded, undo)
         if step.symbolic_sizes:
             _symbolic_sizes(loaded, undo)
+        if step.traced_data:
+            _traced_data(undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -452,6 +454,36 @@ def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         (torch.Tensor, "to_sparse", lambda self, *a, **k: self),
     ):
         _replace(owner, name, replacement, loaded, undo)
+
+
+def _traced_data(undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, what forward() does through `.data` is traced (recipe.EagerExport.
+    traced_data): reading `x.data` is `x.detach()`, and `x.data = y` makes `x` stand for `y` in
+    the graph from then on (the tracer's value for `x` becomes `y`'s).
+
+    The tracer records neither: BinaryNet's `input.data = input.data.sign()` leaves the graph
+    computing with the input before its sign (pytorch#51033), and a value read through `.data`
+    becomes a constant. Outside a trace, `.data` is untouched."""
+    import torch
+
+    data = torch._C.TensorBase.__dict__["data"]
+
+    def read(self: Any) -> Any:
+        if torch._C._get_tracing_state() is None:
+            return data.__get__(self)
+        return self.detach()
+
+    def write(self: Any, value: Any) -> None:
+        traced = None
+        if torch._C._get_tracing_state() is not None and isinstance(value, torch.Tensor):
+            with contextlib.suppress(RuntimeError):  # a value the tracer has not seen: a constant
+                traced = torch._C._get_value_trace(value)
+        data.__set__(self, value)
+        if traced is not None:
+            torch._C._set_value_trace(self, traced)
+
+    torch.Tensor.data = property(read, write)  # type: ignore[assignment,method-assign]
+    undo.append(lambda: delattr(torch.Tensor, "data"))
 
 
 def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:

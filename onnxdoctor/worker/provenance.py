@@ -80,6 +80,10 @@ class TorchScriptRecorder:
     # The branch lines that leave a bounded loop early (`if done.all(): break` in a `for ... in
     # range(n)`): read as never taken, the graph runs every step (recipe.PrefixParity).
     loop_exits: list[str] = field(default_factory=list)
+    # The user's lines that read or assign a tensor's `.data` while traced (BinaryNet's
+    # `input.data = input.data.sign()`): the tracer records neither, so what they compute is a
+    # constant of the graph or lost (recipe.EagerExport.traced_data).
+    data_sites: list[str] = field(default_factory=list)
 
     def add(self, emission: _Emission) -> None:
         """Record one g.op call, numbered by the symbolic call it belongs to."""
@@ -269,9 +273,30 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
                 recorder.size_branches.append(site)
         return truth_at(original_truth, self, caller)
 
+    data = torch._C.TensorBase.__dict__["data"]
+    folder = target.resolve().parent
+
+    def noting(frame: Any) -> None:
+        with contextlib.suppress(Exception):
+            if torch._C._get_tracing_state() is not None and Path(frame.f_code.co_filename).resolve().parent == folder:
+                site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+                if site not in recorder.data_sites:
+                    recorder.data_sites.append(site)
+
+    def data_read(self: Any) -> Any:
+        noting(sys._getframe(1))
+        return data.__get__(self)
+
+    def data_write(self: Any, value: Any) -> None:
+        noting(sys._getframe(1))
+        data.__set__(self, value)
+
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]
     torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = naming
     torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
+    shadowed = "data" in torch.Tensor.__dict__  # another patch (a fix's) already answers .data
+    if not shadowed:
+        torch.Tensor.data = property(data_read, data_write)  # type: ignore[assignment,method-assign]
     try:
         yield recorder
     finally:
@@ -279,6 +304,8 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
         torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming
         torch.Tensor.__bool__ = original_truth  # type: ignore[method-assign]
+        if not shadowed:
+            del torch.Tensor.data
 
 
 def dynamo_table(model: Any, target: Path) -> list[NodeProvenance]:

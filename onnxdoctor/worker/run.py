@@ -45,6 +45,7 @@ from onnxdoctor.recipe import (
     RuntimeKernels,
     SessionConfig,
     StrictCapture,
+    TrailingDict,
     Unoptimized,
     UseExporter,
     UseOpset,
@@ -317,6 +318,8 @@ class Runner:
             "settings": {k: jsonable(v) for k, v in loaded.settings.items()},
             "inputs": [describe_tensor(t) for t in tensor_leaves((loaded.args, loaded.kwargs))],
             "forward_parameters": forward_parameters(loaded),
+            # torch.onnx.export reads a dict at the end of args as keyword arguments.
+            "trailing_dict": bool(loaded.args) and isinstance(loaded.args[-1], dict) and not loaded.kwargs,
         }
         facts["custom_symbolics"] = find_custom_symbolics(self.code.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
@@ -445,6 +448,8 @@ class Runner:
             from onnxdoctor.worker.fixkit import widened_for_export
 
             export_args = widened_for_export(loaded, kwargs.get("dynamic_shapes"))
+        if recipe.first(TrailingDict) is not None:
+            export_args = (*export_args, {})  # the last positional dict stays positional
         model_or_program: Any = loaded.model
         for step in recipe.steps:
             match step:
@@ -537,6 +542,8 @@ class Runner:
             facts["node_sources"] = sources
         if recorder is not None and recorder.branch_values:
             facts["branch_values"] = dict(recorder.branch_values)
+        if recorder is not None and recorder.data_sites:
+            facts["data_sites"] = list(recorder.data_sites)
         if recorder is not None and recorder.loop_exits:
             facts["loop_exits"] = list(recorder.loop_exits)
         if recorder is not None and recorder.size_branches:

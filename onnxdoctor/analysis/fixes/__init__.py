@@ -25,6 +25,7 @@ from onnxdoctor.analysis.fixes import (
     down_converted,
     dynamic_shapes,
     eval_mode,
+    export_args,
     export_branch,
     exporter,
     fake_kernel,
@@ -48,6 +49,7 @@ from onnxdoctor.analysis.fixes import (
     shapes,
     sparse_dense,
     target_gaps,
+    tensor_data,
     translation,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -55,10 +57,10 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, export_args, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
-    sparse_dense,
+    sparse_dense, tensor_data,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )

@@ -125,6 +125,8 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     # Declared dims of size 1 in the example: the export traces it doubled (fixkit.widened_for_export).
     args = ("fixkit.widened_for_export(loaded, declared.get('dynamic_shapes'))"
             if declare is not None and dynamo != "False" else "loaded.args")
+    if recipe.first(steps.TrailingDict):
+        args = f"(*{args}, {{}})"  # a dict at the end of args would be read as keyword arguments
     eager = recipe.first(EagerExport)
     if eager:
         # The step's patches (Functions' symbolics set aside, is_in_onnx_export() false, ...): for
