@@ -149,3 +149,44 @@ def test_a_dict_as_the_last_input_gets_an_empty_dict_after_it(tmp_path: Path) ->
     assert best.kind == "trailing_dict" and best.verified is True
     program = fix_program(best, str(script), "get_model", "script")
     assert "(*loaded.args, {})" in program
+
+
+# `|`, `^` and `&` on integer tensors under the TorchScript exporter, whose symbolics take bool
+# only at every opset (pix2pixHD's uint8 edge map, pix2pixHD#210).
+INTEGER_BITWISE = '''
+import torch
+
+dynamo = False
+opset_version = 11
+
+
+class Edges(torch.nn.Module):
+    def forward(self, labels):
+        edge = torch.zeros(labels.shape, dtype=torch.uint8)
+        edge[:, 1:] = edge[:, 1:] | (labels[:, 1:] != labels[:, :-1])
+        flags = labels.to(torch.int32) ^ 5
+        both = (labels > 1) & (labels < 4)
+        return edge.to(torch.float32) + flags.to(torch.float32) + both.to(torch.float32)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Edges().eval(), (torch.randint(0, 6, (3, 8)),)
+
+
+def get_inputs2():
+    torch.manual_seed(1)
+    return (torch.randint(0, 6, (3, 8)),)
+'''
+
+
+@pytest.mark.slow
+def test_integer_bitwise_ops_map_to_onnx_bitwise_ops_in_the_torchscript_exporter(tmp_path: Path) -> None:
+    # Every fix tried: the dynamo exporter works on this model and would end the search.
+    finding = _diagnosed(tmp_path, INTEGER_BITWISE, fix=True, all_fixes=True).findings[0]
+    assert finding.code == "OD299" and finding.op in ("aten::bitwise_or", "aten::__or_")
+    mapped = next(f for f in finding.fixes if "BitwiseOr" in f.title)
+    assert mapped.kind == "rewrite" and mapped.verified is True, mapped.check
+    # The library's rewrite is still offered after it, under the failing op's name.
+    library = next(f for f in finding.fixes if f.title.startswith("Rewrite "))
+    assert library.title.startswith(f"Rewrite {finding.op} ")

@@ -44,6 +44,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The library's rewrite of the op, exported through run_decompositions (dynamo exporter)."""
     if ctx.target_kind != "script":
         return []
+    symbolic: Fix | None = None
     if finding.code == "OD601":
         # The search's first differing call; else the torch op the finding's node was exported from.
         rewrites = find_rewrites(_diverging_torch_op(ctx) or (finding.torch_op if not ctx.diverging else None))
@@ -51,10 +52,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             return []
     else:
         symbolic = _symbolic_rewrite(ctx)
-        if symbolic is not None:
+        if symbolic is not None and ctx.op not in _WITH_LIBRARY:
             return [symbolic]
         if not any(not r.mismatch_only for r in find_rewrites(ctx.op)):
-            return []
+            return [symbolic] if symbolic is not None else []
         # The worker lists every op the exporter has no function for; one program rewrites them all.
         ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
         rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op) if not r.mismatch_only))
@@ -63,10 +64,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         text = f"{finding.message} {ctx.export_error}"
         rewrites = tuple(r for r in rewrites if r.family != "complex" or _COMPLEX.search(text))
         if not rewrites:
-            return []
+            return [symbolic] if symbolic is not None else []
     code = program_code(rewrites)
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
-    names = ", ".join(dict.fromkeys(r.op.split(".")[0] for r in rewrites))
+    # Each rewrite by the name the failure gave its op (one entry covers bitwise and, or and xor).
+    names = ", ".join(dict.fromkeys(_shown_name(r, ctx.op) for r in rewrites))
     sparse = [i for i, x in enumerate(ctx.facts_of(Stage.LOAD).get("inputs") or ())
               if isinstance(x, dict) and x.get("layout")]
     steps: tuple[Step, ...] = (UseExporter("dynamo"), ExportCode(code, program="program"))
@@ -74,7 +76,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # ONNX has no sparse tensors: the exported model takes those inputs dense (changing the
         # example is process-wide for the worker's later runs: a worker of its own).
         steps = (LoadCode(_DENSE_INPUTS), *steps)
-    return [
+    return [*([symbolic] if symbolic is not None else []),
         Fix(
             kind="rewrite",
             title=f"Rewrite {names} in exportable torch ops (op-rewrite library, {worst.value})"
@@ -87,6 +89,15 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("rewrite", steps, isolated=bool(sparse)),
         )
     ]
+
+
+def _shown_name(rewrite: Rewrite, failing: str | None) -> str:
+    """The rewrite's op as the failure named it, where that is one of the ops it replaces (one
+    entry covers bitwise and, or and xor); else its own name (not a prims op torch reported)."""
+    replaced = {"::".join(t.split(".")[:2]) for t in rewrite.targets}
+    if failing and failing.split(".")[0] in replaced:
+        return failing.split(".")[0]
+    return rewrite.op.split(".")[0]
 
 
 # A failure about complex values (not a schema list that mentions `complex a`).
@@ -181,6 +192,47 @@ _FAKE_QUANTIZE_ENTRY = (
     13,
 )
 
+# `&`, `|`, `^` on integers: the TorchScript exporter's symbolics take bool only ("ONNX export does
+# NOT support exporting bitwise OR for non-boolean input values") at every opset, though ONNX has
+# had BitwiseAnd/Or/Xor since opset 18 and ONNX Runtime runs them for 8- to 64-bit integers.
+_BITWISE = """import torch
+from torch.onnx._internal.torchscript_exporter import _type_utils, symbolic_helper
+
+_SCALAR = _type_utils.JitScalarType
+
+
+def _bitwise(onnx_op, logical_op):
+    def symbolic(g, self, other):
+        left = _SCALAR.from_value(self, _SCALAR.UNDEFINED)
+        right = _SCALAR.from_value(other, _SCALAR.UNDEFINED)
+        if left == right == _SCALAR.BOOL:
+            return g.op(logical_op, self, other)
+        # torch's result type: a Python number takes the tensor's type (x | 1 stays uint8), a
+        # bool tensor the integer one's; two integer tensors promote.
+        if symbolic_helper._is_constant(other) and not symbolic_helper._is_tensor(other) or right == _SCALAR.BOOL:
+            result = left
+        elif left == _SCALAR.BOOL:
+            result = right
+        else:
+            result = _SCALAR.from_dtype(torch.promote_types(left.dtype(), right.dtype()))
+        cast = [g.op("Cast", v, to_i=result.onnx_type()) for v in (self, other)]
+        return g.op(onnx_op, *cast)
+    return symbolic
+
+
+for _name, _onnx, _logical in (("and", "BitwiseAnd", "And"), ("or", "BitwiseOr", "Or"), ("xor", "BitwiseXor", "Xor")):
+    torch.onnx.register_custom_op_symbolic(f"aten::bitwise_{_name}", _bitwise(_onnx, _logical), 18)
+    torch.onnx.register_custom_op_symbolic(f"aten::__{_name}_", _bitwise(_onnx, _logical), 18)
+"""
+
+_BITWISE_ENTRY = (
+    Exactness.EXACT,
+    "integer tensors of 8 to 64 bits (and bool, as And/Or/Xor); opset 18 or later",
+    _BITWISE,
+    "ONNX BitwiseAnd/BitwiseOr/BitwiseXor (opset 18)",
+    18,
+)
+
 _TORCHSCRIPT_SYMBOLICS = {
     "aten::int_repr": (
         Exactness.ROUNDING,
@@ -193,7 +245,12 @@ _TORCHSCRIPT_SYMBOLICS = {
     ),
     "aten::fake_quantize_per_channel_affine": _FAKE_QUANTIZE_ENTRY,
     "aten::fake_quantize_per_tensor_affine": _FAKE_QUANTIZE_ENTRY,
+    **{f"aten::{name}": _BITWISE_ENTRY for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "__and_", "__or_",
+                                                     "__xor_", "__and__", "__or__", "__xor__")},
 }
+# The ops whose symbolic is offered before the library's rewrite rather than instead of it (the
+# rewrite goes through torch.export, which some models' code stops).
+_WITH_LIBRARY = frozenset(op for op, entry in _TORCHSCRIPT_SYMBOLICS.items() if entry is _BITWISE_ENTRY)
 
 
 def _symbolic_rewrite(ctx: FixContext) -> Fix | None:
