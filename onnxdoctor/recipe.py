@@ -167,7 +167,10 @@ class EagerExport:
     sizes, so it stays computed from the input, and iterating it (or `tolist()`) gives the sizes
     back; `torch.linspace` with a symbolic count is `start + arange(n) * step`; `traced_data`:
     under the TorchScript tracer, reading `x.data` is a traced detach and assigning it makes `x`
-    stand for the assigned value in the graph, where the tracer records neither.
+    stand for the assigned value in the graph, where the tracer records neither;
+    `unfolded_convs`: a 2-D convolution or transposed convolution whose `groups` is a symbolic
+    size (StyleGAN2's per-sample weights, groups=batch) is computed as unfold/fold and a grouped
+    einsum, since ONNX's Conv takes its group count as a fixed attribute.
     """
 
     functions: tuple[str, ...] = ()
@@ -183,6 +186,7 @@ class EagerExport:
     dense_sparse: bool = False
     symbolic_sizes: bool = False
     traced_data: bool = False
+    unfolded_convs: bool = False
 
 
 @dataclass(frozen=True)

@@ -190,3 +190,49 @@ def test_integer_bitwise_ops_map_to_onnx_bitwise_ops_in_the_torchscript_exporter
     # The library's rewrite is still offered after it, under the failing op's name.
     library = next(f for f in finding.fixes if f.title.startswith("Rewrite "))
     assert library.title.startswith(f"Rewrite {finding.op} ")
+
+
+# Per-sample weights folded into the batch (StyleGAN2's modulated convolution): groups=batch, with
+# the batch declared dynamic, is a symbolic group count ONNX's Conv cannot take.
+PER_SAMPLE_CONV = '''
+import torch
+import torch.nn.functional as F
+
+dynamo = True
+opset_version = 18
+dynamic_shapes = {"x": {0: torch.export.Dim("batch", min=1, max=8)}, "style": {0: torch.export.Dim("batch", min=1, max=8)}}
+
+
+class Modulated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.up = torch.nn.Parameter(torch.randn(4, 2, 3, 3))
+
+    def forward(self, x, style):
+        batch = x.shape[0]
+        w = (self.weight[None] * style[:, None, :, None, None]).reshape(batch * 4, 3, 3, 3)
+        y = F.conv2d(x.reshape(1, batch * 3, 8, 8), w, padding=1, groups=batch)
+        u = self.up[None].expand(batch, -1, -1, -1, -1).reshape(batch * 4, 2, 3, 3)
+        z = F.conv_transpose2d(y, u, stride=2, padding=1, output_padding=1, groups=batch)
+        return z.reshape(batch, 2, 16, 16)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Modulated().eval(), (torch.randn(2, 3, 8, 8), torch.rand(2, 3))
+
+
+def get_inputs2():
+    torch.manual_seed(1)
+    return (torch.randn(5, 3, 8, 8), torch.rand(5, 3))
+'''
+
+
+@pytest.mark.slow
+def test_convolutions_with_a_symbolic_group_count_are_unfolded(tmp_path: Path) -> None:
+    finding = _diagnosed(tmp_path, PER_SAMPLE_CONV, fix=True).findings[0]
+    assert finding.code == "OD299" and finding.op == "aten::conv2d"
+    unfolded = next(f for f in finding.fixes if f.recipe is not None and f.recipe.kind == "unfolded_convs")
+    assert unfolded.verified is True, unfolded.check
+    assert "get_inputs2()" in unfolded.check.detail  # batch 5 as well as the example's 2

@@ -237,6 +237,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _symbolic_sizes(loaded, undo)
         if step.traced_data:
             _traced_data(undo)
+        if step.unfolded_convs:
+            _unfolded_convs(loaded, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -454,6 +456,57 @@ def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         (torch.Tensor, "to_sparse", lambda self, *a, **k: self),
     ):
         _replace(owner, name, replacement, loaded, undo)
+
+
+def _unfolded_convs(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, F.conv2d and F.conv_transpose2d whose `groups` is a symbolic size (under
+    torch.export) are computed as unfold (fold) and a grouped einsum (recipe.EagerExport.
+    unfolded_convs); any other call is torch's own.
+
+    StyleGAN2's modulated convolution folds the batch into the channels and convolves with
+    groups=batch (rosinality/stylegan2-pytorch#322): with the batch declared dynamic the group
+    count is symbolic, and ONNX's Conv takes it as a fixed attribute ("Unsupported attribute type:
+    SymbolicTensor"). Unfolded, the groups are a tensor dim: the same sums in another order."""
+    import torch
+    import torch.nn.functional as F
+
+    conv2d, conv_transpose2d = F.conv2d, F.conv_transpose2d
+
+    def pair(value: Any) -> tuple[Any, Any]:
+        return (value, value) if not isinstance(value, (tuple, list)) else (value[0], value[1])
+
+    def unfolded_conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                        dilation: Any = 1, groups: Any = 1) -> Any:
+        if not isinstance(groups, torch.SymInt) or isinstance(padding, str) or input.dim() != 4:
+            return conv2d(input, weight, bias, stride, padding, dilation, groups)
+        n, _, h, w = input.shape
+        out_channels, per_group, kh, kw = weight.shape
+        s, p, d = pair(stride), pair(padding), pair(dilation)
+        columns = F.unfold(input, (kh, kw), dilation=d, padding=p, stride=s).view(n, groups, per_group * kh * kw, -1)
+        out = torch.einsum("ngkl,gok->ngol", columns, weight.reshape(groups, out_channels // groups, per_group * kh * kw))
+        height = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
+        width = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
+        out = out.reshape(n, out_channels, height, width)
+        return out if bias is None else out + bias.view(1, -1, 1, 1)
+
+    def folded_conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                                output_padding: Any = 0, groups: Any = 1, dilation: Any = 1) -> Any:
+        if not isinstance(groups, torch.SymInt) or input.dim() != 4:
+            return conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+        n, channels, h, w = input.shape
+        _, per_group_out, kh, kw = weight.shape
+        s, p, o, d = pair(stride), pair(padding), pair(output_padding), pair(dilation)
+        per_group_in = channels // groups
+        x = input.reshape(n, groups, per_group_in, h * w)
+        columns = torch.einsum("ngcl,gck->ngkl", x, weight.reshape(groups, per_group_in, per_group_out * kh * kw))
+        columns = columns.reshape(n, groups * per_group_out * kh * kw, h * w)
+        height = (h - 1) * s[0] - 2 * p[0] + d[0] * (kh - 1) + o[0] + 1
+        width = (w - 1) * s[1] - 2 * p[1] + d[1] * (kw - 1) + o[1] + 1
+        out = F.fold(columns, (height, width), (kh, kw), dilation=d, padding=p, stride=s)
+        return out if bias is None else out + bias.view(1, -1, 1, 1)
+
+    _replace(F, "conv2d", unfolded_conv2d, loaded, undo)
+    _replace(F, "conv_transpose2d", folded_conv_transpose2d, loaded, undo)
 
 
 def _traced_data(undo: list[Callable[[], None]]) -> None:

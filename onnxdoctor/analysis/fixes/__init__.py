@@ -31,6 +31,7 @@ from onnxdoctor.analysis.fixes import (
     fake_kernel,
     function_kernel,
     generators,
+    grouped_conv,
     half,
     inference_noops,
     llm_cache,
@@ -60,7 +61,7 @@ FAMILIES = (
     eval_mode, export_args, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
-    sparse_dense, tensor_data,
+    sparse_dense, tensor_data, grouped_conv,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
