@@ -535,8 +535,7 @@ def _traced_data(undo: list[Callable[[], None]]) -> None:
         if traced is not None:
             torch._C._set_value_trace(self, traced)
 
-    torch.Tensor.data = property(read, write)  # type: ignore[assignment,method-assign]
-    undo.append(lambda: delattr(torch.Tensor, "data"))
+    _shadow_data(read, write, undo)
 
 
 def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
@@ -772,13 +771,26 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
         return self.detach()
 
     torch.Tensor.numpy = numpy  # type: ignore[method-assign]
+    undo.append(lambda: setattr(torch.Tensor, "numpy", original))
     # `.cpu().data.numpy()`: the tracer records `.data` as the example's constant, without a
     # warning; `detach()` is the same value for a forward pass and stays data flow.
-    torch.Tensor.data = property(lambda self: self.detach(), data.__set__)  # type: ignore[method-assign,assignment]
+    _shadow_data(lambda self: self.detach(), data.__set__, undo)
+
+
+def _shadow_data(read: Callable[[Any], Any], write: Callable[[Any, Any], None],
+                 undo: list[Callable[[], None]]) -> None:
+    """`Tensor.data` answered by `read` and `write` until `undo` runs (torch.Tensor defines no
+    `data` of its own: the C descriptor is TensorBase's). Two patches of it undo in turn."""
+    import torch
+
+    previous = torch.Tensor.__dict__.get("data")
+    torch.Tensor.data = property(read, write)  # type: ignore[method-assign,assignment]
 
     def restore() -> None:
-        torch.Tensor.numpy = original  # type: ignore[method-assign]
-        del torch.Tensor.data
+        if previous is not None:
+            torch.Tensor.data = previous  # type: ignore[method-assign]
+        else:
+            del torch.Tensor.data
 
     undo.append(restore)
 
