@@ -83,6 +83,13 @@ def test_a_longer_output_matches_only_where_pytorchs_part_of_it_does() -> None:
     # Shorter, or longer along two dims: a shape difference as before.
     assert compare_prefix(pytorch, [longer[:, :3]], 1e-4, 1e-3)["code"] == "OD603"
     assert compare_prefix(pytorch, [np.zeros((2, 7, 2), np.float32)], 1e-4, 1e-3)["code"] == "OD603"
+    # An output PyTorch does not have is a difference, whatever the others hold.
+    assert compare_prefix(pytorch, [longer, longer], 1e-4, 1e-3)["code"] == "OD602"
+    # Two outputs longer by different amounts are not one loop run longer: no cut.
+    other = [pytorch[0], np.arange(6, dtype=np.float32)]
+    assert compare_prefix(other, [longer, np.arange(9, dtype=np.float32)], 1e-4, 1e-3)["code"] == "OD603"
+    # The report keeps the real shape.
+    assert compare_prefix(pytorch, [longer], 1e-4, 1e-3)["outputs"][0]["ort_shape"] == [1, 7, 2]
 
 
 def test_only_a_break_out_of_a_range_loop_is_an_early_exit(tmp_path: Path) -> None:
@@ -104,9 +111,15 @@ def test_only_a_break_out_of_a_range_loop_is_an_early_exit(tmp_path: Path) -> No
         "        for inner in x:\n"
         "            if done(inner):\n"    # line 13: leaves the inner loop over a tensor
         "                break\n"
+        "    for step in range(8):\n"
+        "        try:\n"
+        "            if done(x):\n"        # line 17: inside a try, still leaves the range loop
+        "                break\n"
+        "        finally:\n"
+        "            pass\n"
         "    return x\n"
     )
-    assert [line for line in (4, 7, 10, 13) if leaves_bounded_loop(str(source), line)] == [4]
+    assert [line for line in (4, 7, 10, 13, 17) if leaves_bounded_loop(str(source), line)] == [4, 17]
 
 
 @pytest.mark.slow
@@ -166,7 +179,8 @@ class Edges(torch.nn.Module):
         edge[:, 1:] = edge[:, 1:] | (labels[:, 1:] != labels[:, :-1])
         flags = labels.to(torch.int32) ^ 5
         both = (labels > 1) & (labels < 4)
-        return edge.to(torch.float32) + flags.to(torch.float32) + both.to(torch.float32)
+        # A Python number does not promote: edge | 2 stays uint8 (an output, so its type is compared).
+        return edge.to(torch.float32) + flags.to(torch.float32) + both.to(torch.float32), edge | 2
 
 
 def get_model():

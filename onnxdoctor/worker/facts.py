@@ -168,6 +168,31 @@ def finding_record(finding: Any) -> dict[str, Any]:
     }
 
 
+# Calls that build a tensor from Python values: sizes read off a shape, put in a tensor, are what
+# the symbolic_sizes fix keeps symbolic (Deformable DETR's torch.as_tensor(spatial_shapes)).
+_BUILDS_TENSORS = re.compile(r"\b(?:as_tensor|tensor|linspace)\(")
+
+
+def builds_tensors_from_values(model: Any, script: Any) -> bool:
+    """Whether the model's own code (the script and the files in its folder that define the
+    model's modules) calls torch.as_tensor, torch.tensor or torch.linspace."""
+    import inspect
+    from pathlib import Path
+
+    folder = Path(script).resolve().parent
+    files = {Path(script).resolve()}
+    for module in model.modules() if hasattr(model, "modules") else ():
+        with contextlib.suppress(TypeError, OSError):
+            source = Path(inspect.getsourcefile(type(module)) or "").resolve()
+            if source.parent == folder:
+                files.add(source)
+    for path in files:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if _BUILDS_TENSORS.search(path.read_text("utf-8")):
+                return True
+    return False
+
+
 def mode_sensitive_modules(model: Any) -> list[str]:
     """Dropout and batch-norm modules that are themselves in training mode, named (all of them).
 

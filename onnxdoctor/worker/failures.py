@@ -148,8 +148,10 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 facts["guard_site"] = f"{Path(frame.filename).name}:{frame.lineno}"
                 facts["guard_code"] = (frame.line or "").strip()
         symbol = _UNBACKED_SYMBOL.search(text)
-        if symbol and loaded is not None:
+        if symbol and loaded is not None and gather:
             # torch names the symbol (u0), not the op whose result it is (nonzero's row count).
+            # The first run only: it exports the model as the script gives it, so a fix's
+            # patches (another numbering of the symbols) would name the wrong op.
             with contextlib.suppress(Exception):
                 from onnxdoctor.worker.tracebacks import unbacked_origins
 

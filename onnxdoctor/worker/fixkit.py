@@ -473,7 +473,9 @@ def _unfolded_convs(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
     conv2d, conv_transpose2d = F.conv2d, F.conv_transpose2d
 
     def pair(value: Any) -> tuple[Any, Any]:
-        return (value, value) if not isinstance(value, (tuple, list)) else (value[0], value[1])
+        if isinstance(value, (tuple, list)):
+            return (value[0], value[-1])  # a 1-tuple holds both
+        return (value, value)
 
     def unfolded_conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
                         dilation: Any = 1, groups: Any = 1) -> Any:
@@ -500,9 +502,13 @@ def _unfolded_convs(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
         x = input.reshape(n, groups, per_group_in, h * w)
         columns = torch.einsum("ngcl,gck->ngkl", x, weight.reshape(groups, per_group_in, per_group_out * kh * kw))
         columns = columns.reshape(n, groups * per_group_out * kh * kw, h * w)
-        height = (h - 1) * s[0] - 2 * p[0] + d[0] * (kh - 1) + o[0] + 1
-        width = (w - 1) * s[1] - 2 * p[1] + d[1] * (kw - 1) + o[1] + 1
-        out = F.fold(columns, (height, width), (kh, kw), dilation=d, padding=p, stride=s)
+        # Folded onto the whole canvas the kernels cover, then cut to the padding and grown by
+        # output_padding (which may pass the canvas's end: zeros there, as torch has).
+        full = ((h - 1) * s[0] + d[0] * (kh - 1) + 1, (w - 1) * s[1] + d[1] * (kw - 1) + 1)
+        out = F.fold(columns, full, (kh, kw), dilation=d, stride=s)
+        out = F.pad(out, (0, max(o[1] - p[1], 0), 0, max(o[0] - p[0], 0)))
+        height, width = full[0] - 2 * p[0] + o[0], full[1] - 2 * p[1] + o[1]
+        out = out[:, :, p[0]:p[0] + height, p[1]:p[1] + width]
         return out if bias is None else out + bias.view(1, -1, 1, 1)
 
     _replace(F, "conv2d", unfolded_conv2d, loaded, undo)
@@ -553,10 +559,13 @@ def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
     import weakref
 
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
 
     built: dict[int, tuple[Any, Any]] = {}
     as_tensor, tensor, linspace = torch.as_tensor, torch.tensor, torch.linspace
-    iterate, index, tolist = torch.Tensor.__iter__, torch.Tensor.__getitem__, torch.Tensor.tolist
+    iterate, index = torch.Tensor.__iter__, torch.Tensor.__getitem__
+    # torch.export's tensors are FakeTensors, whose own tolist() reads every element.
+    tolist, fake_tolist = torch.Tensor.tolist, FakeTensor.tolist
 
     def leaves(data: Any) -> list[Any]:
         if isinstance(data, (list, tuple)):
@@ -605,14 +614,21 @@ def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
             remembered(result, data[key])
         return result
 
+    def listed(data: Any) -> Any:
+        return [listed(d) for d in data] if isinstance(data, (list, tuple)) else data
+
     def tolist_sizes(self: Any) -> Any:
         data = sizes_of(self)
-        return tolist(self) if data is None else [list(d) if isinstance(d, tuple) else d for d in data]
+        if data is not None:
+            return listed(data)
+        return (fake_tolist if isinstance(self, FakeTensor) else tolist)(self)
 
     def spaced(start: Any, end: Any, steps: Any, *args: Any, dtype: Any = None, device: Any = None,
                **kwargs: Any) -> Any:
         symbolic = (torch.SymInt, torch.SymFloat)
-        if args or not any(isinstance(v, symbolic) for v in (start, end, steps)):
+        integral = dtype is not None and not (dtype.is_floating_point or dtype.is_complex)
+        # torch's integer linspace rounds its own way, and out=/requires_grad= are torch's to honour.
+        if args or kwargs or integral or not any(isinstance(v, symbolic) for v in (start, end, steps)):
             return linspace(start, end, steps, *args, dtype=dtype, device=device, **kwargs)
         dtype = dtype or torch.get_default_dtype()
         work = torch.float64 if dtype == torch.float64 else torch.float32
@@ -625,12 +641,17 @@ def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
         (torch, "linspace", spaced),
     ):
         _replace(owner, name, replacement, loaded, undo)
-    torch.Tensor.__iter__ = iter_sizes  # type: ignore[method-assign]
-    torch.Tensor.__getitem__ = index_sizes  # type: ignore[method-assign,assignment]
-    torch.Tensor.tolist = tolist_sizes  # type: ignore[method-assign]
-    undo.append(lambda: setattr(torch.Tensor, "__iter__", iterate))
-    undo.append(lambda: setattr(torch.Tensor, "__getitem__", index))
-    undo.append(lambda: setattr(torch.Tensor, "tolist", tolist))
+    for owner, name, replacement in ((torch.Tensor, "__iter__", iter_sizes), (torch.Tensor, "__getitem__", index_sizes),
+                                     (torch.Tensor, "tolist", tolist_sizes), (FakeTensor, "tolist", tolist_sizes)):
+        _patch_class(owner, name, replacement, undo)
+
+
+def _patch_class(owner: type, name: str, replacement: Any, undo: list[Callable[[], None]]) -> None:
+    """`owner.name` replaced until `undo` runs; an attribute `owner` only inherited (torch.Tensor's
+    `__getitem__` is TensorBase's) is removed again rather than set to the inherited one."""
+    own = owner.__dict__.get(name)
+    setattr(owner, name, replacement)
+    undo.append(lambda: setattr(owner, name, own) if own is not None else delattr(owner, name))
 
 
 # More positions than this and the unrolled loop would be the graph's bulk: left to fail as it did.

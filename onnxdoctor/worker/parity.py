@@ -101,19 +101,24 @@ def compare_prefix(torch_outputs: list[Any], ort_outputs: list[Any], atol: float
     """`compare_outputs` for a loop exported to its last step where PyTorch left it early
     (recipe.PrefixParity): an ONNX output longer than PyTorch's along exactly one dim is compared
     on its first part, PyTorch's length; the report's `prefix` says which outputs were cut."""
-    cut: list[Any] = []
-    notes: list[str] = []
-    for index, (expected_t, actual) in enumerate(zip(torch_outputs, ort_outputs)):
-        expected, actual = _numpy(expected_t), np.asarray(actual)
-        longer = [d for d in range(actual.ndim) if expected.ndim == actual.ndim and actual.shape[d] != expected.shape[d]]
-        if len(longer) == 1 and actual.shape[longer[0]] > expected.shape[longer[0]]:
-            dim = longer[0]
-            notes.append(f"output {index}: PyTorch's {expected.shape[dim]} of {actual.shape[dim]} along dim {dim}")
-            actual = np.take(actual, np.arange(expected.shape[dim]), axis=dim)
-        cut.append(actual)
+    if len(torch_outputs) != len(ort_outputs):
+        return compare_outputs(torch_outputs, ort_outputs, atol, rtol)  # OD602, as without the cut
+    cuts: dict[int, tuple[int, int, int]] = {}  # output -> (dim, PyTorch's length, ONNX's length)
+    for index, (expected_t, actual) in enumerate(zip(torch_outputs, ort_outputs, strict=True)):
+        expected, shape = _numpy(expected_t), np.shape(actual)
+        differ = [d for d in range(len(shape)) if expected.ndim == len(shape) and shape[d] != expected.shape[d]]
+        if len(differ) == 1 and shape[differ[0]] > expected.shape[differ[0]]:
+            cuts[index] = (differ[0], expected.shape[differ[0]], shape[differ[0]])
+    # One loop ran longer: every cut output has the same two lengths (steps taken, steps run).
+    if len({(kept, full) for _dim, kept, full in cuts.values()}) != 1:
+        return compare_outputs(torch_outputs, ort_outputs, atol, rtol)
+    cut = [np.take(np.asarray(a), np.arange(cuts[i][1]), axis=cuts[i][0]) if i in cuts else a
+           for i, a in enumerate(ort_outputs)]
     report = compare_outputs(torch_outputs, cut, atol, rtol)
-    if notes:
-        report["prefix"] = notes
+    for row in report["outputs"]:
+        if row["index"] in cuts:
+            row["ort_shape"] = list(np.shape(ort_outputs[row["index"]]))  # the real shape, not the cut one
+    report["prefix"] = [f"output {i}: PyTorch's {kept} of {full} along dim {dim}" for i, (dim, kept, full) in cuts.items()]
     return report
 
 # Half-precision outputs hold about 3 significant digits (float16's step is 2**-10 of the value,

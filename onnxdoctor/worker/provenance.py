@@ -15,6 +15,7 @@ Best effort throughout: what cannot be recorded is left out; the export itself i
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -158,8 +159,6 @@ def leaves_bounded_loop(filename: str, line: int) -> bool:
     """Whether the `if` on `line` of `filename` ends in `break` out of a `for ... in range(...)`
     loop: an early exit from a loop with a fixed number of steps (a decoder stopping once every
     sequence has its end token)."""
-    import ast
-
     tree = _parsed(filename)
     if tree is None:
         return False
@@ -174,25 +173,27 @@ def leaves_bounded_loop(filename: str, line: int) -> bool:
     return False
 
 
-def _same_loop(body: list[Any]) -> Iterator[Any]:
-    """The statements of a loop's body, nested ifs and withs included, but not inner loops or
-    functions (a `break` there leaves something else)."""
-    import ast
-
+def _same_loop(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of a loop's body, nested ifs, withs, trys and matches included, but not
+    inner loops or functions (a `break` there leaves something else)."""
     for node in body:
         yield node
         if isinstance(node, (ast.If, ast.With)):
             yield from _same_loop(node.body)
             yield from _same_loop(getattr(node, "orelse", []))
+        elif isinstance(node, ast.Try):
+            for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                yield from _same_loop(block)
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                yield from _same_loop(case.body)
 
 
-_PARSED: dict[str, Any] = {}
+_PARSED: dict[str, ast.Module | None] = {}
 
 
-def _parsed(filename: str) -> Any:
+def _parsed(filename: str) -> ast.Module | None:
     """The file's syntax tree (None where it cannot be read), parsed once per process."""
-    import ast
-
     if filename not in _PARSED:
         try:
             _PARSED[filename] = ast.parse(Path(filename).read_text("utf-8"))
@@ -224,7 +225,8 @@ def truth_at(original: Callable[[Any], bool], tensor: Any, caller: Any) -> bool:
 
 @contextlib.contextmanager
 def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
-    """Wrap `GraphContext.op` and the naming pass for the duration of one TorchScript export."""
+    """Wrap `GraphContext.op`, the naming pass, `Tensor.__bool__` and `Tensor.data` (when no fix
+    already answers it) for the duration of one TorchScript export."""
     recorder = TorchScriptRecorder(target)
     try:
         import torch
@@ -275,10 +277,15 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
 
     data = torch._C.TensorBase.__dict__["data"]
     folder = target.resolve().parent
+    mine: dict[str, bool] = {}  # file name -> in the user's folder (resolved once)
 
     def noting(frame: Any) -> None:
+        """Record the user's line that used `.data`, while traced."""
         with contextlib.suppress(Exception):
-            if torch._C._get_tracing_state() is not None and Path(frame.f_code.co_filename).resolve().parent == folder:
+            name = frame.f_code.co_filename
+            if name not in mine:
+                mine[name] = Path(name).resolve().parent == folder
+            if torch._C._get_tracing_state() is not None and mine[name]:
                 site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
                 if site not in recorder.data_sites:
                     recorder.data_sites.append(site)

@@ -51,6 +51,7 @@ from onnxdoctor.recipe import (
     UseOpset,
 )
 from onnxdoctor.worker.facts import (
+    builds_tensors_from_values,
     corrected_keys,
     describe_tensor,
     finding_record,
@@ -321,6 +322,8 @@ class Runner:
             # torch.onnx.export reads a dict at the end of args as keyword arguments.
             "trailing_dict": bool(loaded.args) and isinstance(loaded.args[-1], dict) and not loaded.kwargs,
         }
+        with contextlib.suppress(Exception):
+            facts["builds_tensors"] = builds_tensors_from_values(model, self.code)
         facts["custom_symbolics"] = find_custom_symbolics(self.code.resolve().parent)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         helpers = [name for name, value in loaded.namespace.items()
@@ -490,7 +493,9 @@ class Runner:
                 branch = watched or branch
                 if dynamo and recipe.first(StrictCapture) is not None and isinstance(model_or_program, torch.nn.Module):
                     # torch.export's strict capture, then the exporter on its program.
-                    model_or_program = strict_capture(model_or_program, tuple(export_args), loaded.kwargs or None,
+                    # torch.export takes the args as they are (a trailing {} is torch.onnx's convention).
+                    captured = export_args[:-1] if recipe.first(TrailingDict) is not None else export_args
+                    model_or_program = strict_capture(model_or_program, tuple(captured), loaded.kwargs or None,
                                                       kwargs.pop("dynamic_shapes", None))
                 state["onnx_program"] = torch.onnx.export(model_or_program, export_args, str(path), **kwargs)
         except BaseException as exc:
@@ -876,6 +881,8 @@ class Runner:
                 if eager else contextlib.nullcontext()
             ):
                 warnings.simplefilter("ignore")
+                if state["recipe"].first(TrailingDict) is not None:
+                    args = (*args, {})  # as the fix exported: the last positional dict stays positional
                 torch.onnx.export(model, args, str(path), **{**kwargs, "kwargs": inputs or None})
             return path
 

@@ -202,16 +202,17 @@ def _run_to_the_end(named: str, sites: list[tuple[str, int]], exporter: str) -> 
     return Fix(
         kind="forced_branch",
         title=f"Run the loop to its last step while exporting (the break at {named} is never taken); "
-              "cut the output at the end token after the model",
+              "cut the outputs to the steps PyTorch would have run",
         snippet=(
             f"# {named}: the tracer records how many steps the example took before the loop stopped\n"
             "# early. Exported with the exit never taken, the graph always runs the loop's full count;\n"
             "# PyTorch's steps are the first ones, and the later steps are the ones it skipped:\n"
             "#   if <finished>: break   ->   if not torch.onnx.is_in_onnx_export() and <finished>: break\n"
-            "# then, after running the ONNX model, cut each sequence at its end token (as PyTorch's\n"
-            "# loop would have stopped there).\n"
+            "# then, after running the ONNX model, cut the outputs where PyTorch's loop would have\n"
+            "# stopped (a decoder: each sequence at its end token).\n"
         ),
-        applicability=Applicability.SAFE,
+        # The outputs are longer than PyTorch's: the caller must cut them, so the user decides.
+        applicability=Applicability.UNSAFE,
         cost=("the ONNX model always runs the loop's maximum number of steps and its outputs are that long; "
               "checked by comparing PyTorch's steps at the example and at other inputs"),
         recipe=Recipe("run_to_the_end", (EagerExport(forced_branches=tuple((n, ln, False) for n, ln in sites)),

@@ -25,12 +25,16 @@ import torch.nn.functional as F
 
 # ONNX's Conv takes its group count as a fixed number; with groups=batch and a dynamic batch,
 # compute the grouped convolution with the groups as a tensor dim instead (the same sums):
-def grouped_conv2d(x, weight, padding=0, stride=1, groups=1):
+def grouped_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     n, _, h, w = x.shape
     out_channels, per_group, kh, kw = weight.shape
-    columns = F.unfold(x, (kh, kw), padding=padding, stride=stride).view(n, groups, per_group * kh * kw, -1)
+    columns = F.unfold(x, (kh, kw), dilation=dilation, padding=padding, stride=stride)
+    columns = columns.view(n, groups, per_group * kh * kw, -1)
     out = torch.einsum("ngkl,gok->ngol", columns, weight.reshape(groups, out_channels // groups, -1))
-    return out.reshape(n, out_channels, (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1)
+    height = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    width = (w + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = out.reshape(n, out_channels, height, width)
+    return out if bias is None else out + bias.view(1, -1, 1, 1)
 
 # F.conv_transpose2d(x, weight, stride=2, groups=batch): the einsum first, then F.fold.
 """

@@ -196,7 +196,7 @@ _FAKE_QUANTIZE_ENTRY = (
 # NOT support exporting bitwise OR for non-boolean input values") at every opset, though ONNX has
 # had BitwiseAnd/Or/Xor since opset 18 and ONNX Runtime runs them for 8- to 64-bit integers.
 _BITWISE = """import torch
-from torch.onnx._internal.torchscript_exporter import _type_utils, symbolic_helper
+from torch.onnx._internal.torchscript_exporter import _type_utils
 
 _SCALAR = _type_utils.JitScalarType
 
@@ -207,14 +207,11 @@ def _bitwise(onnx_op, logical_op):
         right = _SCALAR.from_value(other, _SCALAR.UNDEFINED)
         if left == right == _SCALAR.BOOL:
             return g.op(logical_op, self, other)
-        # torch's result type: a Python number takes the tensor's type (x | 1 stays uint8), a
-        # bool tensor the integer one's; two integer tensors promote.
-        if symbolic_helper._is_constant(other) and not symbolic_helper._is_tensor(other) or right == _SCALAR.BOOL:
-            result = left
-        elif left == _SCALAR.BOOL:
-            result = right
-        else:
-            result = _SCALAR.from_dtype(torch.promote_types(left.dtype(), right.dtype()))
+        # torch's result type, as the traced node has it (x | 1 stays uint8: a number does not
+        # promote); without one, a bool operand takes the other's type.
+        result = _SCALAR.from_value(g.original_node.output(), _SCALAR.UNDEFINED)
+        if result == _SCALAR.UNDEFINED:
+            result = right if left == _SCALAR.BOOL else left
         cast = [g.op("Cast", v, to_i=result.onnx_type()) for v in (self, other)]
         return g.op(onnx_op, *cast)
     return symbolic

@@ -77,7 +77,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("exporter", (UseExporter(other), declare)),
         ))
         fixes.append(_strict_capture(detail, declare, params, axes))
-        fixes.append(_symbolic_sizes(detail, declare, params, axes))
+        if load.get("builds_tensors", True):  # the model's code puts values in tensors somewhere
+            fixes.append(_symbolic_sizes(detail, declare, params, axes))
     pools = global_pool_fix(finding, ctx)
     if pools is not None:
         fixes.append(pools)
