@@ -354,6 +354,9 @@ CASES: dict[str, Case] = {
     "aten::argmax": Case(lambda x: (torch.argmax(x, 1), torch.argmin(x, 1, keepdim=True), torch.argmax(x),
                                     torch.argmin(x, 0)),
                          (torch.tensor([[NAN, 1.0, 5.0], [0.3, NAN, 9.0], [2.0, -1.0, 4.0], [1.0, NAN, NAN]]),)),
+    # NaN, both zeros, infinities: torch.sign(nan) is 0 where ONNX's Sign gives NaN.
+    "aten::sign": Case(lambda x: torch.sign(x), (torch.tensor([NAN, -0.0, 0.0, -INF, INF, -2.5, 3.0]),),
+                       atol=0.0, rtol=0.0),
     "aten::rrelu_with_noise": Case(
         lambda x: (torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), _RRELU(x)),
         (_g(3, 4), torch.tensor([-INF, -1.0, -0.0, 0.0, 2.0, NAN])),

@@ -1,4 +1,4 @@
-"""Elementwise ops: hypot, copysign, frexp."""
+"""Elementwise ops: hypot, copysign, frexp, and sign with PyTorch's NaN rule."""
 
 from __future__ import annotations
 
@@ -45,6 +45,16 @@ def frexp(x):
     return mantissa, torch.where(finite, exponent, torch.zeros_like(exponent)).to(torch.int32)
 '''
 
+# torch.sign(nan) is 0; ONNX's Sign gives NaN, and both exporters write Sign (pytorch#41245: a
+# missing-value encoder's NaN rows come back all NaN). Two comparisons are false for NaN.
+SIGN = r'''
+def sign(x):
+    """torch.sign: 0 for NaN, as PyTorch gives."""
+    if x.dtype == torch.bool:
+        return x
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+'''
+
 REWRITES = (
     Rewrite(
         op="aten::hypot",
@@ -79,5 +89,17 @@ REWRITES = (
         limits="float32/float64 input; subnormal inputs (below about 1e-38 in float32) are not "
         "covered, since 2**exponent underflows there",
         reported_as=("prims::frexp",),
+    ),
+    Rewrite(
+        op="aten::sign",
+        family="elementwise",
+        targets=("aten.sign.default",),
+        function="sign",
+        source=SIGN,
+        exactness=Exactness.EXACT,
+        error="the same values, 0 for NaN as PyTorch gives",
+        limits="unsigned and bool inputs as they are; the sign of -0.0 is 0 as in torch",
+        reported_as=("prims::sign",),
+        mismatch_only=True,
     ),
 )
