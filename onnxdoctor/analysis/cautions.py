@@ -286,8 +286,9 @@ def _source_text(source: str | None, base_dir: str | None) -> tuple[str, int] | 
 
 
 def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
-    """The name of the innermost function holding `file.py:line`, unless it is a forward() (the
-    model's own code, not a helper it calls)."""
+    """The name of the innermost function holding `file.py:line`, unless it is a module's forward()
+    (the model's own code, not a helper it calls); the forward of an autograd.Function is named
+    by its class (its ops run as one unit: AnyNet's GateRecurrent2dnoindFunction)."""
     found = _source_text(source, base_dir)
     if found is None:
         return None
@@ -296,10 +297,21 @@ def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
+
+    def holds(node: ast.AST) -> bool:
+        return node.lineno <= line <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]
+
     holding = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and node.lineno <= line <= (node.end_lineno or node.lineno)]
+               and holds(node)]
     innermost = max(holding, key=lambda node: node.lineno, default=None)
-    return innermost.name if innermost is not None and innermost.name not in ("forward", "__call__") else None
+    if innermost is None:
+        return None
+    if innermost.name not in ("forward", "__call__"):
+        return innermost.name
+    owner = max((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and holds(c) and innermost in c.body),
+                key=lambda c: c.lineno, default=None)
+    functions = [b for b in (owner.bases if owner is not None else ()) if ast.unparse(b).split(".")[-1] == "Function"]
+    return owner.name if owner is not None and functions else None
 
 
 def _first_difference(found: object) -> str | None:

@@ -350,6 +350,18 @@ def _outputs_message(text: str) -> str | None:
 
 
 def _classify_export(failure: _Failure) -> list[Finding]:
+    inlined = failure.outcome.facts.get("not_inlined")
+    if inlined and _COULD_NOT_EXPORT.search(failure.text):
+        # torch's error names an op after an autograd.Function it could not inline; why its forward
+        # could not stand in (printed to stderr: the op inside it) is the failure.
+        first = inlined[0]
+        if _TS_SYMBOLIC_UNSUPPORTED.search(first["reason"]) or _TS_UNSUPPORTED.search(first["reason"]):
+            facts = {k: v for k, v in failure.outcome.facts.items() if k not in ("op", "not_inlined")}
+            inner = _classify_export(failure._replace(outcome=replace(failure.outcome, facts=facts),
+                                                      text=f"{first['reason']}\n{failure.text}"))
+            if inner:
+                return [replace(f, message=f"{f.message} (inside autograd.Function {first['function']}, which the "
+                                           "TorchScript exporter could not inline)") for f in inner]
     outcome, text, evidence, base_dir, _ = failure
     facts = outcome.facts
     error = outcome.error

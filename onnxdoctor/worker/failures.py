@@ -97,9 +97,11 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
 
             op = converting_node_op(exc, text)
     if not op and not dynamo and loaded is not None and (
-            "was not in the map" in text or "attribute 'Subgraph' is undefined" in text):
+            "was not in the map" in text or "attribute 'Subgraph' is undefined" in text
+            or ("INTERNAL ASSERT FAILED" in text and "/jit/passes/" in text)):
         # A graph pass crashed without naming a node (the pass over autograd Functions asking a
-        # node for the subgraph an aborted Function call never recorded); the graph's Functions
+        # node for the subgraph an aborted Function call never recorded; dead-code elimination
+        # meeting a Function that returns its input changed in place); the graph's Functions
         # are the suspects.
         with contextlib.suppress(Exception):
             from onnxdoctor.worker.registry import traced_python_ops

@@ -100,11 +100,14 @@ from onnxdoctor.worker.scripted import (
 )
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
+    StderrText,
+    capturing_stderr,
     error_info,
     exception_text,
     find_custom_symbolics,
     node_source_lines,
     node_torch_op,
+    not_inlined,
     user_frame,
     warning_texts,
     where_in_script,
@@ -483,13 +486,16 @@ class Runner:
         from onnxdoctor.worker.provenance import dynamo_table, recording_torchscript
 
         recorder = None
+        stderr: StderrText | None = None
         eager = recipe.first(EagerExport)
         branch = {"export_branch": False}
         try:
             with quiet_torch_logs(), (
                 eager_export(loaded, eager) if eager
                 else watching_export_branch(loaded)
-            ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder:
+            ) as watched, (contextlib.nullcontext() if dynamo else recording_torchscript(self.code)) as recorder, (
+                contextlib.nullcontext(StderrText()) if dynamo else capturing_stderr()
+            ) as stderr:
                 branch = watched or branch
                 if dynamo and recipe.first(StrictCapture) is not None and isinstance(model_or_program, torch.nn.Module):
                     # torch.export's strict capture, then the exporter on its program.
@@ -502,6 +508,9 @@ class Runner:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
+            inlined = not_inlined(stderr.text) if stderr is not None else []
+            if inlined:
+                facts["not_inlined"] = inlined  # why a Function's forward could not stand in for it
             if branch["export_branch"]:
                 facts["export_branch"] = True
             if recorder is not None and recorder.failure:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import traceback
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -321,6 +323,56 @@ def locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
         }
         return facts
     return {}
+
+
+class StderrText:
+    """What a `capturing_stderr` block wrote to file descriptor 2 (set when the block ends)."""
+
+    text: str = ""
+
+
+@contextlib.contextmanager
+def capturing_stderr() -> Iterator[StderrText]:
+    """File descriptor 2 read for the block's duration, then written on to where it went before
+    (nothing is lost from the worker's stderr). The TorchScript exporter's C++ side says why it
+    could not inline an autograd.Function only there ("Unable to inline PythonOp: X due to the
+    following exception"), not in the exception it raises later about another op."""
+    import sys
+    import tempfile
+
+    captured = StderrText()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            data = sink.read(_STDERR_LIMIT)
+            captured.text = data.decode("utf-8", errors="replace")
+            with contextlib.suppress(OSError):
+                os.write(2, data)
+
+
+# Enough of the exporter's stderr for its inline warnings; the rest is passed on unread.
+_STDERR_LIMIT = 1 << 20
+
+# "Unable to inline PythonOp: SparsemaxFunction due to the following exception", then the
+# exception's first line ("SymbolicValueError: Unsupported: ONNX export of cumsum in opset 9. ...").
+_NOT_INLINED = re.compile(r"Unable to inline PythonOp: (\w+) due to the following exception\s*\n(?:\w+: )?([^\n]+)")
+
+
+def not_inlined(stderr: str) -> list[dict[str, str]]:
+    """The autograd.Functions the TorchScript exporter could not inline, each with the first line
+    of the reason it printed (the op inside the Function that stopped it)."""
+    seen: dict[str, str] = {}
+    for name, reason in _NOT_INLINED.findall(stderr):
+        seen.setdefault(name, reason.split("  [Caused by")[0].strip())
+    return [{"function": name, "reason": reason} for name, reason in seen.items()]
 
 
 def unbacked_origins(loaded: Any, target: Path) -> list[dict[str, str]]:
