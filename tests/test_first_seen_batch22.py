@@ -50,3 +50,10 @@ def test_stderr_is_read_and_passed_on(capfd: pytest.CaptureFixture[str]) -> None
                     b"SymbolicValueError: Unsupported: ONNX export of cumsum in opset 9.  [Caused by x]\n")
     assert not_inlined(captured.text) == [{"function": "Spin", "reason": "Unsupported: ONNX export of cumsum in opset 9."}]
     assert "Unable to inline PythonOp: Spin" in capfd.readouterr().err  # nothing lost
+
+
+def test_a_check_inside_a_torch_module_names_the_modules_op() -> None:
+    # DPT's reassemble builds nn.Unflatten from x.shape under the tracer (Live2Diff#4): the
+    # sizes are tensors there, and nn.Unflatten's own check raises without naming an op.
+    finding = _first("unflatten_traced_size_dpt_reassemble_midas_live2diff_4.py")[0]
+    assert finding.code == "OD299" and finding.op == "aten::unflatten"

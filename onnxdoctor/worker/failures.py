@@ -120,9 +120,10 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         op = _converting(exc)
     if not op:
         # The trace stopped inside a torch.nn.functional wrapper, whose Python checks ran on traced
-        # values (F.max_unpool2d's output-size check): the functional's own aten op is what failed.
+        # values (F.max_unpool2d's output-size check): the functional's own aten op is what failed;
+        # likewise inside a torch.nn module's own code (nn.Unflatten's check of its sizes).
         with contextlib.suppress(Exception):
-            op = functional_frame_op(exc)
+            op = functional_frame_op(exc) or module_frame_op(exc)
     if not op:
         # The export stopped inside an autograd.Function (its forward reading tensors as numpy, the
         # tracer failing on the Function itself, as on checkpoint's): the Function is what to fix.
@@ -257,6 +258,31 @@ def functional_frame_op(exc: BaseException) -> str | None:
                 if not name.startswith("_") and hasattr(torch.ops.aten, name):
                     return f"aten::{name}"
             return None
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def module_frame_op(exc: BaseException) -> str | None:
+    """`aten::name` when the exception was raised inside a torch.nn module's own code (its
+    constructor's or forward's checks on traced values: `nn.Unflatten(1, x.shape[2:])` under the
+    tracer, whose sizes are tensors) and aten has an op of the class's name in lower case; the
+    innermost such module. None otherwise."""
+    import torch
+
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        tb, found = link.__traceback__, None
+        while tb is not None:
+            if "/torch/nn/modules/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+                owner = tb.tb_frame.f_locals.get("self")
+                name = type(owner).__name__.lower() if isinstance(owner, torch.nn.Module) else ""
+                if name and hasattr(torch.ops.aten, name):
+                    found = f"aten::{name}"
+            tb = tb.tb_next
+        if found:
+            return found
         link = link.__cause__ or link.__context__
     return None
 
