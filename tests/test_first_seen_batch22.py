@@ -57,3 +57,12 @@ def test_a_check_inside_a_torch_module_names_the_modules_op() -> None:
     # sizes are tensors there, and nn.Unflatten's own check raises without naming an op.
     finding = _first("unflatten_traced_size_dpt_reassemble_midas_live2diff_4.py")[0]
     assert finding.code == "OD299" and finding.op == "aten::unflatten"
+
+
+def test_a_mismatch_whose_inputs_agree_names_the_function_that_wrote_them_in_place() -> None:
+    # The Slice reading the Function's output agrees on its recorded inputs and computes as ONNX's
+    # reference does: the numpy kernel filled the output after the trace recorded it.
+    finding = _first("gate_recurrent2d_spn_extension_anynet_stereo_ailia_models_89.py")[0]
+    assert finding.code == "OD601" and finding.op == "GateRecurrent2dnoindFunction"
+    assert "the value it reads was changed after PyTorch computed it" in finding.message
+    assert "means something other than what PyTorch computes" not in finding.message

@@ -568,14 +568,23 @@ def _parity_finding(
             message += f"; the model holds nodes emitted by your own symbolic(s) for {', '.join(symbolics)}: check them first"
     functions = [f for f in facts.get("traced_functions") or () if isinstance(f, dict) and f.get("name")]
     function = None
-    if functions and (not diverging or diverging.get("inputs_agree") is False):
+    # A node whose inputs agree and which ONNX Runtime computes as the reference does, yet differs:
+    # its input was changed after PyTorch computed it (a Function's forward writing its output in
+    # place through numpy or an extension kernel, which the trace recorded as it was).
+    unexplained = bool(diverging) and (diverging.get("inputs_agree") is True and diverging.get("runtime_matches_reference") is True
+                   and not diverging.get("symbolic") and not diverging.get("random"))
+    if functions and (not diverging or diverging.get("inputs_agree") is False or (unexplained and len(functions) == 1)):
         # The difference shows downstream of values the search could not compare, and the trace
         # holds a Function the exporter inlined: what its forward computed outside PyTorch is
         # frozen into the graph (analysis/fixes/function_kernel.py gives it a node and a kernel).
         shown = ", ".join(f["name"] for f in functions)
+        if unexplained:
+            # Not the node's export: the value it reads changed after the trace recorded it.
+            message = re.sub(r": the export of \S+ means something other than what PyTorch computes",
+                             ", yet it differs: the value it reads was changed after PyTorch computed it", message)
         message += (f"; the trace holds {shown} (torch.autograd.Function with no symbolic): the exporter "
                     "inlined the ops its forward ran, and anything it computed outside PyTorch (numpy, a "
-                    "compiled extension) is frozen into the graph")
+                    "compiled extension, writing its output in place) is frozen into the graph")
         if len(functions) == 1:
             function = functions[0]
             # The line that applies the Function, rather than the node the difference shows at.

@@ -337,19 +337,27 @@ def capturing_stderr() -> Iterator[StderrText]:
     (nothing is lost from the worker's stderr). The TorchScript exporter's C++ side says why it
     could not inline an autograd.Function only there ("Unable to inline PythonOp: X due to the
     following exception"), not in the exception it raises later about another op."""
+    import faulthandler
     import sys
     import tempfile
 
     captured = StderrText()
     sys.stderr.flush()
     saved = os.dup(2)
+    dumping = faulthandler.is_enabled()
     with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), 2)
+        if dumping:
+            # A native crash ends the process before the block does: its dump (what names the op
+            # that crashed, OD901) must reach the real stderr, not the file.
+            faulthandler.enable(file=saved, all_threads=False)
         try:
             yield captured
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
+            if dumping:
+                faulthandler.enable(file=sys.stderr, all_threads=False)
             os.close(saved)
             sink.seek(0)
             data = sink.read(_STDERR_LIMIT)
