@@ -130,5 +130,6 @@ REWRITES = (
         "and/or/xor cost about 6 ONNX nodes per bit of the dtype",
         reported_as=("aten::bitwise_or", "aten::bitwise_xor", "aten::bitwise_right_shift",
                      "aten::bitwise_left_shift"),
+        named_by_failure=True,
     ),
 )

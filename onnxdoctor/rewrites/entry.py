@@ -37,6 +37,9 @@ class Rewrite:
     # The exporters map the op; the rewrite is for where their export computes other numbers
     # (a mismatch), not for an export that fails (a newer opset or the other exporter is the fix).
     mismatch_only: bool = False
+    # One entry for several ops of equal standing (bitwise and, or, xor): a fix names the one the
+    # failure named. Otherwise the entry's own name (complex values are rewritten as a whole).
+    named_by_failure: bool = False
 
     def function_for(self, target: str) -> str:
         """The function the source defines for one of `targets`."""

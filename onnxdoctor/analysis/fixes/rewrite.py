@@ -92,11 +92,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 
 def _shown_name(rewrite: Rewrite, failing: str | None) -> str:
-    """The rewrite's op as the failure named it, where that is one of the ops it replaces (one
-    entry covers bitwise and, or and xor); else its own name (not a prims op torch reported)."""
-    replaced = {"::".join(t.split(".")[:2]) for t in rewrite.targets}
-    if failing and failing.split(".")[0] in replaced:
-        return failing.split(".")[0]
+    """The rewrite's op as the failure named it, for an entry covering several ops of equal standing
+    (bitwise and, or, xor); else the entry's own name (not a prims op torch reported, nor one op of
+    a computation the entry rewrites as a whole, like complex values)."""
+    name = (failing or "").split(".")[0]
+    if rewrite.named_by_failure and name in rewrite.reported_as:
+        return name
     return rewrite.op.split(".")[0]
 
 
