@@ -267,23 +267,18 @@ def module_frame_op(exc: BaseException) -> str | None:
     constructor's or forward's checks on traced values: `nn.Unflatten(1, x.shape[2:])` under the
     tracer, whose sizes are tensors) and aten has an op of the class's name in lower case; the
     innermost such module. None otherwise."""
+    import traceback
+
     import torch
 
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        tb, found = link.__traceback__, None
-        while tb is not None:
-            if "/torch/nn/modules/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
-                owner = tb.tb_frame.f_locals.get("self")
-                name = type(owner).__name__.lower() if isinstance(owner, torch.nn.Module) else ""
-                if name and hasattr(torch.ops.aten, name):
-                    found = f"aten::{name}"
-            tb = tb.tb_next
-        if found:
-            return found
-        link = link.__cause__ or link.__context__
+    for link in exception_chain(exc, hidden_context=True):
+        for frame, _line in reversed(list(traceback.walk_tb(link.__traceback__))):
+            if "/torch/nn/modules/" not in frame.f_code.co_filename.replace("\\", "/"):
+                continue
+            owner = frame.f_locals.get("self")
+            name = type(owner).__name__.lower() if isinstance(owner, torch.nn.Module) else ""
+            if name and hasattr(torch.ops.aten, name):
+                return f"aten::{name}"
     return None
 
 

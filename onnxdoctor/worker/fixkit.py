@@ -541,7 +541,7 @@ def _traced_data(undo: list[Callable[[], None]]) -> None:
         if traced is not None:
             torch._C._set_value_trace(self, traced)
 
-    _shadow_data(read, write, undo)
+    _replace(torch.Tensor, "data", property(read, write), None, undo)
 
 
 def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
@@ -639,19 +639,12 @@ def _symbolic_sizes(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
         (torch, "as_tensor", building(as_tensor)),
         (torch, "tensor", building(tensor)),
         (torch, "linspace", spaced),
+        (torch.Tensor, "__iter__", iter_sizes),
+        (torch.Tensor, "__getitem__", index_sizes),
+        (torch.Tensor, "tolist", tolist_sizes),
+        (FakeTensor, "tolist", tolist_sizes),
     ):
         _replace(owner, name, replacement, loaded, undo)
-    for owner, name, replacement in ((torch.Tensor, "__iter__", iter_sizes), (torch.Tensor, "__getitem__", index_sizes),
-                                     (torch.Tensor, "tolist", tolist_sizes), (FakeTensor, "tolist", tolist_sizes)):
-        _patch_class(owner, name, replacement, undo)
-
-
-def _patch_class(owner: type, name: str, replacement: Any, undo: list[Callable[[], None]]) -> None:
-    """`owner.name` replaced until `undo` runs; an attribute `owner` only inherited (torch.Tensor's
-    `__getitem__` is TensorBase's) is removed again rather than set to the inherited one."""
-    own = owner.__dict__.get(name)
-    setattr(owner, name, replacement)
-    undo.append(lambda: setattr(owner, name, own) if own is not None else delattr(owner, name))
 
 
 # More positions than this and the unrolled loop would be the graph's bulk: left to fail as it did.
@@ -785,35 +778,15 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
     real (frozen by the tracer): the fix's check at other inputs catches that."""
     import torch
 
-    original = torch.Tensor.numpy
     data = torch._C.TensorBase.data  # the C descriptor: torch.Tensor itself defines none
 
     def numpy(self: Any, *, force: bool = False) -> Any:
         return self.detach()
 
-    torch.Tensor.numpy = numpy  # type: ignore[method-assign]
-    undo.append(lambda: setattr(torch.Tensor, "numpy", original))
+    _replace(torch.Tensor, "numpy", numpy, None, undo)
     # `.cpu().data.numpy()`: the tracer records `.data` as the example's constant, without a
     # warning; `detach()` is the same value for a forward pass and stays data flow.
-    _shadow_data(lambda self: self.detach(), data.__set__, undo)
-
-
-def _shadow_data(read: Callable[[Any], Any], write: Callable[[Any, Any], None],
-                 undo: list[Callable[[], None]]) -> None:
-    """`Tensor.data` answered by `read` and `write` until `undo` runs (torch.Tensor defines no
-    `data` of its own: the C descriptor is TensorBase's). Two patches of it undo in turn."""
-    import torch
-
-    previous = torch.Tensor.__dict__.get("data")
-    torch.Tensor.data = property(read, write)  # type: ignore[method-assign,assignment]
-
-    def restore() -> None:
-        if previous is not None:
-            torch.Tensor.data = previous  # type: ignore[method-assign]
-        else:
-            del torch.Tensor.data
-
-    undo.append(restore)
+    _replace(torch.Tensor, "data", property(lambda self: self.detach(), data.__set__), None, undo)
 
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
@@ -896,12 +869,23 @@ def _replace_in_export_check(loaded: LoadedModel, replacement: Callable[[], bool
     _replace(torch.onnx, "is_in_onnx_export", replacement, loaded, undo)
 
 
-def _replace(owner: Any, name: str, replacement: Any, loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+_ABSENT = object()
+
+
+def _replace(owner: Any, name: str, replacement: Any, loaded: LoadedModel | None,
+             undo: list[Callable[[], None]]) -> None:
     """`owner.name` replaced until `undo` runs, and every name the script's forward() module binds
-    to the same object (`from torch.nn.functional import avg_pool2d` holds its own reference)."""
+    to the same object (`from torch.nn.functional import avg_pool2d` holds its own reference).
+
+    What `owner` held itself is put back as it was; a name it only inherited (torch.Tensor's
+    `__getitem__` and `data` are TensorBase's) is removed again, so two patches of one name undo
+    in turn."""
     original = getattr(owner, name)
+    own = vars(owner).get(name, _ABSENT)
     setattr(owner, name, replacement)
-    undo.append(lambda: setattr(owner, name, original))
+    undo.append(lambda: delattr(owner, name) if own is _ABSENT else setattr(owner, name, own))
+    if loaded is None:
+        return
     scope = getattr(getattr(type(loaded.model), "forward", None), "__globals__", None)
     if isinstance(scope, dict):
         for key, value in list(scope.items()):

@@ -454,8 +454,6 @@ class Runner:
             from onnxdoctor.worker.fixkit import widened_for_export
 
             export_args = widened_for_export(loaded, kwargs.get("dynamic_shapes"))
-        if recipe.first(TrailingDict) is not None:
-            export_args = (*export_args, {})  # the last positional dict stays positional
         model_or_program: Any = loaded.model
         for step in recipe.steps:
             match step:
@@ -499,11 +497,10 @@ class Runner:
                 branch = watched or branch
                 if dynamo and recipe.first(StrictCapture) is not None and isinstance(model_or_program, torch.nn.Module):
                     # torch.export's strict capture, then the exporter on its program.
-                    # torch.export takes the args as they are (a trailing {} is torch.onnx's convention).
-                    captured = export_args[:-1] if recipe.first(TrailingDict) is not None else export_args
-                    model_or_program = strict_capture(model_or_program, tuple(captured), loaded.kwargs or None,
+                    model_or_program = strict_capture(model_or_program, tuple(export_args), loaded.kwargs or None,
                                                       kwargs.pop("dynamic_shapes", None))
-                state["onnx_program"] = torch.onnx.export(model_or_program, export_args, str(path), **kwargs)
+                state["onnx_program"] = torch.onnx.export(model_or_program, _onnx_args(recipe, export_args), str(path),
+                                                          **kwargs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -890,9 +887,8 @@ class Runner:
                 if eager else contextlib.nullcontext()
             ):
                 warnings.simplefilter("ignore")
-                if state["recipe"].first(TrailingDict) is not None:
-                    args = (*args, {})  # as the fix exported: the last positional dict stays positional
-                torch.onnx.export(model, args, str(path), **{**kwargs, "kwargs": inputs or None})
+                torch.onnx.export(model, _onnx_args(state["recipe"], args), str(path),
+                                  **{**kwargs, "kwargs": inputs or None})
             return path
 
         return retrace
@@ -900,6 +896,12 @@ class Runner:
 
 
 # ---- helpers --------------------------------------------------------------------------------
+
+
+def _onnx_args(recipe: Recipe, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The args as torch.onnx.export takes them: with recipe.TrailingDict, an empty dict after
+    them, so a dict that is forward()'s last positional argument is not read as keyword ones."""
+    return (*args, {}) if recipe.first(TrailingDict) is not None else tuple(args)
 
 
 # Protobuf refuses messages of 2 GiB; stay well below it when writing a rewritten model inline.
