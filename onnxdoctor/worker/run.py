@@ -90,6 +90,7 @@ from onnxdoctor.worker.runtime import (
     random_feeds,
     run_session,
     runtime_source,
+    seed_runtime,
 )
 from onnxdoctor.worker.scripted import (
     autograd_watch,
@@ -658,6 +659,7 @@ class Runner:
             if names:
                 options.add_external_initializers(names, values)
         try:
+            seed_runtime()
             session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         except Exception as exc:
             facts = {}

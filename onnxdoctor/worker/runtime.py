@@ -12,6 +12,16 @@ from onnxdoctor.analysis.normalize import RUNNING_NODE
 from onnxdoctor.worker.tracebacks import StageFailed, exception_text
 
 
+def seed_runtime() -> None:
+    """Seed ONNX Runtime's random ops (RandomUniformLike, Multinomial, ... with no `seed`
+    attribute) for the sessions created after this: each kernel seeds its generator when the
+    session is built, so a diagnose run twice draws the same numbers and reaches the same verdict
+    where outputs are compared in distribution (worker/randomness.py)."""
+    import onnxruntime as ort
+
+    ort.set_seed(0)
+
+
 def cpu_session(source: str | bytes, libraries: tuple[str, ...] = (),
                 config: tuple[tuple[str, str], ...] = ()) -> Any:
     """A quiet ONNX Runtime CPU session (errors only) of a file path or serialized model, with
@@ -24,6 +34,7 @@ def cpu_session(source: str | bytes, libraries: tuple[str, ...] = (),
         options.add_session_config_entry(key, value)
     for library in libraries:
         options.register_custom_ops_library(str(library))
+    seed_runtime()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
