@@ -71,7 +71,10 @@ class SetIrVersion:
 
 @dataclass(frozen=True)
 class ToFloat32:
-    """Compute in float32; the graph's float64 inputs and outputs stay float64."""
+    """Compute in float32 where the graph computes in `source` ("double", "float16", "bfloat16");
+    its inputs and outputs of that type keep it."""
+
+    source: str = "double"
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,10 @@ class EagerExport:
     stand for the assigned value in the graph, where the tracer records neither;
     `unfolded_convs`: a 2-D convolution or transposed convolution whose `groups` is a symbolic
     size (StyleGAN2's per-sample weights, groups=batch) is computed as unfold/fold and a grouped
-    einsum, since ONNX's Conv takes its group count as a fixed attribute.
+    einsum, since ONNX's Conv takes its group count as a fixed attribute; `dense_attention`:
+    flex_attention is computed as dense attention (its score_mod and mask_mod applied to the whole
+    score matrix) and create_block_mask keeps only the mask function, since neither exporter
+    converts the flex_attention operator or the block mask's construction.
     """
 
     functions: tuple[str, ...] = ()
@@ -187,6 +193,7 @@ class EagerExport:
     symbolic_sizes: bool = False
     traced_data: bool = False
     unfolded_convs: bool = False
+    dense_attention: bool = False
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,24 @@ _RRELU = torch.nn.RReLU(0.05, 0.45).eval()
 _EDGES = torch.linspace(-1.0, 1.0, 9)
 BOUNDARIES = torch.tensor([-1.0, 0.0, 0.0, 1.0, 2.5])
 
+_GROUPS_B = torch.randn(3, 16, 8, generator=torch.Generator().manual_seed(7))
+_WIDE_B = torch.randn(16, 24, generator=torch.Generator().manual_seed(8))
+
+
+def _grouped(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """torch._grouped_mm in its four layouts (bfloat16, the only type its CPU kernel takes)."""
+    a, a3 = x.bfloat16(), x[:6].reshape(3, 2, 16).bfloat16()
+    int32 = torch.int32
+    return tuple(y.float() for y in (
+        torch._grouped_mm(a, _GROUPS_B.bfloat16(), offs=torch.tensor([2, 5, 7], dtype=int32)),
+        torch._grouped_mm(a3, _GROUPS_B.bfloat16()),
+        torch._grouped_mm(a3, _WIDE_B.bfloat16(), offs=torch.tensor([8, 16, 24], dtype=int32)),
+        torch._grouped_mm(a, _WIDE_B[:, :8].bfloat16(), offs=torch.tensor([8, 16], dtype=int32)),
+    ))
+
+
 CASES: dict[str, Case] = {
+    "aten::_grouped_mm": Case(_grouped, (_g(7, 16, seed=9),), atol=0.06, rtol=0.01),
     # 26 -> 64 is where ONNX Runtime's own Resize picks a neighbouring pixel (onnxruntime#12098).
     # Random ops: their values are never PyTorch's; the family test compares them in distribution.
     "aten::bernoulli": Case(lambda x: (torch.bernoulli(torch.sigmoid(x)), torch.empty_like(x).bernoulli_(0.3)),

@@ -61,6 +61,8 @@ _ARGUMENT_TYPE = re.compile(r"\b([a-z_][a-z0-9_]*)\(\): argument '\w+' (?:\(posi
 # raised while building its nodes: "Error when calling function 'TracedOnnxFunction(<function aten_roll".
 _TRANSLATION_RAISED = re.compile(r"Error when calling function '(?:Traced)?OnnxFunction\(<function aten_(\w+?)"
                                  r"(?:_(?:vec|tensor|scalar|int|dim|self|other|default))? at ")
+# The FX node whose translation failed, as the dynamo exporter's ConversionError names it.
+_TRANSLATING_NODE = re.compile(r"Error when translating node %\S+ : .*?call_function\[target=torch\.ops\.(aten|prims)\.(\w+)\.\w+\]")
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
@@ -184,6 +186,9 @@ def extract_op(text: str) -> str | None:
     match = _ARGUMENT_TYPE.search(text)
     if match:
         return f"aten::{match.group(1)}"
+    match = _TRANSLATING_NODE.search(text)
+    if match:  # the node's own target: the function's name drops a leading underscore (_grouped_mm)
+        return f"{match.group(1)}::{match.group(2)}"
     match = _TRANSLATION_RAISED.search(text)
     if match:
         return f"aten::{match.group(1)}"

@@ -80,7 +80,9 @@ def outcomes_for_run(
                 interrupted = stage.value
         outcomes.append(outcome)
     if not run_done:
-        tool.append(_tool_finding(result, interrupted, target))
+        load = next((o for o in outcomes if o.stage is Stage.LOAD), None)
+        symbolics = (load.facts.get("custom_symbolics") if load else None) or {}
+        tool.append(_tool_finding(result, interrupted, target, symbolics))
     if first_run and result.output_bytes > FLOOD_BYTES:
         tool.append(
             Finding(
@@ -94,7 +96,8 @@ def outcomes_for_run(
     return outcomes, tool
 
 
-def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None = None) -> Finding:
+def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None = None,
+                  symbolics: dict[str, str] | None = None) -> Finding:
     # The step the stage had reached (the worker says before each native step), if it said.
     step = next((e.get("step") for e in reversed(result.events)
                  if e.get("event") == "step" and e.get("stage") == stage and isinstance(e.get("step"), str)), None)
@@ -116,6 +119,16 @@ def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None
                        evidence=evidence)
     if result.signal_name:
         op, source = crash_frames(result.stderr_tail, target)
+        function = user_function(result.stderr_tail, target)
+        owned = [name for name, fn in (symbolics or {}).items() if fn and fn == function]
+        if stage and stage.startswith("export") and len(owned) == 1:
+            # The node builder died on what the script's own symbolic handed it (a stride or kernel
+            # of 0 divides by zero in torch's shape code): the symbolic is the thing to mend.
+            return Finding("OD205", Stage.EXPORT, Severity.ERROR,
+                           f"the export crashed ({result.signal_name}) inside {function}, the symbolic your "
+                           f"script registers for {owned[0]}: torch died building the node it asked for "
+                           "(an attribute such as a stride or kernel size of 0 crashes torch's shape code)",
+                           op=owned[0], source=source, evidence=(_dump_to_user_frame(result.stderr_tail, source),))
         return Finding("OD901", Stage.TOOL, Severity.ERROR,
                        f"the worker died from {result.signal_name}{where}"
                        + (f", in the TorchScript symbolic of {op}" if op else ""),
@@ -133,21 +146,42 @@ def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None
 # faulthandler's dump of a crashed worker, most recent call first: a TorchScript symbolic
 # (named after its aten op), and any frame of the user's own files.
 _SYMBOLIC_FRAME = re.compile(r'File "[^"]*symbolic_opset\d+\.py", line \d+ in ([a-z]\w*)')
-_FRAME = re.compile(r'File "([^"]+)", line (\d+) in ')
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
 def crash_frames(stderr: str, target: Target | None) -> tuple[str | None, str | None]:
     """The aten op whose TorchScript symbolic was running when the worker crashed, and the user's
     innermost line, from the dump faulthandler writes (None where it names none)."""
     symbolic = _SYMBOLIC_FRAME.search(stderr)
-    source = None
-    if target is not None:
-        folder = str(target.path.parent.resolve())
-        for path, line in _FRAME.findall(stderr):
-            if path.startswith(folder + "/") and "site-packages" not in path:
-                source = f"{path[len(folder) + 1:]}:{line}"
-                break
+    frame = _user_frame(stderr, target)
+    source = f"{frame[0]}:{frame[1]}" if frame else None
     return (f"aten::{symbolic.group(1)}" if symbolic else None), source
+
+
+def _dump_to_user_frame(stderr: str, source: str | None) -> str:
+    """faulthandler's dump from its first line to the user's frame: torch's frames above it say
+    where the crash was, the worker's own below it say nothing to the user."""
+    lines = stderr.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), 0)
+    file, _, line = (source or "").rpartition(":")
+    end = next((i for i in range(start, len(lines)) if file and f'{file}", line {line} in' in lines[i]), len(lines) - 1)
+    return normalize_message("\n".join(line for line in lines[start:end + 1] if line.strip()), limit=2000)
+
+
+def user_function(stderr: str, target: Target | None) -> str | None:
+    """The function of the user's innermost frame in a crashed worker's faulthandler dump."""
+    frame = _user_frame(stderr, target)
+    return frame[2] if frame else None
+
+
+def _user_frame(stderr: str, target: Target | None) -> tuple[str, str, str] | None:
+    if target is None:
+        return None
+    folder = str(target.path.parent.resolve())
+    for path, line, function in _FRAME.findall(stderr):
+        if path.startswith(folder + "/") and "site-packages" not in path:
+            return path[len(folder) + 1:], line, function
+    return None
 
 
 def _stderr_excerpt(text: str) -> str:

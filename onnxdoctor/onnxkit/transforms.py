@@ -620,25 +620,34 @@ def promote_inputs(model: onnx.ModelProto, node_name: str) -> onnx.ModelProto:
     return fixed
 
 
-def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model computing in float32 where it computed in float64; its interface stays float64.
+def to_float32(model: onnx.ModelProto, source: str = "double") -> onnx.ModelProto:
+    """The model computing in float32 where it computed in `source` (double, float16, bfloat16);
+    its interface keeps that type, but for bfloat16, which numpy callers cannot hold.
 
-    Double initializers, constants and tensor attributes become float, casts and dtype attributes
-    that say DOUBLE say FLOAT, every double graph input is cast to float on entry and every double
-    output back on exit. The precision of float32 is the cost: `model.float()` in ONNX terms.
+    Initializers, constants and tensor attributes of that type become float, casts and dtype
+    attributes that name it name FLOAT, every such graph input is cast to float on entry and every
+    such output back on exit. From float64 the cost is float32's precision (`model.float()` in ONNX
+    terms); from a half type it is twice the memory, and the numbers are the float32 model's (ONNX
+    Runtime's CPU kernels mostly take float32 only).
 
     Raises:
-        TransformError: the model has nothing in float64.
+        TransformError: the model has nothing of that type.
     """
     from onnx import numpy_helper
 
-    double, single = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+    double, single = _SOURCES[source], onnx.TensorProto.FLOAT
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     graph = fixed.graph
-    # The interface stays float64: an initializer that is also a graph input or output keeps its type.
+    if source == "bfloat16":
+        # numpy has no bfloat16, so no Python caller feeds or reads one (ONNX Runtime takes numpy
+        # arrays): the interface becomes float32 too, each value the same number.
+        for value in (*graph.input, *graph.output):
+            if value.type.tensor_type.elem_type == double:
+                value.type.tensor_type.elem_type = single
+    # The interface keeps its type: an initializer that is also a graph input or output keeps it.
     interface = {v.name for v in (*graph.input, *graph.output)}
-    changed = _graph_to_float32(graph, numpy_helper, keep=interface)
+    changed = _graph_to_float32(graph, numpy_helper, double, keep=interface)
     taken = {name for n in _all_nodes(graph) for name in (n.name, *n.input, *n.output)} | interface
     read = {name for n in _all_nodes(graph) for name in n.input}
     produced = {name for n in graph.node for name in n.output}
@@ -654,7 +663,7 @@ def to_float32(model: onnx.ModelProto) -> onnx.ModelProto:
             _rename(graph, value.name, inner, outputs=True)  # its producer and its other readers
             exit_.append(onnx.helper.make_node("Cast", [inner], [value.name], name=inner + "/cast", to=double))
     if not (changed or entry or exit_):
-        raise TransformError("the model has nothing in float64")
+        raise TransformError(f"the model has nothing in {_SOURCE_NAMES[source]}")
     nodes = [*entry, *graph.node, *exit_]
     del graph.node[:]
     graph.node.extend(nodes)
@@ -683,9 +692,15 @@ def _fresh(name: str, taken: set[str]) -> str:
     return name
 
 
-def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any, keep: frozenset[str] | set[str] = frozenset()) -> bool:
-    """Rewrite a graph's (and its subgraphs') float64 contents in place; whether anything changed."""
-    double, single = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+_SOURCES = {"double": onnx.TensorProto.DOUBLE, "float16": onnx.TensorProto.FLOAT16, "bfloat16": onnx.TensorProto.BFLOAT16}
+_SOURCE_NAMES = {"double": "float64", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any, double: int,
+                      keep: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Rewrite a graph's (and its subgraphs') contents of type `double` (a TensorProto type) to
+    float32 in place; whether anything changed."""
+    single = onnx.TensorProto.FLOAT
     changed = False
     for index, init in enumerate(graph.initializer):
         if init.data_type == double and init.name not in keep:
@@ -703,13 +718,13 @@ def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any, keep: frozenset
                 attr.i = single
                 changed = True
             elif attr.type == onnx.AttributeProto.GRAPH:
-                changed |= _graph_to_float32(attr.g, numpy_helper)
+                changed |= _graph_to_float32(attr.g, numpy_helper, double)
                 for value in (*attr.g.input, *attr.g.output):
                     if value.type.tensor_type.elem_type == double:
                         value.type.tensor_type.elem_type = single
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for sub in attr.graphs:
-                    changed |= _graph_to_float32(sub, numpy_helper)
+                    changed |= _graph_to_float32(sub, numpy_helper, double)
     return changed
 
 
@@ -793,8 +808,8 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return promote_inputs(model, node)
         case SetIrVersion(ir_version=version):
             return set_ir_version(model, version)
-        case ToFloat32():
-            return to_float32(model)
+        case ToFloat32(source=source):
+            return to_float32(model, source)
         case SetOpset(opset=opset):
             return set_opset(model, opset)
         case ConvertOpset(opset=opset):

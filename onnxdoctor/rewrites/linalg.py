@@ -1,4 +1,5 @@
-"""Linear algebra: inverse and solve (Gauss-Jordan), Cholesky, slogdet, Vandermonde, SVD (Jacobi)."""
+"""Linear algebra: inverse and solve (Gauss-Jordan), Cholesky, slogdet, Vandermonde, SVD (Jacobi),
+and the grouped (ragged, mixture-of-experts) matrix product."""
 
 from __future__ import annotations
 
@@ -180,7 +181,48 @@ def linalg_svdvals(A, driver=None):
     return _jacobi_svd(A)[1]
 '''
 
+GROUPED_MM = r'''
+def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """torch._grouped_mm: each group's slice times its own matrix (offs: where each group ends),
+    computed as the product against every group and a selection of each row's (column's, inner
+    slice's) own, in float32 as torch's kernel accumulates, then rounded to the output type."""
+    if bias is not None:
+        return NotImplemented  # torch itself refuses a bias ("Bias not supported yet")
+    dtype = out_dtype if out_dtype is not None else mat_a.dtype
+    a, b = mat_a.float(), mat_b.float()
+    if a.dim() == 3 and b.dim() == 3:  # a batch of equal groups: no offsets
+        return (a @ b).to(dtype)
+    if a.dim() == 2 and b.dim() == 3:  # rows of a in groups, one matrix of b each
+        group = (torch.arange(a.shape[0], device=a.device).unsqueeze(-1) >= offs.unsqueeze(0)).sum(-1)
+        every = torch.einsum("mk,gkn->mgn", a, b)
+        chosen = group.clamp(max=b.shape[0] - 1).view(-1, 1, 1).expand(-1, 1, b.shape[-1])
+        return every.gather(1, chosen).squeeze(1).to(dtype)
+    if a.dim() == 3 and b.dim() == 2:  # columns of b in groups, one matrix of a each
+        group = (torch.arange(b.shape[-1], device=b.device).unsqueeze(-1) >= offs.unsqueeze(0)).sum(-1)
+        every = torch.einsum("gmk,kn->gmn", a, b)
+        chosen = group.clamp(max=a.shape[0] - 1).view(1, 1, -1).expand(1, a.shape[1], -1)
+        return every.gather(0, chosen).squeeze(0).to(dtype)
+    # 2-D by 2-D: the inner dimension in groups, one product per group.
+    group = (torch.arange(a.shape[-1], device=a.device).unsqueeze(-1) >= offs.unsqueeze(0)).sum(-1)
+    mask = (group.unsqueeze(0) == torch.arange(offs.shape[0], device=a.device).unsqueeze(-1)).float()
+    return torch.einsum("mk,gk,kn->gmn", a, mask, b).to(dtype)
+'''
+
 REWRITES = (
+    Rewrite(
+        op="aten::_grouped_mm",
+        family="linalg",
+        targets=("aten._grouped_mm.default",),
+        function="_grouped_mm",
+        source=GROUPED_MM,
+        exactness=Exactness.ROUNDING,
+        error="float32 accumulation in another order, rounded to the output type: in bfloat16, an "
+        "element may land one unit in the last place away",
+        limits="computes every group's product for every row (group count times the work of one "
+        "matmul, and as much memory for the intermediate); no bias (torch refuses one too); "
+        "rows past the last offset get the last group's product (torch leaves them undefined)",
+        reported_as=("aten::grouped_mm",),
+    ),
     Rewrite(
         op="aten::linalg_inv",
         family="linalg",

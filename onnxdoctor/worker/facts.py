@@ -193,6 +193,22 @@ def builds_tensors_from_values(model: Any, script: Any) -> bool:
     return False
 
 
+def uses_flex_attention(model: Any) -> bool:
+    """Whether a class of the model's modules calls flex_attention: its module binds the function
+    or torch's flex_attention module (recipe.EagerExport.dense_attention)."""
+    import sys
+
+    module = sys.modules.get("torch.nn.attention.flex_attention")
+    if module is None or not hasattr(model, "modules"):
+        return False
+    function = getattr(module, "flex_attention", None)
+    for cls in {type(m) for m in model.modules()}:
+        scope = getattr(getattr(cls, "forward", None), "__globals__", None) or {}
+        if any(value is function or value is module for value in scope.values()):
+            return True
+    return False
+
+
 def mode_sensitive_modules(model: Any) -> list[str]:
     """Dropout and batch-norm modules that are themselves in training mode, named (all of them).
 

@@ -239,6 +239,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _traced_data(undo)
         if step.unfolded_convs:
             _unfolded_convs(loaded, undo)
+        if step.dense_attention:
+            _dense_attention(loaded, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -513,6 +515,64 @@ def _unfolded_convs(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
 
     _replace(F, "conv2d", unfolded_conv2d, loaded, undo)
     _replace(F, "conv_transpose2d", folded_conv_transpose2d, loaded, undo)
+
+
+def _dense_attention(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, flex_attention is dense attention and create_block_mask keeps only its
+    mask function (recipe.EagerExport.dense_attention), in torch's module and in the modules of
+    every class of the model that bound the names themselves (`from ... import flex_attention`).
+
+    Neither exporter converts the flex_attention operator, and building a block mask sorts with
+    `stable=True`, which the dynamo exporter has no function for (pytorch/pytorch#140400). Dense,
+    the scores are one matrix: score_mod and mask_mod are applied to all of it at once (vmapped
+    over batch, head, query and key index, as torch's own reference implementation does), a
+    masked score is -inf, and a row with every key masked gives zeros, as flex_attention does."""
+    import math
+
+    import torch
+    from torch.nn.attention import flex_attention as module
+
+    vmapped = module._vmap_for_bhqkv
+
+    class MaskOnly:
+        """What create_block_mask gives while exporting: the mask function, no blocks."""
+
+        def __init__(self, mask_mod: Callable[..., Any]) -> None:
+            self.mask_mod = mask_mod
+
+    def create_block_mask(mask_mod: Callable[..., Any], *args: Any, **kwargs: Any) -> MaskOnly:
+        return MaskOnly(mask_mod)
+
+    def dense(query: Any, key: Any, value: Any, score_mod: Any = None, block_mask: Any = None, scale: Any = None,
+              enable_gqa: bool = False, return_lse: bool = False, kernel_options: Any = None, **_: Any) -> Any:
+        scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+        groups = query.size(-3) // key.size(-3)
+        if groups > 1:
+            key, value = key.repeat_interleave(groups, -3), value.repeat_interleave(groups, -3)
+        working = torch.float64 if query.dtype == torch.float64 else torch.float32
+        scores = (query.to(working) @ key.to(working).transpose(-2, -1)) * scale
+        b, h, m, n = (torch.arange(size, device=scores.device) for size in scores.shape)
+        if score_mod is not None:
+            scores = vmapped(score_mod, prefix=(0,))(scores, b, h, m, n)
+        if block_mask is not None and getattr(block_mask, "mask_mod", None) is not None:
+            keep = vmapped(block_mask.mask_mod, prefix=())(b, h, m, n)
+            scores = scores.masked_fill(~keep, float("-inf"))
+        seen = (scores > float("-inf")).any(-1, keepdim=True)
+        weights = torch.where(seen, torch.softmax(scores, -1), torch.zeros_like(scores))
+        out = weights.to(query.dtype) @ value
+        if return_lse:
+            return out, torch.logsumexp(scores, -1)
+        return out
+
+    for name, replacement in (("flex_attention", dense), ("create_block_mask", create_block_mask)):
+        original = getattr(module, name)
+        _replace(module, name, replacement, loaded, undo)
+        for cls in {type(m) for m in loaded.model.modules()} if hasattr(loaded.model, "modules") else ():
+            scope = getattr(getattr(cls, "forward", None), "__globals__", None)
+            for key, value in list(scope.items()) if isinstance(scope, dict) else ():
+                if value is original:
+                    scope[key] = replacement
+                    undo.append(lambda scope=scope, key=key, original=original: scope.__setitem__(key, original))
 
 
 def _traced_data(undo: list[Callable[[], None]]) -> None:

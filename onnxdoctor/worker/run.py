@@ -65,6 +65,7 @@ from onnxdoctor.worker.facts import (
     strict_capture,
     tensor_leaves,
     torch_export_verdict,
+    uses_flex_attention,
     with_suggested_dims,
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
@@ -329,6 +330,8 @@ class Runner:
         with contextlib.suppress(Exception):
             facts["builds_tensors"] = builds_tensors_from_values(model, self.code)
         facts["custom_symbolics"] = find_custom_symbolics(self.code.resolve().parent)
+        with contextlib.suppress(Exception):
+            facts["flex_attention"] = uses_flex_attention(model)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         helpers = [name for name, value in loaded.namespace.items()
                    if callable(value) and getattr(value, "__script_if_tracing_wrapper", False)]

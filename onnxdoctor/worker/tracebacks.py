@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import re
 import traceback
@@ -259,6 +260,10 @@ def find_custom_symbolics(folder: Path) -> dict[str, str]:
         if not overrides:
             continue
         function = next(iter(overrides.values()))
+        # parse_args / quantized_args wrap the user's function (functools.wraps): its own code is
+        # torch's; the file that defines it is the wrapped function's.
+        with contextlib.suppress(ValueError):
+            function = inspect.unwrap(function)
         code = getattr(function, "__code__", None)
         try:
             where = Path(code.co_filename).resolve() if code is not None else None

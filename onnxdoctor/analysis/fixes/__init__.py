@@ -22,6 +22,7 @@ from onnxdoctor.analysis.fixes import (
     custom_domain,
     custom_op,
     decompose,
+    dense_attention,
     down_converted,
     dynamic_shapes,
     eval_mode,
@@ -61,7 +62,7 @@ FAMILIES = (
     eval_mode, export_args, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
-    sparse_dense, tensor_data, grouped_conv,
+    sparse_dense, tensor_data, grouped_conv, dense_attention,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )

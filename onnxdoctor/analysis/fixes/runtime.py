@@ -51,8 +51,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         if ort_load is not None and "kernels" in ort_load.facts and not ort_load.facts["kernels"]:
             return []  # no CPU kernel of the op for any type: no cast reaches one
         types = set(((ort_load.facts.get("node_types") if ort_load else None) or {}).values())
-        doubles = any("double" in t for t in types)
-        return [_cast_fix(finding, ctx), *([_float32_fix(ctx)] if doubles else [])]
+        # Where more than one op may lack the type's kernels, the whole graph in float32 too.
+        source = next((name for name in ("double", "bfloat16", "float16") if any(name in t for t in types)), None)
+        return [_cast_fix(finding, ctx), *([_float32_fix(ctx, source)] if source else [])]
     if finding.code == "OD403" and isinstance(finding.detail, IrTooNew):
         return [_ir_fix(ctx, finding.detail.max_ir)]
     if finding.code in ("OD303", "OD304") and finding.node and _INCONSISTENT.search(finding.message):
@@ -288,37 +289,45 @@ def _cast_target(listed: list[str], node_types: set[str]) -> str:
     return "float" if not names else min(names)
 
 
-def _float32_fix(ctx: FixContext) -> Fix:
-    """The whole model in float32: the fix when more than one op lacks a float64 kernel."""
+def _float32_fix(ctx: FixContext, source: str = "double") -> Fix:
+    """The whole model in float32: the fix when more than one op lacks a kernel for the model's
+    float64 or half type (`source`)."""
     reference = None
     measured = "against PyTorch"
+    shown = {"double": "float64"}.get(source, source)
+    argument = "" if source == "double" else f", {source!r}"
     if ctx.target_kind == "onnx":
         # Without a reference, float32 could be silently wrong (cancellation): numbers are required.
         reference = Reference(required=True)
-        measured = "against onnx's reference evaluator running the float64 original"
+        measured = f"against onnx's reference evaluator running the {shown} original"
         stem = ctx.target_name.removesuffix(".onnx")
         snippet = (
             "import onnx\n"
             "from onnxdoctor.onnxkit.transforms import to_float32\n\n"
-            "# Compute in float32; the inputs and outputs stay float64:\n"
-            f"onnx.save(to_float32(onnx.load({ctx.target_name!r})), {stem + '-float32.onnx'!r})\n"
+            f"# Compute in float32; the inputs and outputs {'become float32' if source == 'bfloat16' else 'stay ' + shown}:\n"
+            f"onnx.save(to_float32(onnx.load({ctx.target_name!r}){argument}), {stem + '-float32.onnx'!r})\n"
         )
     else:
         snippet = (
             "# Export (and run) the model in float32:\n"
             "model = model.float()\n"
             "example_inputs = tuple(t.float() if t.is_floating_point() else t for t in example_inputs)\n"
-            "# or keep float64 inputs and outputs and rewrite the exported file:\n"
+            f"# or {'compute in float32' if source == 'bfloat16' else 'keep ' + shown + ' inputs and outputs'} by rewriting the exported file:\n"
             "#   from onnxdoctor.onnxkit.transforms import to_float32\n"
-            "#   onnx.save(to_float32(onnx.load('model.onnx')), 'model.onnx')\n"
+            f"#   onnx.save(to_float32(onnx.load('model.onnx'){argument}), 'model.onnx')\n"
         )
+    cost = (f"float32 precision instead of float64 (the error {measured} is measured)" if source == "double" else
+            f"twice the memory of the {shown} weights, and float32's rounding where the model rounded to {shown} "
+            f"(the error {measured} is measured); keep the {shown} file for an execution provider with the kernels")
     return Fix(
         kind="float32",
-        title="Compute the whole model in float32 (ONNX Runtime's CPU kernels are float32 first)",
+        title="Compute the whole model in float32 (ONNX Runtime's CPU kernels are float32 first; "
+              + ("its inputs and outputs become float32 too: numpy holds no bfloat16)" if source == "bfloat16"
+                 else f"its {shown} inputs and outputs stay)"),
         snippet=snippet,
         applicability=Applicability.UNSAFE,
-        cost=f"float32 precision instead of float64 (the error {measured} is measured)",
-        recipe=Recipe("float32", (RewriteOnnx(ToFloat32(), reference),)),
+        cost=cost,
+        recipe=Recipe("float32", (RewriteOnnx(ToFloat32(source), reference),)),
     )
 
 
