@@ -132,3 +132,15 @@ def test_a_bfloat16_graph_computes_in_float32_with_a_float32_interface() -> None
     np.testing.assert_allclose(y, x @ (np.arange(12, dtype=np.float32).reshape(3, 4) / 8), rtol=0, atol=0)
     with pytest.raises(TransformError, match="bfloat16"):
         to_float32(fixed, "bfloat16")  # nothing left in bfloat16
+
+
+@pytest.mark.slow
+def test_a_frozen_size_is_named_by_the_first_call_that_differs_from_a_trace_taken_at_the_other_inputs() -> None:
+    # DeepSpeed's expert capacity: math.ceil of int(gates.shape[0]), frozen at 16 tokens, is the k
+    # of a topk and the depth of a one_hot. At 32 tokens the topk is the first call whose result
+    # differs (in shape) from the same call of a trace taken at 32 tokens.
+    finding = _diagnosed(CORPUS / "math_ceil_capacity_top1gating_deepspeed_1578.py", fix=False)
+    assert finding.code == "OD210"
+    assert (finding.op, finding.onnx_op, finding.node) == ("aten::topk", "TopK", "/TopK"), finding.message
+    assert "shape (8, 4) where PyTorch has (16, 4)" in finding.message
+    assert finding.source and finding.source.endswith(":43")  # the line that froze it, int(gates.shape[0])

@@ -93,7 +93,8 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     detail, severity = None, Severity.WARNING
     if isinstance(second, dict) and "matched" in second and not second.get("unchecked"):
         detail = SecondInputs(str(second.get("source")), bool(second["matched"]), second.get("max_abs_diff"),
-                              _first_difference(second.get("diverging")), second.get("frozen_cause"))
+                              _first_difference(second.get("diverging"), second.get("diverging_call")),
+                              second.get("frozen_cause"))
         where = f"; the difference first arises at {detail.where}" if detail.where else ""
         agreed = second.get("matched_at") or []
         if agreed and not detail.matched:
@@ -117,6 +118,10 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     # The first conversion on a line of the user's own (a library's checks convert too).
     warned = next((w for w in frozen if _warning_source(w, base_dir)), frozen[0])
     source = _warning_source(warned, base_dir)
+    if any("NumPy array" in w for w in frozen) and isinstance(second, dict):
+        # A value computed outside torch: the code that computed it is named below, not the first
+        # call its constant reaches.
+        second = {k: v for k, v in second.items() if k != "diverging_call"}
     op, node = _frozen_op(export, second, source)
     read = (export.facts.get("branch_values") or {}).get(source or "")
     if read and "Python boolean" in warned and not str(read).startswith("prim::"):
@@ -172,7 +177,7 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     if refused:
         return refused
     op, node = _frozen_op(export, second, None) if export is not None else (None, None)
-    where = _first_difference(second.get("diverging"))
+    where = _first_difference(second.get("diverging"), second.get("diverging_call"))
     return [make_finding(
         "OD803",
         Stage.SHAPES,
@@ -234,6 +239,11 @@ def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None)
     ONNX Runtime failed in there), else the op the warned line exported; the torch op the node
     was exported from where provenance knows it."""
     table = provenance_table(export.facts)
+    call = second.get("diverging_call") if isinstance(second.get("diverging_call"), dict) else {}
+    if call.get("node") and call.get("torch_op"):
+        # Compared call by call with a trace taken at those inputs: the first whose result differs
+        # is where the frozen value first shows (the topk whose k, the one_hot whose depth it is).
+        return str(call["torch_op"]), str(call["node"])
     diverging = second.get("diverging") if isinstance(second.get("diverging"), dict) else {}
     on_line = [r for r in table.values() if source and r.source.endswith(source) and r.torch_op
                and not r.torch_op.startswith("prim::")]
@@ -314,8 +324,15 @@ def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
     return owner.name if owner is not None and functions else None
 
 
-def _first_difference(found: object) -> str | None:
-    """'module `roi_heads` (RoIHeads), node /roi_heads/TopK (TopK)' from the localisation's facts."""
+def _first_difference(found: object, call: object = None) -> str | None:
+    """'module `roi_heads` (RoIHeads), node /roi_heads/TopK (TopK)' from the localisation's facts;
+    with the call search's result (`call`), its node, op and line."""
+    if isinstance(call, dict) and call.get("node"):
+        shapes = call.get("shapes")
+        how = (f"shape {tuple(shapes[1])} where PyTorch has {tuple(shapes[0])}" if isinstance(shapes, list) and len(shapes) == 2
+               else "other values")
+        line = f" at {call['source']}" if call.get("source") else ""
+        return f"node {call['node']} ({call.get('op')}, from {call.get('torch_op')}{line}): {how}"
     if not isinstance(found, dict) or not found.get("module"):
         return None
     text = f"module `{found['module']}` ({found.get('module_class')})"

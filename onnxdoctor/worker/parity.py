@@ -410,12 +410,14 @@ def _row_facts(row: Any) -> dict[str, Any]:
     return {"torch_op": row.torch_op, "source": row.source or None, "scope": row.module or None}
 
 
-def _trace_graph(loaded: Any) -> Any:
-    """The trace the TorchScript exporter converts, taken again (`torch.jit._get_trace_graph`)."""
+def _trace_graph(loaded: Any, at: tuple[tuple[Any, ...], dict[str, Any] | None] | None = None) -> Any:
+    """The trace the TorchScript exporter converts, taken again (`torch.jit._get_trace_graph`), at
+    the example or at the inputs `at` (args, kwargs)."""
     import torch
 
+    args, kwargs = at if at is not None else (loaded.args, loaded.kwargs)
     with torch.no_grad(), quiet_torch_logs():
-        graph, _outputs = torch.jit._get_trace_graph(loaded.model, tuple(loaded.args), loaded.kwargs or None)
+        graph, _outputs = torch.jit._get_trace_graph(loaded.model, tuple(args), kwargs or None)
     return graph
 
 
@@ -717,6 +719,10 @@ def _trace_difference(state: dict[str, Any], atol: float, rtol: float, args: tup
             found = first_diverging_module(state, atol, rtol, target, args, kwargs)
             if found is not None:
                 facts["diverging"] = found
+        with contextlib.suppress(Exception):  # TorchScript exports: the call, not only the module
+            call = first_diverging_traced(state, atol, rtol, at=(args, kwargs))
+            if call is not None:
+                facts["diverging_call"] = call
     if retrace is not None:
         import torch
 
@@ -982,18 +988,21 @@ def first_diverging_symbolic(state: dict[str, Any], atol: float, rtol: float) ->
 
 
 
-def _traced_values(loaded: Any) -> dict[str, list[list[Any]]] | None:
+def _traced_values(loaded: Any, at: tuple[tuple[Any, ...], dict[str, Any] | None] | None = None,
+                   ) -> dict[str, list[list[Any]]] | None:
     """PyTorch's value of every aten node of the model's trace, per op kind in trace order.
 
     The trace the TorchScript exporter converts (`torch.jit._get_trace_graph`, inlined) is run
     again with each node's tensor outputs gathered into one tuple: the values PyTorch computes for
-    exactly the nodes the symbolics converted. None when the trace cannot be rebuilt and run.
+    exactly the nodes the symbolics converted. `at`: traced and run at those inputs instead of
+    the example's. None when the trace cannot be rebuilt and run.
     """
     import torch
 
     from onnxdoctor.worker.facts import tensor_leaves
 
-    graph = _trace_graph(loaded)
+    args, kwargs = at if at is not None else (loaded.args, loaded.kwargs)
+    graph = _trace_graph(loaded, at)
     torch._C._jit_pass_inline(graph)
     gathered: list[tuple[str, int, Any]] = []
     for index, node in enumerate(list(graph.nodes())):
@@ -1024,7 +1033,7 @@ def _traced_values(loaded: Any) -> dict[str, list[list[Any]]] | None:
     pack.output().setType(torch._C.TupleType([v.type() for _k, _i, v in gathered]))
     graph.registerOutput(pack.output())
     function = torch._C._create_function_from_graph("onnxdoctor_trace_values", graph)
-    inputs = tensor_leaves((tuple(loaded.args), loaded.kwargs or {}))
+    inputs = tensor_leaves((tuple(args), kwargs or {}))
     params = list(torch.jit._unique_state_dict(loaded.model, keep_vars=True).values())
     if len(list(graph.inputs())) != len(inputs) + len(params):
         return None
@@ -1041,12 +1050,18 @@ def _traced_values(loaded: Any) -> dict[str, list[list[Any]]] | None:
     return values
 
 
-def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float,
-                           shapes: bool = False) -> dict[str, Any] | None:
+def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float, shapes: bool = False,
+                           at: tuple[tuple[Any, ...], dict[str, Any] | None] | None = None) -> dict[str, Any] | None:
     """TorchScript exports: the first aten op whose nodes compute a value PyTorch computes otherwise.
 
     `shapes` (an output of another shape, OD603): the first call, in graph order, whose result has
     another shape than the trace's same-numbered call of that op.
+
+    `at` (args, kwargs): other inputs, where the export differs though it matched at the example
+    (a value the tracer froze). PyTorch's values there come from a trace taken there, which holds
+    the right constants; the first call, in graph order, whose result differs in shape or value
+    is where the frozen value first shows. Only where both traces run the same ops the same
+    number of times: a trace that took another branch there does not line up call by call.
 
     The provenance table numbers each symbolic call per torch op (the third aten::floor_divide
     converted is call 2); the nodes one call wrote together produce its result (their outputs no
@@ -1063,9 +1078,13 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float,
             if r.call >= 0 and r.emitter in (TORCH_SYMBOLIC, REGISTERED_SYMBOLIC) and r.torch_op.startswith("aten::")]
     if not rows:
         return None
-    traced = _traced_values(state["loaded"])
+    traced = _traced_values(state["loaded"], at)
     if not traced:
         return None
+    if at is not None:
+        example = _traced_values(state["loaded"]) or {}
+        if {k: len(v) for k, v in example.items()} != {k: len(v) for k, v in traced.items()}:
+            return None
     model = onnx.load(str(state["onnx_path"]))
     position = {n.name: i for i, n in enumerate(model.graph.node)}
     nodes = {n.name: n for n in model.graph.node}
@@ -1079,8 +1098,8 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float,
     read = [i for members in groups.values() for r in members for i in nodes[r.node].input
             if i and i not in initializers]
     loaded = state["loaded"]
-    values, feeds = run_exposing(model, [v for outputs in produced.values() for v in outputs] + read,
-                                 loaded.args, loaded.kwargs)
+    args, kwargs = at if at is not None else (loaded.args, loaded.kwargs)
+    values, feeds = run_exposing(model, [v for outputs in produced.values() for v in outputs] + read, args, kwargs)
     producers = {out: n for n in model.graph.node for out in n.output}
     pairs: list[tuple[int, tuple[str, int], str, Any]] = []
     misaligned: set[str] = set()
@@ -1093,21 +1112,26 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float,
             got = values.get(name)
             if got is None:
                 continue
-            at = max(position[r.node] for r in groups[(kind, call)])
+            where = max(position[r.node] for r in groups[(kind, call)])
             if tuple(got.shape) != tuple(expected.shape):
                 misaligned.add(kind)
-                reshaped.append((at, (kind, call), name, expected))
+                reshaped.append((where, (kind, call), name, expected))
                 continue
-            pairs.append((at, (kind, call), name, expected))
-    if shapes:
-        if not reshaped:
-            return None
-        at, (kind, call), name, expected = min(reshaped, key=lambda p: p[0])
+            pairs.append((where, (kind, call), name, expected))
+    first_reshaped = min(reshaped, key=lambda p: p[0]) if reshaped else None
+    if first_reshaped is not None and (shapes or at is not None):
+        place, (kind, call), name, expected = first_reshaped
         node = producers.get(name)
         row = next((r for r in groups[(kind, call)] if node is not None and r.node == node.name), groups[(kind, call)][0])
-        return {"value": name, "node": node.name if node is not None else None, "op": row.op, "torch_op": kind,
-                "source": row.source or None, "scope": row.module or None, "code": "OD603",
-                "shapes": [list(expected.shape), list(values[name].shape)]}
+        reshaped_at = {"value": name, "node": node.name if node is not None else None, "op": row.op, "torch_op": kind,
+                       "source": row.source or None, "scope": row.module or None, "code": "OD603",
+                       "shapes": [list(expected.shape), list(values[name].shape)]}
+        if shapes:
+            return reshaped_at
+        # At other inputs: a value that differs before the first shape that does comes first.
+        pairs = [p for p in pairs if p[0] < place]
+    elif shapes:
+        return None
     pairs.sort(key=lambda p: p[0])
     compared = 0
     # Values known to equal PyTorch's: the model's inputs, its constants, and each call that matched.
@@ -1142,7 +1166,7 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float,
             **({"random": random} if random
                else runtime_against_reference(model, members, values, feeds, atol, rtol) if inputs_agree else {}),
         }
-    return None
+    return reshaped_at if at is not None and first_reshaped is not None else None
 
 
 def _wrong_fold(model: Any, members: list[Any], rows: list[Any], traced: dict[str, list[list[Any]]],
