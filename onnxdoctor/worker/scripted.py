@@ -34,7 +34,13 @@ def script_module_facts(model: Any, loaded: Any) -> dict[str, Any]:
                               "default": argument.has_default_value()})
     except (AttributeError, RuntimeError):  # a module without a scripted forward
         pass
+    hooks = 0
+    for module in model.modules():  # hooks torch.jit.script compiled (forward and pre-forward)
+        compiled = getattr(module, "_c", None)
+        with contextlib.suppress(AttributeError, RuntimeError):
+            hooks += len(compiled._get_forward_pre_hooks()) + len(compiled._get_forward_hooks())
     return {"script_module": {
+        "hooks": hooks,
         "original_name": name,
         "eager_class": eager,
         "script_subclass": subclass,

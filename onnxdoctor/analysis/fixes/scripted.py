@@ -17,7 +17,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, ExportCode, LoadCode, Recipe, UseExporter
 
-CODES = ("OD201", "OD202", "OD204", "OD205", "OD299")
+CODES = ("OD201", "OD202", "OD204", "OD205", "OD299", "OD601", "OD603")
 
 # TorchScript schema types a generated forward() can annotate (torch.jit.script needs them).
 _ANNOTATIONS = {"Tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool"}
@@ -36,12 +36,16 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if helpers is not None:
         return [helpers]
     facts = script_module(ctx)
-    if ctx.target_kind != "script" or facts is None or finding.stage is not Stage.EXPORT:
+    if ctx.target_kind != "script" or facts is None or finding.stage not in (Stage.EXPORT, Stage.PARITY):
         return []
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
+    if finding.stage is Stage.PARITY:
+        # The ScriptModule exported but computes otherwise (the exporter leaves out what only the
+        # scripted module runs, e.g. its own forward hooks): the eager class, traced.
+        return [_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")))] if eager else []
     if eager:
-        fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass"))))
+        fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks"))))
     wrapper = _wrapper(facts)
     if wrapper is not None:
         fixes.append(wrapper)
@@ -82,7 +86,21 @@ def eager_twin(cls):
 """
 
 
-def _eager_class(name: str, subclass: bool = False) -> Fix:
+# The hooks torch.jit.script compiled into the model, registered again by name on the eager
+# modules: the script's own functions (a ScriptModule keeps no Python callable of them).
+HOOKS = """\
+# The forward hooks the scripted model runs, by their names in your script:
+scripted = dict(model.named_modules())
+for path, module in eager.named_modules():
+    compiled = scripted[path]._c
+    for hook in compiled._get_forward_pre_hooks():
+        module.register_forward_pre_hook(globals()[hook.name])
+    for hook in compiled._get_forward_hooks():
+        module.register_forward_hook(globals()[hook.name])
+"""
+
+
+def _eager_class(name: str, subclass: bool = False, hooks: bool = False) -> Fix:
     build = f"eager_twin({name})()" if subclass else f"{name}()"
     code = (
         (EAGER_TWIN if subclass else "")
@@ -92,7 +110,8 @@ def _eager_class(name: str, subclass: bool = False) -> Fix:
            if subclass else "")
         + f"eager = {build}\n"
         "eager.load_state_dict(model.state_dict())\n"
-        "eager.train(model.training)\n"
+        + (HOOKS if hooks else "")
+        + "eager.train(model.training)\n"
         "if not model.training:  # the same numbers as the scripted model at the example inputs\n"
         "    with torch.no_grad():\n"
         "        torch.testing.assert_close(eager(*example_inputs), model(*example_inputs))\n"
@@ -102,7 +121,9 @@ def _eager_class(name: str, subclass: bool = False) -> Fix:
         kind="scripted_eager",
         title=(f"Export {name} rebuilt on nn.Module (it derives from torch.jit.ScriptModule) with the scripted "
                "model's weights" if subclass else
-               f"Export the eager {name} (the class you scripted) with the scripted model's weights"),
+               f"Export the eager {name} (the class you scripted) with the scripted model's weights"
+               + (" and its forward hooks (the TorchScript exporter leaves a ScriptModule's own hooks out)"
+                  if hooks else "")),
         snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
         applicability=Applicability.SAFE,
         cost=f"none: the same code and weights; keep torch.jit.script for your TorchScript deployment "
