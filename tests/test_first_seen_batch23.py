@@ -144,3 +144,28 @@ def test_a_frozen_size_is_named_by_the_first_call_that_differs_from_a_trace_take
     assert (finding.op, finding.onnx_op, finding.node) == ("aten::topk", "TopK", "/TopK"), finding.message
     assert "shape (8, 4) where PyTorch has (16, 4)" in finding.message
     assert finding.source and finding.source.endswith(":43")  # the line that froze it, int(gates.shape[0])
+
+
+def test_strict_capture_keeps_a_size_computed_through_floats_and_a_one_hot_of_it_symbolic() -> None:
+    import importlib.util
+    import sys
+
+    import torch
+    from torch.export import Dim
+
+    from onnxdoctor.worker.facts import strict_capture
+
+    path = CORPUS / "math_ceil_capacity_top1gating_deepspeed_1578.py"
+    spec = importlib.util.spec_from_file_location("deepspeed_gate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["deepspeed_gate"] = module
+    try:
+        spec.loader.exec_module(module)
+        model, args = module.get_model()
+        # capacity = math.ceil(tokens / experts * 2.0): a topk's k and a one_hot's class count.
+        program = strict_capture(model, args, None, {"tokens": {0: Dim("tokens", min=1, max=512)}})
+        tokens = torch.randn(32, 32)
+        shapes = [tuple(t.shape) for t in program.module()(tokens)]
+        assert shapes == [tuple(t.shape) for t in model(tokens)] == [(), (32, 4, 16), (32, 4, 16), (4,)]
+    finally:
+        sys.modules.pop("deepspeed_gate", None)

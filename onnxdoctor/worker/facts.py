@@ -36,7 +36,41 @@ def strict_capture(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | N
     """`torch.export.export(..., strict=True)`; where torch finds the declared Dims' bounds wrong
     for the model (a stride-2 conv needs height >= 3), once more with the Dims it suggests, as
     torch.onnx's own capture does, or with the Dims left to it where it suggests none. The
-    result's check at other sizes says what that costs."""
+    result's check at other sizes says what that costs. Floats computed from sizes stay symbolic
+    (TorchDynamo's specialize_float off: `math.ceil(n / 4 * 2.0)` is not the example's number),
+    and so does a one_hot's class count taken from them."""
+    import torch
+
+    with torch._dynamo.config.patch(specialize_float=False), _symbolic_one_hot():
+        return _strict_capture(model, args, kwargs, dynamic_shapes)
+
+
+@contextlib.contextmanager
+def _symbolic_one_hot() -> Any:
+    """F.one_hot with a symbolic class count computed as a comparison with arange, for a strict
+    capture: torch's own asks for the count as an int and fixes it (DeepSpeed's expert capacity,
+    `math.ceil(tokens / experts * factor)`, deepspeedai/DeepSpeed#1578)."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.one_hot
+
+    def one_hot(tensor: Any, num_classes: Any = -1) -> Any:
+        # TorchDynamo traces this function: an isinstance test of a size it holds symbolically
+        # is not reliable there, so every given count goes the comparison's way (the same ones,
+        # where torch's would raise for a class out of range).
+        if isinstance(num_classes, int) and num_classes < 0:
+            return original(tensor, num_classes)
+        return (tensor.unsqueeze(-1) == torch.arange(num_classes, device=tensor.device)).to(torch.int64)
+
+    F.one_hot = one_hot
+    try:
+        yield
+    finally:
+        F.one_hot = original
+
+
+def _strict_capture(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, dynamic_shapes: Any) -> Any:
     import torch
     from torch.export import Dim
 
