@@ -113,7 +113,19 @@ def _grouped(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     ))
 
 
+_SPECIAL_FLOATS = torch.tensor([0.0, -0.0, 1.0, -1.5, 3.0e38, -1.0e-40, 1.4e-45, 1.1754944e-38, float("inf"),
+                                -float("inf"), 0.1, 123456.789, -2.0 ** -126, 7.0e-39])
+
+
+def _bitcasts(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """float32 -> int32 -> float32: every class of value (subnormals, -0.0, infinities, powers of two)."""
+    bits = x.view(torch.int32)
+    return bits, (bits + 1).view(torch.float32)  # the next pattern up: NaNs, subnormals, the largest float
+
+
 CASES: dict[str, Case] = {
+    "aten::view.dtype": Case(_bitcasts, (torch.cat([_SPECIAL_FLOATS, _g(50, seed=11) * 1e3, _g(50, seed=12) * 1e-30]),),
+                             atol=0.0, rtol=0.0),
     "aten::_grouped_mm": Case(_grouped, (_g(7, 16, seed=9),), atol=0.06, rtol=0.01),
     # 26 -> 64 is where ONNX Runtime's own Resize picks a neighbouring pixel (onnxruntime#12098).
     # Random ops: their values are never PyTorch's; the family test compares them in distribution.

@@ -1,4 +1,5 @@
-"""Integer bitwise ops (and, or, xor, shifts) in integer arithmetic.
+"""Integer bitwise ops (and, or, xor, shifts) in integer arithmetic, and the float32/int32 bit
+reinterpretation (`Tensor.view(dtype)`) in exact arithmetic.
 
 The TorchScript exporter refuses `&`, `|`, `^` on anything but bool ("ONNX export does NOT support
 exporting bitwise AND for non-boolean input values"); the dynamo exporter maps them, but lowers a
@@ -112,7 +113,67 @@ _RIGHT = ("aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Sc
 _LEFT = ("aten.bitwise_left_shift.Tensor", "aten.bitwise_left_shift.Tensor_Scalar",
          "aten.__lshift__.Tensor", "aten.__lshift__.Scalar")
 
+BITCAST = r'''
+def _float_bits(x):
+    """The IEEE-754 bit pattern of float32 values as int32, computed exactly: sign, exponent from
+    log2 corrected to the power of two below the value, mantissa as an integer; subnormals, zeros
+    (-0.0 included) and infinities exactly, every NaN as the canonical quiet NaN."""
+    a = x.abs()
+    two = torch.full_like(a, 2.0)  # a tensor base: run_decompositions cannot lift a scalar one
+    negative = (x < 0) | ((x == 0) & (torch.reciprocal(x) < 0))
+    normal = a >= 2.0 ** -126
+    safe = torch.where(normal & torch.isfinite(a), a, torch.ones_like(a))
+    e = torch.floor(torch.log2(safe))
+    e = torch.where(torch.pow(two, e) > safe, e - 1, e)
+    e = torch.where(torch.pow(two, e + 1) <= safe, e + 1, e)
+    mantissa = torch.where(normal, (safe / torch.pow(two, e) - 1) * 2.0 ** 23, a * 2.0 ** 126 * 2.0 ** 23)
+    exponent = torch.where(normal, e + 127, torch.zeros_like(e))
+    bits = exponent.to(torch.int64) * 2 ** 23 + mantissa.to(torch.int64)
+    bits = torch.where(torch.isinf(a), torch.full_like(bits, 255 * 2 ** 23), bits)
+    bits = torch.where(torch.isnan(x), torch.full_like(bits, 0x7FC00000), bits)
+    bits = bits + negative.to(torch.int64) * 2 ** 31
+    return torch.where(bits >= 2 ** 31, bits - 2 ** 32, bits).to(torch.int32)
+
+
+def _bits_float(b):
+    """int32 bit patterns as the float32 values they hold (NaN payloads are not kept)."""
+    u = b.to(torch.int64)
+    u = torch.where(u < 0, u + 2 ** 32, u)
+    sign = torch.where(u >= 2 ** 31, -1.0, 1.0)
+    u = torch.remainder(u, 2 ** 31)
+    exponent = torch.div(u, 2 ** 23, rounding_mode="floor")
+    mantissa = torch.remainder(u, 2 ** 23).to(torch.float32)
+    normal = (1.0 + mantissa * 2.0 ** -23) * torch.pow(torch.full_like(mantissa, 2.0),
+                                                       (exponent - 127).clamp(-126, 127).to(torch.float32))
+    value = torch.where(exponent == 0, mantissa * 2.0 ** -126 * 2.0 ** -23, normal)
+    value = torch.where(exponent == 255, torch.where(mantissa == 0, float("inf"), float("nan")), value)
+    return (sign * value).to(torch.float32)
+
+
+def view_dtype(x, dtype):
+    """Tensor.view(dtype) between float32 and int32: the same bits read as the other type."""
+    if x.dtype == dtype:
+        return x
+    if x.dtype == torch.float32 and dtype == torch.int32:
+        return _float_bits(x)
+    if x.dtype == torch.int32 and dtype == torch.float32:
+        return _bits_float(x)
+    return NotImplemented
+'''
+
 REWRITES = (
+    Rewrite(
+        op="aten::view.dtype",
+        family="bitwise",
+        targets=("aten.view.dtype",),
+        function="view_dtype",
+        source=BITCAST,
+        exactness=Exactness.EXACT,
+        error="the same bits for every float32 value and int32 pattern, NaN apart (every NaN reads as "
+        "the canonical quiet NaN 0x7FC00000, and a NaN pattern's payload is not kept)",
+        limits="float32 <-> int32 only (other pairs, and views that change the last dim's size, stay as "
+        "they are); about 30 ONNX nodes per view",
+    ),
     Rewrite(
         # One entry for the whole family: code that masks usually shifts too (4-bit unpacking), and
         # the failure names only the first op the exporter met.
