@@ -115,8 +115,16 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
             severity = Severity.ERROR
     else:
         message += ": other inputs can give wrong results without any error"
-    # The first conversion on a line of the user's own (a library's checks convert too).
-    warned = next((w for w in frozen if _warning_source(w, base_dir)), frozen[0])
+    # The first conversion on a line of the user's own (a library's checks convert too); of
+    # several, the first inside the module where the difference at other inputs first arises
+    # (a size check elsewhere that happens to hold does not explain it).
+    # A branch on a comparison of sizes (`if x.shape[0] > limit:`, recorded apart) comes after
+    # the values taken out of tensors: it holds at the other inputs unless their sizes cross it.
+    sizes = set(export.facts.get("size_branches") or ())
+    mine = sorted((w for w in frozen if _warning_source(w, base_dir)), key=lambda w: _warning_source(w, base_dir) in sizes)
+    diverging = second.get("diverging") if isinstance(second, dict) else None
+    inside = [w for w in mine if _in_class(_warning_source(w, base_dir), (diverging or {}).get("module_class"), base_dir)]
+    warned = (inside or mine or frozen)[0]
     source = _warning_source(warned, base_dir)
     if any("NumPy array" in w for w in frozen) and isinstance(second, dict):
         # A value computed outside torch: the code that computed it is named below, not the first
@@ -387,6 +395,20 @@ def _checker_warnings(by_stage: _ByStage, base_dir: str | None) -> list[Finding]
     if not (check and check.status is Status.PASSED):
         return []
     return [finding_from_record(record, base_dir) for record in check.facts.get("findings", [])]
+
+
+def _in_class(source: str | None, name: object, base_dir: str | None) -> bool:
+    """Whether `file.py:line` lies in the body of a class of that name in that file."""
+    found = _source_text(source, base_dir) if isinstance(name, str) and name else None
+    if found is None:
+        return False
+    text, line = found
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, ast.ClassDef) and node.name == name and node.lineno <= line <= (node.end_lineno or 0)
+               for node in ast.walk(tree))
 
 
 def _warning_source(text: str, base_dir: str | None) -> str | None:

@@ -115,6 +115,12 @@ def converting_node_op(exc: BaseException, text: str) -> str | None:
     elif "to be a quantized tensor" in text and inputs:
         blamed = inputs[0]
     kind = (blamed.node() if blamed is not None else node).kind()
+    if kind == "onnx::Placeholder":
+        # The exporter's stand-in for an op it converts later (index_put and the indexing ops it
+        # meets while converting a block): the op is in its `name` attribute.
+        with contextlib.suppress(Exception):
+            name = str((blamed.node() if blamed is not None else node).s("name"))
+            return name if "::" in name else f"aten::{name.rstrip('_')}"
     if kind == "prim::Constant" and blamed is None:
         # A constant the exporter cannot write (a quantized weight whose quantizer it cannot
         # read, "cannot call qscheme on UnknownQuantizer"): the op it feeds is the one to name.
