@@ -35,3 +35,11 @@ def test_of_two_frozen_values_the_one_taken_out_of_data_is_named_before_a_size_c
     finding = _first("item_frozen_batch_size_pointpillar_scatter_openpcdet_228.py")
     assert (finding.code, finding.op) == ("OD210", "aten::item"), finding.message
     assert finding.source and finding.source.endswith(":107")
+
+
+def test_bytes_in_the_outputs_are_said_before_the_torchscript_exporter_crashes_on_them() -> None:
+    # CompressAI's compress(): byte strings from an entropy coder. torch decodes them as UTF-8 in
+    # C++ and a fresh worker died of SIGSEGV there (OD901).
+    finding = _first("bytes_output_entropy_coder_strings_compress_compressai_287.py")
+    assert finding.code == "OD299" and finding.stage.value == "export"
+    assert "output['strings'][0][0] (bytes)" in finding.message

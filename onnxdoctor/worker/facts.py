@@ -287,6 +287,19 @@ def none_leaves(value: Any) -> int:
     return 0
 
 
+def text_output(value: Any, where: str = "the output") -> str | None:
+    """Where forward()'s result holds bytes or a string (an entropy coder's bitstream), as
+    `the output['strings'][0][0] (bytes)`; None where it holds none."""
+    if isinstance(value, (bytes, bytearray, str)):
+        return f"{where} ({type(value).__name__})"
+    items = (value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (tuple, list)) else ())
+    for key, item in items:
+        found = text_output(item, f"{where}[{key!r}]")
+        if found:
+            return found
+    return None
+
+
 def describe_tensor(tensor: Any) -> dict[str, Any]:
     described = {"shape": list(tensor.shape), "dtype": str(tensor.dtype).replace("torch.", "")}
     layout = str(getattr(tensor, "layout", "torch.strided")).replace("torch.", "")

@@ -64,6 +64,7 @@ from onnxdoctor.worker.facts import (
     quiet_torch_logs,
     strict_capture,
     tensor_leaves,
+    text_output,
     torch_export_verdict,
     uses_flex_attention,
     with_suggested_dims,
@@ -367,6 +368,8 @@ class Runner:
         state["torch_outputs"] = tensor_leaves(outputs)
         facts["outputs"] = [describe_tensor(t) for t in state["torch_outputs"]]
         facts["none_outputs"] = none_leaves(outputs)
+        with contextlib.suppress(Exception):
+            facts["text_output"] = text_output(outputs)
         state["load_facts"] = facts
         return facts
 
@@ -428,6 +431,12 @@ class Runner:
         # the other exporter is then a fix to try.
         self.emit({"event": "exporter", "run": getattr(self, "_current", ("", ""))[1],
                    "exporter": "dynamo" if dynamo else "torchscript"})
+        text = state.get("load_facts", {}).get("text_output")
+        if text and not dynamo:
+            # torch flattens the outputs in C++ and decodes a byte string there as UTF-8: an
+            # undecodable one leaves an exception set, and the process may crash (SIGSEGV).
+            raise StageFailed(f"forward() returns text or bytes in {text}: an ONNX graph's outputs are tensors "
+                              "(return the codes as a uint8 tensor, and encode them outside the model)", "OD299")
         opset_step = recipe.first(UseOpset)
         opset = (opset_step.opset if opset_step else None) or self.request.opset or settings.get("opset_version")
         path = self.workdir / f"model-{os.getpid()}-{time.monotonic_ns()}.onnx"
