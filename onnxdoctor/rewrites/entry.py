@@ -40,6 +40,10 @@ class Rewrite:
     # One entry for several ops of equal standing (bitwise and, or, xor): a fix names the one the
     # failure named. Otherwise the entry's own name (complex values are rewritten as a whole).
     named_by_failure: bool = False
+    # A pattern the failure's text must match for the entry to be proposed, where its op's name
+    # covers more than the overload it rewrites (`aten::view` is most often a shape view; the
+    # entry rewrites the dtype view, which the dynamo exporter names "overload='dtype'").
+    when: str = ""
 
     def function_for(self, target: str) -> str:
         """The function the source defines for one of `targets`."""

@@ -65,6 +65,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         rewrites = tuple(r for r in rewrites if r.family != "complex" or _COMPLEX.search(text))
         if not rewrites:
             return [symbolic] if symbolic is not None else []
+    text = f"{finding.message} {ctx.export_error} {' '.join(finding.evidence)}"
+    rewrites = tuple(r for r in rewrites if not r.when or re.search(r.when, text))
+    if not rewrites:
+        return [symbolic] if symbolic is not None else []
     code = program_code(rewrites)
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     # Each rewrite by the name the failure gave its op (one entry covers bitwise and, or and xor).
