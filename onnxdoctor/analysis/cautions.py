@@ -115,11 +115,10 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
             severity = Severity.ERROR
     else:
         message += ": other inputs can give wrong results without any error"
-    # The first conversion on a line of the user's own (a library's checks convert too); of
-    # several, the first inside the module where the difference at other inputs first arises
-    # (a size check elsewhere that happens to hold does not explain it).
-    # A branch on a comparison of sizes (`if x.shape[0] > limit:`, recorded apart) comes after
-    # the values taken out of tensors: it holds at the other inputs unless their sizes cross it.
+    # The first conversion on a line of the user's own (a library's checks convert too). Of
+    # several: the first inside the module where the difference at other inputs first arises,
+    # and a branch on a comparison of sizes (`if x.shape[0] > limit:`, recorded apart) after the
+    # values taken out of tensors, since it holds at the other inputs unless their sizes cross it.
     sizes = set(export.facts.get("size_branches") or ())
     mine = sorted((w for w in frozen if _warning_source(w, base_dir)), key=lambda w: _warning_source(w, base_dir) in sizes)
     diverging = second.get("diverging") if isinstance(second, dict) else None
