@@ -302,18 +302,25 @@ def _source_text(source: str | None, base_dir: str | None) -> tuple[str, int] | 
         return None
 
 
+def _parsed(source: str | None, base_dir: str | None) -> tuple[ast.Module, int] | None:
+    """The syntax tree of the file a `file.py:line` source names, and the line."""
+    found = _source_text(source, base_dir)
+    if found is None:
+        return None
+    try:
+        return ast.parse(found[0]), found[1]
+    except (SyntaxError, ValueError):
+        return None
+
+
 def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
     """The name of the innermost function holding `file.py:line`, unless it is a module's forward()
     (the model's own code, not a helper it calls); the forward of an autograd.Function is named
     by its class (its ops run as one unit: AnyNet's GateRecurrent2dnoindFunction)."""
-    found = _source_text(source, base_dir)
-    if found is None:
+    parsed = _parsed(source, base_dir)
+    if parsed is None:
         return None
-    text, line = found
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
+    tree, line = parsed
 
     def holds(node: ast.AST) -> bool:
         return node.lineno <= line <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]
@@ -398,14 +405,10 @@ def _checker_warnings(by_stage: _ByStage, base_dir: str | None) -> list[Finding]
 
 def _in_class(source: str | None, name: object, base_dir: str | None) -> bool:
     """Whether `file.py:line` lies in the body of a class of that name in that file."""
-    found = _source_text(source, base_dir) if isinstance(name, str) and name else None
-    if found is None:
+    parsed = _parsed(source, base_dir) if isinstance(name, str) and name else None
+    if parsed is None:
         return False
-    text, line = found
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
+    tree, line = parsed
     return any(isinstance(node, ast.ClassDef) and node.name == name and node.lineno <= line <= (node.end_lineno or 0)
                for node in ast.walk(tree))
 
