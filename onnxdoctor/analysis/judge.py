@@ -124,10 +124,11 @@ def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None
         if stage and stage.startswith("export") and len(owned) == 1:
             # The node builder died on what the script's own symbolic handed it (a stride or kernel
             # of 0 divides by zero in torch's shape code): the symbolic is the thing to mend.
+            why = (" (a division by zero: an attribute such as a stride or kernel size of 0)"
+                   if result.signal_name == "SIGFPE" else "")
             return Finding("OD205", Stage.EXPORT, Severity.ERROR,
                            f"the export crashed ({result.signal_name}) inside {function}, the symbolic your "
-                           f"script registers for {owned[0]}: torch died building the node it asked for "
-                           "(an attribute such as a stride or kernel size of 0 crashes torch's shape code)",
+                           f"script registers for {owned[0]}: torch died building the node it asked for{why}",
                            op=owned[0], source=source, evidence=(_dump_to_user_frame(result.stderr_tail, source),))
         return Finding("OD901", Stage.TOOL, Severity.ERROR,
                        f"the worker died from {result.signal_name}{where}"
@@ -162,10 +163,10 @@ def _dump_to_user_frame(stderr: str, source: str | None) -> str:
     """faulthandler's dump from its first line to the user's frame: torch's frames above it say
     where the crash was, the worker's own below it say nothing to the user."""
     lines = stderr.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), 0)
-    file, _, line = (source or "").rpartition(":")
-    end = next((i for i in range(start, len(lines)) if file and f'{file}", line {line} in' in lines[i]), len(lines) - 1)
-    return normalize_message("\n".join(line for line in lines[start:end + 1] if line.strip()), limit=2000)
+    start = next((i for i, text in enumerate(lines) if text.startswith("Fatal Python error")), 0)
+    file, _, number = (source or "").rpartition(":")
+    end = next((i for i in range(start, len(lines)) if file and f'{file}", line {number} in' in lines[i]), len(lines) - 1)
+    return normalize_message("\n".join(text for text in lines[start:end + 1] if text.strip()), limit=2000)
 
 
 def user_function(stderr: str, target: Target | None) -> str | None:
