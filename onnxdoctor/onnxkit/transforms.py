@@ -635,7 +635,7 @@ def to_float32(model: onnx.ModelProto, source: str = "double") -> onnx.ModelProt
     """
     from onnx import numpy_helper
 
-    double, single = _SOURCES[source], onnx.TensorProto.FLOAT
+    from_type, single = _SOURCES[source], onnx.TensorProto.FLOAT
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     graph = fixed.graph
@@ -643,25 +643,25 @@ def to_float32(model: onnx.ModelProto, source: str = "double") -> onnx.ModelProt
         # numpy has no bfloat16, so no Python caller feeds or reads one (ONNX Runtime takes numpy
         # arrays): the interface becomes float32 too, each value the same number.
         for value in (*graph.input, *graph.output):
-            if value.type.tensor_type.elem_type == double:
+            if value.type.tensor_type.elem_type == from_type:
                 value.type.tensor_type.elem_type = single
     # The interface keeps its type: an initializer that is also a graph input or output keeps it.
     interface = {v.name for v in (*graph.input, *graph.output)}
-    changed = _graph_to_float32(graph, numpy_helper, double, keep=interface)
+    changed = _graph_to_float32(graph, numpy_helper, from_type, keep=interface)
     taken = {name for n in _all_nodes(graph) for name in (n.name, *n.input, *n.output)} | interface
     read = {name for n in _all_nodes(graph) for name in n.input}
     produced = {name for n in graph.node for name in n.output}
     entry, exit_ = [], []
     for value in graph.input:
-        if value.type.tensor_type.elem_type == double and value.name in read:
+        if value.type.tensor_type.elem_type == from_type and value.name in read:
             inner = _fresh(f"{value.name}/float32", taken)
             _rename(graph, value.name, inner, outputs=False)  # every reader, subgraphs included
             entry.append(onnx.helper.make_node("Cast", [value.name], [inner], name=inner, to=single))
     for value in graph.output:
-        if value.type.tensor_type.elem_type == double and value.name in produced:
+        if value.type.tensor_type.elem_type == from_type and value.name in produced:
             inner = _fresh(f"{value.name}/float32", taken)
             _rename(graph, value.name, inner, outputs=True)  # its producer and its other readers
-            exit_.append(onnx.helper.make_node("Cast", [inner], [value.name], name=inner + "/cast", to=double))
+            exit_.append(onnx.helper.make_node("Cast", [inner], [value.name], name=inner + "/cast", to=from_type))
     if not (changed or entry or exit_):
         raise TransformError(f"the model has nothing in {_SOURCE_NAMES[source]}")
     nodes = [*entry, *graph.node, *exit_]
@@ -696,35 +696,35 @@ _SOURCES = {"double": onnx.TensorProto.DOUBLE, "float16": onnx.TensorProto.FLOAT
 _SOURCE_NAMES = {"double": "float64", "float16": "float16", "bfloat16": "bfloat16"}
 
 
-def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any, double: int,
+def _graph_to_float32(graph: onnx.GraphProto, numpy_helper: Any, from_type: int,
                       keep: frozenset[str] | set[str] = frozenset()) -> bool:
-    """Rewrite a graph's (and its subgraphs') contents of type `double` (a TensorProto type) to
+    """Rewrite a graph's (and its subgraphs') contents of type `from_type` (a TensorProto type) to
     float32 in place; whether anything changed."""
     single = onnx.TensorProto.FLOAT
     changed = False
     for index, init in enumerate(graph.initializer):
-        if init.data_type == double and init.name not in keep:
+        if init.data_type == from_type and init.name not in keep:
             graph.initializer[index].CopyFrom(_tensor_to_float32(init, numpy_helper))
             changed = True
     for value in graph.value_info:
-        if value.type.tensor_type.elem_type == double:
+        if value.type.tensor_type.elem_type == from_type:
             value.type.tensor_type.elem_type = single
     for node in graph.node:
         for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == double:
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == from_type:
                 attr.t.CopyFrom(_tensor_to_float32(attr.t, numpy_helper))
                 changed = True
-            elif attr.type == onnx.AttributeProto.INT and attr.name in ("to", "dtype") and attr.i == double:
+            elif attr.type == onnx.AttributeProto.INT and attr.name in ("to", "dtype") and attr.i == from_type:
                 attr.i = single
                 changed = True
             elif attr.type == onnx.AttributeProto.GRAPH:
-                changed |= _graph_to_float32(attr.g, numpy_helper, double)
+                changed |= _graph_to_float32(attr.g, numpy_helper, from_type)
                 for value in (*attr.g.input, *attr.g.output):
-                    if value.type.tensor_type.elem_type == double:
+                    if value.type.tensor_type.elem_type == from_type:
                         value.type.tensor_type.elem_type = single
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for sub in attr.graphs:
-                    changed |= _graph_to_float32(sub, numpy_helper, double)
+                    changed |= _graph_to_float32(sub, numpy_helper, from_type)
     return changed
 
 

@@ -227,20 +227,28 @@ def builds_tensors_from_values(model: Any, script: Any) -> bool:
     return False
 
 
+def forward_scopes(model: Any) -> list[dict[str, Any]]:
+    """The module globals of the model's forward() and of every submodule class's: where the
+    model's code binds the names it calls (`from torch.nn.functional import avg_pool2d`)."""
+    classes = [type(model), *(type(m) for m in model.modules())] if hasattr(model, "modules") else [type(model)]
+    scopes: dict[int, dict[str, Any]] = {}
+    for cls in classes:
+        scope = getattr(getattr(cls, "forward", None), "__globals__", None)
+        if isinstance(scope, dict):
+            scopes.setdefault(id(scope), scope)
+    return list(scopes.values())
+
+
 def uses_flex_attention(model: Any) -> bool:
     """Whether a class of the model's modules calls flex_attention: its module binds the function
     or torch's flex_attention module (recipe.EagerExport.dense_attention)."""
     import sys
 
     module = sys.modules.get("torch.nn.attention.flex_attention")
-    if module is None or not hasattr(model, "modules"):
+    if module is None:
         return False
     function = getattr(module, "flex_attention", None)
-    for cls in {type(m) for m in model.modules()}:
-        scope = getattr(getattr(cls, "forward", None), "__globals__", None) or {}
-        if any(value is function or value is module for value in scope.values()):
-            return True
-    return False
+    return any(value is function or value is module for scope in forward_scopes(model) for value in scope.values())
 
 
 def mode_sensitive_modules(model: Any) -> list[str]:

@@ -30,6 +30,7 @@ from onnxdoctor.recipe import (
 
 # A quantized fix's snippet (and its fix.py) imports float_model_of from here.
 from onnxdoctor.worker.dequantize import float_model_of
+from onnxdoctor.worker.facts import forward_scopes
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
@@ -519,8 +520,8 @@ def _unfolded_convs(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
 
 def _dense_attention(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """Until `undo` runs, flex_attention is dense attention and create_block_mask keeps only its
-    mask function (recipe.EagerExport.dense_attention), in torch's module and in the modules of
-    every class of the model that bound the names themselves (`from ... import flex_attention`).
+    mask function (recipe.EagerExport.dense_attention), in torch's module and wherever the model's
+    code bound the names themselves (`from ... import flex_attention`).
 
     Neither exporter converts the flex_attention operator, and building a block mask sorts with
     `stable=True`, which the dynamo exporter has no function for (pytorch/pytorch#140400). Dense,
@@ -564,15 +565,8 @@ def _dense_attention(loaded: LoadedModel, undo: list[Callable[[], None]]) -> Non
             return out, torch.logsumexp(scores, -1)
         return out
 
-    for name, replacement in (("flex_attention", dense), ("create_block_mask", create_block_mask)):
-        original = getattr(module, name)
-        _replace(module, name, replacement, loaded, undo)
-        for cls in {type(m) for m in loaded.model.modules()} if hasattr(loaded.model, "modules") else ():
-            scope = getattr(getattr(cls, "forward", None), "__globals__", None)
-            for key, value in list(scope.items()) if isinstance(scope, dict) else ():
-                if value is original:
-                    scope[key] = replacement
-                    undo.append(lambda scope=scope, key=key, original=original: scope.__setitem__(key, original))
+    _replace(module, "flex_attention", dense, loaded, undo)
+    _replace(module, "create_block_mask", create_block_mask, loaded, undo)
 
 
 def _traced_data(undo: list[Callable[[], None]]) -> None:
@@ -934,8 +928,9 @@ _ABSENT = object()
 
 def _replace(owner: Any, name: str, replacement: Any, loaded: LoadedModel | None,
              undo: list[Callable[[], None]]) -> None:
-    """`owner.name` replaced until `undo` runs, and every name the script's forward() module binds
-    to the same object (`from torch.nn.functional import avg_pool2d` holds its own reference).
+    """`owner.name` replaced until `undo` runs, and every name the model's code binds to the same
+    object (`from torch.nn.functional import avg_pool2d` holds its own reference), in the module of
+    the model's forward() and of each submodule's (facts.forward_scopes).
 
     What `owner` held itself is put back as it was; a name it only inherited (torch.Tensor's
     `__getitem__` and `data` are TensorBase's) is removed again, so two patches of one name undo
@@ -946,12 +941,11 @@ def _replace(owner: Any, name: str, replacement: Any, loaded: LoadedModel | None
     undo.append(lambda: delattr(owner, name) if own is _ABSENT else setattr(owner, name, own))
     if loaded is None:
         return
-    scope = getattr(getattr(type(loaded.model), "forward", None), "__globals__", None)
-    if isinstance(scope, dict):
+    for scope in forward_scopes(loaded.model):
         for key, value in list(scope.items()):
             if value is original:
                 scope[key] = replacement
-                undo.append(lambda key=key: scope.__setitem__(key, original))
+                undo.append(lambda scope=scope, key=key: scope.__setitem__(key, original))
 
 
 def quantize_file(path: str | Path, step: QuantizeOnnx) -> Path:
