@@ -139,11 +139,17 @@ def test_a_frozen_size_is_named_by_the_first_call_that_differs_from_a_trace_take
     # DeepSpeed's expert capacity: math.ceil of int(gates.shape[0]), frozen at 16 tokens, is the k
     # of a topk and the depth of a one_hot. At 32 tokens the topk is the first call whose result
     # differs (in shape) from the same call of a trace taken at 32 tokens.
-    finding = _diagnosed(CORPUS / "math_ceil_capacity_top1gating_deepspeed_1578.py", fix=False)
+    (diagnosis,) = diagnose(str(CORPUS / "math_ceil_capacity_top1gating_deepspeed_1578.py"), DiagnoseOptions(fix=True))
+    finding, sizes = diagnosis.findings[:2]
     assert finding.code == "OD210"
     assert (finding.op, finding.onnx_op, finding.node) == ("aten::topk", "TopK", "/TopK"), finding.message
     assert "shape (8, 4) where PyTorch has (16, 4)" in finding.message
     assert finding.source and finding.source.endswith(":43")  # the line that froze it, int(gates.shape[0])
+    # Strict capture keeps the capacity symbolic. At the constant input set every token ties in
+    # its topk, and which expert wins there is arbitrary: that set is set aside, not held against it.
+    strict = next(f for f in sizes.fixes if f.verified)
+    assert "strict capture" in strict.title, [(f.title, f.verified) for f in sizes.fixes]
+    assert "not judged: constant, where PyTorch's own output turns on ties" in strict.check.detail
 
 
 def test_strict_capture_keeps_a_size_computed_through_floats_and_a_one_hot_of_it_symbolic() -> None:
