@@ -63,7 +63,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [_schema_cast_fix(finding.op, refused.group(1), ctx)]
     if finding.code == "OD601":
         departs = _departing_op(ctx)
-        return [_double_fix(departs, ctx)] if departs else []
+        export = next((o.facts for o in ctx.outcomes if o.stage is Stage.EXPORT), {})
+        wider = [op for op in _WIDER_ACCUMULATOR if f"ai.onnx::{op}" in (export.get("op_types") or ()) and op != departs]
+        return [*([_double_fix(departs, ctx)] if departs else []), *(_accumulator_fix(op, ctx) for op in wider)]
     at_run = _RUN_REFUSED_TYPE.search(finding.message)
     if finding.code == "OD501" and finding.op and "::" not in finding.op and at_run:
         return [_run_cast_fix(finding.op, next(g for g in at_run.groups() if g), ctx)]
@@ -122,6 +124,25 @@ def _double_fix(op: str, ctx: FixContext) -> Fix:
         applicability=Applicability.SAFE,
         cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
         integers=True,
+    )
+
+
+# Ops whose PyTorch CPU kernel keeps a wider accumulator than the data (ATen's acc_type: float64 for
+# float32, float32 for float16 and bfloat16) where ONNX Runtime's kernel sums in the data's type. A
+# float32 cumsum over 10^5 steps then parts by ~1e-5, which a later scale (a phase times 2 pi) makes
+# a mismatch; computed in float64 and rounded once, the ONNX model gives PyTorch's numbers.
+_WIDER_ACCUMULATOR = ("CumSum",)
+
+
+def _accumulator_fix(op: str, ctx: FixContext) -> Fix:
+    """Run an op PyTorch accumulates wider than ONNX Runtime does in float64, cast back after."""
+    return _one_cast_fix(
+        op, "double", ctx,
+        why=(f"PyTorch's CPU {op} accumulates float32 in float64 (float16 in float32); ONNX Runtime's sums in "
+             "the data's type, so long running sums part: compute it in float64, round once"),
+        title=f"Compute {op} in float64, as PyTorch's CPU kernel accumulates, cast back after",
+        applicability=Applicability.SAFE,
+        cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
     )
 
 
