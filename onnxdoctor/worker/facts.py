@@ -251,6 +251,24 @@ def uses_flex_attention(model: Any) -> bool:
     return any(value is function or value is module for scope in forward_scopes(model) for value in scope.values())
 
 
+def sparse_tensors(model: Any) -> list[str]:
+    """The sparse tensors the model's modules hold (parameters, buffers or plain attributes), named.
+
+    The TorchScript exporter stops at such a constant without saying it is sparse ("Unsupported
+    value kind: Tensor"), the dynamo one at its storage (recipe.EagerExport.dense_sparse).
+    """
+    import torch
+
+    found: list[str] = []
+    for prefix, module in model.named_modules():
+        for name, value in vars(module).items():
+            values = value.items() if isinstance(value, dict) and name in ("_parameters", "_buffers") else [(name, value)]
+            for key, tensor in values:
+                if isinstance(tensor, torch.Tensor) and tensor.layout is not torch.strided:
+                    found.append(f"{prefix}.{key}" if prefix else str(key))
+    return found[:20]
+
+
 def mode_sensitive_modules(model: Any) -> list[str]:
     """Dropout and batch-norm modules that are themselves in training mode, named (all of them).
 

@@ -64,7 +64,7 @@ def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: floa
                     code, message = "OD603", (
                         f"output {index}: shape {tuple(actual.shape)} from ONNX Runtime, "
                         f"{tuple(expected.shape)} from PyTorch"
-                    )
+                    ) + _as_real_pairs(expected, actual, atol, rtol)
                 continue
         if values_only and expected.dtype != actual.dtype and expected.dtype.kind in "biuf" and actual.dtype.kind in "biuf":
             expected, actual = expected.astype(np.float64), actual.astype(np.float64)
@@ -95,6 +95,17 @@ def compare_outputs(torch_outputs: list[Any], ort_outputs: list[Any], atol: floa
         "max_rel_diff": worst_rel,
     }
 
+
+
+def _as_real_pairs(expected: np.ndarray, actual: np.ndarray, atol: float, rtol: float) -> str:
+    """What a complex PyTorch output is in the export: ONNX has no complex outputs, and the dynamo
+    exporter writes them as (real, imaginary) pairs in a last dim of 2 (torch.view_as_real)."""
+    if expected.dtype.kind != "c" or tuple(actual.shape) != (*expected.shape, 2):
+        return ""
+    pairs = np.stack([expected.real, expected.imag], axis=-1)
+    _abs, _rel, ok = _differences(pairs, actual.astype(pairs.dtype), atol, rtol)
+    return (f"; PyTorch's is {expected.dtype.name}, which the export holds as (real, imaginary) pairs in a "
+            f"last dim of 2: as pairs the values {'agree' if ok else f'differ too (max abs {_abs:.3g})'}")
 
 
 def compare_prefix(torch_outputs: list[Any], ort_outputs: list[Any], atol: float, rtol: float) -> dict[str, Any]:

@@ -62,6 +62,7 @@ from onnxdoctor.worker.facts import (
     model_fingerprint,
     none_leaves,
     quiet_torch_logs,
+    sparse_tensors,
     strict_capture,
     tensor_leaves,
     text_output,
@@ -333,6 +334,8 @@ class Runner:
         facts["custom_symbolics"] = find_custom_symbolics(self.code.resolve().parent)
         with contextlib.suppress(Exception):
             facts["flex_attention"] = uses_flex_attention(model)
+        with contextlib.suppress(Exception):
+            facts["sparse_tensors"] = sparse_tensors(model)
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         helpers = [name for name, value in loaded.namespace.items()
                    if callable(value) and getattr(value, "__script_if_tracing_wrapper", False)]

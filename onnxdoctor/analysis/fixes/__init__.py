@@ -17,6 +17,7 @@ from onnxdoctor.analysis.fixes import (
     aten_fallback,
     aten_kernel,
     autograd,
+    complex_outputs,
     contrib_ops,
     control_flow,
     custom_domain,
@@ -53,6 +54,7 @@ from onnxdoctor.analysis.fixes import (
     target_gaps,
     tensor_data,
     translation,
+    unordered,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
@@ -62,7 +64,7 @@ FAMILIES = (
     eval_mode, export_args, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
-    sparse_dense, tensor_data, grouped_conv, dense_attention,
+    sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, Recipe
 
 CODES = ("OD202", "OD203", "OD299")
@@ -32,7 +32,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script":
         return []
     text = " ".join([finding.op or "", finding.message, ctx.export_error])
-    if not SPARSE.search(text):
+    # The model may hold a sparse constant the exporter's error does not call sparse.
+    if not SPARSE.search(text) and not ctx.facts_of(Stage.LOAD).get("sparse_tensors"):
         return []
     return [Fix(
         kind="dense_sparse",
