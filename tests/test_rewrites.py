@@ -123,7 +123,16 @@ def _bitcasts(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return bits, (bits + 1).view(torch.float32)  # the next pattern up: NaNs, subnormals, the largest float
 
 
+def _uneven_ellipses(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Operands whose ellipses cover 1 and 0 dims, and 2 and 1 (broadcast from the right)."""
+    keys, latents = x.reshape(2, 3, 4), x[0, :8].reshape(2, 4)
+    return (torch.einsum("...nd,...d->...n", keys, x[1, 4:8]),
+            torch.einsum("...ld,...md->...lm", latents, keys),
+            torch.einsum("b...d,...d->b...", x.reshape(2, 1, 3, 4), latents[:1].expand(3, 4)))
+
+
 CASES: dict[str, Case] = {
+    "aten::einsum": Case(_uneven_ellipses, (_g(2, 12, seed=13),)),
     "aten::view.dtype": Case(_bitcasts, (torch.cat([_SPECIAL_FLOATS, _g(50, seed=11) * 1e3, _g(50, seed=12) * 1e-30]),),
                              atol=0.0, rtol=0.0),
     "aten::_grouped_mm": Case(_grouped, (_g(7, 16, seed=9),), atol=0.06, rtol=0.01),

@@ -208,6 +208,29 @@ def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return torch.einsum("mk,gk,kn->gmn", a, mask, b).to(dtype)
 '''
 
+EINSUM = r'''
+def einsum(equation, tensors, path=None):
+    """torch.einsum whose operands' ellipses cover different numbers of dims (torch broadcasts them
+    from the right; ONNX's Einsum shape inference wants the same count): the shorter ones get
+    size-1 dims where their ellipsis starts, which is what the broadcast does. Any other call is
+    left as it is."""
+    terms = equation.replace(" ", "").split("->")[0].split(",")
+    if "..." not in equation or len(terms) != len(tensors):
+        return NotImplemented
+    covered = [t.dim() - len(term.replace("...", "")) if "..." in term else None for term, t in zip(terms, tensors)]
+    counts = {c for c in covered if c is not None}
+    if len(counts) < 2:
+        return NotImplemented
+    most = max(counts)
+    even = []
+    for term, t, c in zip(terms, tensors, covered):
+        if c is not None and c < most:
+            at = term.index("...")
+            t = t.reshape(tuple(t.shape[:at]) + (1,) * (most - c) + tuple(t.shape[at:]))
+        even.append(t)
+    return torch.einsum(equation, *even)
+'''
+
 REWRITES = (
     Rewrite(
         op="aten::_grouped_mm",
@@ -275,6 +298,19 @@ REWRITES = (
         "float64 for large matrices); the internal _linalg_slogdet's LU and pivots outputs are not "
         "computed (zeros)",
         reported_as=("aten::_linalg_slogdet", "aten::slogdet", "aten::logdet"),
+    ),
+    Rewrite(
+        op="aten::einsum",
+        family="linalg",
+        targets=("aten.einsum.default",),
+        function="einsum",
+        source=EINSUM,
+        exactness=Exactness.EXACT,
+        error="none: the same einsum, its operands reshaped with size-1 dims",
+        limits="only an equation whose operands' ellipses cover different numbers of dims "
+        "(torch broadcasts those; ONNX's shape inference refuses them, or the TorchScript exporter "
+        "crashes building the node); other einsums are left as they are",
+        when=r"[Ee]llipsis|SIGSEGV|died",
     ),
     Rewrite(
         op="aten::linalg_vander",

@@ -56,6 +56,12 @@ def refusing_symbolic(exc: BaseException) -> str | None:
         for function in base.values():
             with contextlib.suppress(Exception):
                 owners.setdefault(inspect.unwrap(function).__code__, set()).add(name)
+    # A symbolic that hands the node to another registered one (aten::pad's to constant_pad_nd):
+    # the node being converted is what the user's code called.
+    with contextlib.suppress(Exception):
+        converting = converting_node_op(exc, "")
+        if converting and any(converting in owners.get(code, ()) for code in codes):
+            return converting
     for code in reversed(codes):  # innermost first: a helper called by the symbolic is not it
         names = owners.get(code)
         if not names:

@@ -18,8 +18,10 @@ from onnxdoctor.rewrites.entry import decomposing
 
 # Any finding that names an op: no exporter maps it (OD202), not at this opset (OD201), a
 # failure only the message names (OD299), or a mismatch located at the nodes exported for it
-# (OD601: the library's version of the op gives PyTorch's numbers where the export does not).
-CODES = ("OD201", "OD202", "OD299", "OD601")
+# (OD601: the library's version of the op gives PyTorch's numbers where the export does not); a
+# node the checker or shape inference refuses (OD301-OD304), or the exporter's crash while it built
+# the node (OD901), where the library writes the op in other ops.
+CODES = ("OD201", "OD202", "OD299", "OD601", "OD301", "OD302", "OD303", "OD304", "OD901")
 
 
 def program_code(rewrites: tuple[Rewrite, ...]) -> str:

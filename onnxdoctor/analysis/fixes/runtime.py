@@ -57,7 +57,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD403" and isinstance(finding.detail, IrTooNew):
         return [_ir_fix(ctx, finding.detail.max_ir)]
     if finding.code in ("OD303", "OD304") and finding.node and _INCONSISTENT.search(finding.message):
-        return [_promote_fix(finding.node, finding.onnx_op or finding.op or "the node", ctx)]
+        op = finding.onnx_op or finding.op or "the node"
+        # Promoted, the node's output takes the wider type (torch.stack of mixed dtypes); a node
+        # PyTorch computes wide but returns in its input's type (layer_norm of float16 data with
+        # float32 weights, under autocast) keeps its output's type: computed wide, cast back.
+        wide = _WIDE_FLOATS.get((_INCONSISTENT_TYPE.search(finding.message) or [None, None])[1] or "")
+        return [_promote_fix(finding.node, op, ctx),
+                *([_mixed_cast_fix(op, wide, ctx)] if wide and "::" not in op else [])]
     refused = REFUSED_TYPE.search(finding.message)
     if finding.code in ("OD303", "OD304") and finding.op and "::" not in finding.op and refused:
         return [_schema_cast_fix(finding.op, refused.group(1), ctx)]
@@ -179,6 +185,23 @@ def _one_cast_fix(op: str, to: str, ctx: FixContext, *, why: str, title: str, ap
 
 # Shape inference's words for a node whose inputs of one type parameter differ in type.
 _INCONSISTENT = re.compile(r"inconsistent type")
+# The type shape inference names as the odd one ("Scale has inconsistent type tensor(float)"), and
+# the float type both are computed in: the wider of float32 and the half types.
+_INCONSISTENT_TYPE = re.compile(r"inconsistent type tensor\((\w+)\)")
+_WIDE_FLOATS = {"float": "float", "float16": "float", "bfloat16": "float", "double": "double"}
+
+
+def _mixed_cast_fix(op: str, to: str, ctx: FixContext) -> Fix:
+    """Every `op` node computed in `to` with its outputs cast back to their own types."""
+    named = {"float": "float32", "double": "float64"}.get(to, to)
+    return _one_cast_fix(
+        op, to, ctx,
+        why=(f"{op}'s inputs mix float types, which its schema refuses; PyTorch computes such a node in the "
+             f"wider type and returns the input's: compute it in {named} and cast its outputs back"),
+        title=f"Compute {op} in {named} (its inputs mix float types), its outputs cast back to their own types",
+        applicability=Applicability.SAFE,
+        cost=f"{op} computes in {named}; a Cast per input of another type and per output",
+    )
 
 
 def _promote_fix(node: str, op: str, ctx: FixContext) -> Fix:
