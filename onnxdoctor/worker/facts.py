@@ -251,6 +251,37 @@ def uses_flex_attention(model: Any) -> bool:
     return any(value is function or value is module for scope in forward_scopes(model) for value in scope.values())
 
 
+def input_tree(value: Any, counter: list[int] | None = None) -> Any:
+    """The example's structure with each tensor replaced by its position among the tensor leaves
+    (in tensor_leaves' order), containers kept (tuples as lists), anything else None."""
+    import torch
+
+    counter = [0] if counter is None else counter
+    if isinstance(value, torch.Tensor):
+        counter[0] += 1
+        return counter[0] - 1
+    if isinstance(value, (tuple, list)):
+        return [input_tree(item, counter) for item in value]
+    if isinstance(value, dict):
+        return {str(key): input_tree(item, counter) for key, item in value.items()}
+    return None
+
+
+def aliased_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[int]]:
+    """Groups of example input tensors (positions among the tensor leaves) that are one tensor.
+
+    torch.export takes a tensor passed in several places for one input: the graph reads it from
+    one of them, and at inputs that differ there the export computes something else
+    (pytorch/pytorch#139646).
+    """
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for position, tensor in enumerate(tensor_leaves((args, kwargs))):
+        with contextlib.suppress(Exception):  # a tensor without storage (sparse, fake) aliases nothing here
+            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
+            groups.setdefault(key, []).append(position)
+    return [group for group in groups.values() if len(group) > 1]
+
+
 def sparse_tensors(model: Any) -> list[str]:
     """The sparse tensors the model's modules hold (parameters, buffers or plain attributes), named.
 

@@ -51,10 +51,12 @@ from onnxdoctor.recipe import (
     UseOpset,
 )
 from onnxdoctor.worker.facts import (
+    aliased_inputs,
     builds_tensors_from_values,
     corrected_keys,
     describe_tensor,
     finding_record,
+    input_tree,
     jsonable,
     jsonable_dim,
     mode_sensitive_modules,
@@ -336,6 +338,10 @@ class Runner:
             facts["flex_attention"] = uses_flex_attention(model)
         with contextlib.suppress(Exception):
             facts["sparse_tensors"] = sparse_tensors(model)
+        with contextlib.suppress(Exception):
+            facts["aliased_inputs"] = aliased_inputs(loaded.args, loaded.kwargs or {})
+        with contextlib.suppress(Exception):
+            facts["input_tree"] = input_tree((list(loaded.args), dict(loaded.kwargs or {})))
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
         helpers = [name for name, value in loaded.namespace.items()
                    if callable(value) and getattr(value, "__script_if_tracing_wrapper", False)]
@@ -439,7 +445,8 @@ class Runner:
             # torch flattens the outputs in C++ and decodes a byte string there as UTF-8: an
             # undecodable one leaves an exception set, and the process may crash (SIGSEGV).
             raise StageFailed(f"forward() returns text or bytes in {text}: an ONNX graph's outputs are tensors "
-                              "(return the codes as a uint8 tensor, and encode them outside the model)", "OD299")
+                              "(return the tensors the text is made from, class indices or codes as a uint8 "
+                              "tensor, and make the text outside the model)", "OD299")
         opset_step = recipe.first(UseOpset)
         opset = (opset_step.opset if opset_step else None) or self.request.opset or settings.get("opset_version")
         path = self.workdir / f"model-{os.getpid()}-{time.monotonic_ns()}.onnx"

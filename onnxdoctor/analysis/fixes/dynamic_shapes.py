@@ -17,7 +17,10 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix, Stage
 from onnxdoctor.recipe import DynamicShapes, LoadCode, Recipe
 
-CODES = ("OD208",)
+CODES = ("OD208", "OD204", "OD299")
+
+# torch.onnx's own conversion of dynamic_axes failed or put a dim on another input.
+_CONVERSION = re.compile(r"dynamic_axes|dynamic_shapes|user-specified")
 
 _SUGGESTION = re.compile(r"^(\w+) = (.+)$")
 
@@ -26,6 +29,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A key rename, torch's own Dim suggestions, or the way to keep a specialized dim dynamic."""
     if ctx.target_kind != "script":
         return []
+    converted = _from_axes(finding, ctx)
+    if finding.code != "OD208":
+        return [converted] if converted else []
+    if converted:
+        return [converted]
     if isinstance(finding.detail, DynamicShapesKeys):
         keys = finding.detail
         rename = _key_rename(keys)
@@ -47,6 +55,74 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         widen = _example_of_two(ctx, pinned)
         return [*([widen] if widen else []), _keep_dynamic_fix(pinned)]
     return []
+
+
+def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
+    """The script's dynamic_axes written as dynamic_shapes by hand, for the dynamo exporter.
+
+    torch.onnx converts dynamic_axes by pairing input_names with forward()'s arguments, which goes
+    wrong where an argument is a list or dict of tensors (a name per tensor: the dim lands on
+    another input, pytorch/pytorch#140748) or where dynamic_axes names an output that is not one
+    (pytorch's conversion then fails outright). Here each name is paired with the tensor it names,
+    in the example's order, and the spec follows the example's nesting.
+    """
+    load = ctx.facts_of(Stage.LOAD)
+    settings = load.get("settings") or {}
+    axes, names, tree = settings.get("dynamic_axes"), settings.get("input_names"), load.get("input_tree")
+    params = load.get("forward_parameters") or []
+    text = " ".join([finding.message, ctx.export_error, *finding.evidence])
+    if (ctx.exporter != "dynamo" or not isinstance(axes, dict) or not isinstance(names, list)
+            or not isinstance(tree, list) or len(tree) != 2 or not _CONVERSION.search(text)):
+        return None
+    args, kwargs = tree
+    if not isinstance(args, list) or not isinstance(kwargs, dict) or len(args) > len(params):
+        return None
+
+    shapes = [i.get("shape") or [] if isinstance(i, dict) else [] for i in load.get("inputs") or ()]
+
+    def named(leaf: int) -> list[int]:
+        dims = axes.get(names[leaf]) if leaf < len(names) else None
+        return sorted(int(d) for d in (dims.keys() if isinstance(dims, dict) else dims or ()))
+
+    # A dim the model ties to a declared one (y + z) must be declared too, or torch.export refuses
+    # the declared one: every input's dim at the same position and of the same example size is
+    # declared Dim.AUTO, which torch.export keeps dynamic where the model allows and fixes otherwise.
+    declared = {(d, shapes[leaf][d]) for leaf in range(len(shapes)) for d in named(leaf) if d < len(shapes[leaf])}
+
+    def spec(node: object) -> str:
+        if isinstance(node, int):
+            shape = shapes[node] if node < len(shapes) else []
+            dims = sorted(set(named(node)) | {d for d, size in declared if d < len(shape) and shape[d] == size})
+            return "{" + ", ".join(f"{d}: Dim.AUTO" for d in dims) + "}" if dims else "None"
+        if isinstance(node, list):
+            return "[" + ", ".join(spec(item) for item in node) + "]"
+        if isinstance(node, dict):
+            return "{" + ", ".join(f"{key!r}: {spec(item)}" for key, item in node.items()) + "}"
+        return "None"
+
+    entries = [(params[i], spec(node)) for i, node in enumerate(args)] + [(k, spec(v)) for k, v in kwargs.items()]
+    if all(value.replace("None", "").strip("[]{}, ") == "" for _key, value in entries):
+        return None  # dynamic_axes names none of the inputs: nothing to declare
+    code = (
+        "from torch.export import Dim\n\n"
+        "# dynamic_axes as dynamic_shapes, each input name paired with the tensor it names (a list\n"
+        "# argument takes one spec per tensor; torch.onnx's own conversion pairs them otherwise), and\n"
+        "# the dims of the same size beside them, which the model may tie to them (AUTO: dynamic where\n"
+        "# the model allows).\n"
+        "dynamic_shapes = {\n" + "".join(f"    {key!r}: {value},\n" for key, value in entries) + "}\n"
+        "dynamic_axes = None  # replaced by dynamic_shapes\n"
+    )
+    return Fix(
+        kind="dynamic_shapes",
+        title="Declare the dynamic dims as dynamic_shapes, following the example's nesting (torch.onnx's "
+              "conversion of dynamic_axes pairs the names otherwise)",
+        snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True, "
+                       "dynamic_shapes=dynamic_shapes)\n",
+        applicability=Applicability.SAFE,
+        cost="none at run time; Dim.AUTO lets torch.export keep a dim dynamic where the model allows and fix it "
+             "where the model does not (the ONNX model then says which)",
+        recipe=Recipe("axes_as_shapes", (LoadCode(code),), isolated=True),
+    )
 
 
 def _example_of_two(ctx: FixContext, pinned: list[str]) -> Fix | None:

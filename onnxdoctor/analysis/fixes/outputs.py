@@ -74,7 +74,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script":
         return []
     if finding.code == "OD299":
-        return _numpy_outputs(finding, ctx)
+        load = ctx.facts_of(Stage.LOAD)
+        # Text beside tensors (labels made from logits); text alone (a bitstream) has nothing to keep.
+        text = load.get("text_output") if load.get("outputs") else None
+        return _numpy_outputs(finding, ctx) + ([_tensors_only(text)] if text else [])
     load = next((o for o in ctx.outcomes if o.stage is Stage.LOAD), None)
     has_switch = bool(load and load.facts.get("config_use_cache") is not None)
     fixes = []
@@ -97,6 +100,20 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),
     ))
     return fixes
+
+
+def _tensors_only(text: str) -> Fix:
+    """forward() returns text (labels, bitstreams) beside its tensors: the tensors alone exported,
+    the text made from them outside the model."""
+    return Fix(
+        kind="tensor_outputs",
+        title=f"Wrap the model so forward() returns only its tensors (the text in {text} is made outside the model)",
+        snippet=WRAPPER + EXPORT.replace("dynamo=True", "dynamo=True, output_names=output_names"),
+        applicability=Applicability.UNSAFE,
+        cost="the text outputs are dropped from the ONNX model: the caller makes them from the tensor outputs "
+             "(class indices to labels, codes to bytes), as forward() did",
+        recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),
+    )
 
 
 def _numpy_outputs(finding: Finding, ctx: FixContext) -> list[Fix]:
