@@ -33,13 +33,15 @@ CODES = ("OD402", "OD403", "OD303", "OD304", "OD501", "OD601")
 # type: tensor(float16)") or output ("output has unsupported type tensor(float8e4m3fn)").
 REFUSED_TYPE = re.compile(r"has unsupported type:? tensor\((\w+)\)")
 _RUN_REFUSED_TYPE = re.compile(
-    r"does not support (double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64)\b"
-    r"|\b(double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64)(?: data)? type is not supported"
+    r"does not support (double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64|bool)\b"
+    r"|\b(double|float16|bfloat16|MLFloat16|BFloat16|int8|uint8|int16|int32|int64|bool)(?: data)? type is not supported"
 )
 # The type a kernel that refuses one at run time is tried in: float32 for floating point, the
 # integer type ONNX Runtime's CPU kernels list most often for integers.
 _RUN_TARGETS = {"double": "float", "float16": "float", "mlfloat16": "float", "bfloat16": "float",
-                "int8": "int32", "uint8": "int32", "int16": "int32", "int32": "int64", "int64": "int32"}
+                "int8": "int32", "uint8": "int32", "int16": "int32", "int32": "int64", "int64": "int32",
+                # bool as 0 and 1: max and min are or and and, and a Cast back keeps them bool.
+                "bool": "int32"}
 
 _TORCH_DTYPES = {"float": "float32", "double": "float64", "float16": "float16", "int64": "int64", "int32": "int32"}
 
@@ -122,14 +124,20 @@ def _double_fix(op: str, ctx: FixContext) -> Fix:
     """Compute the op the runtime gets wrong in float64, cast back after (integer image data
     rounded back to the nearest level: ONNX Runtime's uint8 Resize truncates where the
     reference and PyTorch round)."""
-    return _one_cast_fix(
-        op, "double", ctx,
+    return _float64_fix(
+        op, ctx,
         why=(f"ONNX Runtime's {op} departs from ONNX's reference in the model's type: compute it in float64 "
              "(8- and 16-bit integer data rounded back to the nearest value)"),
         title=f"Compute {op} in float64 (ONNX Runtime's {op} departs from ONNX's reference), cast back after",
-        applicability=Applicability.SAFE,
-        cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
         integers=True,
+    )
+
+
+def _float64_fix(op: str, ctx: FixContext, *, why: str, title: str, integers: bool = False) -> Fix:
+    """Every `op` node computed in float64, cast back after."""
+    return _one_cast_fix(
+        op, "double", ctx, why=why, title=title, applicability=Applicability.SAFE, integers=integers,
+        cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
     )
 
 
@@ -142,13 +150,11 @@ _WIDER_ACCUMULATOR = ("CumSum",)
 
 def _accumulator_fix(op: str, ctx: FixContext) -> Fix:
     """Run an op PyTorch accumulates wider than ONNX Runtime does in float64, cast back after."""
-    return _one_cast_fix(
-        op, "double", ctx,
+    return _float64_fix(
+        op, ctx,
         why=(f"PyTorch's CPU {op} accumulates float32 in float64 (float16 in float32); ONNX Runtime's sums in "
              "the data's type, so long running sums part: compute it in float64, round once"),
         title=f"Compute {op} in float64, as PyTorch's CPU kernel accumulates, cast back after",
-        applicability=Applicability.SAFE,
-        cost=f"every {op} node computes in float64 (slower, twice the memory for its tensors); two Casts per node",
     )
 
 
