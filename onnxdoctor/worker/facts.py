@@ -276,6 +276,8 @@ def aliased_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[i
     """
     groups: dict[tuple[Any, ...], list[int]] = {}
     for position, tensor in enumerate(tensor_leaves((args, kwargs))):
+        if not tensor.numel():  # empty tensors share no data, whatever their storage pointer says
+            continue
         with contextlib.suppress(Exception):  # a tensor without storage (sparse, fake) aliases nothing here
             key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
             groups.setdefault(key, []).append(position)

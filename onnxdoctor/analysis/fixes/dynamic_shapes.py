@@ -1,4 +1,6 @@
-"""`dynamic_shapes` corrections for torch.export dim errors (OD208).
+"""`dynamic_shapes` corrections for torch.export dim errors (OD208), and a dynamo script's
+`dynamic_axes` written as `dynamic_shapes` where torch.onnx's conversion of them fails or puts a
+dim on another input (OD204, OD299, OD208).
 
 Two kinds are mechanical and verified: top-level keys that are not forward()'s argument names
 (renamed by position), and the Dims torch itself suggests ("Suggested fixes: batch = Dim(...)").
@@ -32,8 +34,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     converted = _from_axes(finding, ctx)
     if finding.code != "OD208":
         return [converted] if converted else []
-    if converted:
-        return [converted]
+    return [*([converted] if converted else []), *_corrections(finding, ctx)]
+
+
+def _corrections(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Corrections of the script's own dynamic_shapes (keys, torch's suggestions, pinned dims)."""
     if isinstance(finding.detail, DynamicShapesKeys):
         keys = finding.detail
         rename = _key_rename(keys)
