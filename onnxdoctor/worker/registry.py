@@ -56,25 +56,19 @@ def refusing_symbolic(exc: BaseException) -> str | None:
         for function in base.values():
             with contextlib.suppress(Exception):
                 owners.setdefault(inspect.unwrap(function).__code__, set()).add(name)
-    # A symbolic that hands the node to another registered one (aten::pad's to constant_pad_nd):
-    # the node being converted is what the user's code called.
+    converting: str | None = None
     with contextlib.suppress(Exception):
         converting = converting_node_op(exc, "")
-        if converting and any(converting in owners.get(code, ()) for code in codes):
-            return converting
+    # The node being converted, where a symbolic on the stack is registered for it: what the
+    # user's code called, also where its symbolic hands the node to another registered one
+    # (aten::pad's to constant_pad_nd), or where one factory-made function serves several ops
+    # (torch's adaptive pools share one body).
+    if converting and any(converting in owners.get(code, ()) for code in codes):
+        return converting
     for code in reversed(codes):  # innermost first: a helper called by the symbolic is not it
         names = owners.get(code)
-        if not names:
-            continue
-        if len(names) == 1:
-            return next(iter(names))
-        # One factory-made function serves several ops (torch's adaptive pools share one body):
-        # the node being converted says which.
-        with contextlib.suppress(Exception):
-            converting = converting_node_op(exc, "")
-            if converting in names:
-                return converting
-        return None
+        if names:
+            return next(iter(names)) if len(names) == 1 else None
     return None
 
 

@@ -17,15 +17,17 @@ CODES = ("OD601", "OD603", "OD802", "OD803", "OD210")
 
 CLONES = """import torch
 
-# One tensor passed as several inputs is one input to torch.export: give each its own copy.
+# One tensor passed as several inputs is one input to torch.export: give each its own copy
+# (a tensor whose storage an earlier input already holds is cloned).
 _seen = set()
 
 
 def _distinct(value):
     if isinstance(value, torch.Tensor):
-        if id(value) in _seen or value._base is not None and id(value._base) in _seen:
+        storage = value.untyped_storage().data_ptr()
+        if storage in _seen:
             return value.clone()
-        _seen.add(id(value))
+        _seen.add(storage)
         return value
     if isinstance(value, (tuple, list)):
         return type(value)(_distinct(item) for item in value)

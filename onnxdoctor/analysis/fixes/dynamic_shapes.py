@@ -93,6 +93,8 @@ def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
     # the declared one: every input's dim at the same position and of the same example size is
     # declared Dim.AUTO, which torch.export keeps dynamic where the model allows and fixes otherwise.
     declared = {(d, shapes[leaf][d]) for leaf in range(len(shapes)) for d in named(leaf) if d < len(shapes[leaf])}
+    if not declared:
+        return None  # dynamic_axes names none of the inputs: nothing to declare
 
     def spec(node: object) -> str:
         if isinstance(node, int):
@@ -106,8 +108,6 @@ def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
         return "None"
 
     entries = [(params[i], spec(node)) for i, node in enumerate(args)] + [(k, spec(v)) for k, v in kwargs.items()]
-    if all(value.replace("None", "").strip("[]{}, ") == "" for _key, value in entries):
-        return None  # dynamic_axes names none of the inputs: nothing to declare
     code = (
         "from torch.export import Dim\n\n"
         "# dynamic_axes as dynamic_shapes, each input name paired with the tensor it names (a list\n"

@@ -77,7 +77,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         load = ctx.facts_of(Stage.LOAD)
         # Text beside tensors (labels made from logits); text alone (a bitstream) has nothing to keep.
         text = load.get("text_output") if load.get("outputs") else None
-        return _numpy_outputs(finding, ctx) + ([_tensors_only(text)] if text else [])
+        return _numpy_outputs(finding, ctx) + ([_tensors_only(
+            f"Wrap the model so forward() returns only its tensors (the text in {text} is made outside the model)",
+            "the text outputs are dropped from the ONNX model: the caller makes them from the tensor outputs "
+            "(class indices to labels, codes to bytes), as forward() did")] if text else [])
     load = next((o for o in ctx.outcomes if o.stage is Stage.LOAD), None)
     has_switch = bool(load and load.facts.get("config_use_cache") is not None)
     fixes = []
@@ -91,27 +94,21 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                  "cache as tensors (the flat-cache fix, verified with --all-fixes)",
             recipe=Recipe("use_cache_off", (LoadCode(USE_CACHE_OFF),), isolated=True),
         ))
-    fixes.append(Fix(
-        kind="tensor_outputs",
-        title="Wrap the model so forward() returns only its tensors",
-        snippet=WRAPPER + EXPORT.replace("dynamo=True", "dynamo=True, output_names=output_names"),
-        applicability=Applicability.UNSAFE,
-        cost="outputs that are not tensors (a cache object, a Python number) are dropped from the ONNX model",
-        recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),
-    ))
+    fixes.append(_tensors_only(
+        "Wrap the model so forward() returns only its tensors",
+        "outputs that are not tensors (a cache object, a Python number) are dropped from the ONNX model"))
     return fixes
 
 
-def _tensors_only(text: str) -> Fix:
-    """forward() returns text (labels, bitstreams) beside its tensors: the tensors alone exported,
-    the text made from them outside the model."""
+def _tensors_only(title: str, cost: str) -> Fix:
+    """The model wrapped so forward() returns only its tensors (WRAPPER), the outputs named after
+    their fields; what is dropped is said in `cost`."""
     return Fix(
         kind="tensor_outputs",
-        title=f"Wrap the model so forward() returns only its tensors (the text in {text} is made outside the model)",
+        title=title,
         snippet=WRAPPER + EXPORT.replace("dynamo=True", "dynamo=True, output_names=output_names"),
         applicability=Applicability.UNSAFE,
-        cost="the text outputs are dropped from the ONNX model: the caller makes them from the tensor outputs "
-             "(class indices to labels, codes to bytes), as forward() did",
+        cost=cost,
         recipe=Recipe("tensor_outputs", (LoadCode(WRAPPER),), isolated=True),
     )
 

@@ -71,8 +71,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [_schema_cast_fix(finding.op, refused.group(1), ctx)]
     if finding.code == "OD601":
         departs = _departing_op(ctx)
-        export = next((o.facts for o in ctx.outcomes if o.stage is Stage.EXPORT), {})
-        wider = [op for op in _WIDER_ACCUMULATOR if f"ai.onnx::{op}" in (export.get("op_types") or ()) and op != departs]
+        ops = ctx.export_facts.get("op_types") or ()
+        wider = [op for op in _WIDER_ACCUMULATOR if f"ai.onnx::{op}" in ops and op != departs]
         return [*([_double_fix(departs, ctx)] if departs else []), *(_accumulator_fix(op, ctx) for op in wider)]
     at_run = _RUN_REFUSED_TYPE.search(finding.message)
     if finding.code == "OD501" and finding.op and "::" not in finding.op and at_run:
