@@ -36,6 +36,8 @@ _DYNAMIC_SHAPES_KEYS = re.compile(
 )
 # torch ends the sentence right after the name ("... namespace ns::op. If you are ..."): a name
 # may contain dots (ns::op.overload) but never ends with one.
+# The TorchScript exporter's peephole pass, after every op converted: a pack or unpack not paired.
+_UNPAIRED_PACKING = re.compile(r"Cannot export individual pack_padded_sequence or pad_packed_sequence")
 _UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_](?:[\w.]*\w)?)")
 _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
@@ -393,6 +395,11 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                                  "torch.export cannot trace it (the op itself runs)", op=name)
         return make("OD212", f"custom op {name} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=name)
+    if _UNPAIRED_PACKING.search(text):
+        return make("OD299", "the TorchScript exporter keeps pack_padded_sequence and pad_packed_sequence "
+                             "(prim::PackPadded, prim::PadPacked) only as a pair around one recurrent layer, "
+                             "and here one stands alone (the packed data used or rebuilt between them)",
+                    op="prim::PackPadded")
     match = _UNRECOGNIZED_NS.search(text)
     if match:
         return make("OD203", f"custom op {match.group(1)} has no ONNX export mapping (TorchScript exporter)")

@@ -251,6 +251,26 @@ def uses_flex_attention(model: Any) -> bool:
     return any(value is function or value is module for scope in forward_scopes(model) for value in scope.values())
 
 
+_PACKING = re.compile(r"\b(pack_padded_sequence|pad_packed_sequence|PackedSequence)\b")
+
+
+def packed_sequences(model: Any) -> list[str]:
+    """The model's classes whose code packs or unpacks padded batches (pack_padded_sequence,
+    pad_packed_sequence, PackedSequence), named: the TorchScript exporter keeps such code only as
+    a pack/unpack pair around one recurrent layer (recipe code in analysis/fixes/packed.py)."""
+    import inspect
+
+    classes = [type(model), *(type(m) for m in model.modules())] if hasattr(model, "modules") else [type(model)]
+    found: list[str] = []
+    for cls in dict.fromkeys(classes):
+        if cls.__module__.split(".")[0] == "torch":
+            continue
+        with contextlib.suppress(TypeError, OSError):
+            if _PACKING.search(inspect.getsource(cls)):
+                found.append(cls.__qualname__)
+    return found[:20]
+
+
 def input_tree(value: Any, counter: list[int] | None = None) -> Any:
     """The example's structure with each tensor replaced by its position among the tensor leaves
     (in tensor_leaves' order), containers kept (tuples as lists), anything else None."""

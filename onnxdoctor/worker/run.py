@@ -63,6 +63,7 @@ from onnxdoctor.worker.facts import (
     model_facts,
     model_fingerprint,
     none_leaves,
+    packed_sequences,
     quiet_torch_logs,
     sparse_tensors,
     strict_capture,
@@ -338,6 +339,8 @@ class Runner:
             facts["flex_attention"] = uses_flex_attention(model)
         with contextlib.suppress(Exception):
             facts["sparse_tensors"] = sparse_tensors(model)
+        with contextlib.suppress(Exception):
+            facts["packed_sequences"] = packed_sequences(model)
         with contextlib.suppress(Exception):
             facts["aliased_inputs"] = aliased_inputs(loaded.args, loaded.kwargs or {})
         with contextlib.suppress(Exception):
