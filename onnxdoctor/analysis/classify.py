@@ -38,6 +38,8 @@ _DYNAMIC_SHAPES_KEYS = re.compile(
 # may contain dots (ns::op.overload) but never ends with one.
 # The TorchScript exporter's peephole pass, after every op converted: a pack or unpack not paired.
 _UNPAIRED_PACKING = re.compile(r"Cannot export individual pack_padded_sequence or pad_packed_sequence")
+# torch.jit's input flattening: an example input that is an object, not tensors or containers.
+_OBJECT_INPUT = re.compile(r"supported as JIT inputs/outputs.*received an input of unsupported type: (\w+)", re.DOTALL)
 _UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_](?:[\w.]*\w)?)")
 _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
@@ -400,6 +402,10 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                              "(prim::PackPadded, prim::PadPacked) only as a pair around one recurrent layer, "
                              "and here one stands alone (the packed data used or rebuilt between them)",
                     op="prim::PackPadded")
+    match = _OBJECT_INPUT.search(text)
+    if match:
+        return make("OD299", f"an example input is a {match.group(1)} object, and the TorchScript exporter takes "
+                             "only tensors and tuples, lists and dicts of them as inputs", op=None, source=None)
     match = _UNRECOGNIZED_NS.search(text)
     if match:
         return make("OD203", f"custom op {match.group(1)} has no ONNX export mapping (TorchScript exporter)")

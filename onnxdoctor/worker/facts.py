@@ -251,6 +251,15 @@ def uses_flex_attention(model: Any) -> bool:
     return any(value is function or value is module for scope in forward_scopes(model) for value in scope.values())
 
 
+def object_inputs(args: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """The positional example inputs that are objects holding tensors (loader.tensor_holder):
+    their position and class."""
+    from onnxdoctor.worker.loader import tensor_holder
+
+    return [{"position": i, "class": type(value).__qualname__}
+            for i, value in enumerate(args) if tensor_holder(value)]
+
+
 _PACKING = re.compile(r"\b(pack_padded_sequence|pad_packed_sequence|PackedSequence)\b")
 
 

@@ -247,6 +247,29 @@ def _split_inputs(value: Any, where: str) -> tuple[tuple[Any, ...], dict[str, An
     return value, {}
 
 
+def tensor_holder(value: Any, depth: int = 3) -> bool:
+    """Whether `value` is a plain object (not a tensor, module or array) whose attributes hold a
+    tensor, directly or in lists, dicts or objects a few levels down: an input the exporters take
+    only as its tensors (analysis/fixes/object_inputs.py)."""
+    if depth < 0 or isinstance(value, (torch.Tensor, torch.nn.Module, type)) or not hasattr(value, "__dict__"):
+        return False
+    if type(value).__module__.split(".")[0] in ("numpy", "torch"):
+        return False
+    return any(_holds_tensor(v, depth - 1) for v in vars(value).values())
+
+
+def _holds_tensor(value: Any, depth: int) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth < 0:
+        return False
+    if isinstance(value, dict):
+        return any(_holds_tensor(v, depth - 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v, depth - 1) for v in value)
+    return tensor_holder(value, depth)
+
+
 def _check_tensors(value: Any, where: str) -> None:
     """Accept tensors, None, python scalars and nestings of them; name the first offender."""
     items = value.items() if isinstance(value, dict) else enumerate(value)
@@ -256,6 +279,8 @@ def _check_tensors(value: Any, where: str) -> None:
         if isinstance(item, (tuple, list, dict)):
             _check_tensors(item, f"{where}[{key!r}]")
             continue
+        if tensor_holder(item):
+            continue  # an object holding the tensors (torchrec's KeyedJaggedTensor, a graph batch)
         raise ProtocolError(
             "OD107",
             f"{where}[{key!r}] is a {type(item).__name__}; example inputs must be tensors "

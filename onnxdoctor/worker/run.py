@@ -63,6 +63,7 @@ from onnxdoctor.worker.facts import (
     model_facts,
     model_fingerprint,
     none_leaves,
+    object_inputs,
     packed_sequences,
     quiet_torch_logs,
     sparse_tensors,
@@ -341,6 +342,8 @@ class Runner:
             facts["sparse_tensors"] = sparse_tensors(model)
         with contextlib.suppress(Exception):
             facts["packed_sequences"] = packed_sequences(model)
+        with contextlib.suppress(Exception):
+            facts["object_inputs"] = object_inputs(loaded.args)
         with contextlib.suppress(Exception):
             facts["aliased_inputs"] = aliased_inputs(loaded.args, loaded.kwargs or {})
         with contextlib.suppress(Exception):
