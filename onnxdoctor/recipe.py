@@ -78,12 +78,20 @@ class ToFloat32:
 
 
 @dataclass(frozen=True)
+class CastOutputs:
+    """Cast graph outputs to the dtypes PyTorch returns: (output index, numpy dtype name) pairs
+    (onnxkit.transforms.cast_outputs)."""
+
+    casts: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True)
 class FoldConstants:
     """Compute what the graph computes from constants alone, and store it as initializers."""
 
 
 Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
-             | FoldConstants)
+             | FoldConstants | CastOutputs)
 
 
 @dataclass(frozen=True)
@@ -358,7 +366,8 @@ _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, St
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants, Reference,
+    for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
+                CastOutputs, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,

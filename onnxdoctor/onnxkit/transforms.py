@@ -17,6 +17,7 @@ import onnx.defs
 
 from onnxdoctor.recipe import (
     CastAround,
+    CastOutputs,
     ConvertOpset,
     ExpandFunction,
     FoldConstants,
@@ -620,6 +621,37 @@ def promote_inputs(model: onnx.ModelProto, node_name: str) -> onnx.ModelProto:
     return fixed
 
 
+def cast_outputs(model: onnx.ModelProto, casts: tuple[tuple[int, str], ...]) -> onnx.ModelProto:
+    """The model with graph output `index` cast to `dtype` (a numpy name), for each pair: the
+    value the graph computed keeps its type inside, under a new name.
+
+    Raises:
+        TransformError: no such output, or an output already of that type.
+    """
+    import numpy as np
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    graph = fixed.graph
+    taken = ({o for n in _all_nodes(graph) for o in n.output} | {i.name for i in graph.input}
+             | {t.name for t in graph.initializer})
+    for index, dtype in casts:
+        if not 0 <= index < len(graph.output):
+            raise TransformError(f"the model has no output {index}")
+        output = graph.output[index]
+        to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        if output.type.tensor_type.elem_type == to:
+            raise TransformError(f"output {output.name} is already {dtype}")
+        if output.name in {i.name for i in graph.input} | {t.name for t in graph.initializer}:
+            raise TransformError(f"output {output.name} is an input or a constant of the graph, not computed")
+        computed = _fresh(f"{output.name}_computed", taken)
+        _rename(graph, output.name, computed, outputs=True)
+        graph.node.append(onnx.helper.make_node("Cast", [computed], [output.name], to=to,
+                                                name=_fresh(f"{output.name}_to_{dtype}", taken)))
+        output.type.tensor_type.elem_type = to
+    return fixed
+
+
 def to_float32(model: onnx.ModelProto, source: str = "double") -> onnx.ModelProto:
     """The model computing in float32 where it computed in `source` (double, float16, bfloat16);
     its interface keeps that type, but for bfloat16, which numpy callers cannot hold.
@@ -816,4 +848,6 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return convert_opset(model, opset)
         case FoldConstants():
             return fold_constants(model)
+        case CastOutputs(casts=casts):
+            return cast_outputs(model, casts)
     raise TransformError(f"unknown transform {type(transform).__name__}")

@@ -404,8 +404,11 @@ def output_producer(state: dict[str, Any], report: dict[str, Any]) -> dict[str, 
     if node is None:
         return None
     row = rows.get(node.name)
-    found = {"value": name, "node": node.name, "op": node.op_type, "max_abs_diff": report.get("max_abs_diff"),
-             "max_rel_diff": report.get("max_rel_diff"), "code": report.get("code"), "output": True}
+    # Figures for values that differ; an output of another dtype or shape says so instead.
+    numeric = report.get("code") == "OD601"
+    found = {"value": name, "node": node.name, "op": node.op_type, "code": report.get("code"), "output": True,
+             "max_abs_diff": report.get("max_abs_diff") if numeric else None,
+             "max_rel_diff": report.get("max_rel_diff") if numeric else None}
     if row is not None:
         found.update(_row_facts(row))
     if not found.get("torch_op"):

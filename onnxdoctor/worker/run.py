@@ -784,7 +784,7 @@ class Runner:
             searchable = state.get("onnx_program") is not None or (
                 state.get("exporter") == "torchscript" and state.get("onnx_path") is not None)
             torchscript = state.get("onnx_program") is None
-            if searchable and not explained and (report["code"] == "OD601" or torchscript):
+            if searchable and not explained and (report["code"] in ("OD601", "OD604") or torchscript):
                 # An output of another dtype (OD604): there a type that differs is the difference.
                 state["dtype_differs"] = report["code"] == "OD604"
                 budget = self.request.localize_budget
@@ -806,6 +806,9 @@ class Runner:
                                 found = output_producer(state, report)
                         elif found is None and report["code"] == "OD601":
                             found = first_diverging_value(state, atol, rtol)
+                        elif found is None and report["code"] == "OD604" and not torchscript:
+                            # An output of another dtype: the node that writes it chose the type.
+                            found = output_producer(state, report)
                         elif found is None and report["code"] == "OD603" and torchscript:
                             # An output of another shape: the first call whose result's shape differs.
                             with contextlib.suppress(Exception):
