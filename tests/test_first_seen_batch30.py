@@ -46,3 +46,14 @@ def test_an_output_of_another_dtype_names_its_node_and_is_cast_back() -> None:
     best = finding.fixes[0]
     assert best.kind == "cast" and best.verified and "float16" in best.title, \
         [(f.title, f.verified) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_a_fix_check_takes_the_first_imports_values_of_an_uninitialized_buffer() -> None:
+    # fairseq's SinusoidalPositionalEmbedding registers torch.FloatTensor(1), uninitialized memory:
+    # each import's value differs, and the fix's fresh worker restores the first import's.
+    path = CORPUS / "none_optional_args_scripted_sinusoidal_positional_embedding_fairseq_2468.py"
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD299"
+    assert finding.fixes[0].verified, [(f.title, f.check.code if f.check else None) for f in finding.fixes]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from pathlib import Path
 from typing import Any
 
 
@@ -187,6 +188,49 @@ def model_fingerprint(model: Any, loaded: Any) -> dict[str, str]:
         digest.update(f"input:{tuple(tensor.shape)}:{tensor.dtype};".encode())
     summary = f"{type(model).__qualname__}, {count} tensors, {values} values"
     return {"hash": digest.hexdigest()[:32], "summary": summary}
+
+
+# A model's tensors kept for the fix checks' imports up to this size (bytes): saving costs about
+# as much as the bytes, and larger models are the ones scripts seed or load from files anyway.
+KEEP_STATE_BYTES = 64 * 2**20
+
+
+def keep_state(model: Any, fingerprint: str, folder: Any) -> bool:
+    """Save the first import's tensors (state_dict) beside the diagnosis, named by its
+    fingerprint, for `restore_state`; small models only (KEEP_STATE_BYTES)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return False
+    state = model.state_dict()
+    size = sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
+    if size > KEEP_STATE_BYTES:
+        return False
+    with contextlib.suppress(Exception):
+        torch.save(state, Path(folder) / f"state-{fingerprint}.pt")
+        return True
+    return False
+
+
+def restore_state(model: Any, fingerprint: str, folder: Any) -> bool:
+    """Load the tensors the first import kept (`keep_state`) into a model built again whose
+    values differ: only into the same names, shapes and dtypes."""
+    import torch
+
+    path = Path(folder) / f"state-{fingerprint}.pt"
+    if not isinstance(model, torch.nn.Module) or not path.is_file():
+        return False
+    try:
+        saved = torch.load(path, weights_only=True)
+        current = model.state_dict()
+        if set(saved) != set(current) or any(
+                isinstance(t, torch.Tensor) and (t.shape != current[k].shape or t.dtype != current[k].dtype)
+                for k, t in saved.items()):
+            return False
+        model.load_state_dict(saved, strict=True)
+    except Exception:
+        return False
+    return True
 
 
 def finding_record(finding: Any) -> dict[str, Any]:
