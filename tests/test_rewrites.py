@@ -312,6 +312,12 @@ CASES: dict[str, Case] = {
                    torch.nn.functional.adaptive_max_pool1d(x.flatten(2), 5, return_indices=True)),
         (_g(1, 2, 7, 7), _g(2, 1, 5, 8, seed=6), torch.ones(1, 1, 4, 4)),
     ),
+    "aten::adaptive_avg_pool2d": Case(
+        lambda x: (torch.nn.functional.adaptive_avg_pool2d(x, (3, 6)),
+                   torch.nn.functional.adaptive_avg_pool2d(x, (1, 1)),
+                   torch.nn.functional.adaptive_avg_pool1d(x.flatten(2), 5)),
+        (_g(1, 2, 7, 7), _g(2, 1, 5, 8, seed=6)),
+    ),
     "aten::cdist": Case(
         lambda x: (torch.cdist(x, x.flip(-2)), torch.cdist(x, x * 2, p=1.0), torch.cdist(x, x + 1, p=INF)),
         (_g(2, 4, 3), _g(5, 2, seed=7)),
@@ -601,3 +607,30 @@ def test_scatter_reduce_rewrite_replaces_mean_and_leaves_the_modes_the_exporter_
     assert modes == ["amax"]
     x = _g(3, 4, seed=1)
     assert torch.allclose(program.module()(x)[0][1], model(x)[0][1])
+
+
+@pytest.mark.slow
+def test_adaptive_avg_pool_rewrite_computes_its_windows_at_run_time(tmp_path: Any) -> None:
+    # Windows from the input's symbolic size: ceil written without a negative floor division, which
+    # the dynamo exporter turns into ONNX's truncating Div (a window one short at other sizes).
+    import onnxruntime as ort
+    from torch.export import Dim
+
+    (rewrite,) = find_rewrites("aten::adaptive_avg_pool2d")
+
+    class Pyramid(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (torch.nn.functional.adaptive_avg_pool2d(x, (3, 6)),
+                    torch.nn.functional.adaptive_avg_pool2d(x, (None, 1)))
+
+    example = torch.randn(2, 3, 12, 12)
+    program = torch.export.export(Pyramid(), (example,), dynamic_shapes=({2: Dim.AUTO, 3: Dim.AUTO},))
+    program = program.run_decompositions(_table(rewrite))
+    path = tmp_path / "pyramid.onnx"
+    torch.onnx.export(program, (example,), str(path), dynamo=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for size in ((12, 12), (16, 20), (9, 13)):
+        x = torch.randn(2, 3, *size)
+        got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        for expected, actual in zip(Pyramid()(x), got, strict=True):
+            assert expected.shape == actual.shape and np.allclose(expected.numpy(), actual, atol=1e-5), size

@@ -1,5 +1,6 @@
-"""Pooling: adaptive_max_pool1d/2d with output sizes that do not divide the input; avg_pool2d's
-divisor_override, which both exporters drop."""
+"""Pooling: adaptive_max_pool1d/2d with output sizes that do not divide the input; adaptive
+average pooling whose input sizes are dynamic (the exporters fix the windows at the example's
+sizes, or refuse); avg_pool2d's divisor_override, which both exporters drop."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def adaptive_max_pool2d(x, output_size):
     height, width = x.shape[-2], x.shape[-1]
     out_h, out_w = output_size
     def window(i, size, out):
-        return (i * size) // out, -((-(i + 1) * size) // out)  # floor start, ceil end
+        return (i * size) // out, ((i + 1) * size + out - 1) // out  # floor start, ceil end
     column_values, column_index = [], []
     for j in range(out_w):
         start, end = window(j, width, out_w)
@@ -35,6 +36,27 @@ def adaptive_max_pool1d(x, output_size):
     """F.adaptive_max_pool1d: the 2-d version on a height of 1 (its flat indices are columns)."""
     values, indices = adaptive_max_pool2d(x.unsqueeze(-2), (1, output_size[0]))
     return values.squeeze(-2), indices.squeeze(-2)
+'''
+
+ADAPTIVE_AVG_POOL2D = r'''
+def adaptive_avg_pool2d(x, output_size):
+    """F.adaptive_avg_pool2d for input sizes known only at run time: torch's windows (floor start,
+    ceil end) computed from the input's size, averaged over columns, then over rows."""
+    def pooled(x, dim, out):
+        size = x.shape[dim]
+        if not isinstance(out, int):
+            # (None, 1) keeps a dim: its output size is the input's own (symbolic) size.
+            return x if out == size else NotImplemented
+        parts = []
+        for i in range(out):
+            # ceil without a negative floor division: ONNX's integer Div truncates toward zero.
+            start, end = (i * size) // out, ((i + 1) * size + out - 1) // out
+            parts.append(x.narrow(dim, start, end - start).mean(dim, keepdim=True))
+        return parts[0] if out == 1 else torch.cat(parts, dim)
+    columns = pooled(x, -1, output_size[1])
+    if columns is NotImplemented:
+        return NotImplemented
+    return pooled(columns, -2, output_size[0])
 '''
 
 AVG_POOL2D_DIVISOR = r'''
@@ -76,6 +98,16 @@ def avg_pool2d_divisor(x, kernel_size, stride=(), padding=0, ceil_mode=False, co
 '''
 
 REWRITES = (
+    Rewrite(
+        op="aten::adaptive_avg_pool2d",
+        family="pooling",
+        targets=("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default"),
+        function="adaptive_avg_pool2d",
+        source=ADAPTIVE_AVG_POOL2D,
+        exactness=Exactness.ROUNDING,
+        error="each window's mean: float rounding of its sum, in another order than torch's kernel",
+        limits="output sizes fixed (or None, keeping the input's); the graph grows as out_h + out_w slices",
+    ),
     Rewrite(
         op="aten::avg_pool2d",
         family="pooling",

@@ -62,22 +62,27 @@ def _corrections(finding: Finding, ctx: FixContext) -> list[Fix]:
     return []
 
 
-def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
-    """The script's dynamic_axes written as dynamic_shapes by hand, for the dynamo exporter.
+# The example doubled along the dims WIDEN names (input position -> dims), for torch.export.
+_DOUBLED = (
+    "def doubled(x, dims):\n"
+    "    for dim in dims:\n"
+    "        x = torch.cat([x, x], dim=dim)\n"
+    "    return x\n\n\n"
+    "example_inputs = tuple(doubled(x, WIDEN.get(i, ())) for i, x in enumerate(example_inputs))\n"
+)
 
-    torch.onnx converts dynamic_axes by pairing input_names with forward()'s arguments, which goes
-    wrong where an argument is a list or dict of tensors (a name per tensor: the dim lands on
-    another input, pytorch/pytorch#140748) or where dynamic_axes names an output that is not one
-    (pytorch's conversion then fails outright). Here each name is paired with the tensor it names,
-    in the example's order, and the spec follows the example's nesting.
-    """
+
+def axes_as_shapes(ctx: FixContext, *, widen: bool = False) -> str | None:
+    """Code defining `dynamic_shapes` (and clearing `dynamic_axes`) from the script's dynamic_axes:
+    each input name paired with the tensor it names, in the example's order and nesting; None
+    where the script declares none of its inputs dynamic that way. `widen`: the code also doubles
+    `example_inputs` along the declared dims of size 1, which torch.export would fix (for code that
+    only captures the model: the reference outputs stay the script's example's)."""
     load = ctx.facts_of(Stage.LOAD)
     settings = load.get("settings") or {}
     axes, names, tree = settings.get("dynamic_axes"), settings.get("input_names"), load.get("input_tree")
     params = load.get("forward_parameters") or []
-    text = " ".join([finding.message, ctx.export_error, *finding.evidence])
-    if (ctx.exporter != "dynamo" or not isinstance(axes, dict) or not isinstance(names, list)
-            or not isinstance(tree, list) or len(tree) != 2 or not _CONVERSION.search(text)):
+    if not isinstance(axes, dict) or not isinstance(names, list) or not isinstance(tree, list) or len(tree) != 2:
         return None
     args, kwargs = tree
     if not isinstance(args, list) or not isinstance(kwargs, dict) or len(args) > len(params):
@@ -96,10 +101,13 @@ def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
     if not declared:
         return None  # dynamic_axes names none of the inputs: nothing to declare
 
+    def dims_of(leaf: int) -> list[int]:
+        shape = shapes[leaf] if leaf < len(shapes) else []
+        return sorted(set(named(leaf)) | {d for d, size in declared if d < len(shape) and shape[d] == size})
+
     def spec(node: object) -> str:
         if isinstance(node, int):
-            shape = shapes[node] if node < len(shapes) else []
-            dims = sorted(set(named(node)) | {d for d, size in declared if d < len(shape) and shape[d] == size})
+            dims = dims_of(node)
             return "{" + ", ".join(f"{d}: Dim.AUTO" for d in dims) + "}" if dims else "None"
         if isinstance(node, list):
             return "[" + ", ".join(spec(item) for item in node) + "]"
@@ -108,7 +116,15 @@ def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
         return "None"
 
     entries = [(params[i], spec(node)) for i, node in enumerate(args)] + [(k, spec(v)) for k, v in kwargs.items()]
-    code = (
+    ones = {i: [d for d in dims_of(leaf) if shapes[leaf][d] == 1]
+            for i, leaf in enumerate(args) if isinstance(leaf, int) and leaf < len(shapes)} if widen else {}
+    ones = {i: dims for i, dims in ones.items() if dims}
+    doubling = (
+        "\n# torch.export fixes a dim whose example size is 1: the model is captured at the example\n"
+        "# doubled along it (the same rows twice).\n"
+        f"WIDEN = {ones!r}  # input position -> the dims to double\n\n\n" + _DOUBLED
+    ) if ones else ""
+    return (
         "from torch.export import Dim\n\n"
         "# dynamic_axes as dynamic_shapes, each input name paired with the tensor it names (a list\n"
         "# argument takes one spec per tensor; torch.onnx's own conversion pairs them otherwise), and\n"
@@ -116,7 +132,23 @@ def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
         "# the model allows).\n"
         "dynamic_shapes = {\n" + "".join(f"    {key!r}: {value},\n" for key, value in entries) + "}\n"
         "dynamic_axes = None  # replaced by dynamic_shapes\n"
+        + doubling
     )
+
+
+def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
+    """The script's dynamic_axes written as dynamic_shapes by hand, for the dynamo exporter.
+
+    torch.onnx converts dynamic_axes by pairing input_names with forward()'s arguments, which goes
+    wrong where an argument is a list or dict of tensors (a name per tensor: the dim lands on
+    another input, pytorch/pytorch#140748) or where dynamic_axes names an output that is not one
+    (pytorch's conversion then fails outright). Here each name is paired with the tensor it names,
+    in the example's order, and the spec follows the example's nesting.
+    """
+    text = " ".join([finding.message, ctx.export_error, *finding.evidence])
+    code = axes_as_shapes(ctx) if ctx.exporter == "dynamo" and _CONVERSION.search(text) else None
+    if code is None:
+        return None
     return Fix(
         kind="dynamic_shapes",
         title="Declare the dynamic dims as dynamic_shapes, following the example's nesting (torch.onnx's "
@@ -156,12 +188,7 @@ def _example_of_two(ctx: FixContext, pinned: list[str]) -> Fix | None:
         "import torch\n\n"
         f"# torch.export cannot keep a dim dynamic whose example size is 1 ({labels}): export with the\n"
         "# example doubled along it (the same rows twice) and the same dynamic axes.\n"
-        f"WIDEN = {widen!r}  # input position -> the dims to double\n\n\n"
-        "def doubled(x, dims):\n"
-        "    for dim in dims:\n"
-        "        x = torch.cat([x, x], dim=dim)\n"
-        "    return x\n\n\n"
-        "example_inputs = tuple(doubled(x, WIDEN.get(i, ())) for i, x in enumerate(example_inputs))\n"
+        f"WIDEN = {widen!r}  # input position -> the dims to double\n\n\n" + _DOUBLED
     )
     return Fix(
         kind="dynamic_shapes",

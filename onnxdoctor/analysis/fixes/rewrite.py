@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.dynamic_shapes import axes_as_shapes
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import ExportCode, LoadCode, Recipe, Step, UseExporter, UseOpset
 from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
@@ -72,6 +73,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if not rewrites:
         return [symbolic] if symbolic is not None else []
     code = program_code(rewrites)
+    settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
+    if ctx.exporter == "torchscript" and not settings.get("dynamic_shapes"):
+        # The program is captured by torch.export: the dims the script declares dynamic for the
+        # TorchScript exporter are declared to it too, or the rewrite is checked at fixed sizes.
+        code = (axes_as_shapes(ctx, widen=True) or "") + code
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     # Each rewrite by the name the failure gave its op (one entry covers bitwise and, or and xor).
     names = ", ".join(dict.fromkeys(_shown_name(r, ctx.op) for r in rewrites))
