@@ -753,8 +753,15 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
         # The worker qualifies a node of another domain (com.microsoft::Rfft) the message names bare.
         qualified = str(facts.get("op") or op_type)
         op = qualified if qualified.endswith(f"::{op_type}") else op_type
-        found.append(make_finding("OD402", Stage.ORT_LOAD, message.replace(f"no {op_type}(", f"no {op}(", 1),
-                                  op=op, node=node or None, opset=version, evidence=ev))
+        message = message.replace(f"no {op_type}(", f"no {op}(", 1)
+        if facts.get("expanded_into") == op_type and facts.get("op"):
+            # The graph's node has no kernel for its type and ran as its function body, whose
+            # op ONNX Runtime names: the node the user can change is the graph's.
+            message = (f"ONNX Runtime (CPU) has no {facts['op']} kernel for these types{detail}, and its function "
+                       f"body's {op_type}({version}) has none either" + (f" (that lists {listed})" if listed else ""))
+            op, node, version = str(facts["op"]), facts.get("node") or "", None
+        found.append(make_finding("OD402", Stage.ORT_LOAD, message, op=op, node=node or None, opset=version,
+                                  evidence=ev))
     match = _IR_VERSION.search(text) if not found else None
     if match:
         found.append(make_finding("OD403", Stage.ORT_LOAD,

@@ -304,6 +304,26 @@ def object_inputs(args: tuple[Any, ...]) -> list[dict[str, Any]]:
             for i, value in enumerate(args) if tensor_holder(value)]
 
 
+def sized_transposed_convs(model: Any) -> list[str]:
+    """The model's transposed convolutions, named, where the model's own code passes an
+    `output_size` (its output_padding is then a number computed from the example's sizes)."""
+    import inspect
+
+    import torch
+
+    convs = [name or "(model)" for name, m in model.named_modules()
+             if isinstance(m, torch.nn.modules.conv._ConvTransposeNd)] if hasattr(model, "named_modules") else []
+    if not convs:
+        return []
+    for cls in dict.fromkeys([type(model), *(type(m) for m in model.modules())]):
+        if cls.__module__.split(".")[0] == "torch":
+            continue
+        with contextlib.suppress(TypeError, OSError):
+            if re.search(r"\boutput_size\s*=", inspect.getsource(cls)):
+                return convs[:20]
+    return []
+
+
 _PACKING = re.compile(r"\b(pack_padded_sequence|pad_packed_sequence|PackedSequence)\b")
 
 

@@ -68,6 +68,7 @@ from onnxdoctor.worker.facts import (
     packed_sequences,
     quiet_torch_logs,
     restore_state,
+    sized_transposed_convs,
     sparse_tensors,
     strict_capture,
     tensor_leaves,
@@ -353,6 +354,8 @@ class Runner:
             facts["packed_sequences"] = packed_sequences(model)
         with contextlib.suppress(Exception):
             facts["object_inputs"] = object_inputs(loaded.args)
+        with contextlib.suppress(Exception):
+            facts["sized_transposed_convs"] = sized_transposed_convs(model)
         with contextlib.suppress(Exception):
             facts["aliased_inputs"] = aliased_inputs(loaded.args, loaded.kwargs or {})
         with contextlib.suppress(Exception):

@@ -218,6 +218,17 @@ def kernel_facts(message: str, model: Any) -> dict[str, Any]:
         # stops at the next one (Erf after Atan in a float64 model). List them all.
         with contextlib.suppress(Exception):
             facts["ops_without_kernel"] = _ops_without_kernel(model, C.get_all_opkernel_def())
+        present = any(n.op_type == op_type for n in model.graph.node)
+        lacking = facts.get("ops_without_kernel") or []
+        if not node and not present and lacking:
+            # A node of no name and of a type the graph lacks: ONNX Runtime expanded a node without
+            # a kernel for its type into its function body (int16 Clip into Where), and names the
+            # body's op. The graph's node is the one to cast.
+            facts.update(op=lacking[0]["op"], expanded_into=op_type)
+            named = next((n for n in model.graph.node if n.op_type == lacking[0]["op"]), None)
+            if named is not None:
+                facts["node"] = named.name or None
+                node_types = _node_input_types(model, named.name)
     facts["node_types"] = node_types
     return facts
 

@@ -21,6 +21,7 @@ from onnxdoctor.analysis.fixes import (
     complex_outputs,
     contrib_ops,
     control_flow,
+    conv_transpose,
     custom_domain,
     custom_op,
     decompose,
@@ -66,7 +67,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
     eval_mode, aliased_inputs, object_inputs, export_args, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
-    contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, output_dtype, exporter, runtime,
+    contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it

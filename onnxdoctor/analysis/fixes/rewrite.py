@@ -243,7 +243,39 @@ _BITWISE_ENTRY = (
     18,
 )
 
+# F.one_hot without num_classes counts the classes at run time (the largest label plus one); the
+# TorchScript exporter writes a OneHot of depth -1, which the checker and ONNX Runtime refuse.
+_ONE_HOT = """import torch
+from torch.onnx._internal.torchscript_exporter import symbolic_helper
+
+
+@symbolic_helper.parse_args("v", "i")
+def one_hot(g, labels, num_classes):
+    if num_classes == -1:
+        # As torch counts them: one more than the largest label, computed at run time.
+        largest = g.op("ReduceMax", labels, keepdims_i=0)
+        depth = g.op("Add", largest, g.op("Constant", value_t=torch.tensor(1, dtype=torch.int64)))
+    else:
+        depth = g.op("Constant", value_t=torch.tensor(num_classes, dtype=torch.int64))
+    values = g.op("Constant", value_t=torch.tensor([0, 1], dtype=torch.int64))
+    return g.op("OneHot", labels, depth, values, axis_i=-1)
+
+
+torch.onnx.register_custom_op_symbolic('aten::one_hot', one_hot, 11)
+"""
+
+_ONE_HOT_ENTRY = (
+    Exactness.EXACT,
+    ("non-negative labels (torch refuses negative ones; ONNX OneHot counts them from the end); "
+     "without num_classes the output's last dim is known only at run time"),
+    _ONE_HOT,
+    "OneHot with its depth computed at run time (the largest label plus one)",
+    11,
+)
+
 _TORCHSCRIPT_SYMBOLICS = {
+    "aten::one_hot": _ONE_HOT_ENTRY,
+    "OneHot": _ONE_HOT_ENTRY,  # the checker's finding names the node
     "aten::int_repr": (
         Exactness.ROUNDING,
         ("a tensor quantized in the same graph by quantize_per_tensor (written as QuantizeLinear; "
@@ -258,6 +290,8 @@ _TORCHSCRIPT_SYMBOLICS = {
     **{f"aten::{name}": _BITWISE_ENTRY for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "__and_", "__or_",
                                                      "__xor_", "__and__", "__or__", "__xor__")},
 }
+# An ONNX node a check names, by the torch op whose symbolic wrote it.
+_TORCH_OP_OF = {"OneHot": "aten::one_hot"}
 # The ops whose symbolic is offered before the library's rewrite rather than instead of it (the
 # rewrite goes through torch.export, which some models' code stops).
 _WITH_LIBRARY = frozenset(op for op, entry in _TORCHSCRIPT_SYMBOLICS.items() if entry is _BITWISE_ENTRY)
@@ -270,12 +304,13 @@ def _symbolic_rewrite(ctx: FixContext) -> Fix | None:
         return None
     exactness, limits, code, mapped_to, lowest = entry
     opset = max(ctx.requested_opset or 13, lowest)
+    shown = ctx.op if "::" in (ctx.op or "") else _TORCH_OP_OF.get(ctx.op or "", ctx.op)
     return Fix(
         kind="rewrite",
-        title=f"Map {ctx.op} in the TorchScript exporter to {mapped_to} ({exactness.value})",
+        title=f"Map {shown} in the TorchScript exporter to {mapped_to} ({exactness.value})",
         snippet=code + f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False, opset_version={opset})\n",
         applicability=Applicability.SAFE,
-        cost=f"{ctx.op}: {limits}",
+        cost=f"{shown}: {limits}",
         # Registering a symbolic is process-wide: a worker of its own.
         recipe=Recipe("rewrite", (UseExporter("torchscript"), UseOpset(opset), ExportCode(code)), isolated=True),
     )
