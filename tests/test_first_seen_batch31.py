@@ -104,3 +104,29 @@ def test_a_transposed_convolution_given_output_size_is_cropped_at_run_time(tmp_p
     assert finding.code == "OD210", finding.message  # different at get_inputs2 (OD802 with --check-shapes)
     best = finding.fixes[0]
     assert best.kind == "cropped_conv_transpose" and best.verified, [(f.title, f.verified) for f in finding.fixes]
+
+
+NEGATIVE_FLOOR_DIVISION = '''
+import torch
+from torch.export import Dim
+dynamo = True
+dynamic_shapes = {"x": {1: Dim.AUTO}}
+class M(torch.nn.Module):
+    def forward(self, x):
+        return x[:, :-((-x.shape[1]) // 4)] * 2  # ceil(n / 4) columns
+def get_model():
+    torch.manual_seed(0)
+    return M().eval(), (torch.randn(2, 12),)
+def get_inputs2():
+    return (torch.randn(2, 10),)
+'''
+
+
+@pytest.mark.slow
+def test_floor_division_of_sizes_is_translated_with_pythons_rounding(tmp_path: Path) -> None:
+    # The exporter's integer Div truncates -10 // 4 to -2: ceil(10 / 4) comes out 2, not 3.
+    finding = _first(tmp_path, NEGATIVE_FLOOR_DIVISION)
+    assert finding.code in ("OD210", "OD803"), finding.message
+    best = finding.fixes[0]
+    assert best.kind == "scalar_translation" and best.verified and "floor division" in best.title, \
+        [(f.title, f.verified) for f in finding.fixes]

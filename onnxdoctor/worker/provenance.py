@@ -629,11 +629,16 @@ def _user_line_dynamo(trace: str, target: Path) -> str | None:
 # ---- dynamo metadata ----------------------------------------------------------------------------------
 
 _FX_TARGET = re.compile(r"target=torch\.ops\.([\w]+)\.([\w]+)")
+# Python's arithmetic on symbolic sizes (operator.floordiv), named as the exporter's registry does.
+_FX_OPERATOR = re.compile(r"target=operator\.(\w+)\b")
 
 
 def _fx_target(fx_node: str) -> str:
     match = _FX_TARGET.search(fx_node)
-    return f"{match.group(1)}::{match.group(2)}" if match else ""
+    if match:
+        return f"{match.group(1)}::{match.group(2)}"
+    operator = _FX_OPERATOR.search(fx_node)
+    return f"_operator::{operator.group(1)}" if operator else ""
 
 
 def _literal_list(text: str) -> list[str]:

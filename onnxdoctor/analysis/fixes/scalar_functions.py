@@ -15,7 +15,8 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
 
-CODES = ("OD299",)
+# OD299: a function with no translation; OD80x/OD210/OD601/OD603: sizes computed wrong at run time.
+CODES = ("OD299", "OD210", "OD601", "OD603", "OD802", "OD803", "OD804")
 
 # The functions torch.export can leave on a symbolic scalar (torch/fx/experimental/sym_node.py)
 # that the exporter's registry lacks, with the ONNX op each is.
@@ -66,8 +67,34 @@ def translation_code() -> str:
     return _TRANSLATION % entries
 
 
+# Python's floor division of sizes: the exporter's registry writes it as ONNX's integer Div, which
+# truncates toward zero ("floor_divide only for positive inputs", onnxscript's torch_lib), so the
+# common ceil `-(-n // k)` is one short wherever k does not divide n.
+_FLOOR_DIVISION = '''\
+import operator
+
+from onnxscript import opset18 as op
+
+INT64 = 7  # the ONNX element type of sizes
+
+
+def _floordiv(a, b):
+    quotient = op.Div(a, b)
+    zero = op.Constant(value_int=0)
+    inexact = op.Not(op.Equal(op.Mul(quotient, b), a))
+    negative = op.Xor(op.Less(a, zero), op.Less(b, zero))
+    return op.Sub(quotient, op.Cast(op.And(inexact, negative), to=INT64))
+
+
+custom_translation_table = {operator.floordiv: _floordiv}
+'''
+
+
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """The missing scalar translations, for the dynamo exporter's stop at one of them."""
+    """The missing scalar translations, for the dynamo exporter's stop at one of them; Python's
+    floor division of sizes, where a dynamo export that divides sizes is wrong at run time."""
+    if finding.code != "OD299":
+        return _floor_division(ctx)
     if ctx.target_kind != "script" or (finding.op or ctx.op) not in HANDLED:
         return []
     code = translation_code()
@@ -84,4 +111,25 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         cost="none: the size is computed by one more node in the graph; the dynamo exporter",
         recipe=Recipe("scalar_translation", (UseExporter("dynamo"),
                                              ExportCode(code, translation_table="custom_translation_table"))),
+    )]
+
+
+def _floor_division(ctx: FixContext) -> list[Fix]:
+    """Floor division translated with Python's rounding, for a dynamo export that divides sizes."""
+    rows = ctx.export_facts.get("provenance") or []
+    divides = any(isinstance(r, dict) and r.get("torch_op") == "_operator::floordiv" for r in rows)
+    if ctx.target_kind != "script" or ctx.exporter != "dynamo" or not divides:
+        return []
+    return [Fix(
+        kind="scalar_translation",
+        title="Translate floor division of sizes with Python's rounding (the dynamo exporter's integer Div "
+              "truncates a negative quotient: -(-n // k) is one short)",
+        snippet=_FLOOR_DIVISION + "\n"
+                "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True,\n"
+                "                  dynamic_shapes=dynamic_shapes,\n"
+                "                  custom_translation_table=custom_translation_table)\n",
+        applicability=Applicability.SAFE,
+        cost="five more nodes per floor division of sizes; the dynamo exporter",
+        recipe=Recipe("floor_division", (UseExporter("dynamo"),
+                                         ExportCode(_FLOOR_DIVISION, translation_table="custom_translation_table"))),
     )]
