@@ -122,6 +122,21 @@ def _converters() -> dict[type, Callable[[Any], Any]]:
             float_prelu.weight.copy_(module.weight.dequantize().reshape(float_prelu.weight.shape))
         return float_prelu
 
+    class ConvAdd(nn.Module):
+        """A quantized conv fused with the residual add (and relu) after it: forward(input,
+        extra_input), rounded to the fused module's output grid."""
+
+        def __init__(self, conv: Any, relu: bool, rounding: Any) -> None:
+            super().__init__()
+            self.conv, self.relu, self.rounding = conv, relu, rounding
+
+        def forward(self, input: Any, extra_input: Any) -> Any:
+            y = self.conv(input) + extra_input
+            return self.rounding(torch.relu(y) if self.relu else y)
+
+    def conv_add(relu: bool) -> Callable[[Any], Any]:
+        return lambda m: ConvAdd(conv(nn.Conv2d)(m), relu, fake_quantize(m.scale, m.zero_point, torch.quint8))
+
     def embedding(module: Any) -> Any:
         # Float output: a quantized embedding dequantizes the rows it looks up.
         return nn.Embedding.from_pretrained(module.weight().dequantize(), freeze=True)
@@ -132,6 +147,11 @@ def _converters() -> dict[type, Callable[[Any], Any]]:
         nnq.Linear: rounded(linear),
         nnqd.Linear: linear,
         nniq.LinearReLU: rounded(then(linear, lambda m: nn.ReLU())),
+        nniq.LinearLeakyReLU: rounded(then(linear, lambda m: nn.LeakyReLU(m.negative_slope))),
+        nniq.LinearTanh: rounded(then(linear, lambda m: nn.Tanh())),
+        nniq.ConvAdd2d: conv_add(relu=False), nniq.ConvAddReLU2d: conv_add(relu=True),
+        nniq.BNReLU2d: rounded(then(norm(nn.BatchNorm2d), lambda m: nn.ReLU())),
+        nniq.BNReLU3d: rounded(then(norm(nn.BatchNorm3d), lambda m: nn.ReLU())),
         nnq.Conv1d: rounded(conv(nn.Conv1d)), nnq.Conv2d: rounded(conv(nn.Conv2d)),
         nnq.Conv3d: rounded(conv(nn.Conv3d)),
         nnq.ConvTranspose1d: rounded(conv(nn.ConvTranspose1d)),

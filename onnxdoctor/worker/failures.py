@@ -21,6 +21,7 @@ from onnxdoctor.worker.tracebacks import (
     locate_op,
     model_code_frame,
     source_from_frames,
+    torch_nn_functions,
     user_frame,
 )
 
@@ -91,6 +92,8 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 op = refused
                 facts["symbolic_registrations"] = torchscript_registrations(refused)
     text = "\n".join([info["message"], *info["chain_messages"]])
+    with contextlib.suppress(Exception):
+        facts["torch_nn_functions"] = torch_nn_functions(exc)
     if not op and not dynamo:
         with contextlib.suppress(Exception):
             from onnxdoctor.worker.registry import converting_node_op

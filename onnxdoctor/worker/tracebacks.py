@@ -93,6 +93,22 @@ def library_frame(exc: BaseException) -> traceback.FrameSummary | None:
     return None
 
 
+def torch_nn_functions(exc: BaseException) -> list[str]:
+    """The functions of torch.nn's own code the chain passed through, innermost first, as
+    "module.function" (`transformer._detect_is_causal_mask`): where a layer of torch's checked a
+    traced value (fix families that answer one such function read this)."""
+    found: list[str] = []
+    for hidden in (False, True):
+        for current in reversed(exception_chain(exc, hidden_context=hidden)):
+            for item in reversed(traceback.extract_tb(current.__traceback__)):
+                path = item.filename.replace("\\", "/")
+                if "/torch/nn/" in path:
+                    name = f"{Path(path).stem}.{item.name}"
+                    if name not in found:
+                        found.append(name)
+    return found[:20]
+
+
 def model_code_frame(exc: BaseException, target: Path) -> traceback.FrameSummary | None:
     """The innermost frame of the model's code in the chain: a file in the user's folder or an
     installed model library, not torch's own (where torch.export met a data-dependent branch:

@@ -18,6 +18,7 @@ from onnxdoctor.analysis.fixes import (
     aten_fallback,
     aten_kernel,
     autograd,
+    causal_hint,
     complex_outputs,
     contrib_ops,
     control_flow,
@@ -66,7 +67,7 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, aliased_inputs, object_inputs, export_args, reparametrized, dynamic_shapes, control_flow, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, aliased_inputs, object_inputs, export_args, reparametrized, dynamic_shapes, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype, exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,

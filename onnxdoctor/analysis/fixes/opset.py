@@ -48,7 +48,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # A type the checker refuses here that a later schema of the op takes.
         refused = REFUSED_TYPE.search(finding.message)
         if refused is None:
-            return []
+            return _later_opsets(finding, ctx)
         wanted = f"tensor({refused.group(1)})"
         formal = _TYPESTR.search(finding.message)
         later = _opset_taking(finding.op or "", wanted, finding.opset or ctx.requested_opset or 0,
@@ -61,6 +61,22 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD404":
         return [opset_fix(18, ctx.exporter or "dynamo", "a lower opset that this ONNX Runtime loads")]
     return []
+
+
+# Opsets tried, lowest first, for a node refused at an old one: where the exporters' symbolics and
+# ONNX's schemas changed most (Slice and Squeeze take their axes as inputs from 10 and 13 on).
+_LATER = (11, 13, 17)
+
+
+def _later_opsets(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """The next opsets up, for a node the checker refuses at an old opset for another reason than
+    its type: the exporter writes it otherwise there (a symbolic of that opset, a later schema)."""
+    requested = finding.opset or ctx.requested_opset or 0
+    if not requested or ctx.exporter != "torchscript":
+        return []
+    op = finding.onnx_op or finding.op or "the node"
+    return [opset_fix(o, "torchscript", f"the TorchScript exporter writes {op} otherwise at opset {o}, where "
+                                         "its schema changed too") for o in _LATER if o > requested]
 
 
 def notes(finding: Finding, ctx: FixContext) -> list[str]:

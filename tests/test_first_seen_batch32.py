@@ -1,0 +1,46 @@
+"""General mechanisms for failures not seen before (issue 22), written after the thirty-second
+first-seen batch (fixtures/corpus/first_seen_2026-12-05w.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+def _first(name: str) -> object:
+    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=True, check_shapes=False))
+    return diagnosis.findings[0]
+
+
+@pytest.mark.slow
+def test_a_node_refused_at_an_old_opset_is_tried_at_the_next_ones() -> None:
+    # A no-op squeeze at opset 10 leaves Slice with axes shape inference refuses; opset 11 writes it.
+    finding = _first("squeeze_noop_opset10_slice_shape_inference_preemphasis_frontend_pytorch_36796.py")
+    assert (finding.code, finding.onnx_op) == ("OD304", "Slice")
+    best = finding.fixes[0]
+    assert best.kind == "opset" and best.verified and best.title == "Export at opset 11", \
+        [(f.title, f.verified) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_a_quantized_conv_fused_with_its_residual_add_is_rebuilt_as_float() -> None:
+    # FX's onednn backend fuses conv + add + relu into ConvAddReLU2d: forward(input, extra_input).
+    finding = _first("conv2d_add_relu_fx_onednn_quantized_resnet_bottleneck_pytorch_106748.py")
+    assert (finding.code, finding.op) == ("OD202", "quantized::conv2d_add_relu")
+    assert finding.fixes[0].verified and "dequantized weights" in finding.fixes[0].title, \
+        [(f.title, f.verified) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_transformer_causal_mask_detection_is_left_out_of_the_export() -> None:
+    # nn.TransformerDecoder compares tgt_mask with a causal mask: data-dependent for torch.export.
+    finding = _first("detect_is_causal_mask_data_dependent_guard_step_decoder_dynamo_pytorch_153955.py")
+    assert finding.code == "OD204"
+    assert finding.fixes[0].kind == "causal_hint" and finding.fixes[0].verified, \
+        [(f.title, f.verified) for f in finding.fixes]
