@@ -86,12 +86,18 @@ class CastOutputs:
 
 
 @dataclass(frozen=True)
+class SplitSizesAsTensor:
+    """Give SplitToSequence its split sizes as the 1-D tensor its schema takes where the graph
+    built them as a sequence (onnxkit.transforms.split_sizes_as_tensor)."""
+
+
+@dataclass(frozen=True)
 class FoldConstants:
     """Compute what the graph computes from constants alone, and store it as initializers."""
 
 
 Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
-             | FoldConstants | CastOutputs)
+             | FoldConstants | CastOutputs | SplitSizesAsTensor)
 
 
 @dataclass(frozen=True)
@@ -367,7 +373,7 @@ _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, St
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
-                CastOutputs, Reference,
+                CastOutputs, SplitSizesAsTensor, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,

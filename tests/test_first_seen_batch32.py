@@ -44,3 +44,12 @@ def test_transformer_causal_mask_detection_is_left_out_of_the_export() -> None:
     assert finding.code == "OD204"
     assert finding.fixes[0].kind == "causal_hint" and finding.fixes[0].verified, \
         [(f.title, f.verified) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_split_sizes_built_as_a_sequence_are_given_as_a_tensor() -> None:
+    # A scripted torch.split(x, [int(s) for s in sizes]): SplitToSequence gets a sequence of sizes.
+    finding = _first("split_scripted_int_list_sizes_sequence_splittosequence_pytorch_72498.py")
+    assert (finding.code, finding.onnx_op) == ("OD304", "SplitToSequence")
+    assert finding.fixes[0].kind == "split_sizes" and finding.fixes[0].verified, \
+        [(f.title, f.verified) for f in finding.fixes]

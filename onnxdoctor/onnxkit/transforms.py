@@ -24,6 +24,7 @@ from onnxdoctor.recipe import (
     PromoteInputs,
     SetIrVersion,
     SetOpset,
+    SplitSizesAsTensor,
     ToFloat32,
     Transform,
 )
@@ -652,6 +653,52 @@ def cast_outputs(model: onnx.ModelProto, casts: tuple[tuple[int, str], ...]) -> 
     return fixed
 
 
+def split_sizes_as_tensor(model: onnx.ModelProto) -> onnx.ModelProto:
+    """SplitToSequence nodes whose split sizes come as a sequence of scalars (a scripted
+    `[int(s) for s in sizes]`, built by a Loop of SequenceInsert) given them as the 1-D tensor
+    the schema takes: ConcatFromSequence(new_axis=1) of that sequence.
+
+    Raises:
+        TransformError: no SplitToSequence takes its sizes as a sequence.
+    """
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    types = _value_types(fixed)
+    producers = {o: n.op_type for n in _all_nodes(fixed.graph) for o in n.output}
+    taken = {o for n in _all_nodes(fixed.graph) for o in n.output} | {i.name for i in fixed.graph.input}
+    changed = 0
+
+    def sequence(name: str) -> bool:
+        known = types.get(name)
+        if known is not None and known.HasField("sequence_type"):
+            return True
+        return producers.get(name, "").startswith("Sequence")
+
+    def rewrite(graph: onnx.GraphProto) -> None:
+        nonlocal changed
+        nodes: list[onnx.NodeProto] = []
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    rewrite(attribute.g)
+                for sub in attribute.graphs:
+                    rewrite(sub)
+            if node.op_type == "SplitToSequence" and len(node.input) > 1 and node.input[1] and sequence(node.input[1]):
+                sizes = _fresh(f"{node.input[1]}_as_tensor", taken)
+                nodes.append(onnx.helper.make_node("ConcatFromSequence", [node.input[1]], [sizes], axis=0,
+                                                   new_axis=1, name=_fresh(f"{node.name}_sizes", taken)))
+                node.input[1] = sizes
+                changed += 1
+            nodes.append(node)
+        graph.ClearField("node")
+        graph.node.extend(nodes)
+
+    rewrite(fixed.graph)
+    if not changed:
+        raise TransformError("no SplitToSequence takes its split sizes as a sequence")
+    return fixed
+
+
 def to_float32(model: onnx.ModelProto, source: str = "double") -> onnx.ModelProto:
     """The model computing in float32 where it computed in `source` (double, float16, bfloat16);
     its interface keeps that type, but for bfloat16, which numpy callers cannot hold.
@@ -850,4 +897,6 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return fold_constants(model)
         case CastOutputs(casts=casts):
             return cast_outputs(model, casts)
+        case SplitSizesAsTensor():
+            return split_sizes_as_tensor(model)
     raise TransformError(f"unknown transform {type(transform).__name__}")

@@ -17,7 +17,9 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, ExportCode, LoadCode, Recipe, UseExporter
 
-CODES = ("OD201", "OD202", "OD204", "OD205", "OD299", "OD601", "OD603")
+# OD303/OD304/OD4xx/OD501: what the exporter wrote from the scripted IR (a list of ints as a
+# sequence, SplitToSequence's split) refused downstream; the eager class, traced, writes it otherwise.
+CODES = ("OD201", "OD202", "OD204", "OD205", "OD299", "OD303", "OD304", "OD402", "OD499", "OD501", "OD601", "OD603")
 
 # TorchScript schema types a generated forward() can annotate (torch.jit.script needs them).
 _ANNOTATIONS = {"Tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool"}
@@ -36,13 +38,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if helpers is not None:
         return [helpers]
     facts = script_module(ctx)
-    if ctx.target_kind != "script" or facts is None or finding.stage not in (Stage.EXPORT, Stage.PARITY):
+    if ctx.target_kind != "script" or facts is None:
         return []
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
-    if finding.stage is Stage.PARITY:
+    if finding.stage is not Stage.EXPORT:
         # The ScriptModule exported but computes otherwise (the exporter leaves out what only the
-        # scripted module runs, e.g. its own forward hooks): the eager class, traced.
+        # scripted module runs, e.g. its own forward hooks), or wrote what the checker or the
+        # runtime refuses: the eager class, traced.
         return [_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")))] if eager else []
     if eager:
         fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks"))))
