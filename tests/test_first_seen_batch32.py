@@ -53,3 +53,13 @@ def test_split_sizes_built_as_a_sequence_are_given_as_a_tensor() -> None:
     assert (finding.code, finding.onnx_op) == ("OD304", "SplitToSequence")
     assert finding.fixes[0].kind == "split_sizes" and finding.fixes[0].verified, \
         [(f.title, f.verified) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_a_difference_first_seen_at_a_node_that_only_moves_values_is_named_at_its_input() -> None:
+    # adaptive_max_pool2d(x, 1) exports as MaxPool, which ONNX Runtime runs skipping NaN; the trace
+    # holds the op's pair of outputs, so the search first compares the Flatten after it.
+    finding = _first("global_max_pool_nan_skipped_depth_classifier_onnx_4716.py")
+    assert (finding.code, finding.onnx_op, finding.node) == ("OD601", "MaxPool", "/MaxPool"), finding.message
+    best = finding.fixes[0]
+    assert best.kind == "rewrite" and best.verified, [(f.title, f.verified) for f in finding.fixes]

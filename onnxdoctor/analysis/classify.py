@@ -653,8 +653,17 @@ def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:
                           f"the exporter dropped the write; use the out-of-place form (x = x.masked_fill(...)) "
                           f"on the tensor itself")
     through = f" (exported from {torch_op})" if torch_op and not diverging.get("symbolic") else ""
+    unchecked = [u for u in diverging.get("unchecked_inputs") or () if isinstance(u, dict) and u.get("op")]
+    if diverging.get("moved_by"):
+        # The node that differs first only moves values; its one input the search could not compare
+        # is named instead (the worker's parity.first_diverging_traced).
+        return torch_op or diverging.get("op"), (
+            f"{through}; the first node that differs after it, {diverging['moved_by']}, only moves values: "
+            "the difference arises here, at a value the search could not compare")
     if diverging.get("inputs_agree") is False:
-        through += "; some of its inputs come from nodes the search could not compare, so the difference may arise there"
+        shown = ", ".join(f"{u['node']} ({u['op']})" for u in unchecked[:3])
+        through += ("; some of its inputs come from nodes the search could not compare"
+                    + (f" ({shown})" if shown else "") + ", so the difference may arise there")
     if diverging.get("runtime_matches_reference") is True and diverging.get("max_abs_diff") == float("inf"):
         # NaN or infinity on one side only: inputs equal within the tolerance can still differ
         # where it matters (a 1e-15 epsilon folded away turns x / (0 + eps) into 0 / 0).

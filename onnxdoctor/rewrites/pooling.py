@@ -13,20 +13,27 @@ def adaptive_max_pool2d(x, output_size):
     out_h, out_w = output_size
     def window(i, size, out):
         return (i * size) // out, ((i + 1) * size + out - 1) // out  # floor start, ceil end
+    def nan_max(part, dim):
+        # torch's max is NaN where the window holds one; ONNX Runtime's ReduceMax skips NaN.
+        return torch.where(part.isnan().any(dim), torch.full_like(part.amax(dim), float("nan")), part.amax(dim))
+
+    def nan_argmax(part, dim, keepdim=False):
+        # torch points at the window's (first) NaN: NaN ranked above every number.
+        return torch.where(part.isnan(), torch.full_like(part, float("inf")), part).argmax(dim, keepdim=keepdim)
     column_values, column_index = [], []
     for j in range(out_w):
         start, end = window(j, width, out_w)
         part = x[..., :, start:end]
-        column_values.append(part.amax(-1))
-        column_index.append(part.argmax(-1) + start)
+        column_values.append(nan_max(part, -1))
+        column_index.append(nan_argmax(part, -1) + start)
     columns = torch.stack(column_values, -1)  # [..., H, out_w]
     columns_at = torch.stack(column_index, -1)
     values, indices = [], []
     for i in range(out_h):
         start, end = window(i, height, out_h)
         part = columns[..., start:end, :]
-        row = part.argmax(-2, keepdim=True)  # the first row holding the window's maximum
-        values.append(part.amax(-2))
+        row = nan_argmax(part, -2, keepdim=True)  # the first row holding the window's maximum
+        values.append(nan_max(part, -2))
         column = torch.gather(columns_at[..., start:end, :], -2, row).squeeze(-2)
         indices.append((row.squeeze(-2) + start) * width + column)
     return torch.stack(values, -2), torch.stack(indices, -2)
@@ -130,7 +137,8 @@ REWRITES = (
         exactness=Exactness.EXACT,
         error="same values; indices name the first maximum in row-major order, as torch's CPU "
         "kernel does",
-        limits="static input height and width; the graph grows as out_h + out_w slices; NaN "
-        "inside a window is not propagated the way torch does",
+        limits="static input height and width; the graph grows as out_h + out_w slices; a window "
+        "holding NaN gives NaN and the first NaN's index, as torch's does (a +inf before it in "
+        "the same window takes the index instead)",
     ),
 )

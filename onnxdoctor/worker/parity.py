@@ -1214,10 +1214,29 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float, shap
         # Only a call whose inputs all agree is where the difference arises; otherwise it may
         # inherit it from nodes no call accounts for (the search says so rather than blame it).
         inputs_agree = all(i in agreed or i in inside for n in members for i in n.input if i)
+        unchecked = [producers[i] for n in members for i in n.input
+                     if i and i not in agreed and i not in inside and i in producers]
         random = sorted({n.op_type for n in members if n.op_type in RANDOM_OPS})
         folded = _wrong_fold(model, members, rows, traced, loaded, atol, rtol)
         if folded is None and inputs_agree:
             folded = _dropped_in_place(model, members, rows, traced, values, feeds, (name, expected), atol, rtol)
+        producers_left = list({n.name: n for n in unchecked}.values())
+        moves = {n.op_type for n in members if n.op_type != "Constant"}
+        if not inputs_agree and len(producers_left) == 1 and moves and moves <= _MOVES_VALUES:
+            # A node that only moves values cannot make them differ: its one input the search could
+            # not compare does (a MaxPool the trace records as adaptive_max_pool2d's pair).
+            source = producers_left[0]
+            origin = next((r for r in rows if r.node == source.name), None)
+            return {
+                "value": source.output[0] if source.output else name, "node": source.name, "op": source.op_type,
+                "torch_op": origin.torch_op if origin is not None else None,
+                "source": (origin.source if origin is not None else None) or row.source or None,
+                "scope": (origin.module if origin is not None else None) or row.module or None,
+                "max_abs_diff": report["max_abs_diff"] if report["code"] == "OD601" else None,
+                "max_rel_diff": report["max_rel_diff"] if report["code"] == "OD601" else None,
+                "compared": compared, "code": report["code"], "inputs_agree": None,
+                "moved_by": f"{node.name if node is not None else name} ({'/'.join(sorted(moves))})",
+            }
         return {
             "value": name, "node": node.name if node is not None else None,
             "op": row.op, "torch_op": (folded or {}).get("torch_op", key[0]), **(folded or {}),
@@ -1225,11 +1244,17 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float, shap
             "max_abs_diff": report["max_abs_diff"] if report["code"] == "OD601" else None,
             "max_rel_diff": report["max_rel_diff"] if report["code"] == "OD601" else None,
             "compared": compared, "code": report["code"], "inputs_agree": inputs_agree,
+            "unchecked_inputs": list({n.name: {"node": n.name, "op": n.op_type} for n in unchecked}.values())[:5],
             "group_ops": [n.op_type for n in members if n.op_type != "Constant"],
             **({"random": random} if random
                else runtime_against_reference(model, members, values, feeds, atol, rtol) if inputs_agree else {}),
         }
     return reshaped_at if at is not None and first_reshaped is not None else None
+
+
+# ONNX ops that move or select values without computing new ones: equal inputs, equal outputs.
+_MOVES_VALUES = frozenset({"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Concat",
+                           "Slice", "Gather", "Expand", "Split", "Tile"})
 
 
 def _wrong_fold(model: Any, members: list[Any], rows: list[Any], traced: dict[str, list[list[Any]]],
