@@ -63,3 +63,36 @@ def test_a_difference_first_seen_at_a_node_that_only_moves_values_is_named_at_it
     assert (finding.code, finding.onnx_op, finding.node) == ("OD601", "MaxPool", "/MaxPool"), finding.message
     best = finding.fixes[0]
     assert best.kind == "rewrite" and best.verified, [(f.title, f.verified) for f in finding.fixes]
+
+
+SEQUENCE_MASK = '''
+import torch
+dynamo = False
+opset_version = 15
+input_names = ["lengths"]
+dynamic_axes = {"lengths": {0: "batch"}}
+def sequence_mask(lengths, max_len=None):
+    if max_len is None:
+        max_len = int(lengths.max())  # coqui TTS before idiap/coqui-ai-TTS#390
+    return torch.arange(max_len, dtype=lengths.dtype).unsqueeze(0) < lengths.unsqueeze(1)
+class M(torch.nn.Module):
+    def forward(self, lengths):
+        return sequence_mask(lengths).float().cumsum(1)
+def get_model():
+    return M().eval(), (torch.tensor([3, 5]),)
+def get_inputs2():
+    return (torch.tensor([7, 2, 4]),)
+'''
+
+
+@pytest.mark.slow
+def test_int_of_a_length_read_by_arange_is_kept_a_tensor(tmp_path: Path) -> None:
+    script = tmp_path / "mask.py"
+    script.write_text(SEQUENCE_MASK, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210", finding.message
+    best = finding.fixes[0]
+    # Checked at get_inputs2, whose longest length (7) is not the example's (5).
+    assert best.kind == "tensor_values" and best.verified and "int()" in best.title, \
+        [(f.title, f.verified) for f in finding.fixes]

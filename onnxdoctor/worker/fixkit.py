@@ -844,8 +844,8 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
 
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
-    """`Tensor.item()` returns the 0-d tensor and `torch.tensor()` of tensors (or of lists holding
-    tensors) stacks them, until `undo` runs.
+    """`Tensor.item()` returns the 0-d tensor, `torch.tensor()` of tensors (or of lists holding
+    tensors) stacks them, and `int(t)` gives a number `torch.arange` reads as `t`, until `undo` runs.
 
     The tracer records neither a Python number nor what `torch.tensor` builds from one: a value
     that goes out of a tensor and back (`torch.tensor(logits.argmax().item())`, `torch.arange(
@@ -882,12 +882,44 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
             built = torch.stack([p.to(common) for p in parts])
         return built.to(dtype=dtype, device=device) if dtype is not None or device is not None else built
 
+    # int(t) must return an exact int (Python drops a subclass): the conversion is remembered by
+    # its value, and torch.arange given that number takes the tensor instead
+    # (`torch.arange(int(lengths.max()))`, a sequence mask's length). A number that only equals one
+    # by chance would make a size follow the input where PyTorch's does not: the fix's check at the
+    # other inputs sees that.
+    original_int = torch.Tensor.__int__
+    original_arange = torch.arange
+    converted: list[tuple[int, Any]] = []
+
+    def to_int(self: Any) -> int:
+        number = original_int(self)
+        if self.numel() == 1:
+            converted.append((number, self.reshape(())))
+            del converted[:-16]
+        return number
+
+    def as_tensor(value: Any) -> Any:
+        if type(value) is int:
+            for index in range(len(converted) - 1, -1, -1):
+                if converted[index][0] == value:
+                    return converted.pop(index)[1]
+        return value
+
+    def arange(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(as_tensor(a) for a in args)
+        kwargs = {k: as_tensor(v) if k in ("start", "end", "step") else v for k, v in kwargs.items()}
+        return original_arange(*args, **kwargs)
+
     torch.Tensor.item = item  # type: ignore[method-assign]
     torch.tensor = tensor  # type: ignore[assignment]
+    torch.Tensor.__int__ = to_int  # type: ignore[method-assign]
+    torch.arange = arange  # type: ignore[assignment]
 
     def restore() -> None:
         torch.Tensor.item = original_item  # type: ignore[method-assign]
         torch.tensor = original_tensor  # type: ignore[assignment]
+        torch.Tensor.__int__ = original_int  # type: ignore[method-assign]
+        torch.arange = original_arange  # type: ignore[assignment]
 
     undo.append(restore)
 

@@ -95,7 +95,7 @@ def _library_branch(finding: Finding, ctx: FixContext) -> Fix | None:
 # TracerWarnings of a value taken out of a tensor as a Python number, or put back by torch.tensor:
 # the two halves `EagerExport.tensor_values` keeps in the graph. A bool (a branch), an int()/index
 # or a list are other conversions it cannot keep.
-_NUMBER_ROUND_TRIP = ("a Python number", "torch.tensor results are registered as constants")
+_NUMBER_ROUND_TRIP = ("a Python number", "a Python integer", "torch.tensor results are registered as constants")
 
 
 def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
@@ -110,13 +110,14 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
     where = f" ({finding.source})" if finding.source else ""
     return Fix(
         kind="tensor_values",
-        title=f"Keep the value a tensor{where}: drop .item() and torch.tensor(...) around it",
+        title=f"Keep the value a tensor{where}: drop .item(), int() and torch.tensor(...) around it",
         snippet=(
             "# before:  action = probs.argmax(dim=-1).item()\n"
             "#          return torch.tensor(action)\n"
             "action = probs.argmax(dim=-1)   # a 0-d tensor: the graph computes it from the input\n"
             "return action\n"
-            "# likewise torch.arange(n) instead of torch.arange(n.item()), torch.stack(tags) instead of\n"
+            "# likewise torch.arange(n) instead of torch.arange(n.item()) or torch.arange(int(n)),\n"
+            "# torch.stack(tags) instead of\n"
             "# torch.tensor([t.item() for t in tags])\n"
         ),
         applicability=Applicability.SAFE,
