@@ -1234,7 +1234,8 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float, shap
                 "scope": (origin.module if origin is not None else None) or row.module or None,
                 "max_abs_diff": report["max_abs_diff"] if report["code"] == "OD601" else None,
                 "max_rel_diff": report["max_rel_diff"] if report["code"] == "OD601" else None,
-                "compared": compared, "code": report["code"], "inputs_agree": None,
+                # Not compared itself: what the search says of values it could not compare holds.
+                "compared": compared, "code": report["code"], "inputs_agree": False,
                 "moved_by": f"{node.name if node is not None else name} ({'/'.join(sorted(moves))})",
             }
         return {

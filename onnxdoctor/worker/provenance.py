@@ -203,10 +203,17 @@ def _parsed(filename: str) -> ast.Module | None:
 
 
 def _from_sizes(node: Any, depth: int = 4) -> bool:
-    """Whether a traced value is computed from a tensor's size (`140 < boxes.size(0)`)."""
-    if node.kind() in ("aten::size", "prim::NumToTensor", "aten::numel", "aten::dim"):
+    """Whether a traced value is computed from tensors' sizes and constants alone (`140 <
+    boxes.size(0)`): a share of values over a size (`(conf < t).sum() / n > 0.9`) reads the data."""
+    kind = node.kind()
+    if kind in ("aten::size", "prim::NumToTensor", "aten::numel", "aten::dim"):
         return True
-    return depth > 0 and any(_from_sizes(value.node(), depth - 1) for value in node.inputs())
+    inputs = list(node.inputs())
+    if kind == "prim::Constant" or depth == 0 or not inputs:
+        return False
+    return (any(_from_sizes(value.node(), depth - 1) for value in inputs)
+            and all(_from_sizes(value.node(), depth - 1) or value.node().kind() == "prim::Constant"
+                    for value in inputs))
 
 
 def truth_at(original: Callable[[Any], bool], tensor: Any, caller: Any) -> bool:
