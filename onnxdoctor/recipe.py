@@ -92,12 +92,20 @@ class SplitSizesAsTensor:
 
 
 @dataclass(frozen=True)
+class AlignIfBranches:
+    """Cast the outputs of If branches whose element types differ to `to` (a numpy dtype name),
+    and declare the If's outputs so (onnxkit.transforms.align_if_branches)."""
+
+    to: str
+
+
+@dataclass(frozen=True)
 class FoldConstants:
     """Compute what the graph computes from constants alone, and store it as initializers."""
 
 
 Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
-             | FoldConstants | CastOutputs | SplitSizesAsTensor)
+             | FoldConstants | CastOutputs | SplitSizesAsTensor | AlignIfBranches)
 
 
 @dataclass(frozen=True)
@@ -373,7 +381,7 @@ _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, St
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
-                CastOutputs, SplitSizesAsTensor, Reference,
+                CastOutputs, SplitSizesAsTensor, AlignIfBranches, Reference,
                 EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,

@@ -16,6 +16,7 @@ import onnx
 import onnx.defs
 
 from onnxdoctor.recipe import (
+    AlignIfBranches,
     CastAround,
     CastOutputs,
     ConvertOpset,
@@ -699,6 +700,60 @@ def split_sizes_as_tensor(model: onnx.ModelProto) -> onnx.ModelProto:
     return fixed
 
 
+def align_if_branches(model: onnx.ModelProto, to: str) -> onnx.ModelProto:
+    """Each If whose branches declare an output in different element types (a scripted function
+    returning a uint8 constant on one side and a bool mask on the other) with that output cast to
+    `to` at the end of every branch, and the If's output declared `to`.
+
+    Raises:
+        TransformError: no If's branches disagree on an output's type.
+    """
+    import numpy as np
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(to))
+    taken = {o for n in _all_nodes(fixed.graph) for o in n.output} | {i.name for i in fixed.graph.input}
+    changed: list[str] = []
+
+    def branches(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+        return [a.g for a in node.attribute if a.name in ("then_branch", "else_branch")]
+
+    def retype(graph: onnx.GraphProto, names: set[str]) -> None:
+        for value in [*graph.value_info, *graph.output]:
+            if value.name in names and value.type.HasField("tensor_type"):
+                value.type.tensor_type.elem_type = elem
+
+    def align(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    align(attribute.g)
+            if node.op_type != "If":
+                continue
+            sides = branches(node)
+            for index, output in enumerate(node.output):
+                types = {side.output[index].type.tensor_type.elem_type for side in sides if index < len(side.output)}
+                if len(types) < 2:
+                    continue
+                for side in sides:
+                    declared = side.output[index]
+                    if declared.type.tensor_type.elem_type == elem:
+                        continue
+                    computed = _fresh(f"{declared.name}_{to}", taken)
+                    side.node.append(onnx.helper.make_node("Cast", [declared.name], [computed], to=elem,
+                                                           name=_fresh(f"{node.name}_align_{index}", taken)))
+                    declared.name = computed
+                    declared.type.tensor_type.elem_type = elem
+                retype(graph, {output})
+                changed.append(node.name)
+
+    align(fixed.graph)
+    if not changed:
+        raise TransformError("no If's branches declare an output in different types")
+    return fixed
+
+
 def to_float32(model: onnx.ModelProto, source: str = "double") -> onnx.ModelProto:
     """The model computing in float32 where it computed in `source` (double, float16, bfloat16);
     its interface keeps that type, but for bfloat16, which numpy callers cannot hold.
@@ -899,4 +954,6 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return cast_outputs(model, casts)
         case SplitSizesAsTensor():
             return split_sizes_as_tensor(model)
+        case AlignIfBranches(to=to):
+            return align_if_branches(model, to)
     raise TransformError(f"unknown transform {type(transform).__name__}")

@@ -38,6 +38,7 @@ from onnxdoctor.analysis.fixes import (
     generators,
     grouped_conv,
     half,
+    if_branches,
     inference_noops,
     llm_cache,
     object_inputs,
@@ -69,9 +70,11 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
     eval_mode, aliased_inputs, object_inputs, export_args, reparametrized, dynamic_shapes, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
-    contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype, exporter, runtime,
+    contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
+    split_sizes, if_branches,  # ONNX-level rewrites that keep the exporter: before another exporter
+    exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
-    sparse_dense, split_sizes, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
+    sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
