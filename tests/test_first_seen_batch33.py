@@ -58,3 +58,33 @@ def test_a_branch_on_a_share_of_values_over_a_size_is_named_at_its_comparison() 
                             DiagnoseOptions(fix=False, check_shapes=False))
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD210", "aten::gt"), finding.message
+
+
+EARLY_EXIT = '''
+import torch
+dynamo = True
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    def forward(self, x):
+        h = self.a(x)
+        entropy = -(h.softmax(-1) * h.log_softmax(-1)).sum()
+        if entropy < 0.5:
+            return h
+        return self.b(h)
+def get_model():
+    torch.manual_seed(0)
+    return M().eval(), (torch.randn(2, 4),)
+'''
+
+
+def test_a_branch_torch_export_cannot_decide_is_named_at_its_comparison(tmp_path: Path) -> None:
+    # LGViT's `if highway_entropy < threshold:` (LGViT#4): the symbol torch.export made is the
+    # bool of the comparison, which the branch reads.
+    script = tmp_path / "exit.py"
+    script.write_text(EARLY_EXIT, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.torch_op) == ("OD204", "aten::lt"), finding.message
+    assert "exit.py:11 reads the tensor result of aten::lt" in finding.message

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from onnxdoctor.analysis.normalize import RUNNING_NODE, first_line, normalize_message
@@ -473,6 +474,12 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                        "(if/while on a tensor, .item(), int(tensor))")
         else:
             message = "torch.export could not capture the model"
+        asked = _condition_op(source, base_dir) if "data-dependent" in text else None
+        if asked and not (isinstance(origin, dict) and origin.get("op") not in (None, "", "aten::item")):
+            # `if entropy < threshold:` made the tensor a Python bool: its comparison is the op
+            # the branch reads (torch.cond or torch.where takes it as a tensor).
+            message += f"; the branch at {source} reads the tensor result of {asked} as a Python bool"
+            return [replace(make("OD204", message + (f": {detail}" if detail else ""))[0], torch_op=asked)]
         if isinstance(origin, dict) and origin.get("op"):
             # The guard's line asked about the value; the op whose result it is is what to change
             # (a rewrite of it, or the code that reads it back into Python).
@@ -861,3 +868,33 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     errors = [f for f in result if f.severity is Severity.ERROR]
     others = [f for f in result if f.severity is not Severity.ERROR]
     return errors + others
+
+
+_COMPARISONS = {ast.Lt: "aten::lt", ast.Gt: "aten::gt", ast.LtE: "aten::le", ast.GtE: "aten::ge",
+                ast.Eq: "aten::eq", ast.NotEq: "aten::ne"}
+_BRANCH = re.compile(r"^\s*(?:if|elif|while|assert)\s+(.+?):?\s*$")
+
+
+def _condition_op(source: str | None, base_dir: str | None) -> str | None:
+    """The aten op a branch's condition ends in, read off the user's line (`if entropy <
+    threshold:` is aten::lt, `if mask.any():` aten::any); None for anything else."""
+    name, _, line = (source or "").rpartition(":")
+    if not base_dir or not line.isdigit():
+        return None
+    try:
+        text = (Path(base_dir) / name).read_text("utf-8", errors="replace").splitlines()[int(line) - 1]
+        branch = _BRANCH.match(text)
+        node = ast.parse(branch.group(1), mode="eval").body if branch else None
+    except (OSError, IndexError, SyntaxError, ValueError):
+        return None
+    if node is not None and any(isinstance(c, ast.Call) and (
+            (isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist"))
+            or (isinstance(c.func, ast.Name) and c.func.id in ("int", "float", "bool"))) for c in ast.walk(node)):
+        return None  # `x.sum().item() > 3` compares Python numbers: .item() is where the value left
+    while isinstance(node, (ast.UnaryOp, ast.BoolOp)):
+        node = node.operand if isinstance(node, ast.UnaryOp) else node.values[0]
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        return _COMPARISONS.get(type(node.ops[0]))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("any", "all"):
+        return f"aten::{node.func.attr}"
+    return None
