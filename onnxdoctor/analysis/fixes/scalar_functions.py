@@ -97,21 +97,26 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return _floor_division(ctx)
     if ctx.target_kind != "script" or (finding.op or ctx.op) not in HANDLED:
         return []
-    code = translation_code()
     function = (finding.op or ctx.op or "").split("::", 1)[1]
-    return [Fix(
+    return [_translation_fix(
+        "scalar_translation",
+        f"Translate `{function}` on a symbolic size as an ONNX op (dynamo exporter, custom_translation_table)",
+        translation_code(), "none: the size is computed by one more node in the graph; the dynamo exporter")]
+
+
+def _translation_fix(kind: str, title: str, code: str, cost: str) -> Fix:
+    """Export with the dynamo exporter and the `custom_translation_table` that `code` defines."""
+    return Fix(
         kind="scalar_translation",
-        title=f"Translate `{function}` on a symbolic size as an ONNX op (dynamo exporter, "
-              "custom_translation_table)",
+        title=title,
         snippet=code + "\n"
                 "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True,\n"
                 "                  dynamic_shapes=dynamic_shapes,\n"
                 "                  custom_translation_table=custom_translation_table)\n",
         applicability=Applicability.SAFE,
-        cost="none: the size is computed by one more node in the graph; the dynamo exporter",
-        recipe=Recipe("scalar_translation", (UseExporter("dynamo"),
-                                             ExportCode(code, translation_table="custom_translation_table"))),
-    )]
+        cost=cost,
+        recipe=Recipe(kind, (UseExporter("dynamo"), ExportCode(code, translation_table="custom_translation_table"))),
+    )
 
 
 def _floor_division(ctx: FixContext) -> list[Fix]:
@@ -120,16 +125,8 @@ def _floor_division(ctx: FixContext) -> list[Fix]:
     divides = any(isinstance(r, dict) and r.get("torch_op") == "_operator::floordiv" for r in rows)
     if ctx.target_kind != "script" or ctx.exporter != "dynamo" or not divides:
         return []
-    return [Fix(
-        kind="scalar_translation",
-        title="Translate floor division of sizes with Python's rounding (the dynamo exporter's integer Div "
-              "truncates a negative quotient: -(-n // k) is one short)",
-        snippet=_FLOOR_DIVISION + "\n"
-                "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True,\n"
-                "                  dynamic_shapes=dynamic_shapes,\n"
-                "                  custom_translation_table=custom_translation_table)\n",
-        applicability=Applicability.SAFE,
-        cost="five more nodes per floor division of sizes; the dynamo exporter",
-        recipe=Recipe("floor_division", (UseExporter("dynamo"),
-                                         ExportCode(_FLOOR_DIVISION, translation_table="custom_translation_table"))),
-    )]
+    return [_translation_fix(
+        "floor_division",
+        "Translate floor division of sizes with Python's rounding (the dynamo exporter's integer Div truncates a "
+        "negative quotient: -(-n // k) is one short)",
+        _FLOOR_DIVISION, "five more nodes per floor division of sizes; the dynamo exporter")]
