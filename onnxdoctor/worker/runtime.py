@@ -58,8 +58,30 @@ def feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
             f"the model has {len(inputs)} inputs but the example inputs hold {len(arrays)} tensors",
             "OD502",
         )
-    # Exporters drop unused inputs; a count mismatch then keeps the first ones in order.
-    return {i.name: a for i, a in zip(inputs, arrays)}
+    if len(arrays) == len(inputs):
+        return {i.name: a for i, a in zip(inputs, arrays)}
+    # Exporters drop unused inputs, wherever they sit (an encoder state a decoder with past never
+    # reads): each of the model's inputs takes the next example tensor its type and rank fit.
+    feeds: dict[str, Any] = {}
+    position = 0
+    for index, declared in enumerate(inputs):
+        left = len(inputs) - index - 1  # inputs still to place after this one
+        while position < len(arrays) - left - 1 and not _fits(declared, arrays[position]):
+            position += 1
+        feeds[declared.name] = arrays[position]
+        position += 1
+    return feeds
+
+
+def _fits(declared: Any, array: Any) -> bool:
+    """Whether an example array can be the model input `declared` (its type, rank, fixed dims)."""
+    wanted = _ORT_TYPES.get(declared.type)
+    shape = declared.shape or []
+    if wanted is not None and str(array.dtype) != wanted:
+        return False
+    if len(shape) != array.ndim:
+        return False
+    return all(not isinstance(d, int) or d == n for d, n in zip(shape, array.shape))
 
 
 def to_numpy(tensor: Any) -> Any:
