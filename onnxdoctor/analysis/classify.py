@@ -576,6 +576,10 @@ def _parity_finding(
         shown = ", ".join(modes[:3]) + (", ..." if len(modes) > 3 else "")
         message += (f"; the model is in training mode and {len(modes)} module(s) depend on it ({shown}): "
                     "dropout and batch statistics explain this difference (OD206); compare in eval mode")
+        if op is None:
+            # The node those modules export to, the first named (`down.1 (BatchNorm2d)`).
+            kind = next((m.rsplit("(", 1)[-1].rstrip(")") for m in modes if "(" in m), "")
+            op = "BatchNormalization" if "Norm" in kind and "Batch" in kind else "Dropout" if "Dropout" in kind else None
     table = provenance_table(export.facts) if export else {}
     row = table.get(node) if node else None
     if row is not None:

@@ -115,9 +115,12 @@ def torch_export_verdict(loaded: Any, dynamic_shapes: Any) -> dict[str, Any]:
 
     try:
         # torch.onnx's own first attempt (its non-strict capture strategy), which it retries with
-        # relaxed Dims when torch raises a UserError about them.
+        # relaxed Dims when torch raises a UserError about them; dims named by a string are
+        # Dim.DYNAMIC to it first (torch.export itself refuses a string).
         from torch.onnx import _flags
-        from torch.onnx._internal.exporter import _capture_strategies
+        from torch.onnx._internal.exporter import _capture_strategies, _dynamic_shapes
+
+        dynamic_shapes, _ = _dynamic_shapes.convert_str_to_export_dim(dynamic_shapes)
 
         settings = (
             _capture_strategies._patch_dynamic_shape_rnn_decompositions(dynamic_shapes),
@@ -214,7 +217,9 @@ def keep_state(model: Any, fingerprint: str, folder: Any) -> bool:
 
 def restore_state(model: Any, fingerprint: str, folder: Any) -> bool:
     """Load the tensors the first import kept (`keep_state`) into a model built again whose
-    values differ: only into the same names, shapes and dtypes."""
+    buffers differ (an uninitialized `torch.empty` buffer): only into the same names, shapes and
+    dtypes, and not where a parameter differs (weights drawn without a fixed seed are a script
+    that builds another model, OD114)."""
     import torch
 
     path = Path(folder) / f"state-{fingerprint}.pt"
@@ -226,6 +231,9 @@ def restore_state(model: Any, fingerprint: str, folder: Any) -> bool:
         if set(saved) != set(current) or any(
                 isinstance(t, torch.Tensor) and (t.shape != current[k].shape or t.dtype != current[k].dtype)
                 for k, t in saved.items()):
+            return False
+        parameters = {name for name, _ in model.named_parameters()}
+        if any(k in parameters and not torch.equal(t, current[k]) for k, t in saved.items() if isinstance(t, torch.Tensor)):
             return False
         model.load_state_dict(saved, strict=True)
     except Exception:
