@@ -203,17 +203,26 @@ def _parsed(filename: str) -> ast.Module | None:
 
 
 def _from_sizes(node: Any, depth: int = 4) -> bool:
-    """Whether a traced value is computed from tensors' sizes and constants alone (`140 <
-    boxes.size(0)`): a share of values over a size (`(conf < t).sum() / n > 0.9`) reads the data."""
-    kind = node.kind()
-    if kind in ("aten::size", "prim::NumToTensor", "aten::numel", "aten::dim"):
+    """Whether a traced value is computed from a tensor's size (`140 < boxes.size(0)`), and not
+    from a reduction of the data beside it (`(conf < t).float().sum() / (m + n) > 0.9`)."""
+    return _has_size(node, depth) and not _reduces_data(node, depth)
+
+
+_SIZE_OPS = ("aten::size", "prim::NumToTensor", "aten::numel", "aten::dim")
+_REDUCTIONS = ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::amax", "aten::amin", "aten::any",
+               "aten::all", "aten::count_nonzero", "aten::prod")
+
+
+def _has_size(node: Any, depth: int) -> bool:
+    if node.kind() in _SIZE_OPS:
         return True
-    inputs = list(node.inputs())
-    if kind == "prim::Constant" or depth == 0 or not inputs:
-        return False
-    return (any(_from_sizes(value.node(), depth - 1) for value in inputs)
-            and all(_from_sizes(value.node(), depth - 1) or value.node().kind() == "prim::Constant"
-                    for value in inputs))
+    return depth > 0 and any(_has_size(value.node(), depth - 1) for value in node.inputs())
+
+
+def _reduces_data(node: Any, depth: int) -> bool:
+    if node.kind() in _REDUCTIONS and not any(_has_size(value.node(), depth) for value in node.inputs()):
+        return True
+    return depth > 0 and any(_reduces_data(value.node(), depth - 1) for value in node.inputs())
 
 
 def truth_at(original: Callable[[Any], bool], tensor: Any, caller: Any) -> bool:
