@@ -312,24 +312,32 @@ def object_inputs(args: tuple[Any, ...]) -> list[dict[str, Any]]:
             for i, value in enumerate(args) if tensor_holder(value)]
 
 
+def _classes_matching(model: Any, pattern: re.Pattern[str]) -> list[str]:
+    """The model's own classes (not torch's) whose source matches `pattern`, named (at most 20)."""
+    import inspect
+
+    classes = [type(model), *(type(m) for m in model.modules())] if hasattr(model, "modules") else [type(model)]
+    found: list[str] = []
+    for cls in dict.fromkeys(classes):
+        if cls.__module__.split(".")[0] == "torch":
+            continue
+        with contextlib.suppress(TypeError, OSError):
+            if pattern.search(inspect.getsource(cls)):
+                found.append(cls.__qualname__)
+    return found[:20]
+
+
+_OUTPUT_SIZE = re.compile(r"\boutput_size\s*=")
+
+
 def sized_transposed_convs(model: Any) -> list[str]:
     """The model's transposed convolutions, named, where the model's own code passes an
     `output_size` (its output_padding is then a number computed from the example's sizes)."""
-    import inspect
-
     import torch
 
     convs = [name or "(model)" for name, m in model.named_modules()
              if isinstance(m, torch.nn.modules.conv._ConvTransposeNd)] if hasattr(model, "named_modules") else []
-    if not convs:
-        return []
-    for cls in dict.fromkeys([type(model), *(type(m) for m in model.modules())]):
-        if cls.__module__.split(".")[0] == "torch":
-            continue
-        with contextlib.suppress(TypeError, OSError):
-            if re.search(r"\boutput_size\s*=", inspect.getsource(cls)):
-                return convs[:20]
-    return []
+    return convs[:20] if convs and _classes_matching(model, _OUTPUT_SIZE) else []
 
 
 _PACKING = re.compile(r"\b(pack_padded_sequence|pad_packed_sequence|PackedSequence)\b")
@@ -339,17 +347,7 @@ def packed_sequences(model: Any) -> list[str]:
     """The model's classes whose code packs or unpacks padded batches (pack_padded_sequence,
     pad_packed_sequence, PackedSequence), named: the TorchScript exporter keeps such code only as
     a pack/unpack pair around one recurrent layer (recipe code in analysis/fixes/packed.py)."""
-    import inspect
-
-    classes = [type(model), *(type(m) for m in model.modules())] if hasattr(model, "modules") else [type(model)]
-    found: list[str] = []
-    for cls in dict.fromkeys(classes):
-        if cls.__module__.split(".")[0] == "torch":
-            continue
-        with contextlib.suppress(TypeError, OSError):
-            if _PACKING.search(inspect.getsource(cls)):
-                found.append(cls.__qualname__)
-    return found[:20]
+    return _classes_matching(model, _PACKING)
 
 
 def input_tree(value: Any, counter: list[int] | None = None) -> Any:
