@@ -43,3 +43,33 @@ def test_a_train_mode_mismatch_names_the_node_its_modules_export_to() -> None:
                            fix=False)
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD601", "BatchNormalization"), finding.message
+
+
+# F.fold as thread code writes it: sizes from the input's shape, a stride that leaves a remainder,
+# unequal paddings and dilations (the opset-18 symbolic would also swap the paddings).
+FOLD = '''
+import torch
+import torch.nn.functional as F
+dynamo = False
+opset_version = 12
+class M(torch.nn.Module):
+    def forward(self, columns):
+        height = (columns.shape[-1] // 5 - 1) * 2 + 1  # 7 rows of blocks: 13 (the stride leaves one)
+        return F.fold(columns, (height, 9), kernel_size=(2, 3), stride=(2, 1), padding=(1, 0), dilation=(1, 2))
+def get_model():
+    torch.manual_seed(0)
+    return M().eval(), (torch.randn(2, 18, 35),)
+'''
+
+
+@pytest.mark.slow
+def test_fold_below_opset_18_is_a_transposed_convolution_with_a_one_hot_kernel(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(FOLD, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, all_fixes=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD201", "aten::col2im"), finding.message
+    # The dynamo exporter maps col2im too (opset 18); the symbolic keeps the TorchScript export.
+    (symbolic,) = [f for f in finding.fixes if "ConvTranspose" in f.title]
+    assert symbolic.kind == "rewrite" and symbolic.verified, [(f.title, f.verified) for f in finding.fixes]
+    assert symbolic.check is not None and symbolic.check.max_abs_diff is not None and symbolic.check.max_abs_diff < 1e-6

@@ -273,9 +273,74 @@ _ONE_HOT_ENTRY = (
     11,
 )
 
+# F.fold (aten::col2im): the TorchScript exporter has no symbolic below opset 18, and its opset-18
+# one fails on an output_size traced from shapes ("'NoneType' object is not subscriptable",
+# KinWaiCheuk/nnAudio#102). A grouped ConvTranspose with a one-hot kernel adds the same patches.
+_COL2IM = """import torch
+from torch.onnx._internal.torchscript_exporter import _type_utils, symbolic_helper
+
+
+def _pairs(values, default):
+    values = list(values) if values else [default]
+    return values * 2 if len(values) == 1 else values
+
+
+@symbolic_helper.parse_args("v", "v", "is", "is", "is", "is")
+def col2im(g, columns, output_size, kernel_size, dilation, padding, stride):
+    # F.fold adds each column's kernel_size patch into the image: a grouped transposed
+    # convolution whose kernel is one-hot (input channel c*kh*kw + i*kw + j holds a 1 at (i, j)).
+    size = symbolic_helper._maybe_get_const(output_size, "is")
+    if symbolic_helper._is_value(size):
+        # Sizes computed from shapes while tracing: the traced output's own sizes.
+        size = (symbolic_helper._get_tensor_sizes(g.original_node.output()) or [None, None])[-2:]
+    if len(size) != 2 or any(not isinstance(s, int) for s in size):
+        raise symbolic_helper.errors.SymbolicValueError("col2im: output_size must be known at export time", columns)
+    (kh, kw), (dh, dw) = _pairs(kernel_size, 1), _pairs(dilation, 1)
+    (ph, pw), (sh, sw) = _pairs(padding, 0), _pairs(stride, 1)
+    rank = symbolic_helper._get_tensor_rank(columns)
+    sizes = symbolic_helper._get_tensor_sizes(columns) or [None] * (rank or 3)
+    blocks = sizes[-2]
+    if not isinstance(blocks, int):
+        raise symbolic_helper.errors.SymbolicValueError("col2im: the channel dim must be known at export time", columns)
+    channels = blocks // (kh * kw)
+    rows = (size[0] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    cols = (size[1] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if rank == 2:
+        columns = symbolic_helper._unsqueeze_helper(g, columns, [0])
+    grid = g.op("Reshape", columns, g.op("Constant", value_t=torch.tensor([-1, blocks, rows, cols])))
+    dtype = _type_utils.JitScalarType.from_value(columns, _type_utils.JitScalarType.FLOAT).dtype()
+    weight = torch.zeros(blocks, 1, kh, kw, dtype=dtype)
+    for block in range(blocks):
+        within = block % (kh * kw)
+        weight[block, 0, within // kw, within % kw] = 1
+    # The output rows and columns no patch reaches (the stride's remainder) as output_padding.
+    extra = [size[0] + 2 * ph - ((rows - 1) * sh + dh * (kh - 1) + 1),
+             size[1] + 2 * pw - ((cols - 1) * sw + dw * (kw - 1) + 1)]
+    image = g.op("ConvTranspose", grid, g.op("Constant", value_t=weight), group_i=channels,
+                 kernel_shape_i=[kh, kw], strides_i=[sh, sw], dilations_i=[dh, dw],
+                 pads_i=[ph, pw, ph, pw], output_padding_i=extra)
+    if rank == 2:
+        image = symbolic_helper._squeeze_helper(g, image, [0])
+    return image
+
+
+torch.onnx.register_custom_op_symbolic('aten::col2im', col2im, 9)
+"""
+
+_COL2IM_ENTRY = (
+    Exactness.ROUNDING,
+    ("output_size and the channel dim known at export (the traced sizes: a dynamic output size is "
+     "refused); finite inputs: an Inf or NaN in a column reaches the outputs of the other kernel "
+     "positions in its group, as 0 x Inf is NaN in the convolution's products"),
+    _COL2IM,
+    "a grouped ConvTranspose with a one-hot kernel (any opset)",
+    9,
+)
+
 _TORCHSCRIPT_SYMBOLICS = {
     "aten::one_hot": _ONE_HOT_ENTRY,
     "OneHot": _ONE_HOT_ENTRY,  # the checker's finding names the node
+    "aten::col2im": _COL2IM_ENTRY,
     "aten::int_repr": (
         Exactness.ROUNDING,
         ("a tensor quantized in the same graph by quantize_per_tensor (written as QuantizeLinear; "
