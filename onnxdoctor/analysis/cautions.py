@@ -119,8 +119,13 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     # several: the first inside the module where the difference at other inputs first arises,
     # and a branch on a comparison of sizes (`if x.shape[0] > limit:`, recorded apart) after the
     # values taken out of tensors, since it holds at the other inputs unless their sizes cross it.
+    # An unpacking (`idx_i, idx_j = edge_index`) iterates over a tensor too, but a tensor of
+    # another length fails in PyTorch as well: it freezes nothing an input could change, so
+    # it comes last.
     sizes = set(export.facts.get("size_branches") or ())
-    mine = sorted((w for w in frozen if _warning_source(w, base_dir)), key=lambda w: _warning_source(w, base_dir) in sizes)
+    mine = sorted((w for w in frozen if _warning_source(w, base_dir)),
+                  key=lambda w: (_unpacks("Iterating over a tensor" in w and _warning_source(w, base_dir), base_dir),
+                                 _warning_source(w, base_dir) in sizes))
     diverging = second.get("diverging") if isinstance(second, dict) else None
     inside = [w for w in mine if _in_class(_warning_source(w, base_dir), (diverging or {}).get("module_class"), base_dir)]
     warned = (inside or mine or frozen)[0]
@@ -313,6 +318,18 @@ def _parsed(source: str | None, base_dir: str | None) -> tuple[ast.Module, int] 
         return None
 
 
+def _unpacks(source: str | None | bool, base_dir: str | None) -> bool:
+    """Whether the statement at `file.py:line` assigns to a fixed number of names (`a, b = t`)."""
+    parsed = _parsed(source, base_dir) if isinstance(source, str) else None
+    if parsed is None:
+        return False
+    tree, line = parsed
+    return any(isinstance(node, ast.Assign) and node.lineno <= line <= (node.end_lineno or node.lineno)
+               and any(isinstance(t, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in t.elts)
+                       for t in node.targets)
+               for node in ast.walk(tree))
+
+
 def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
     """The name of the innermost function holding `file.py:line`, unless it is a module's forward()
     (the model's own code, not a helper it calls); the forward of an autograd.Function is named
@@ -387,11 +404,15 @@ def _dropped_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     names, given = run.facts["model_inputs"], run.facts.get("example_tensors", 0)
     if len(names) >= given:
         return []
+    load = by_stage.get(Stage.LOAD)
+    declared = ((load.facts.get("settings") or {}) if load else {}).get("input_names") or []
+    dropped = [str(n) for n in declared if n not in names] if len(declared) == given else []
+    which = f" ({', '.join(dropped)})" if dropped else ""
     return [make_finding(
         "OD502",
         Stage.ORT_RUN,
         f"the exported model takes {len(names)} input(s) ({', '.join(names)}) but the example "
-        f"inputs hold {given} tensors: the exporter dropped unused input(s), so feeding the "
+        f"inputs hold {given} tensors: the exporter dropped unused input(s){which}, so feeding the "
         "model by the original input names fails",
     )]
 

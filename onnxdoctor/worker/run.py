@@ -97,6 +97,7 @@ from onnxdoctor.worker.runtime import (
     feeds_for_session,
     initializing_op,
     kernel_facts,
+    name_example_inputs,
     random_feeds,
     run_session,
     runtime_source,
@@ -467,6 +468,7 @@ class Runner:
         opset_step = recipe.first(UseOpset)
         opset = (opset_step.opset if opset_step else None) or self.request.opset or settings.get("opset_version")
         path = self.workdir / f"model-{os.getpid()}-{time.monotonic_ns()}.onnx"
+        name_example_inputs(settings.get("input_names"))
         kwargs: dict[str, Any] = {
             "kwargs": loaded.kwargs or None,
             "dynamo": dynamo,

@@ -50,6 +50,16 @@ def run_session(session: Any, feeds: dict[str, Any]) -> list[Any]:
         raise StageFailed(exception_text(exc), code) from exc
 
 
+# The names the script gave its example tensors (its input_names), set by the export stage: an
+# exporter that drops an unused input keeps the others' names, so the rest are fed by name.
+_example_names: list[str] = []
+
+
+def name_example_inputs(names: Any) -> None:
+    """Record the script's input_names for feeds_for_session (none: feed by position and type)."""
+    _example_names[:] = [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+
+
 def feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
     inputs = session.get_inputs()
     arrays = [to_numpy(t) for t in tensors]
@@ -60,6 +70,9 @@ def feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
         )
     if len(arrays) == len(inputs):
         return {i.name: a for i, a in zip(inputs, arrays)}
+    named = dict(zip(_example_names, arrays)) if len(_example_names) == len(arrays) else {}
+    if named and all(i.name in named for i in inputs):
+        return {i.name: named[i.name] for i in inputs}
     # Exporters drop unused inputs, wherever they sit (an encoder state a decoder with past never
     # reads): each of the model's inputs takes the next example tensor its type and rank fit.
     feeds: dict[str, Any] = {}
