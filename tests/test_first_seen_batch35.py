@@ -45,3 +45,32 @@ def test_inputs_left_after_a_dropped_one_are_fed_by_their_names(tmp_path: Path) 
     assert "dropped unused input(s) (batch)" in codes["OD502"].message
     # The frozen value is int(batch[-1]), not the unpacking of `pair` a line before it.
     assert codes["OD210"].source == "model.py:9", codes["OD210"].source
+
+
+# onnx/onnx#6340's shape: the dynamo exporter writes opset 18 and converts down to the requested
+# 12, keeping Softmax's axis=1, which before opset 13 normalizes over every dim from it on.
+SOFTMAX_CONVERTED = '''
+import torch
+dynamo = True
+opset_version = 12
+output_names = ["probs"]
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Conv2d(3, 4, 1)
+    def forward(self, image):
+        return torch.softmax(self.head(image), dim=1)
+def get_model():
+    torch.manual_seed(0)
+    return M().eval(), (torch.randn(1, 3, 6, 6),)
+'''
+
+
+@pytest.mark.slow
+def test_a_mismatch_the_version_converter_wrote_is_named_and_exported_at_18(tmp_path: Path) -> None:
+    (finding, *_) = _findings(tmp_path, SOFTMAX_CONVERTED, fix=True)
+    # Every intermediate value agrees; the graph output (named "probs") is the Softmax's own.
+    assert (finding.code, finding.onnx_op) == ("OD601", "Softmax"), finding.message
+    best = finding.fixes[0]
+    assert (best.kind, best.title, best.verified) == ("opset", "Export at opset 18", True), \
+        [(f.title, f.verified) for f in finding.fixes]

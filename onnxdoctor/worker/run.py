@@ -818,7 +818,9 @@ class Runner:
                                 # Every value the trace search compared agreed: the output's own node.
                                 found = output_producer(state, report)
                         elif found is None and report["code"] == "OD601":
-                            found = first_diverging_value(state, atol, rtol)
+                            # Every intermediate value agreeing, the output's own node (a graph
+                            # output takes the script's output name, so it is not compared there).
+                            found = first_diverging_value(state, atol, rtol) or output_producer(state, report)
                         elif found is None and report["code"] == "OD604" and not torchscript:
                             # An output of another dtype: the node that writes it chose the type.
                             found = output_producer(state, report)
