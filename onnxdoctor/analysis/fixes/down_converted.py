@@ -3,7 +3,9 @@
 The dynamo exporter builds every model at opset 18 and converts it to a lower `opset_version`
 with onnx's version converter, which can leave an op's opset-18 form behind (Split's
 `num_outputs`, a Reduce op's `noop_with_empty_axes`): the checker then refuses a node the user
-never wrote. The op needs no later opset of its own; the conversion does. The fix is the lowest
+never wrote, or keeps an attribute whose meaning changed (Softmax's axis, which before opset 13
+normalizes over every dim from it on: onnx/onnx#6340), so ONNX Runtime refuses the node or computes
+other numbers. The op needs no later opset of its own; the conversion does. The fix is the lowest
 opset at which the op's opset-18 definition already holds (nothing to convert for it), else 18.
 """
 
@@ -13,7 +15,10 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.opset import opset_fix
 from onnxdoctor.model import Finding, Fix, Stage
 
-CODES = ("OD301", "OD303", "OD304", "OD399")
+CODES = ("OD301", "OD303", "OD304", "OD399", "OD402", "OD499", "OD501", "OD601", "OD603")
+
+# The stages a converted node can fail at: the checker, ONNX Runtime's load and run, the numbers.
+_AFTER_EXPORT = frozenset({Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN, Stage.PARITY})
 
 # The opset the dynamo exporter builds at before converting (docs/ARCHITECTURE.md; README).
 NATIVE_OPSET = 18
@@ -21,7 +26,7 @@ NATIVE_OPSET = 18
 
 def _written_below_native(finding: Finding, ctx: FixContext) -> int | None:
     """The opset the model was converted down to, when this finding is the conversion's doing."""
-    if ctx.target_kind != "script" or ctx.exporter != "dynamo" or finding.stage is not Stage.CHECK:
+    if ctx.target_kind != "script" or ctx.exporter != "dynamo" or finding.stage not in _AFTER_EXPORT:
         return None
     written = finding.opset or ctx.export_facts.get("written_opset") or ctx.requested_opset
     requested = ctx.requested_opset
@@ -45,7 +50,7 @@ def lowest_valid_opset(op_type: str, below: int) -> int:
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """Export at the lowest opset the op's converted form needs, and at 18 if that is higher."""
     written = _written_below_native(finding, ctx)
-    op = (finding.op or "").split("::")[-1]
+    op = finding.onnx_op or (finding.op or "").split("::")[-1]  # a mismatch names the aten op too
     if written is None or not op:
         return []
     why = (f"the dynamo exporter builds at opset {NATIVE_OPSET}; converting it down to {written} "

@@ -6,12 +6,10 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.runtime import REFUSED_TYPE
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import Recipe, UseExporter, UseOpset
 
-CODES = ("OD201", "OD209", "OD404", "OD303", "OD304", "OD402", "OD499", "OD501", "OD601", "OD603")
-# Failures downstream of an export that onnx's version converter may have written (below).
-_AFTER_EXPORT = frozenset({"OD303", "OD304", "OD402", "OD499", "OD501", "OD601", "OD603"})
+CODES = ("OD201", "OD209", "OD404", "OD303", "OD304")
 
 # The formal type of the refused position: a type parameter (T) or a fixed type (tensor(int64)).
 _TYPESTR = re.compile(r"typestr: ([\w()]+),")
@@ -24,13 +22,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The lowest opset at which every failing op has an export mapping."""
     if ctx.target_kind != "script":
         return []
-    converted = _converted_down(ctx)
-    if finding.code in _AFTER_EXPORT and converted:
-        # The dynamo exporter builds opset 18 and converts it down; the converter rewrites nodes
-        # (an opset-18 attribute left on Split, a Softmax axis whose meaning changed at 13), so
-        # the model it started from is the first thing to try.
-        return [opset_fix(18, "dynamo", f"the dynamo exporter writes opset 18 and converted it down to {converted} "
-                                        "with onnx's version converter, which rewrote the nodes")]
     if finding.code == "OD201":
         supported = ctx.op_facts.get("torchscript_opsets") or []
         requested = finding.opset or ctx.requested_opset or 0
@@ -70,14 +61,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD404":
         return [opset_fix(18, ctx.exporter or "dynamo", "a lower opset that this ONNX Runtime loads")]
     return []
-
-
-def _converted_down(ctx: FixContext) -> int | None:
-    """The opset a dynamo export was converted down to from its own 18, or None."""
-    written = ctx.facts_of(Stage.EXPORT).get("written_opset")
-    if ctx.exporter != "dynamo" or not isinstance(written, int) or written >= 18:
-        return None
-    return written
 
 
 # Opsets tried, lowest first, for a node refused at an old one: where the exporters' symbolics and
