@@ -75,3 +75,34 @@ def test_a_mismatch_the_version_converter_wrote_is_named_and_exported_at_18(tmp_
     # Softmax is defined as at 18 from opset 13 on: the lowest opset without a conversion for it.
     assert (best.kind, best.title, best.verified) == ("opset", "Export at opset 13", True), \
         [(f.title, f.verified) for f in finding.fixes]
+
+
+# DavideCatto/XFeat-ONNX#2's top-k count: min(#cells, top_k) through NumPy, frozen at the example's
+# 30 cells; at 12 cells ONNX Runtime's TopK refuses k = 20.
+NUMPY_SIZES = '''
+import numpy as np
+import torch
+dynamo = False
+opset_version = 17
+input_names = ["heat"]
+dynamic_axes = {"heat": {0: "h", 1: "w"}}
+class M(torch.nn.Module):
+    def forward(self, heat):
+        cells = heat.flatten()
+        scores, index = torch.topk(cells, torch.min(torch.from_numpy(np.array([cells.shape[0], 20]))), dim=-1)
+        return scores, index
+def get_model():
+    torch.manual_seed(0)
+    return M().eval(), (torch.rand(5, 6),)
+def get_inputs2():
+    return (torch.rand(3, 4),)
+'''
+
+
+@pytest.mark.slow
+def test_a_numpy_round_trip_of_sizes_is_traced_as_torch(tmp_path: Path) -> None:
+    (finding, *_) = _findings(tmp_path, NUMPY_SIZES, fix=True)
+    assert finding.code == "OD210", finding.message
+    best = finding.fixes[0]
+    assert best.kind == "tensor_values" and best.verified and "NumPy" in best.title, \
+        [(f.title, f.verified) for f in finding.fixes]

@@ -845,7 +845,8 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
     """`Tensor.item()` returns the 0-d tensor, `torch.tensor()` of tensors (or of lists holding
-    tensors) stacks them, and `int(t)` gives a number `torch.arange` reads as `t`, until `undo` runs.
+    tensors) stacks them, `int(t)` gives a number `torch.arange` reads as `t`, and a NumPy array of
+    a list holding tensors stays a tensor (torch.from_numpy passes it on), until `undo` runs.
 
     The tracer records neither a Python number nor what `torch.tensor` builds from one: a value
     that goes out of a tensor and back (`torch.tensor(logits.argmax().item())`, `torch.arange(
@@ -910,16 +911,42 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
         kwargs = {k: as_tensor(v) if k in ("start", "end", "step") else v for k, v in kwargs.items()}
         return original_arange(*args, **kwargs)
 
+    # A NumPy round trip of sizes (`torch.from_numpy(np.array([x.shape[0], top_k]))`, XFeat's
+    # top-k count): under the tracer sizes are 0-d tensors, and a list holding them stays a
+    # tensor instead of becoming an array of numbers. A bare tensor given to np.array is left to
+    # NumPy: that is post-processing, not a size.
+    import numpy
+
+    original_array, original_asarray = numpy.array, numpy.asarray
+    original_from_numpy = torch.from_numpy
+
+    def array(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, (list, tuple)) and holds_tensor(data) and not args and not kwargs.get("dtype"):
+            return tensor(data)
+        return original_array(data, *args, **kwargs)
+
+    def asarray(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, (list, tuple)) and holds_tensor(data) and not args and not kwargs.get("dtype"):
+            return tensor(data)
+        return original_asarray(data, *args, **kwargs)
+
+    def from_numpy(data: Any) -> Any:
+        return data if isinstance(data, torch.Tensor) else original_from_numpy(data)
+
     torch.Tensor.item = item  # type: ignore[method-assign]
     torch.tensor = tensor  # type: ignore[assignment]
     torch.Tensor.__int__ = to_int  # type: ignore[method-assign]
     torch.arange = arange  # type: ignore[assignment]
+    numpy.array, numpy.asarray = array, asarray
+    torch.from_numpy = from_numpy
 
     def restore() -> None:
         torch.Tensor.item = original_item  # type: ignore[method-assign]
         torch.tensor = original_tensor  # type: ignore[assignment]
         torch.Tensor.__int__ = original_int  # type: ignore[method-assign]
         torch.arange = original_arange  # type: ignore[assignment]
+        numpy.array, numpy.asarray = original_array, original_asarray
+        torch.from_numpy = original_from_numpy
 
     undo.append(restore)
 

@@ -95,7 +95,8 @@ def _library_branch(finding: Finding, ctx: FixContext) -> Fix | None:
 # TracerWarnings of a value taken out of a tensor as a Python number, or put back by torch.tensor:
 # the two halves `EagerExport.tensor_values` keeps in the graph. A bool (a branch), an int()/index
 # or a list are other conversions it cannot keep.
-_NUMBER_ROUND_TRIP = ("a Python number", "a Python integer", "torch.tensor results are registered as constants")
+_NUMBER_ROUND_TRIP = ("a Python number", "a Python integer", "torch.tensor results are registered as constants",
+                      "torch.from_numpy results are registered as constants")
 
 
 def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
@@ -108,9 +109,11 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
     if finding.op != "aten::item" and not any(text in warnings for text in _NUMBER_ROUND_TRIP):
         return None
     where = f" ({finding.source})" if finding.source else ""
+    through = ("build it with torch ops, not a NumPy array (torch.from_numpy(np.array(...)))"
+               if "torch.from_numpy results" in warnings else "drop .item(), int() and torch.tensor(...) around it")
     return Fix(
         kind="tensor_values",
-        title=f"Keep the value a tensor{where}: drop .item(), int() and torch.tensor(...) around it",
+        title=f"Keep the value a tensor{where}: {through}",
         snippet=(
             "# before:  action = probs.argmax(dim=-1).item()\n"
             "#          return torch.tensor(action)\n"
@@ -118,7 +121,8 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
             "return action\n"
             "# likewise torch.arange(n) instead of torch.arange(n.item()) or torch.arange(int(n)),\n"
             "# torch.stack(tags) instead of\n"
-            "# torch.tensor([t.item() for t in tags])\n"
+            "# torch.tensor([t.item() for t in tags]), and torch.stack([x.shape[0], torch.tensor(k)])\n"
+            "# instead of torch.from_numpy(np.array([x.shape[0], k]))\n"
         ),
         applicability=Applicability.SAFE,
         cost=("an edit to forward(); checked by tracing it with .item() returning the tensor and "
