@@ -275,10 +275,15 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         return result
 
     original_truth = torch.Tensor.__bool__
+    # torch's own checks (InstanceNorm's channel count, F.batch_norm's batch size) ask too: they
+    # validate sizes and are no branch of the model's that an edit could decide.
+    torch_folder = os.path.dirname(torch.__file__) + os.sep
 
     def truth(self: Any) -> bool:
         caller = asking_frame()  # the line asking (bool() and `if` add no Python frame)
         with contextlib.suppress(Exception):
+            if caller.f_code.co_filename.startswith(torch_folder):
+                return truth_at(original_truth, self, caller)
             node = torch._C._get_value_trace(self).node() if torch._C._get_tracing_state() is not None else None
             site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
             if node is not None and not _from_sizes(node):
