@@ -106,3 +106,31 @@ def test_a_numpy_round_trip_of_sizes_is_traced_as_torch(tmp_path: Path) -> None:
     best = finding.fixes[0]
     assert best.kind == "tensor_values" and best.verified and "NumPy" in best.title, \
         [(f.title, f.verified) for f in finding.fixes]
+
+
+# pytorch/pytorch#150371's shape: keyword-only inputs and one more through **kwargs, with
+# dynamic_shapes keyed by all three names; torch.export wants them keyed by forward()'s own.
+KEYWORDS_THROUGH_KWARGS = '''
+import torch
+dynamo = True
+batch = torch.export.Dim("batch")
+dynamic_shapes = {"x": {0: batch}, "y": {0: batch}, "z": {0: batch}}
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+    def forward(self, *, x, y, **kwargs):
+        return self.proj(x) + y * kwargs["z"]
+def get_model():
+    torch.manual_seed(0)
+    return M().eval(), (), {"x": torch.randn(3, 4), "y": torch.randn(3, 4), "z": torch.randn(3, 4)}
+'''
+
+
+@pytest.mark.slow
+def test_a_forward_taking_kwargs_is_exported_through_a_wrapper_naming_each_input(tmp_path: Path) -> None:
+    (finding, *_) = _findings(tmp_path, KEYWORDS_THROUGH_KWARGS, fix=True)
+    assert finding.code == "OD208", finding.message
+    best = finding.fixes[0]
+    assert best.kind == "named_inputs" and best.verified, [(f.title, f.verified) for f in finding.fixes]
+    assert "def forward(self, x, y, z):" in best.snippet and "self.model(x=x, y=y, z=z)" in best.snippet

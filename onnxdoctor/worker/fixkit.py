@@ -1081,6 +1081,43 @@ def forward_parameters(loaded: LoadedModel) -> list[str]:
     return [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
+def variadic_inputs(loaded: LoadedModel) -> dict[str, Any] | None:
+    """How the example reaches a forward() that takes `*args`, `**kwargs` or keyword-only
+    arguments: None for any other forward(). `names` holds one identifier per example input, for a
+    wrapper whose forward() spells them out (fixes/named_inputs.py): forward()'s own names for
+    positional inputs, else the script's input_names, else `argN`; keyword inputs by their keys."""
+    import inspect
+    import keyword
+
+    try:
+        parameters = list(inspect.signature(loaded.model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    variadic = [f"*{p.name}" for p in parameters if p.kind is p.VAR_POSITIONAL]
+    variadic += [f"**{p.name}" for p in parameters if p.kind is p.VAR_KEYWORD]
+    variadic += [p.name for p in parameters if p.kind is p.KEYWORD_ONLY]
+    if not variadic:
+        return None
+    own = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    given = [str(n) for n in loaded.settings.get("input_names") or ()]
+    keys = [str(k) for k in (loaded.kwargs or {})]
+    taken: set[str] = set()
+
+    def identifier(name: str) -> str:
+        name = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "input"
+        if name[0].isdigit() or keyword.iskeyword(name) or name == "self":
+            name = f"input_{name}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        return name
+
+    names = [identifier(own[i] if i < len(own) else given[i] if i < len(given) else f"arg{i}")
+             for i in range(len(loaded.args))]
+    names += [identifier(key) for key in keys]
+    return {"variadic": variadic, "positional": len(loaded.args), "keywords": keys, "names": names}
+
+
 def widened_for_export(loaded: LoadedModel, dynamic_shapes: Any) -> tuple[Any, ...]:
     """The example arguments doubled along every dim declared dynamic whose size is 1.
 

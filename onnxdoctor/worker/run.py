@@ -78,7 +78,12 @@ from onnxdoctor.worker.facts import (
     with_suggested_dims,
 )
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
-from onnxdoctor.worker.fixkit import apply_load_code, forward_parameters, reference_call
+from onnxdoctor.worker.fixkit import (
+    apply_load_code,
+    forward_parameters,
+    reference_call,
+    variadic_inputs,
+)
 from onnxdoctor.worker.llm_cache import cache_facts, check_decoding
 from onnxdoctor.worker.parity import (
     FROZEN_TRACE,
@@ -355,6 +360,8 @@ class Runner:
             facts["packed_sequences"] = packed_sequences(model)
         with contextlib.suppress(Exception):
             facts["object_inputs"] = object_inputs(loaded.args)
+        with contextlib.suppress(Exception):
+            facts["variadic_inputs"] = variadic_inputs(loaded)
         with contextlib.suppress(Exception):
             facts["sized_transposed_convs"] = sized_transposed_convs(model)
         with contextlib.suppress(Exception):

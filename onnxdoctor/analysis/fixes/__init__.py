@@ -41,6 +41,7 @@ from onnxdoctor.analysis.fixes import (
     if_branches,
     inference_noops,
     llm_cache,
+    named_inputs,
     object_inputs,
     onnx_file,
     opset,
@@ -69,7 +70,7 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, aliased_inputs, object_inputs, export_args, reparametrized, dynamic_shapes, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, aliased_inputs, object_inputs, named_inputs, export_args, reparametrized, dynamic_shapes, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
     split_sizes, if_branches,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
