@@ -140,3 +140,18 @@ def test_a_python_builtin_or_a_data_dependent_output_the_dynamo_path_stops_at_is
     assert extract_op("<class 'torch._subclasses.fake_tensor.DataDependentOutputException'>: "
                       "aten.equal.default") == "aten::equal"
     assert extract_op("DataDependentOutputException: aten._local_scalar_dense.default") == "aten::_local_scalar_dense"
+
+
+def test_one_refusal_at_several_nodes_of_an_op_is_one_finding_listing_them() -> None:
+    from onnxdoctor.analysis.classify import _dedupe
+    from onnxdoctor.analysis.findings import make_finding
+
+    def refused(node: str, op: str = "Split") -> object:
+        return make_finding("OD303", Stage.CHECK, f"node '{node}' ({op}) violates its schema: Unrecognized "
+                            f"attribute: num_outputs for operator {op}", op=op, node=node)
+
+    found = _dedupe([refused("node_Split_10"), refused("node_Split_34"), refused("node_Split_56"),
+                     refused("node_Gather_3", "Gather")])
+    assert [f.node for f in found] == ["node_Split_10", "node_Gather_3"]
+    assert found[0].message.endswith("(the same at 2 more nodes: node_Split_34, node_Split_56)")
+    assert "more node" not in found[1].message

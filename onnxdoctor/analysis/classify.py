@@ -863,12 +863,27 @@ def _shape_keys(match: re.Match[str]) -> DynamicShapesKeys | None:
 def _dedupe(findings: list[Finding]) -> list[Finding]:
     seen: set[tuple[str, str | None, str | None]] = set()
     result: list[Finding] = []
+    # One finding for a refusal repeated at several nodes of one op (the version converter's
+    # Split at every C2f block): the same message but for the node's name; the others are listed.
+    alike: dict[tuple[str, str | None, str], list[Finding]] = {}
     for finding in findings:
         key = (finding.code, finding.op, finding.node)
         if key in seen:
             continue
         seen.add(key)
+        if finding.node:
+            same = alike.setdefault((finding.code, finding.op, finding.message.replace(finding.node, "\0")), [])
+            same.append(finding)
+            if len(same) > 1:
+                continue
         result.append(finding)
+    for group in alike.values():
+        if len(group) > 1:
+            more = [f.node for f in group[1:]]
+            shown = ", ".join(more[:5]) + (f" and {len(more) - 5} more" if len(more) > 5 else "")
+            first = group[0]
+            result[result.index(first)] = replace(
+                first, message=f"{first.message} (the same at {len(more)} more node{'s' if len(more) > 1 else ''}: {shown})")
     errors = [f for f in result if f.severity is Severity.ERROR]
     others = [f for f in result if f.severity is not Severity.ERROR]
     return errors + others
