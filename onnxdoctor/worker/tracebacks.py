@@ -95,15 +95,17 @@ def library_frame(exc: BaseException) -> traceback.FrameSummary | None:
 
 def torch_nn_functions(exc: BaseException) -> list[str]:
     """The functions of torch.nn's own code the chain passed through, innermost first, as
-    "module.function" (`transformer._detect_is_causal_mask`): where a layer of torch's checked a
-    traced value (fix families that answer one such function read this)."""
+    "module.function" (`transformer._detect_is_causal_mask`), and of torch.distributions' as
+    "distributions.module.function" (`distributions.distribution._validate_sample`): where a
+    layer of torch's checked a traced value (fix families that answer one such function read this)."""
     found: list[str] = []
     for hidden in (False, True):
         for current in reversed(exception_chain(exc, hidden_context=hidden)):
             for item in reversed(traceback.extract_tb(current.__traceback__)):
                 path = item.filename.replace("\\", "/")
-                if "/torch/nn/" in path:
-                    name = f"{Path(path).stem}.{item.name}"
+                prefix = "" if "/torch/nn/" in path else "distributions." if "/torch/distributions/" in path else None
+                if prefix is not None:
+                    name = f"{prefix}{Path(path).stem}.{item.name}"
                     if name not in found:
                         found.append(name)
     return found[:20]

@@ -27,6 +27,7 @@ from onnxdoctor.analysis.fixes import (
     custom_op,
     decompose,
     dense_attention,
+    distribution_checks,
     down_converted,
     dynamic_shapes,
     eval_mode,
@@ -70,7 +71,7 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import ExportCode, UseExporter
 
 FAMILIES = (
-    eval_mode, aliased_inputs, object_inputs, named_inputs, export_args, reparametrized, dynamic_shapes, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, aliased_inputs, object_inputs, named_inputs, export_args, reparametrized, dynamic_shapes, distribution_checks, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
     split_sizes, if_branches,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
