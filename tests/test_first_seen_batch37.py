@@ -45,3 +45,25 @@ def test_distribution_checks_are_left_out_and_chained_with_the_rewrite_they_unco
     best = finding.fixes[0]
     assert best.verified and best.steps == ("distribution_checks", "rewrite"), \
         [(f.title, f.steps, f.verified) for f in finding.fixes]
+
+
+def _refused_at_other_inputs(declared: list[dict]) -> list:
+    from onnxdoctor.analysis.classify import classify
+    from onnxdoctor.model import Stage, StageOutcome, Status
+
+    second = {"matched": False, "source": "the script's get_inputs2()", "shapes": {"x": [1, 4, 12, 16]},
+              "message": "Got invalid dimensions for input: x for the following indices\n index: 2 Got: 12 Expected: 8",
+              "fixed": [["x", 2, 12, 8]]}
+    passed = [StageOutcome(s, Status.PASSED) for s in (Stage.LOAD, Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN)]
+    return classify([*passed, StageOutcome(Stage.EXPORT, Status.PASSED, facts={"exporter": "dynamo"}),
+                     StageOutcome(Stage.PARITY, Status.PASSED, facts={"second_inputs": second}),
+                     StageOutcome(Stage.SHAPES, Status.PASSED, facts={"declared": declared})])
+
+
+def test_a_size_refused_at_other_inputs_is_undeclared_only_when_nothing_declared_it() -> None:
+    # ComfyUI#5490's Flux ids: the script declares height dynamic and the dynamo exporter
+    # specialises it (the SHAPES stage's OD804 says so); "nothing declared it" would be wrong.
+    undeclared = [f for f in _refused_at_other_inputs([]) if "nothing declared" in f.message]
+    assert [f.code for f in undeclared] == ["OD802"]
+    declared = _refused_at_other_inputs([{"input": "x", "dim": 2, "name": "height", "min": None, "max": None}])
+    assert not [f for f in declared if "nothing declared" in f.message], [f.message for f in declared]

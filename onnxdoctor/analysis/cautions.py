@@ -85,7 +85,7 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         return []
     parity = by_stage.get(Stage.PARITY)
     second = (parity.facts.get("second_inputs") if parity else None) or {}
-    refused = _refused_dims(second, export)
+    refused = _refused_dims(second, export, _declared_dims(by_stage))
     if refused:
         return refused
     message = ("the TorchScript tracer turned a tensor into a Python value (a branch or a number) and "
@@ -185,7 +185,9 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         return []  # _frozen_trace reports it, with the frozen value as the cause
     if second.get("matched") is not False or second.get("unchecked"):
         return []
-    refused = _refused_dims(second, export)
+    refused = _refused_dims(second, export, _declared_dims(by_stage))
+    if refused is None:
+        return []  # declared dynamic and specialised by the exporter: the SHAPES stage's OD804
     if refused:
         return refused
     op, node = _frozen_op(export, second, None) if export is not None else (None, None)
@@ -205,10 +207,19 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
 _REFUSED_INPUT = re.compile(r"Got invalid dimensions for input: (\S+) for the following indices")
 
 
-def _refused_dims(second: Any, export: StageOutcome | None) -> list[Finding]:
+def _declared_dims(by_stage: _ByStage) -> set[tuple[str, int]]:
+    """The (input, dim) pairs the script (or a fix) declared dynamic, as the SHAPES stage read them."""
+    shapes = by_stage.get(Stage.SHAPES)
+    rows = (shapes.facts.get("declared") if shapes else None) or ()
+    return {(str(r.get("input")), int(r.get("dim"))) for r in rows if isinstance(r, dict) and
+            isinstance(r.get("dim"), int)}
+
+
+def _refused_dims(second: Any, export: StageOutcome | None, declared: set[tuple[str, int]]) -> list[Finding] | None:
     """At other inputs ONNX Runtime refused a size in a dim the export fixed, because nothing
     declared it dynamic: the script's own other inputs vary it, so declaring it is the fix (not a
-    frozen value: traced at those inputs, the export would match only there)."""
+    frozen value: traced at those inputs, the export would match only there). None when every
+    such dim was declared: the exporter specialised it, which the SHAPES stage reports."""
     if not isinstance(second, dict) or second.get("matched") is not False:
         return []
     named = _REFUSED_INPUT.search(str(second.get("message") or ""))
@@ -220,6 +231,8 @@ def _refused_dims(second: Any, export: StageOutcome | None) -> list[Finding]:
     rows = [(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in second.get("fixed") or () if len(r) == 4]
     if not rows:
         return []
+    if all((name, dim) in declared for name, dim, _got, _want in rows):
+        return None
     exporter = str((export.facts if export else {}).get("exporter") or "")
     detail = FrozenSize(
         dims=tuple((name, dim, f"{name}_{dim}", None, None) for name, dim, _got, _want in rows),
