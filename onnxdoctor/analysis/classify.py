@@ -197,7 +197,16 @@ def extract_op(text: str) -> str | None:
     match = _TRANSLATION_RAISED.search(text)
     if match:
         return f"aten::{match.group(1)}"
+    match = _SYMBOLIC_OUTPUTS.search(text)
+    if match:
+        return aten_name(match.group(1))
     return None
+
+
+# A symbolic whose outputs do not match the node's, named by the node's kind without its
+# namespace ("symbolic for __getitem__ produced an incorrect number of outputs", einops#355's
+# scripted `dict.items()` loop).
+_SYMBOLIC_OUTPUTS = re.compile(r"symbolic for (\w+) produced an incorrect number of outputs")
 
 
 # torch names the FX node it was running when an error came from inside an op (a decomposition,
