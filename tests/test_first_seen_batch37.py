@@ -67,3 +67,21 @@ def test_a_size_refused_at_other_inputs_is_undeclared_only_when_nothing_declared
     assert [f.code for f in undeclared] == ["OD802"]
     declared = _refused_at_other_inputs([{"input": "x", "dim": 2, "name": "height", "min": None, "max": None}])
     assert not [f for f in declared if "nothing declared" in f.message], [f.message for f in declared]
+
+
+def test_a_graph_that_reads_no_input_is_named_before_the_mismatch_it_causes() -> None:
+    # facebookresearch/detr#49: the padding copy_ the tracer dropped cut the image off the graph.
+    from onnxdoctor.analysis.classify import classify
+    from onnxdoctor.model import ErrorInfo, Stage, StageOutcome, Status
+
+    mismatch = ErrorInfo(type="onnxdoctor.worker.tracebacks.StageFailed", message="output 0 differs: max abs error inf",
+                         chain=("onnxdoctor.worker.tracebacks.StageFailed",))
+    found = classify([
+        StageOutcome(Stage.LOAD, Status.PASSED, facts={"settings": {"input_names": ["samples"]}}),
+        StageOutcome(Stage.EXPORT, Status.PASSED, facts={"exporter": "torchscript"}),
+        StageOutcome(Stage.CHECK, Status.PASSED), StageOutcome(Stage.ORT_LOAD, Status.PASSED),
+        StageOutcome(Stage.ORT_RUN, Status.PASSED, facts={"model_inputs": [], "example_tensors": 1}),
+        StageOutcome(Stage.PARITY, Status.FAILED, error=mismatch, facts={"code": "OD601"}),
+    ])
+    assert [f.code for f in found][:2] == ["OD502", "OD601"], [(f.code, f.message) for f in found]
+    assert "takes no inputs: the exporter dropped every input (samples)" in found[0].message

@@ -421,6 +421,16 @@ def _dropped_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     declared = ((load.facts.get("settings") or {}) if load else {}).get("input_names") or []
     dropped = [str(n) for n in declared if n not in names] if len(declared) == given else []
     which = f" ({', '.join(dropped)})" if dropped else ""
+    if not names:
+        # Nothing the graph computes reads an input: its outputs are constants of the example's,
+        # and a mismatch at parity is this, not a node that computes otherwise.
+        return [make_finding(
+            "OD502",
+            Stage.ORT_RUN,
+            f"the exported model takes no inputs: the exporter dropped every input{which}, so its outputs "
+            "are constants computed from the example (the data flow from the inputs was cut: an in-place "
+            "write into a new tensor, a value taken out of a tensor into Python)",
+        )]
     return [make_finding(
         "OD502",
         Stage.ORT_RUN,
