@@ -1101,6 +1101,10 @@ def variadic_inputs(loaded: LoadedModel) -> dict[str, Any] | None:
     own = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     given = [str(n) for n in loaded.settings.get("input_names") or ()]
     keys = [str(k) for k in (loaded.kwargs or {})]
+    named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if len(loaded.args) <= len(own) and all(k in named for k in keys) and not any(
+            p.kind is p.KEYWORD_ONLY for p in parameters):
+        return None  # the example reaches only named parameters (a transformers forward's **kwargs unused)
     taken: set[str] = set()
 
     def identifier(name: str) -> str:
