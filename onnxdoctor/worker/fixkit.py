@@ -1102,8 +1102,8 @@ def variadic_inputs(loaded: LoadedModel) -> dict[str, Any] | None:
     given = [str(n) for n in loaded.settings.get("input_names") or ()]
     keys = [str(k) for k in (loaded.kwargs or {})]
     named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    if len(loaded.args) <= len(own) and all(k in named for k in keys) and not any(
-            p.kind is p.KEYWORD_ONLY for p in parameters):
+    keyword_only = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY}
+    if len(loaded.args) <= len(own) and all(k in named and k not in keyword_only for k in keys):
         return None  # the example reaches only named parameters (a transformers forward's **kwargs unused)
     taken: set[str] = set()
 
