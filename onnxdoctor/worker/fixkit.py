@@ -111,6 +111,27 @@ def reference_call(loaded: LoadedModel) -> Any:
         return model(*loaded.args, **loaded.kwargs)
 
 
+def with_gradients(loaded: LoadedModel) -> None:
+    """forward() run with gradients enabled whatever the caller's mode, its tensors detached: for
+    a model whose forward takes gradients itself (torch.autograd.grad of its output with respect
+    to its input), which every reference call of the worker (under torch.no_grad) would stop."""
+    import functools
+
+    import torch
+
+    forward = loaded.model.forward
+
+    @functools.wraps(forward)
+    def forward_with_gradients(*args: Any, **kwargs: Any) -> Any:
+        with torch.enable_grad():
+            result = forward(*args, **kwargs)
+        if torch.jit.is_tracing() or torch.compiler.is_compiling():
+            return result  # an export records forward's own graph
+        return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach(), result)
+
+    loaded.model.forward = forward_with_gradients
+
+
 def reference_outputs(loaded: LoadedModel) -> list[Any]:
     """PyTorch's outputs at the example inputs, as tensors (the numbers the export must match)."""
     from onnxdoctor.worker.facts import tensor_leaves

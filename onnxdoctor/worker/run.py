@@ -83,6 +83,7 @@ from onnxdoctor.worker.fixkit import (
     forward_parameters,
     reference_call,
     variadic_inputs,
+    with_gradients,
 )
 from onnxdoctor.worker.llm_cache import cache_facts, check_decoding
 from onnxdoctor.worker.parity import (
@@ -389,7 +390,16 @@ class Runner:
             )
         try:
             with autograd_watch() as backward_passes:
-                outputs = reference_call(loaded)
+                try:
+                    outputs = reference_call(loaded)
+                except RuntimeError as exc:
+                    if "does not require grad" not in str(exc):
+                        raise
+                    # forward() takes gradients itself (torch.autograd.grad in a physics-informed
+                    # loss) and the reference ran without them: from here on it runs with them.
+                    with_gradients(loaded)
+                    facts["forward_needs_gradients"] = True
+                    outputs = reference_call(loaded)
         except BaseException as exc:
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
