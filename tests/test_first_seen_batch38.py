@@ -37,3 +37,31 @@ def test_a_forward_that_takes_gradients_is_run_with_them(tmp_path: Path) -> None
     assert (finding.code, finding.op) == ("OD202", "aten::sgn"), finding.message
     assert finding.fixes[0].kind == "exporter" and finding.fixes[0].verified, \
         [(f.title, f.verified) for f in finding.fixes]
+
+
+# pytorch/pytorch#158658: a 0-d float32 parameter times a bfloat16 input under autocast is written
+# as a complex128 scalar, which the file writer refuses naming only the type.
+COMPLEX_SCALAR = '''
+import torch
+dynamo = False
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.tensor(1.5), requires_grad=False)
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x * self.p
+def get_model():
+    return M().eval(), (torch.randn(2, 2).to(torch.bfloat16),)
+'''
+
+
+@pytest.mark.slow
+def test_a_type_no_node_writes_is_named_by_the_node_that_reads_it(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(COMPLEX_SCALAR, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert "ComplexDouble" in finding.message
+    assert (finding.op, finding.onnx_op, finding.source) == ("aten::mul", "Mul", "model.py:10"), \
+        (finding.op, finding.onnx_op, finding.source)

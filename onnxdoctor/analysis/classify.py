@@ -299,17 +299,17 @@ def _classify_failure(
     message = _headline(error, base_dir)
     if outcome.stage is Stage.EXPORT and error is not None:
         message = _with_place(message, op, library_frame(error))
-    return [
-        make_finding(
-            code,
-            outcome.stage,
-            message,
-            op=op,
-            node=node,
-            source=facts.get("source"),
-            evidence=evidence,
-        )
-    ]
+    found = make_finding(
+        code,
+        outcome.stage,
+        message,
+        op=op,
+        node=node,
+        source=facts.get("source"),
+        evidence=evidence,
+    )
+    # The ONNX node the file writer refused (a type ONNX has no name for), beside the torch op.
+    return [replace(found, onnx_op=str(facts["onnx_op"])) if facts.get("onnx_op") else found]
 
 
 # torch.onnx wraps the real error in a preamble about which of its steps failed.

@@ -110,7 +110,16 @@ class TorchScriptRecorder:
                          and not e.torch_op.startswith("prim::")), None)
         if emission is not None:
             return {"op": emission.torch_op, "source": row["source"] if row else ""}
-        if row is None or not row["source"]:
+        if row is None:
+            # No node writes the type: a parameter or a folded constant of it, named by the
+            # first node that reads it (a frozen scalar multiplied under autocast).
+            reader = next((r for r in self.final if scalar in r.get("input_scalar_types", ())), None)
+            if reader is None:
+                return None
+            read = _align(self.final, self.emissions).get(id(reader))
+            op = read.torch_op if read is not None and read.torch_op else reader["kind"].replace("onnx::", "")
+            return {"op": op, "source": reader["source"], "node_kind": reader["kind"]}
+        if not row["source"]:
             return None
         emitted = _align(self.final, self.emissions)
         ops = [e.torch_op for r in self.final if r["source"] == row["source"]
@@ -516,6 +525,8 @@ def _final_nodes(nodes: Any, target: Path, rows: list[dict[str, Any]] | None = N
             # torch's own spelling, kept for the types ONNX has no name for (ComplexDouble): the
             # file writer refuses them after this pass, naming only the type.
             "scalar_types": [torch_scalar(v) for v in node.outputs()] if wanted else [],
+            # and of its inputs: a parameter or constant of such a type has no node writing it.
+            "input_scalar_types": [torch_scalar(v) for v in node.inputs()] if wanted else [],
         })
         for block in node.blocks():
             _final_nodes(block.nodes(), target, rows)

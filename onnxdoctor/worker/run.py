@@ -580,6 +580,8 @@ class Runner:
                     if holder and holder["op"]:
                         facts["op"] = holder["op"]
                         facts["source"] = holder["source"] or facts.get("source")
+                        if str(holder.get("node_kind", "")).startswith("onnx::"):
+                            facts["onnx_op"] = holder["node_kind"].removeprefix("onnx::")
             raise StageFailed(exception_text(exc), None, **facts) from exc
         import onnx
 
