@@ -65,3 +65,38 @@ def test_a_type_no_node_writes_is_named_by_the_node_that_reads_it(tmp_path: Path
     assert "ComplexDouble" in finding.message
     assert (finding.op, finding.onnx_op, finding.source) == ("aten::mul", "Mul", "model.py:10"), \
         (finding.op, finding.onnx_op, finding.source)
+
+
+# maskrcnn-benchmark's empty-input Conv2d (pytorch/pytorch#24233): the tracer fails in the
+# autograd.Function's apply with a message that names nothing ("unordered_map::at").
+EMPTY_FUNCTION = '''
+import torch
+dynamo = False
+opset_version = 11
+class NewEmpty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.shape = x.shape
+        return x.new_empty(shape)
+    @staticmethod
+    def backward(ctx, grad):
+        return NewEmpty.apply(grad, ctx.shape), None
+class Conv(torch.nn.Conv2d):
+    def forward(self, x):
+        if x.numel() > 0:
+            return super().forward(x)
+        shape = [x.shape[0], self.weight.shape[0], x.shape[2] - 2, x.shape[3] - 2]
+        return NewEmpty.apply(x, shape)
+def get_model():
+    torch.manual_seed(0)
+    return Conv(4, 8, 3).eval(), (torch.zeros(0, 4, 14, 14),)
+'''
+
+
+@pytest.mark.slow
+def test_a_failure_on_a_line_applying_a_function_names_the_function(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(EMPTY_FUNCTION, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD299" and finding.op == "NewEmpty", (finding.code, finding.op, finding.message)

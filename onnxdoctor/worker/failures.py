@@ -121,6 +121,12 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     if not op:
         # Any failure inside a TorchScript symbolic: the torch op torch was converting names it.
         op = _converting(exc)
+    if not op and loaded is not None:
+        # The failing line of the user's applies an autograd.Function (`_NewEmptyTensorOp.apply(x,
+        # shape)` in maskrcnn-benchmark's empty-input Conv2d): the Function is what failed, not
+        # the module around the call.
+        with contextlib.suppress(Exception):
+            op = _applied_function(exc, loaded, target)
     if not op:
         # The trace stopped inside a torch.nn.functional wrapper, whose Python checks ran on traced
         # values (F.max_unpool2d's output-size check): the functional's own aten op is what failed;
@@ -487,3 +493,18 @@ def extension_build_facts(info: dict[str, Any]) -> dict[str, Any]:
 
     mismatches = extension_mismatches(torch.__version__, extension_versions())
     return {"extension_mismatches": [m["message"] for m in mismatches]} if mismatches else {}
+
+
+_APPLY = re.compile(r"\b([A-Za-z_]\w*)\.apply\(")
+
+
+def _applied_function(exc: BaseException, loaded: Any, target: Path) -> str | None:
+    """The autograd.Function the innermost line of the model's code applies, if it applies one."""
+    import torch
+
+    frame = model_code_frame(exc, target)
+    match = _APPLY.search(frame.line or "") if frame is not None else None
+    found = loaded.namespace.get(match.group(1)) if match else None
+    if isinstance(found, type) and issubclass(found, torch.autograd.Function):
+        return found.__name__
+    return None
