@@ -69,8 +69,10 @@ def test_a_size_refused_at_other_inputs_is_undeclared_only_when_nothing_declared
     assert not [f for f in declared if "nothing declared" in f.message], [f.message for f in declared]
 
 
-def test_a_graph_that_reads_no_input_is_named_before_the_mismatch_it_causes() -> None:
+def test_a_graph_that_reads_no_input_says_its_outputs_are_constants() -> None:
     # facebookresearch/detr#49: the padding copy_ the tracer dropped cut the image off the graph.
+    # The failure's own finding stays first: it names the cause where one is found (the write the
+    # exporter dropped, a frozen value); the dropped inputs are what follows from it.
     from onnxdoctor.analysis.classify import classify
     from onnxdoctor.model import ErrorInfo, Stage, StageOutcome, Status
 
@@ -83,5 +85,5 @@ def test_a_graph_that_reads_no_input_is_named_before_the_mismatch_it_causes() ->
         StageOutcome(Stage.ORT_RUN, Status.PASSED, facts={"model_inputs": [], "example_tensors": 1}),
         StageOutcome(Stage.PARITY, Status.FAILED, error=mismatch, facts={"code": "OD601"}),
     ])
-    assert [f.code for f in found][:2] == ["OD502", "OD601"], [(f.code, f.message) for f in found]
-    assert "takes no inputs: the exporter dropped every input (samples)" in found[0].message
+    assert [f.code for f in found][:2] == ["OD601", "OD502"], [(f.code, f.message) for f in found]
+    assert "takes no inputs: the exporter dropped every input (samples)" in found[1].message

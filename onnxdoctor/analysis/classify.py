@@ -893,9 +893,7 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
             first = group[0]
             result[result.index(first)] = replace(
                 first, message=f"{first.message} (the same at {len(more)} more node{'s' if len(more) > 1 else ''}: {shown})")
-    # A graph that reads no input is the first thing wrong with it (what differs at parity follows).
-    errors = sorted((f for f in result if f.severity is Severity.ERROR),
-                    key=lambda f: not (f.code == "OD502" and "takes no inputs" in f.message))
+    errors = [f for f in result if f.severity is Severity.ERROR]
     others = [f for f in result if f.severity is not Severity.ERROR]
     return errors + others
 
