@@ -10,6 +10,14 @@ import pytest
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
 
+
+def _first(tmp_path: Path, source: str, **options: object) -> object:
+    """The first finding for `source` written as a script (fixes as `options` say)."""
+    script = tmp_path / "model.py"
+    script.write_text(source, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, **options))
+    return diagnosis.findings[0]
+
 # pytorch/pytorch#15644's shape: forward() returns the gradient of an energy with respect to its
 # input, taking it with torch.autograd.grad (the model never enables gradients itself).
 GRADIENT_IN_FORWARD = '''
@@ -30,10 +38,7 @@ def get_model():
 @pytest.mark.slow
 def test_a_forward_that_takes_gradients_is_run_with_them(tmp_path: Path) -> None:
     # The reference calls run under torch.no_grad; this forward needs gradients (OD108 before).
-    script = tmp_path / "model.py"
-    script.write_text(GRADIENT_IN_FORWARD, "utf-8")
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
-    finding = diagnosis.findings[0]
+    finding = _first(tmp_path, GRADIENT_IN_FORWARD, fix=True, max_fix_checks=1)
     assert (finding.code, finding.op) == ("OD202", "aten::sgn"), finding.message
     assert finding.fixes[0].kind == "exporter" and finding.fixes[0].verified, \
         [(f.title, f.verified) for f in finding.fixes]
@@ -58,10 +63,7 @@ def get_model():
 
 @pytest.mark.slow
 def test_a_type_no_node_writes_is_named_by_the_node_that_reads_it(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(COMPLEX_SCALAR, "utf-8")
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
-    finding = diagnosis.findings[0]
+    finding = _first(tmp_path, COMPLEX_SCALAR, fix=False)
     assert "ComplexDouble" in finding.message
     assert (finding.op, finding.onnx_op, finding.source) == ("aten::mul", "Mul", "model.py:10"), \
         (finding.op, finding.onnx_op, finding.source)
@@ -95,8 +97,5 @@ def get_model():
 
 @pytest.mark.slow
 def test_a_failure_on_a_line_applying_a_function_names_the_function(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(EMPTY_FUNCTION, "utf-8")
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False, check_shapes=False))
-    finding = diagnosis.findings[0]
+    finding = _first(tmp_path, EMPTY_FUNCTION, fix=False)
     assert finding.code == "OD299" and finding.op == "NewEmpty", (finding.code, finding.op, finding.message)
