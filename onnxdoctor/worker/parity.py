@@ -403,6 +403,17 @@ def output_producer(state: dict[str, Any], report: dict[str, Any]) -> dict[str, 
     node = next((n for n in model.graph.node if name in n.output), None)
     if node is None:
         return None
+    if report.get("code") == "OD604":
+        # The type was chosen where it was made, not by the Unsqueeze or Reshape that carries it
+        # to the output (a cumsum of int32 lengths kept int32 where torch promotes to int64).
+        producers = {out: n for n in model.graph.node for out in n.output}
+        seen = {node.name}
+        while node.op_type in _MOVES_VALUES and node.input and node.input[0] in producers:
+            node = producers[node.input[0]]
+            if node.name in seen:
+                break
+            seen.add(node.name)
+            name = node.output[0]
     row = rows.get(node.name)
     # Figures for values that differ; an output of another dtype or shape says so instead.
     numeric = report.get("code") == "OD601"

@@ -840,7 +840,7 @@ class Runner:
                             # Every intermediate value agreeing, the output's own node (a graph
                             # output takes the script's output name, so it is not compared there).
                             found = first_diverging_value(state, atol, rtol) or output_producer(state, report)
-                        elif found is None and report["code"] == "OD604" and not torchscript:
+                        elif found is None and report["code"] == "OD604":
                             # An output of another dtype: the node that writes it chose the type.
                             found = output_producer(state, report)
                         elif found is None and report["code"] == "OD603" and torchscript:
