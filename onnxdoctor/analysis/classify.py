@@ -308,8 +308,17 @@ def _classify_failure(
         source=facts.get("source"),
         evidence=evidence,
     )
-    # The ONNX node the file writer refused (a type ONNX has no name for), beside the torch op.
-    return [replace(found, onnx_op=str(facts["onnx_op"])) if facts.get("onnx_op") else found]
+    # The ONNX node the file writer refused (a type ONNX has no name for), beside the torch op;
+    # the graph node a named Python function is (prim::PythonOp).
+    if facts.get("onnx_op"):
+        found = replace(found, onnx_op=str(facts["onnx_op"]))
+    if facts.get("torch_op") and facts["torch_op"] != found.op:
+        found = replace(found, torch_op=str(facts["torch_op"]))
+        if facts["torch_op"] == "prim::PythonOp":
+            found = replace(found, message=f"{found.message}: {op} runs as Python in the graph (a prim::PythonOp node: "
+                                           "a torch.jit.ignore function or an autograd.Function), which the exporter "
+                                           "cannot write")
+    return [found]
 
 
 # torch.onnx wraps the real error in a preamble about which of its steps failed.

@@ -112,6 +112,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             functions = traced_python_ops(loaded)
             if len(functions) == 1:
                 op = functions[0]
+                facts["torch_op"] = "prim::PythonOp"  # the node it is in the graph
     if not op and ("ScriptObject" in text or "PackedParams" in text) and loaded is not None:
         # A quantized module's packed weights stopped the exporter before any op was named.
         with contextlib.suppress(Exception):
