@@ -432,7 +432,9 @@ def size_code_lines(model: Any) -> list[dict[str, Any]]:
         lines, start = inspect.getsourcelines(forward)
         path = Path(inspect.getsourcefile(forward) or "")
         tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
+    except (OSError, TypeError, SyntaxError, AttributeError):
+        # A ScriptModule's class has no forward to read (torch's _CachedForward raises
+        # AttributeError when asked on the class): no Python lines to point at.
         return []
 
     def is_size(node: ast.AST) -> bool:
