@@ -18,3 +18,30 @@ def test_the_size_check_reads_no_source_of_a_scripted_model() -> None:
     # stopped (OD899) on torch's _CachedForward, which raises when forward is read off the class.
     assert size_code_lines(torch.jit.script(_Doubled())) == []
     assert size_code_lines(_Doubled()) == []
+
+
+def _sizes_finding(entry: dict, declared: list[dict], exporter: str = "torchscript", onnx_dim0: object = "T") -> object:
+    from onnxdoctor.analysis.shapes import classify_shapes
+    from onnxdoctor.model import StageOutcome, Status
+    from onnxdoctor.model import Stage as S
+
+    facts = {"example": {"x": [4, 1, 8, 8]}, "onnx_inputs": {"x": [onnx_dim0, 1, 8, 8]}, "declared": declared,
+             "exporter": exporter, "sizes": [entry]}
+    (found,) = classify_shapes(StageOutcome(S.SHAPES, Status.PASSED, facts=facts), [])
+    return found
+
+
+def test_outputs_of_another_shape_at_other_sizes_say_so_rather_than_a_zero_difference() -> None:
+    # EfficientNet's TF "same" padding frozen by the tracer: 65x67 gives 16x16 where PyTorch gives 17x17.
+    entry = {"inputs": {"x": [7, 1, 8, 8]}, "varied": [["x", 0]], "status": "failed", "kind": "mismatch",
+             "max_abs_diff": 0.0, "error": "output 0: shape (1, 24, 16, 16) from ONNX Runtime, (1, 24, 17, 17) from PyTorch"}
+    found = _sizes_finding(entry, [{"input": "x", "dim": 0, "name": "T", "min": None, "max": None}])
+    assert found.code == "OD803" and "(output 0: shape (1, 24, 16, 16)" in found.message, found.message
+    assert "max abs diff 0" not in found.message
+
+
+def test_a_dim_is_named_as_the_script_declared_it() -> None:
+    # spikingjelly#587: dim 0 is the time steps T, which the dynamo exporter specialised.
+    entry = {"inputs": {"x": [7, 1, 8, 8]}, "varied": [["x", 0]], "status": "refused", "kind": "input"}
+    found = _sizes_finding(entry, [{"input": "x", "dim": 0, "name": "T", "min": None, "max": None}], "dynamo", 4)
+    assert found.code == "OD804" and "x dim 0 (T)" in found.message and "(batch)" not in found.message, found.message

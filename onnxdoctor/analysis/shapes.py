@@ -99,8 +99,12 @@ def _code_for(entry: dict[str, Any], facts: dict[str, Any]) -> str:
     return "OD803" if entry.get("kind") == "mismatch" else "OD802"
 
 
-def _dim_text(name: str, dim: int) -> str:
-    return f"{name} dim {dim}" + (" (batch)" if dim == 0 else "")
+def _dim_text(name: str, dim: int, facts: dict[str, Any] | None = None) -> str:
+    """`x dim 0 (batch)`, or the name the script declared the dim by (`T`, a spiking model's time
+    steps, is dim 0 too)."""
+    declared = next((str(d["name"]) for d in (facts or {}).get("declared") or ()
+                     if isinstance(d, dict) and d.get("input") == name and d.get("dim") == dim and d.get("name")), None)
+    return f"{name} dim {dim}" + (f" ({declared})" if declared else " (batch)" if dim == 0 else "")
 
 
 def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], export: dict[str, Any]) -> Finding:
@@ -132,20 +136,23 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
         parts = []
         for n, d in dims:
             bounds = _inferred(facts, n, d)
-            parts.append(f"{_dim_text(n, d)} to {example.get(n, [None] * (d + 1))[d]}"
+            parts.append(f"{_dim_text(n, d, facts)} to {example.get(n, [None] * (d + 1))[d]}"
                          + (f" (torch.export's range {bounds[0]}..{bounds[1]})" if bounds else ""))
         message = (f"declared dynamic, but the dynamo exporter specialised {', '.join(parts)}: a guard at export "
                    f"fixed it; {where} fails at {sizes}")
     elif code == "OD803":
         diff = max((e.get("max_abs_diff") or 0.0) for e in entries)
-        ranges = [f"{_dim_text(n, d)} only for {b[0]}..{b[1]}" for n, d in varied
+        ranges = [f"{_dim_text(n, d, facts)} only for {b[0]}..{b[1]}" for n, d in varied
                   if (b := _inferred(facts, n, d)) is not None and b[1] is not None]
+        # Outputs of another shape have no difference of values to give: what differs is said.
+        shaped = next((str(e.get("error")) for e in entries if not e.get("max_abs_diff") and e.get("error")), None)
+        told = f"(max abs diff {diff:.3g})" if diff or not shaped else f"({shaped})"
         message = (f"at {sizes} ONNX Runtime runs without an error and differs from PyTorch "
-                   f"(max abs diff {diff:.3g}), though the ONNX input declares the size dynamic")
+                   f"{told}, though the ONNX input declares the size dynamic")
         if ranges:
             message += f"; torch.export kept {', '.join(ranges)} (a guard on the size at export)"
     else:
-        dims = ", ".join(_dim_text(n, d) for n, d in varied)
+        dims = ", ".join(_dim_text(n, d, facts) for n, d in varied)
         holds = f" holds the example's size {held}" if held is not None else " was traced at the example's size"
         message = f"{dims} is declared dynamic, but {where}{holds}: it fails at {sizes} (example: {example_text})"
     evidence = [f"checked: {size_label(e['inputs'])} {e.get('status')}" + (f": {e['error']}" if e.get("error") else "")
