@@ -45,3 +45,37 @@ def test_a_dim_is_named_as_the_script_declared_it() -> None:
     entry = {"inputs": {"x": [7, 1, 8, 8]}, "varied": [["x", 0]], "status": "refused", "kind": "input"}
     found = _sizes_finding(entry, [{"input": "x", "dim": 0, "name": "T", "min": None, "max": None}], "dynamo", 4)
     assert found.code == "OD804" and "x dim 0 (T)" in found.message and "(batch)" not in found.message, found.message
+
+
+ROUND_AT_OPSET_9 = '''
+import torch
+dynamo = False
+opset_version = 9
+class RoundSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        return torch.round(x * scale) / scale
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+class Quantize(torch.nn.Module):
+    def forward(self, x):
+        return RoundSTE.apply(torch.clamp(x, -1, 1), 7.0)
+def get_model():
+    return Quantize().eval(), (torch.randn(3, 5),)
+'''
+
+
+def test_the_opset_fix_starts_where_the_exporter_says_support_starts(tmp_path) -> None:
+    # IntelLabs/distiller#23: aten::round has a registration at opset 10 that only refuses; the
+    # exporter says support starts at 11, which is the opset to try.
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import diagnose
+
+    script = tmp_path / "model.py"
+    script.write_text(ROUND_AT_OPSET_9, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD201", "aten::round"), finding.message
+    best = finding.fixes[0]
+    assert (best.title, best.verified) == ("Export at opset 11", True), [(f.title, f.verified) for f in finding.fixes]

@@ -30,10 +30,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         registered = [v for v in ctx.op_facts.get("torchscript_registrations") or [] if v > requested]
         candidates = registered or [v for v in supported if v > requested]
         stated = _STARTS_AT.search(finding.message)
-        if not candidates and stated and int(stated.group(1)) > requested:
-            # A symbolic the registry lookup does not see (a custom namespace registered with
-            # register_custom_op_symbolic at a later opset): the exporter's own words say where.
-            candidates = [int(stated.group(1))]
+        if stated and int(stated.group(1)) > requested:
+            # The exporter's own words say where support starts: a registration below it (round's
+            # opset-10 entry, which only refuses) is no answer. A symbolic the registry lookup does
+            # not see (a custom namespace registered at a later opset) is found this way too.
+            candidates = [c for c in candidates if c >= int(stated.group(1))] or [int(stated.group(1))]
         if not candidates:
             return []
         lowest = min(candidates)
