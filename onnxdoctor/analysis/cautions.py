@@ -124,7 +124,7 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     # it comes last.
     sizes = set(export.facts.get("size_branches") or ())
     mine = sorted((w for w in frozen if _warning_source(w, base_dir)),
-                  key=lambda w: (_unpacks("Iterating over a tensor" in w and _warning_source(w, base_dir), base_dir),
+                  key=lambda w: ("Iterating over a tensor" in w and _unpacks(_warning_source(w, base_dir), base_dir),
                                  _warning_source(w, base_dir) in sizes))
     diverging = second.get("diverging") if isinstance(second, dict) else None
     inside = [w for w in mine if _in_class(_warning_source(w, base_dir), (diverging or {}).get("module_class"), base_dir)]
@@ -331,9 +331,9 @@ def _parsed(source: str | None, base_dir: str | None) -> tuple[ast.Module, int] 
         return None
 
 
-def _unpacks(source: str | None | bool, base_dir: str | None) -> bool:
+def _unpacks(source: str | None, base_dir: str | None) -> bool:
     """Whether the statement at `file.py:line` assigns to a fixed number of names (`a, b = t`)."""
-    parsed = _parsed(source, base_dir) if isinstance(source, str) else None
+    parsed = _parsed(source, base_dir)
     if parsed is None:
         return False
     tree, line = parsed

@@ -941,15 +941,14 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
     original_array, original_asarray = numpy.array, numpy.asarray
     original_from_numpy = torch.from_numpy
 
-    def array(data: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(data, (list, tuple)) and holds_tensor(data) and not args and not kwargs.get("dtype"):
-            return tensor(data)
-        return original_array(data, *args, **kwargs)
+    def of_sizes(original: Callable[..., Any]) -> Callable[..., Any]:
+        def build(data: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(data, (list, tuple)) and holds_tensor(data) and not args and not kwargs.get("dtype"):
+                return tensor(data)
+            return original(data, *args, **kwargs)
+        return build
 
-    def asarray(data: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(data, (list, tuple)) and holds_tensor(data) and not args and not kwargs.get("dtype"):
-            return tensor(data)
-        return original_asarray(data, *args, **kwargs)
+    array, asarray = of_sizes(original_array), of_sizes(original_asarray)
 
     def from_numpy(data: Any) -> Any:
         return data if isinstance(data, torch.Tensor) else original_from_numpy(data)
@@ -1122,9 +1121,7 @@ def variadic_inputs(loaded: LoadedModel) -> dict[str, Any] | None:
     own = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     given = [str(n) for n in loaded.settings.get("input_names") or ()]
     keys = [str(k) for k in (loaded.kwargs or {})]
-    named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    keyword_only = {p.name for p in parameters if p.kind is p.KEYWORD_ONLY}
-    if len(loaded.args) <= len(own) and all(k in named and k not in keyword_only for k in keys):
+    if len(loaded.args) <= len(own) and all(k in own for k in keys):
         return None  # the example reaches only named parameters (a transformers forward's **kwargs unused)
     taken: set[str] = set()
 

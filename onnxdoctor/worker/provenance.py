@@ -291,9 +291,9 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     def truth(self: Any) -> bool:
         caller = asking_frame()  # the line asking (bool() and `if` add no Python frame)
         with contextlib.suppress(Exception):
-            if caller.f_code.co_filename.startswith(torch_folder):
-                return truth_at(original_truth, self, caller)
-            node = torch._C._get_value_trace(self).node() if torch._C._get_tracing_state() is not None else None
+            ours = not caller.f_code.co_filename.startswith(torch_folder)
+            traced = ours and torch._C._get_tracing_state() is not None
+            node = torch._C._get_value_trace(self).node() if traced else None
             site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
             if node is not None and not _from_sizes(node):
                 # (A comparison of sizes, `min(k, len(boxes))`, freezes a number, not a branch.)
