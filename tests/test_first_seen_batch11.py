@@ -79,7 +79,7 @@ def get_inputs2():
 def _frozen(tmp_path: Path, source: str) -> list:
     script = tmp_path / "model.py"
     script.write_text(source)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     return [f for f in diagnosis.findings if f.code == "OD210"]
 
 
@@ -169,7 +169,7 @@ def get_model():
 def test_a_nan_the_exporter_s_optimizer_makes_is_located_and_fixed_by_exporting_without_it(tmp_path: Path) -> None:
     script = tmp_path / "model.py"
     script.write_text(DROPPED_EPSILON)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     # The NaN first appears at the division, whose inputs agree within the tolerance.
     assert finding.code == "OD601" and finding.op == "aten::div" and finding.onnx_op == "Div"
@@ -207,7 +207,7 @@ def get_inputs2():
 def test_a_dim_the_script_s_other_inputs_vary_but_nothing_declared_is_declared_by_the_fix(tmp_path: Path) -> None:
     script = tmp_path / "model.py"
     script.write_text(UNDECLARED)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD802" and not diagnosis.healthy
     # x's dim 0 is declared; both of y's dims are fixed, and both differ there.
@@ -236,7 +236,7 @@ def test_a_class_deriving_from_script_module_is_exported_rebuilt_on_nn_module() 
     # RWKV's `MyModule = torch.jit.ScriptModule` with @script_method helpers and a plain forward:
     # no exporter takes it, and building the class again scripts it again.
     finding = diagnose(str(CORPUS / "script_module_plain_forward_rwkv_jit_rwkv_lm_140.py"),
-                       DiagnoseOptions(fix=True, check_shapes=False))[0].findings[0]
+                       DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))[0].findings[0]
     best = finding.fixes[0]
     assert best.kind == "scripted_eager" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "eager_twin(RWKVRNN)()" in best.snippet and "rebuilt on nn.Module" in best.title

@@ -30,7 +30,7 @@ def test_a_spectrum_built_with_a_python_complex_number_is_exported_as_pairs() ->
 def test_a_loop_over_the_experts_nonzero_found_visits_every_expert() -> None:
     # transformers#38518: torch.export stops at `for expert_idx in expert_hit:` (a count the data decides).
     (diagnosis,) = diagnose(str(CORPUS / "nonzero_expert_hit_loop_mixtral_moe_transformers_38518.py"),
-                            DiagnoseOptions(fix=True))
+                            DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD204"
     best = finding.fixes[0]
@@ -94,7 +94,7 @@ def test_a_function_the_exporter_cannot_inline_names_the_extension_op_its_forwar
 def test_an_fx_quantized_prelu_is_named_and_rebuilt_as_float() -> None:
     # The exporter stops converting the quantized weight's constant: the op it feeds is named, and
     # the float model is rebuilt with a float PReLU (and checked against the quantized one).
-    (diagnosis,) = diagnose(str(CORPUS / "prelu_fx_unknown_quantizer_pytorch_101091.py"), DiagnoseOptions(fix=True))
+    (diagnosis,) = diagnose(str(CORPUS / "prelu_fx_unknown_quantizer_pytorch_101091.py"), DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.op == "quantized::prelu"
     best = finding.fixes[0]

@@ -29,7 +29,7 @@ def test_a_function_applied_through_a_bound_apply_gets_its_kernel() -> None:
     # `inplace_abn_sync = InPlaceABNSync.apply` at module level: the Function's call is observed
     # through its forward, so its kernel fix has the types it needs.
     (diagnosis,) = diagnose(str(CORPUS / "inplace_abn_sync_extension_in_place_self_correction_human_parsing_82.py"),
-                            DiagnoseOptions(fix=True))
+                            DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD601"
     best = finding.fixes[0]
@@ -39,7 +39,7 @@ def test_a_function_applied_through_a_bound_apply_gets_its_kernel() -> None:
 @pytest.mark.slow
 def test_an_argmax_that_skips_nan_in_onnx_runtime_is_rewritten_with_torchs_nan_rule() -> None:
     # apache/tvm#19558: ONNX Runtime's ArgMax passes over a NaN that torch.argmax points at.
-    (diagnosis,) = diagnose(str(CORPUS / "argmax_nan_confidence_select_tvm_19558.py"), DiagnoseOptions(fix=True))
+    (diagnosis,) = diagnose(str(CORPUS / "argmax_nan_confidence_select_tvm_19558.py"), DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert (finding.code, finding.torch_op) == ("OD601", "aten::argmax")
     best = finding.fixes[0]

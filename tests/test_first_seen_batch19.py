@@ -34,7 +34,7 @@ def test_a_size_frozen_by_a_branch_on_sizes_is_fixed_by_reading_it_one_way() -> 
     # icefall#857: `if seq_len != d_seq_len * ds:` pads; an even example takes the other side and
     # the graph has no pad, so an odd length is refused at the Reshape.
     (diagnosis,) = diagnose(str(CORPUS / "reshape_frozen_pad_branch_zipformer_downsample_icefall_857.py"),
-                            DiagnoseOptions(fix=True))
+                            DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = next(f for f in diagnosis.findings if f.code == "OD802")
     best = finding.fixes[0]
     assert best.kind == "forced_branch" and best.verified is True, [(f.title, f.check) for f in finding.fixes]

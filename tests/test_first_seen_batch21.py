@@ -58,7 +58,7 @@ def test_a_decode_loop_that_stops_early_is_run_to_its_end_and_compared_on_pytorc
     # PARSeq's `if (tgt_in == eos).any(-1).all(): break` (yomitoku#84): the trace keeps the
     # example's 4 steps; never taken, the graph runs all 7, whose first 4 are PyTorch's.
     (diagnosis,) = diagnose(str(CORPUS / "ar_early_exit_eos_break_parseq_decode_yomitoku_84.py"),
-                            DiagnoseOptions(fix=True))
+                            DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD210"
     best = finding.fixes[0]
@@ -126,7 +126,7 @@ def test_only_a_break_out_of_a_range_loop_is_an_early_exit(tmp_path: Path) -> No
 def test_what_forward_does_through_data_is_traced_when_exported_again() -> None:
     # BinaryNet's `input.data = Binarize(input.data)` (pytorch#51033): the tracer recorded neither
     # the read nor the assignment, so the graph multiplies unbinarized activations.
-    (diagnosis,) = diagnose(str(CORPUS / "sign_data_binarize_binarynet_pytorch_51033.py"), DiagnoseOptions(fix=True))
+    (diagnosis,) = diagnose(str(CORPUS / "sign_data_binarize_binarynet_pytorch_51033.py"), DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD601"
     fix = next(f for f in finding.fixes if f.kind == "traced_data")
@@ -155,7 +155,7 @@ def test_a_dict_as_the_last_input_gets_an_empty_dict_after_it(tmp_path: Path) ->
     from onnxdoctor.analysis.fixes.program import fix_program
 
     script = CORPUS / "dict_last_arg_as_kwargs_keypoint_dicts_facerender_sadtalker_video_lip_sync_64.py"
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD299" and "missing 1 required positional argument" in finding.message
     best = finding.fixes[0]

@@ -17,8 +17,8 @@ from onnxdoctor.pipeline import diagnose
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
 
 
-def _diagnosed(path: Path, *, fix: bool = True) -> Finding:
-    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=fix, check_shapes=False))
+def _diagnosed(path: Path, *, fix: bool = True, checks: int = 1) -> Finding:
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=fix, check_shapes=False, max_fix_checks=checks))
     return diagnosis.findings[0]
 
 
@@ -98,7 +98,7 @@ def test_flex_attention_is_exported_as_dense_attention_with_its_mask_and_score_m
 def test_a_grouped_matmul_in_bfloat16_is_rewritten_and_computed_in_float32() -> None:
     # torch._grouped_mm (MoE experts) has no ONNX translation, and its CPU kernel takes bfloat16
     # only, which ONNX Runtime's CPU kernels lack: the rewrite, then the graph in float32.
-    finding = _diagnosed(CORPUS / "grouped_mm_offsets_moe_experts_bfloat16_transformers_42697.py")
+    finding = _diagnosed(CORPUS / "grouped_mm_offsets_moe_experts_bfloat16_transformers_42697.py", checks=4)
     assert finding.op == "aten::_grouped_mm"  # the node's target, not the translation's name
     best = finding.fixes[0]
     assert best.verified and best.recipe is not None, [(f.title, f.check) for f in finding.fixes]

@@ -18,7 +18,7 @@ def test_a_scripted_model_whose_hooks_the_export_drops_is_exported_eagerly_with_
     # A classifier with its own forward pre-hook and hook, scripted: the scripted module runs
     # them, the TorchScript exporter leaves them out of the graph (pytorch/pytorch#34329).
     (diagnosis,) = diagnose(str(CORPUS / "script_module_top_level_hooks_dropped_input_norm_temperature_pytorch_34329.py"),
-                            DiagnoseOptions(fix=True, check_shapes=False))
+                            DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD601"
     best = finding.fixes[0]

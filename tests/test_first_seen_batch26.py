@@ -15,7 +15,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
 
 
 def _diagnosed(path: Path, *, fix: bool = True) -> Finding:
-    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=fix, check_shapes=False))
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=fix, check_shapes=False, max_fix_checks=1))
     return diagnosis.findings[0]
 
 

@@ -13,15 +13,15 @@ from onnxdoctor.pipeline import diagnose
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
 
 
-def _diagnosed(path: Path, *, fix: bool = True) -> Finding:
-    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=fix, check_shapes=False))
+def _diagnosed(path: Path, *, fix: bool = True, checks: int = 1) -> Finding:
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=fix, check_shapes=False, max_fix_checks=checks))
     return diagnosis.findings[0]
 
 
 @pytest.mark.slow
 def test_text_beside_tensor_outputs_is_left_to_the_caller() -> None:
     # A speaker classifier returns its label strings beside the scores: the tensors alone export.
-    finding = _diagnosed(CORPUS / "str_list_output_text_lab_ecapa_encoder_classifier_pytorch_107929.py")
+    finding = _diagnosed(CORPUS / "str_list_output_text_lab_ecapa_encoder_classifier_pytorch_107929.py", checks=4)
     assert finding.code == "OD299" and "text or bytes" in finding.message
     best = finding.fixes[0]
     assert best.kind == "tensor_outputs" and best.verified, [(f.kind, f.verified) for f in finding.fixes]
@@ -32,7 +32,7 @@ def test_one_tensor_passed_as_several_inputs_is_said_and_given_distinct_copies()
     # torch.export takes the five aliased example inputs for one: the graph reads only z, which
     # differs wherever the inputs do (get_inputs2).
     (diagnosis,) = diagnose(str(CORPUS / "aliased_example_inputs_list_add_dynamo_pytorch_139646.py"),
-                            DiagnoseOptions(fix=True))
+                            DiagnoseOptions(fix=True, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code in ("OD601", "OD803")
     assert any("one tensor as inputs 0, 1, 2, 3, 4" in note for note in finding.notes), finding.notes

@@ -40,7 +40,7 @@ def test_cast_outputs_casts_the_output_a_node_writes_and_keeps_its_readers() -> 
 def test_an_output_of_another_dtype_names_its_node_and_is_cast_back() -> None:
     # A float16 model's cumsum: the dynamo exporter computes it in float32 and leaves it there.
     path = CORPUS / "cumsum_float16_output_float32_duration_predictor_half_dynamo_pytorch_111454.py"
-    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op, finding.onnx_op) == ("OD604", "aten::cumsum", "CumSum")
     best = finding.fixes[0]
@@ -53,7 +53,7 @@ def test_a_fix_check_takes_the_first_imports_values_of_an_uninitialized_buffer()
     # fairseq's SinusoidalPositionalEmbedding registers torch.FloatTensor(1), uninitialized memory:
     # each import's value differs, and the fix's fresh worker restores the first import's.
     path = CORPUS / "none_optional_args_scripted_sinusoidal_positional_embedding_fairseq_2468.py"
-    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD299"
     assert finding.fixes[0].verified, [(f.title, f.check.code if f.check else None) for f in finding.fixes]

@@ -20,7 +20,7 @@ def test_a_rewrite_for_a_torchscript_script_keeps_its_dynamic_axes() -> None:
     # torch.export with the script's dynamic_axes as dynamic_shapes (batch 1 doubled so that it
     # stays dynamic), is checked at get_inputs2's other batch and sizes.
     path = CORPUS / "adaptive_avg_pool2d_input_size_not_accessible_dynamic_hw_upernet_ppm_mmsegmentation_1840.py"
-    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD299", "aten::adaptive_avg_pool2d")
     best = finding.fixes[0]
@@ -75,7 +75,7 @@ def get_inputs2():
 def _first(tmp_path: Path, source: str) -> object:
     script = tmp_path / "model.py"
     script.write_text(source, "utf-8")
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     return diagnosis.findings[0]
 
 

@@ -13,8 +13,9 @@ from onnxdoctor.pipeline import diagnose
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
 
 
-def _first(name: str) -> object:
-    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=True, check_shapes=False))
+def _first(name: str, *, checks: int = 1) -> object:
+    (diagnosis,) = diagnose(str(CORPUS / name),
+                            DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=checks))
     return diagnosis.findings[0]
 
 
@@ -40,7 +41,7 @@ def test_a_quantized_conv_fused_with_its_residual_add_is_rebuilt_as_float() -> N
 @pytest.mark.slow
 def test_transformer_causal_mask_detection_is_left_out_of_the_export() -> None:
     # nn.TransformerDecoder compares tgt_mask with a causal mask: data-dependent for torch.export.
-    finding = _first("detect_is_causal_mask_data_dependent_guard_step_decoder_dynamo_pytorch_153955.py")
+    finding = _first("detect_is_causal_mask_data_dependent_guard_step_decoder_dynamo_pytorch_153955.py", checks=4)
     assert finding.code == "OD204"
     assert finding.fixes[0].kind == "causal_hint" and finding.fixes[0].verified, \
         [(f.title, f.verified) for f in finding.fixes]
@@ -89,7 +90,7 @@ def get_inputs2():
 def test_int_of_a_length_read_by_arange_is_kept_a_tensor(tmp_path: Path) -> None:
     script = tmp_path / "mask.py"
     script.write_text(SEQUENCE_MASK, "utf-8")
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert finding.code == "OD210", finding.message
     best = finding.fixes[0]

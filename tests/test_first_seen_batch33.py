@@ -41,7 +41,7 @@ def get_model():
 def test_if_branches_of_different_types_are_cast_to_one(tmp_path: Path) -> None:
     script = tmp_path / "masks.py"
     script.write_text(MIXED_BRANCHES, "utf-8")
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False, max_fix_checks=1))
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD304", "If"), finding.message
     best = finding.fixes[0]

@@ -14,7 +14,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
 
 
 def _diagnosed(name: str, *, fix: bool) -> object:
-    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=fix))
+    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=fix, max_fix_checks=1))
     return diagnosis
 
 

@@ -86,7 +86,7 @@ def test_an_exact_cast_moves_only_the_input_the_schema_refuses() -> None:
 
 
 def _first(name: str, *, fix: bool = True) -> Finding:
-    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=fix, check_shapes=False))
+    (diagnosis,) = diagnose(str(CORPUS / name), DiagnoseOptions(fix=fix, check_shapes=False, max_fix_checks=1))
     return diagnosis.findings[0]
 
 
