@@ -129,6 +129,11 @@ class EvalMode:
 
 
 @dataclass(frozen=True)
+class ArraysAsTensors:
+    """NumPy arrays and scalars among the script's example inputs made tensors at LOAD."""
+
+
+@dataclass(frozen=True)
 class LoadCode:
     """Code run at LOAD, before the reference outputs; the `model` it leaves is the one exported."""
 
@@ -368,12 +373,12 @@ class PrefixParity:
     would have skipped, which the caller cuts (at the end-of-sequence token)."""
 
 
-Step = (EvalMode | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
+Step = (EvalMode | ArraysAsTensors | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
         | StrictCapture | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
         | SessionConfig | PrefixParity | TrailingDict)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
+_SINGLE = (ArraysAsTensors, UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
            PrefixParity, TrailingDict)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes)
@@ -382,7 +387,7 @@ _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
                 CastOutputs, SplitSizesAsTensor, AlignIfBranches, Reference,
-                EvalMode, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
+                EvalMode, ArraysAsTensors, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,
                 PrefixParity, TrailingDict)
@@ -423,7 +428,7 @@ class Recipe:
     def acts_on(self) -> int:
         """Where the fix acts, in the order a user applies fixes: 0 the model, 1 the export, 2 the
         exported file, 3 the runtime."""
-        if any(isinstance(s, (EvalMode, LoadCode)) for s in self.steps):
+        if any(isinstance(s, (EvalMode, ArraysAsTensors, LoadCode)) for s in self.steps):
             return 0
         if any(isinstance(s, RewriteOnnx) for s in self.steps):
             return 2

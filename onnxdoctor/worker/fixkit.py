@@ -34,12 +34,13 @@ from onnxdoctor.worker.facts import forward_scopes
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
-def load(script: str, factory: str | None = None) -> LoadedModel:
-    """Build the model from the user's script, as `onnxdoctor diagnose` does."""
+def load(script: str, factory: str | None = None, *, arrays_as_tensors: bool = False) -> LoadedModel:
+    """Build the model from the user's script, as `onnxdoctor diagnose` does (`arrays_as_tensors`:
+    NumPy example inputs made tensors)."""
     import torch
 
     torch.manual_seed(0)
-    return load_script(Path(script), factory)
+    return load_script(Path(script), factory, arrays_as_tensors=arrays_as_tensors)
 
 
 def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | None = None) -> dict[str, Any]:

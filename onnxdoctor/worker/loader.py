@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import sys
@@ -31,7 +32,12 @@ SETTING_NAMES = (
 
 
 class ProtocolError(CodedError):
-    """The script does not follow the model-script protocol; `code` is the finding's code."""
+    """The script does not follow the model-script protocol; `code` is the finding's code, `facts`
+    what the fixes read (`numpy_inputs`: where NumPy arrays stand in for tensors)."""
+
+    def __init__(self, code: str | None, message: str, **facts: Any) -> None:
+        super().__init__(code, message)
+        self.facts = facts
 
 
 class ScriptExited(Exception):
@@ -84,8 +90,11 @@ class LoadedModel:
     form: str = "module"
 
 
-def load_script(path: Path, factory: str | None) -> LoadedModel:
+def load_script(path: Path, factory: str | None, *, arrays_as_tensors: bool = False) -> LoadedModel:
     """Import the script and build (model, args, kwargs) following the model-script protocol.
+
+    `arrays_as_tensors`: NumPy arrays and scalars among the example inputs become tensors (the
+    fix for OD107 on arrays, analysis/fixes/array_inputs.py); otherwise they are refused.
 
     Raises:
         ProtocolError: the script breaks the protocol (code OD1xx and what was expected).
@@ -104,7 +113,7 @@ def load_script(path: Path, factory: str | None) -> LoadedModel:
     try:
         namespace = _run_as_module(path, source)
         settings = {name: namespace[name] for name in SETTING_NAMES if name in namespace}
-        loaded = _build(path, namespace, settings, factory)
+        loaded = _build(path, namespace, settings, factory, arrays_as_tensors)
     except SystemExit as exc:
         raise ScriptExited(path, exc.code, tail.last_lines()) from None
     finally:
@@ -133,15 +142,16 @@ def _run_as_module(path: Path, source: str) -> dict[str, Any]:
     return module.__dict__
 
 
-def _build(path: Path, namespace: dict[str, Any], settings: dict[str, Any], factory: str | None) -> LoadedModel:
+def _build(path: Path, namespace: dict[str, Any], settings: dict[str, Any], factory: str | None,
+           arrays: bool) -> LoadedModel:
     if factory is not None:
         if factory not in namespace:
             raise ProtocolError(
                 "OD105", f"{path.name} defines no {factory!r} (the factory named after ':')"
             )
-        return _from_factory(namespace, factory, settings)
+        return _from_factory(namespace, factory, settings, arrays)
     if "get_model" in namespace:
-        return _from_factory(namespace, "get_model", settings)
+        return _from_factory(namespace, "get_model", settings, arrays)
     if "model" in namespace:
         if "example_inputs" not in namespace:
             raise ProtocolError(
@@ -149,7 +159,7 @@ def _build(path: Path, namespace: dict[str, Any], settings: dict[str, Any], fact
                 f"{path.name} defines `model` but not `example_inputs` "
                 "(a tuple of tensors to call the model with)",
             )
-        args, kwargs = _split_inputs(namespace["example_inputs"], "example_inputs")
+        args, kwargs = _split_inputs(namespace["example_inputs"], "example_inputs", arrays)
         return LoadedModel(_check_model(namespace["model"], "model"), args, kwargs, settings, "model")
     found = sorted(
         name
@@ -165,7 +175,7 @@ def _build(path: Path, namespace: dict[str, Any], settings: dict[str, Any], fact
     )
 
 
-def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]) -> LoadedModel:
+def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any], arrays: bool) -> LoadedModel:
     fn = namespace[name]
     if not callable(fn):
         raise ProtocolError("OD106", f"{name} is a {type(fn).__name__}, not a function")
@@ -179,13 +189,13 @@ def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]
     result = fn()
     if isinstance(result, tuple) and len(result) in (2, 3):
         model = _check_model(result[0], f"{name}()[0]")
-        args, kwargs = _split_inputs(result[1], f"{name}()[1]")
+        args, kwargs = _split_inputs(result[1], f"{name}()[1]", arrays)
         if len(result) == 3:
             if not isinstance(result[2], dict):
                 raise ProtocolError(
                     "OD106", f"{name}()[2] must be a dict of keyword inputs, got {type(result[2]).__name__}"
                 )
-            kwargs = {**kwargs, **result[2]}
+            kwargs = {**kwargs, **(_as_tensors(result[2]) if arrays else result[2])}
             _check_tensors(kwargs, f"{name}()[2]")
         return LoadedModel(model, args, kwargs, settings, name, form="triple" if len(result) == 3 else "pair")
     if isinstance(result, torch.nn.Module) or (callable(result) and not isinstance(result, tuple)):
@@ -193,7 +203,7 @@ def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]
             if inputs_name in namespace:
                 value = namespace[inputs_name]
                 value = value() if inputs_name == "get_inputs" and callable(value) else value
-                args, kwargs = _split_inputs(value, inputs_name)
+                args, kwargs = _split_inputs(value, inputs_name, arrays)
                 return LoadedModel(_check_model(result, f"{name}()"), args, kwargs, settings, name,
                                    form=inputs_name)
         raise ProtocolError(
@@ -231,7 +241,9 @@ def _check_model(model: Any, where: str) -> Any:
     )
 
 
-def _split_inputs(value: Any, where: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _split_inputs(value: Any, where: str, arrays: bool = False) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if arrays:
+        value = _as_tensors(value)
     if isinstance(value, torch.Tensor):
         value = (value,)
     elif isinstance(value, list):
@@ -241,7 +253,8 @@ def _split_inputs(value: Any, where: str) -> tuple[tuple[Any, ...], dict[str, An
         return (), dict(value)
     if not isinstance(value, tuple):
         raise ProtocolError(
-            "OD107", f"{where} is a {type(value).__name__}; expected a tensor or a tuple of tensors"
+            "OD107", f"{where} is a {type(value).__name__}; expected a tensor or a tuple of tensors",
+            numpy_inputs=numpy_positions(value, where),
         )
     _check_tensors(value, where)
     return value, {}
@@ -270,6 +283,36 @@ def _holds_tensor(value: Any, depth: int) -> bool:
     return tensor_holder(value, depth)
 
 
+def _as_tensors(value: Any) -> Any:
+    """`value` with each NumPy array or scalar in it (in tuples, lists and dicts) made a tensor:
+    what the model gets when the caller converts before exporting."""
+    import numpy as np
+
+    if isinstance(value, (np.ndarray, np.generic)):
+        # from_numpy keeps the dtype and refuses object arrays: those stay arrays, and are refused.
+        with contextlib.suppress(TypeError):
+            return torch.from_numpy(np.ascontiguousarray(value))
+        return value
+    if isinstance(value, dict):
+        return {key: _as_tensors(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return type(value)(_as_tensors(item) for item in value)
+    return value
+
+
+def numpy_positions(value: Any, where: str) -> list[str]:
+    """Where the NumPy arrays and scalars among example inputs are (`example_inputs[0]`)."""
+    if type(value).__module__.split(".")[0] == "numpy":
+        return [where]
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (tuple, list)):
+        items = enumerate(value)
+    else:
+        return []
+    return [p for key, item in items for p in numpy_positions(item, f"{where}[{key!r}]")]
+
+
 def _check_tensors(value: Any, where: str) -> None:
     """Accept tensors, None, python scalars and nestings of them; name the first offender."""
     items = value.items() if isinstance(value, dict) else enumerate(value)
@@ -285,6 +328,7 @@ def _check_tensors(value: Any, where: str) -> None:
             "OD107",
             f"{where}[{key!r}] is a {type(item).__name__}; example inputs must be tensors "
             "(or python numbers, None, and tuples/lists/dicts of them)",
+            numpy_inputs=numpy_positions(value, where),
         )
 
 

@@ -29,6 +29,7 @@ from onnxdoctor.protocol import (
     out_of_memory_message,
 )
 from onnxdoctor.recipe import (
+    ArraysAsTensors,
     CustomOpsets,
     DeclareDynamic,
     DecodeCheck,
@@ -294,9 +295,10 @@ class Runner:
 
         torch.manual_seed(0)
         try:
-            loaded = load_script(self.target, self.request.factory)
+            loaded = load_script(self.target, self.request.factory,
+                                 arrays_as_tensors=state["recipe"].first(ArraysAsTensors) is not None)
         except ProtocolError as exc:
-            raise StageFailed(str(exc), exc.code) from None
+            raise StageFailed(str(exc), exc.code, **exc.facts) from None
         except ScriptExited as exc:
             raise StageFailed(str(exc), "OD109", exit_code=str(exc.code)) from None
         except SyntaxError as exc:

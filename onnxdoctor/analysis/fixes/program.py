@@ -73,7 +73,8 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
         "import torch\n",
         "from onnxdoctor.recipe import *  # noqa: F403 (the recipe's step types)",
         "from onnxdoctor.worker import fixkit\n",
-        f"loaded = fixkit.load({target!r}, {factory!r})",
+        f"loaded = fixkit.load({target!r}, {factory!r}"
+        + (", arrays_as_tensors=True)" if recipe.first(steps.ArraysAsTensors) else ")"),
     ]
     for step in recipe.steps:
         match step:

@@ -1,0 +1,49 @@
+"""General mechanisms for failures not seen before (issue 22), written after the forty-first
+first-seen batch (fixtures/corpus/first_seen_2026-12-06.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.model import DiagnoseOptions, Stage
+from onnxdoctor.pipeline import diagnose
+
+_ARRAY_INPUT = '''
+import numpy as np
+import torch
+
+dynamo = False
+
+
+def get_model():
+    torch.manual_seed(0)
+    features = np.random.default_rng(0).random((3, 4), dtype=np.float32)
+    ids = np.array([[1, 2]])  # int64, inside a list inside the tuple
+    return Model().eval(), ((features, [ids]),)
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.embedding = torch.nn.Embedding(4, 2)
+
+    def forward(self, pair):
+        features, (ids,) = pair
+        return torch.tanh(self.linear(features)) + self.embedding(ids).sum(1)
+'''
+
+
+@pytest.mark.slow
+def test_numpy_example_inputs_are_made_tensors_and_the_export_checked(tmp_path: Path) -> None:
+    # DeepCTR-Torch#83: a NumPy array handed to torch.onnx.export as the example input.
+    script = tmp_path / "arrays.py"
+    script.write_text(_ARRAY_INPUT, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD107" and finding.stage is Stage.LOAD
+    fix = finding.fixes[0]
+    assert fix.kind == "array_inputs" and fix.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "[0][0]" in fix.title and "[0][1][0]" in fix.title  # both arrays, nested where they are
