@@ -128,7 +128,16 @@ def _bare(op: str) -> str:
     # A Python builtin has no namespace in an Expected line (`round`); the tool qualifies it
     # (`builtins::round`), as the exporter's message does.
     op = op.removeprefix("builtins::")
-    return op.split(".", 1)[0] if "::" in op else op
+    op = op.split(".", 1)[0] if "::" in op else op
+    # The traced graph spells Python's operators as dunders (`aten::__xor__`, also torch's
+    # in-place `__ixor__` and its symbolic's `__xor_`); the tool names the op they call
+    # (`aten::bitwise_xor`). Either name is the same op.
+    return _DUNDERS.get(op.rstrip("_").replace("::__i", "::__"), op)
+
+
+_DUNDERS = {f"aten::__{python}": f"aten::bitwise_{name}" for python, name in
+            (("and", "and"), ("or", "or"), ("xor", "xor"), ("lshift", "left_shift"), ("rshift", "right_shift"),
+             ("not", "not"))}
 
 
 def expectation(path: Path) -> Expectation:
