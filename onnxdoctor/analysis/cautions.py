@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxdoctor.analysis.findings import finding_from_record, make_finding
-from onnxdoctor.analysis.normalize import RUNNING_NODE, normalize_message
+from onnxdoctor.analysis.normalize import normalize_message, running_node
 from onnxdoctor.model import (
     Finding,
     FrozenSize,
@@ -277,7 +277,7 @@ def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None)
         # the op the warned line exported inside it is the one holding the constant.
         return on_line[0].torch_op, on_line[0].node
     node = diverging.get("node")
-    failed = RUNNING_NODE.search(str(second.get("message") or ""))
+    failed = running_node(str(second.get("message") or ""))
     if node is None and failed:
         node = failed.group(2) or None
     row = table.get(str(node)) if node else None

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from onnxdoctor.analysis.normalize import RUNNING_NODE, first_line, normalize_message
+from onnxdoctor.analysis.normalize import first_line, normalize_message, running_node
 from onnxdoctor.codes import catch_all, get_code
 from onnxdoctor.model import (
     DynamicShapesKeys,
@@ -293,7 +293,7 @@ def _classify_failure(
     op, node = facts.get("op") or (extract_op(text) or executing_op(text) if text else None), facts.get("node")
     if outcome.stage is Stage.ORT_RUN:
         code = "OD501"
-        running = RUNNING_NODE.search(text)
+        running = running_node(text)
         if running:
             op, node = running.group(1), running.group(2)
     message = _headline(error, base_dir)

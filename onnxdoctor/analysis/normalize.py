@@ -14,6 +14,16 @@ import re
 # ONNX Runtime's run-time error names the node it was running: "running TopK node. Name:'/TopK'".
 RUNNING_NODE = re.compile(r"running ([\w.]+) node\. Name:'([^']*)'")
 
+
+def running_node(text: str) -> re.Match[str] | None:
+    """The node ONNX Runtime was running when it failed: the innermost one named. A node inside
+    an If or Loop body fails inside its parent's message ("running If node. Name:'/If' Status
+    Message: ... running Squeeze node. Name:'/Squeeze' ..."): the parent only carried it."""
+    found = None
+    for found in RUNNING_NODE.finditer(text):
+        pass
+    return found
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 _ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")

@@ -21,15 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from onnxdoctor.analysis.normalize import running_node
+
 # How many sizes are checked besides the example's, and how many eager probes may be spent.
 SIZE_SETS = 3
 MAX_PROBES = 8
 # No new eager or ONNX Runtime run starts after this many seconds of the stage (a slow model).
 TIME_BUDGET = 20.0
-# ONNX Runtime's words for an input whose shape the graph declares otherwise, and for a node
-# that failed while running.
+# ONNX Runtime's words for an input whose shape the graph declares otherwise.
 _INPUT_REFUSED = re.compile(r"Got invalid dimensions for input|Invalid rank for input")
-_NODE_FAILED = re.compile(r"running (\w+) node\. Name:'([^']*)'")
 
 
 def check_sizes(
@@ -140,7 +140,7 @@ def check_sizes(
         except Exception as exc:
             text = _one_line(exc)
             entry["error"] = _runtime_reason(text)
-            node = _NODE_FAILED.search(text)
+            node = running_node(text)
             if _INPUT_REFUSED.search(text):
                 entry.update(status="refused", kind="input")
             elif node:
@@ -188,7 +188,7 @@ def _like(example: Any, shape: list[int], generator: Any) -> Any:
 
 def _runtime_reason(text: str) -> str:
     """ONNX Runtime's reason without its source path and C++ signature: the node and its words."""
-    node = _NODE_FAILED.search(text)
+    node = running_node(text)
     reason = text.rsplit("Status Message:", 1)[-1] if "Status Message:" in text else text
     reason = re.sub(r"\S+\.(?:h|cc|cpp):\d+ [\w:~<>]+\(.*?\) ", "", reason)
     reason = re.sub(r"^(?:StageFailed: )?\[ONNXRuntimeError\] : \d+ : \w+ : ", "", reason.strip())
