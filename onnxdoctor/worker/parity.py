@@ -650,7 +650,7 @@ def _nested(fn: Any, value: Any) -> Any:
 def second_input_check(state: dict[str, Any], atol: float, rtol: float,
                        retrace: Any = None, target: Any = None, derived: bool = True,
                        compare: Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]] | None = None,
-                       prefix: bool = False) -> dict[str, Any]:
+                       prefix: bool = False, budget: float = 30.0) -> dict[str, Any]:
     """Run the exported model and PyTorch again at other inputs and compare (a frozen trace).
 
     The sets: the script's own `get_inputs2()` when it defines one, and the three sets
@@ -663,7 +663,8 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
     if it differs too, the frozen value is not (`frozen_cause` False). `compare(args, kwargs)`,
     where given, judges a set instead of one run of each (outputs that draw random numbers are
     compared in distribution); it returns `compare_outputs`' report. `prefix`: outputs longer
-    than PyTorch's are compared on PyTorch's part (recipe.PrefixParity).
+    than PyTorch's are compared on PyTorch's part (recipe.PrefixParity). `budget`: seconds the
+    search for where a difference arises may take (--localize-budget, as PARITY's own search).
     """
     import torch
 
@@ -710,7 +711,7 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
                       # The set's shapes by ONNX input, and the dims where the graph fixed another
                       # size (ONNX Runtime names only the first input it refuses).
                       **_fixed_dims(session, tensor_leaves((args, kwargs)))}
-            result.update(_trace_difference(state, atol, rtol, args, kwargs, retrace, target))
+            result.update(_trace_difference(state, atol, rtol, args, kwargs, retrace, target, budget))
             return result
         checked.append(source)
         worst = max(worst or 0.0, report.get("max_abs_diff") or 0.0)
@@ -785,18 +786,28 @@ def _fixed_dims(session: Any, tensors: list[Any]) -> dict[str, Any]:
 
 
 def _trace_difference(state: dict[str, Any], atol: float, rtol: float, args: tuple[Any, ...],
-                      kwargs: dict[str, Any], retrace: Any, target: Any) -> dict[str, Any]:
+                      kwargs: dict[str, Any], retrace: Any, target: Any, budget: float) -> dict[str, Any]:
     """Where a difference at other inputs first arises, and whether the frozen trace causes it."""
     facts: dict[str, Any] = {}
     if state.get("onnx_path") is not None:
-        with contextlib.suppress(Exception):  # best effort: the difference is reported either way
-            found = first_diverging_module(state, atol, rtol, target, args, kwargs)
-            if found is not None:
-                facts["diverging"] = found
-        with contextlib.suppress(Exception):  # TorchScript exports: the call, not only the module
-            call = first_diverging_traced(state, atol, rtol, at=(args, kwargs))
-            if call is not None:
-                facts["diverging_call"] = call
+        # Both searches run the model piece by piece: on a large model (a fix check of a dynamo
+        # export, whose modules all run again) that took minutes, and the check with it.
+        searches = (("diverging", lambda: first_diverging_module(state, atol, rtol, target, args, kwargs)),
+                    # TorchScript exports: the call, not only the module.
+                    ("diverging_call", lambda: first_diverging_traced(state, atol, rtol, at=(args, kwargs))))
+        try:
+            with time_limit(budget):
+                for name, search in searches:
+                    try:
+                        found = search()
+                    except OutOfTime:
+                        raise
+                    except Exception:  # best effort: the difference is reported either way
+                        found = None
+                    if found is not None:
+                        facts[name] = found
+        except OutOfTime:
+            facts["diverging_skipped"] = f"over the --localize-budget of {budget:g} s"
     if retrace is not None:
         import torch
 
@@ -818,8 +829,12 @@ def _trace_difference(state: dict[str, Any], atol: float, rtol: float, args: tup
     return facts
 
 
-class OutOfTime(Exception):
-    """A bounded step ran past its time limit."""
+class OutOfTime(BaseException):
+    """A bounded step ran past its time limit.
+
+    Not an Exception: the searches it bounds run the model and catch what the model raises, and
+    one of those `except Exception` blocks would take the one timer signal and run on unbounded.
+    """
 
 
 @contextlib.contextmanager

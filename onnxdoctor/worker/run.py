@@ -887,7 +887,8 @@ class Runner:
                 report["second_inputs"] = second_input_check(
                     state, atol, rtol, None if random or not frozen else self._retrace(state), self.code,
                     derived=frozen or self.request.other_inputs,
-                    compare=self._distribution_comparer(state, atol, rtol) if random else None, prefix=prefix)
+                    compare=self._distribution_comparer(state, atol, rtol) if random else None, prefix=prefix,
+                    budget=self.request.localize_budget)
         return report
 
     def _distribution_comparer(self, state: dict[str, Any], atol: float, rtol: float,
