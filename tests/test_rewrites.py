@@ -49,15 +49,20 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
 
 
 def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """torch.complex, complex unsqueeze/squeeze/matmul, complex exp and products with a Python complex
-    number (the real matmul, exp and products go through the table too)."""
+    """torch.complex, complex unsqueeze/squeeze/matmul, complex exp, products with a Python complex
+    number, a complex alias and zero padding (the real matmul, exp, products and pads go through
+    the table too)."""
     z = torch.complex(x, x.flip(-1))
     y = (z @ z.mT.unsqueeze(0)).squeeze(0)
     spectrum = torch.exp(x) * torch.exp(torch.sin(x) * 1j)  # magnitude * exp(phase * 1j), MB-iSTFT-VITS2#3
     halves = torch.stack(torch.chunk(z, 2, dim=-1), dim=0)  # complex split (USRNet's splits(), pytorch#128324)
     return (torch.view_as_real(y), x @ x.mT, x[0] @ x.mT, torch.view_as_real(spectrum),
             torch.view_as_real(z * (0.5 - 2j)), x * 3.0, torch.view_as_real(halves.repeat(1, 2, 1)),
-            torch.view_as_real(torch.cat(z.split([1, 3], dim=1)[::-1], dim=1)), x.repeat(2, 1))
+            torch.view_as_real(torch.cat(z.split([1, 3], dim=1)[::-1], dim=1)), x.repeat(2, 1),
+            # A whole-range slice of a complex tensor (an alias: FourCastNet's AFNO, pytorch#81075),
+            # zero padding of one (HTDemucs' spectrogram, ailia-models#866) and of a real one.
+            torch.view_as_real(z[:, 0:4] * 2), torch.view_as_real(torch.nn.functional.pad(z, (1, 2))),
+            torch.nn.functional.pad(x, (2, 1)))
 
 
 def _observed(channels: int) -> tuple[torch.Tensor, ...]:

@@ -3,8 +3,8 @@
 The dynamo exporter represents a complex tensor as a real one with a trailing dimension of 2 and
 lowers the FFT ops, `view_as_real` and `view_as_complex` that way, but not `torch.complex`, a
 complex `unsqueeze`/`squeeze`, a complex `matmul` (pytorch/pytorch#126972: rfft, a complex
-matmul per bin, irfft), a complex `exp`, `split` or `repeat`, or a product with a Python complex
-number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3). These functions write each of
+matmul per bin, irfft), a complex `exp`, `split` or `repeat`, a complex `alias` or zero padding,
+or a product with a Python complex number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3). These functions write each of
 those on the `view_as_real` pair, so the complex values only ever pass through ops the exporter
 lowers. A table entry replaces the op for
 real tensors too, so the real branch is the same op spelled without calling itself (reshape for
@@ -108,6 +108,29 @@ def mul_scalar(x, other):
     re = xr * other.real - xi * other.imag
     im = xr * other.imag + xi * other.real
     return torch.view_as_complex(torch.stack([re, im], -1))
+
+
+def alias(x):
+    """alias of a complex tensor (slicing a complex spectrum whole, FourCastNet's AFNO filter,
+    pytorch/pytorch#81075): the same values through the pair."""
+    if not x.is_complex():
+        return NotImplemented
+    return torch.view_as_complex(torch.view_as_real(x).clone())
+
+
+def constant_pad_nd(x, pad, value=0):
+    """Zero padding of a complex tensor (HTDemucs' spectrogram, ailia-models#866): the pair padded,
+    its trailing (re, im) dim not; F.pad lists the last dim first."""
+    if not x.is_complex() or (value is not None and value != 0):
+        return NotImplemented
+    return torch.view_as_complex(torch.nn.functional.pad(torch.view_as_real(x), [0, 0] + list(pad)))
+
+
+def pad(x, pad, mode="constant", value=None):
+    """F.pad of a complex tensor in constant mode, the same way."""
+    if mode != "constant":
+        return NotImplemented
+    return constant_pad_nd(x, pad, 0 if value is None else value)
 '''
 
 REWRITES = (
@@ -116,9 +139,10 @@ REWRITES = (
         family="complex",
         targets=("aten.complex.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.matmul.default",
                  "aten.exp.default", "aten.mul.Scalar", "aten.mul.Tensor", "aten.split.Tensor",
-                 "aten.split_with_sizes.default", "aten.repeat.default"),
+                 "aten.split_with_sizes.default", "aten.repeat.default", "aten.alias.default",
+                 "aten.constant_pad_nd.default", "aten.pad.default"),
         functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar", "split",
-                   "split_with_sizes", "repeat"),
+                   "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
@@ -126,8 +150,9 @@ REWRITES = (
         "the other ops are exact",
         limits="complex64/complex128 through view_as_real (the dynamo exporter's representation); "
         "every matmul of the model is replaced (real ones through einsum, the same MatMul in ONNX); exp "
-        "and multiplication by a Python number only where complex values are involved; conj is not covered",
+        "and multiplication by a Python number only where complex values are involved; padding of complex "
+        "values with zeros only; conj is not covered",
         reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul", "aten::split",
-                     "aten::chunk", "aten::repeat"),
+                     "aten::chunk", "aten::repeat", "aten::alias", "aten::constant_pad_nd", "aten::pad"),
     ),
 )
