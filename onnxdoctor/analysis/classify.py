@@ -61,7 +61,11 @@ COULD_NOT_EXPORT_PYTHON = re.compile(r"Couldn't export Python operator (\w+)")
 _NO_SCHEMA_FOR = re.compile(r"We don't have an op for ((?:aten|prim)::\w+) but it isn't a special case")
 # A torch function refusing an argument's Python type while the exporter traces ("scaled_dot_product_
 # attention(): argument 'is_causal' must be bool, not Tensor"): the function is the aten op.
-_ARGUMENT_TYPE = re.compile(r"\b([a-z_][a-z0-9_]*)\(\): argument '\w+' (?:\(position \d+\) )?must be ")
+# Also the parser's words for a call no overload takes ("upsample_bicubic2d() received an invalid
+# combination of arguments - got (Tensor, NoneType, bool, tuple)": traced sizes as a tuple of
+# tensors, transformers#26790).
+_ARGUMENT_TYPE = re.compile(r"\b([a-z_][a-z0-9_]*)\(\)(?: received an invalid combination of arguments|"
+                            r": argument '\w+' (?:\(position \d+\) )?must be )")
 # The dynamo exporter's translation of an aten op (an onnxscript function named aten_<op>[_<overload>])
 # raised while building its nodes: "Error when calling function 'TracedOnnxFunction(<function aten_roll".
 _TRANSLATION_RAISED = re.compile(r"Error when calling function '(?:Traced)?OnnxFunction\(<function aten_(\w+?)"
