@@ -204,7 +204,16 @@ def extract_op(text: str) -> str | None:
     match = _SYMBOLIC_OUTPUTS.search(text)
     if match:
         return aten_name(match.group(1))
+    match = _LEADING_NODE_KIND.search(text)
+    if match:
+        return match.group(1)
     return None
+
+
+# A JIT pass's error that starts with the node kind it could not handle ("RuntimeError:
+# prim::TupleIndex not matched to tuple construct", mlcommons/inference#637's scripted RNN-T).
+_LEADING_NODE_KIND = re.compile(r"^(?:\w+(?:Error|Exception): )?((?:prim|aten|onnx)::\w+) (?!\()",
+                                re.MULTILINE)
 
 
 # A symbolic whose outputs do not match the node's, named by the node's kind without its
