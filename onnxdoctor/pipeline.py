@@ -318,6 +318,20 @@ def _progress_sink(progress: Callable[[str], None]) -> Callable[[dict[str, Any]]
 MAX_CHAIN = 3
 
 
+def _segments(candidates: list[tuple[int, Fix]]) -> list[tuple[bool, list[tuple[int, Fix]]]]:
+    """The candidates in rank order as (isolated, fixes) runs: each isolated fix alone, the
+    in-process-safe ones between them together (one worker checks them one after another)."""
+    segments: list[tuple[bool, list[tuple[int, Fix]]]] = []
+    for index, fix in candidates:
+        if fix.recipe is None:
+            continue
+        if fix.recipe.isolated or not segments or segments[-1][0]:
+            segments.append((fix.recipe.isolated, [(index, fix)]))
+        else:
+            segments[-1][1].append((index, fix))
+    return segments
+
+
 @dataclass(frozen=True)
 class _Verifier:
     """Re-runs the pipeline with candidate fixes, within the command's time budget."""
@@ -384,30 +398,33 @@ class _Verifier:
                 verified.append(finding)
                 continue
             checks: dict[int, FixCheck] = {}
-            shared = [(i, f) for i, f in candidates if f.recipe and not f.recipe.isolated]
-            isolated = [(i, f) for i, f in candidates if f.recipe and f.recipe.isolated]
-            if planned is not None and not wide:  # the main worker's checks were at the example only
-                shared = []
-            if shared:
-                self.progress(f"verifying {len(shared)} fix(es) for {finding.code}")
-                result = self._run(verify_fixes=tuple(f.recipe for _, f in shared if f.recipe), other_inputs=wide)
-                for position, (index, fix) in enumerate(shared):
-                    run_id = f"fix{position}"
-                    if fix.recipe and any(e.get("run") == run_id for e in result.events):
-                        checks[index] = fix_check(result, run_id, target)
-                        self.runs[fix.recipe.key()] = (result, run_id)
-                    # else: the worker stopped after an earlier fix worked; this one stays untried
-            for index, fix in isolated:
+            # In rank order: consecutive in-process-safe fixes share one worker, an isolated one
+            # gets its own. (Shared ones first, as before, let two slow exporter switches spend
+            # the --fix-budget while the branch read one way, ranked first, was never tried.)
+            for isolated, batch in _segments(candidates):
+                if not isolated and planned is not None and not wide:
+                    continue  # the main worker checked these already (at the example only)
                 settled = (done_wide if wide else done).values()
                 if not options.all_fixes and any(c.works for c in [*checks.values(), *settled]):
                     break
                 if self._out_of_time():
                     break
-                self.progress(f"verifying fix: {fix.title}")
-                result = self._run(apply_fix=fix.recipe, other_inputs=wide)
-                checks[index] = fix_check(result, "main", target)
-                if fix.recipe:
-                    self.runs[fix.recipe.key()] = (result, "main")
+                if isolated:
+                    ((index, fix),) = batch
+                    self.progress(f"verifying fix: {fix.title}")
+                    result = self._run(apply_fix=fix.recipe, other_inputs=wide)
+                    checks[index] = fix_check(result, "main", target)
+                    if fix.recipe:
+                        self.runs[fix.recipe.key()] = (result, "main")
+                    continue
+                self.progress(f"verifying {len(batch)} fix(es) for {finding.code}")
+                result = self._run(verify_fixes=tuple(f.recipe for _, f in batch if f.recipe), other_inputs=wide)
+                for position, (index, fix) in enumerate(batch):
+                    run_id = f"fix{position}"
+                    if fix.recipe and any(e.get("run") == run_id for e in result.events):
+                        checks[index] = fix_check(result, run_id, target)
+                        self.runs[fix.recipe.key()] = (result, run_id)
+                    # else: the worker stopped after an earlier fix worked; this one stays untried
             fixes = tuple(replace(fix, check=checks.get(i, fix.check)) for i, fix in enumerate(finding.fixes))
             for index, check in checks.items():
                 recipe = finding.fixes[index].recipe

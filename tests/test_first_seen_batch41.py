@@ -47,3 +47,22 @@ def test_numpy_example_inputs_are_made_tensors_and_the_export_checked(tmp_path: 
     fix = finding.fixes[0]
     assert fix.kind == "array_inputs" and fix.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "[0][0]" in fix.title and "[0][1][0]" in fix.title  # both arrays, nested where they are
+
+
+def test_fix_checks_keep_the_rank_order_isolated_fixes_included() -> None:
+    # DAT's frozen window mask (chaiNNer#2715): two exporter switches (in-process checks, about
+    # 90 s each) were checked before the branch read one way (isolated, ranked first, 5 s) and
+    # spent the --fix-budget; the branch was never tried.
+    from onnxdoctor.model import Applicability, Fix
+    from onnxdoctor.pipeline import _segments
+    from onnxdoctor.recipe import LoadCode, Recipe, UseExporter
+
+    def fix(kind: str, isolated: bool) -> Fix:
+        recipe = Recipe(kind, (LoadCode(f"# {kind}"),) if isolated else (UseExporter(kind),), isolated=isolated)
+        return Fix(kind=kind, title=kind, snippet="", applicability=Applicability.SAFE, cost="", recipe=recipe)
+
+    ranked = list(enumerate([fix("true", True), fix("false", True), fix("dynamo", False), fix("strict", False),
+                             fix("script", True), fix("torchscript", False)]))
+    assert [(isolated, [f.kind for _, f in batch]) for isolated, batch in _segments(ranked)] == [
+        (True, ["true"]), (True, ["false"]), (False, ["dynamo", "strict"]), (True, ["script"]),
+        (False, ["torchscript"])]
