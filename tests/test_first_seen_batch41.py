@@ -20,8 +20,8 @@ dynamo = False
 def get_model():
     torch.manual_seed(0)
     features = np.random.default_rng(0).random((3, 4), dtype=np.float32)
-    ids = np.array([[1, 2]])  # int64, inside a list inside the tuple
-    return Model().eval(), ((features, [ids]),)
+    ids = np.array([[1, 2]])  # int64, in a list beside the tuple the first array is in
+    return Model().eval(), ((features,), [ids])
 
 
 class Model(torch.nn.Module):
@@ -30,8 +30,8 @@ class Model(torch.nn.Module):
         self.linear = torch.nn.Linear(4, 2)
         self.embedding = torch.nn.Embedding(4, 2)
 
-    def forward(self, pair):
-        features, (ids,) = pair
+    def forward(self, first, second):
+        (features,), (ids,) = first, second
         return torch.tanh(self.linear(features)) + self.embedding(ids).sum(1)
 '''
 
@@ -46,7 +46,7 @@ def test_numpy_example_inputs_are_made_tensors_and_the_export_checked(tmp_path: 
     assert finding.code == "OD107" and finding.stage is Stage.LOAD
     fix = finding.fixes[0]
     assert fix.kind == "array_inputs" and fix.verified is True, [(f.kind, f.check) for f in finding.fixes]
-    assert "[0][0]" in fix.title and "[0][1][0]" in fix.title  # both arrays, nested where they are
+    assert "[1][0][0]" in fix.title and "[1][1][0]" in fix.title  # both arrays, nested where they are
 
 
 def test_fix_checks_keep_the_rank_order_isolated_fixes_included() -> None:

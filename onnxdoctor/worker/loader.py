@@ -196,7 +196,7 @@ def _from_factory(namespace: dict[str, Any], name: str, settings: dict[str, Any]
                     "OD106", f"{name}()[2] must be a dict of keyword inputs, got {type(result[2]).__name__}"
                 )
             kwargs = {**kwargs, **(_as_tensors(result[2]) if arrays else result[2])}
-            _check_tensors(kwargs, f"{name}()[2]")
+            _check_all(kwargs, f"{name}()[2]")
         return LoadedModel(model, args, kwargs, settings, name, form="triple" if len(result) == 3 else "pair")
     if isinstance(result, torch.nn.Module) or (callable(result) and not isinstance(result, tuple)):
         for inputs_name in ("get_inputs", "example_inputs"):
@@ -249,15 +249,25 @@ def _split_inputs(value: Any, where: str, arrays: bool = False) -> tuple[tuple[A
     elif isinstance(value, list):
         value = tuple(value)
     if isinstance(value, dict):
-        _check_tensors(value, where)
+        _check_all(value, where)
         return (), dict(value)
     if not isinstance(value, tuple):
         raise ProtocolError(
             "OD107", f"{where} is a {type(value).__name__}; expected a tensor or a tuple of tensors",
             numpy_inputs=numpy_positions(value, where),
         )
-    _check_tensors(value, where)
+    _check_all(value, where)
     return value, {}
+
+
+def _check_all(value: Any, where: str) -> None:
+    """_check_tensors on the whole example, its refusal naming every NumPy value in it (the fix
+    converts them all, not only the first one met)."""
+    try:
+        _check_tensors(value, where)
+    except ProtocolError as exc:
+        exc.facts["numpy_inputs"] = numpy_positions(value, where)
+        raise
 
 
 def tensor_holder(value: Any, depth: int = 3) -> bool:
@@ -328,7 +338,6 @@ def _check_tensors(value: Any, where: str) -> None:
             "OD107",
             f"{where}[{key!r}] is a {type(item).__name__}; example inputs must be tensors "
             "(or python numbers, None, and tuples/lists/dicts of them)",
-            numpy_inputs=numpy_positions(value, where),
         )
 
 
