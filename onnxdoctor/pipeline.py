@@ -399,8 +399,8 @@ class _Verifier:
                 continue
             checks: dict[int, FixCheck] = {}
             # In rank order: consecutive in-process-safe fixes share one worker, an isolated one
-            # gets its own. (Shared ones first, as before, let two slow exporter switches spend
-            # the --fix-budget while the branch read one way, ranked first, was never tried.)
+            # gets its own. (Every in-process fix first let two slow exporter switches spend the
+            # --fix-budget before the branch read one way, ranked above them, was tried.)
             for isolated, batch in _segments(candidates):
                 if not isolated and planned is not None and not wide:
                     continue  # the main worker checked these already (at the example only)

@@ -800,9 +800,7 @@ def _trace_difference(state: dict[str, Any], atol: float, rtol: float, args: tup
                 for name, search in searches:
                     try:
                         found = search()
-                    except OutOfTime:
-                        raise
-                    except Exception:  # best effort: the difference is reported either way
+                    except Exception:  # best effort: the difference is reported either way (not OutOfTime)
                         found = None
                     if found is not None:
                         facts[name] = found
