@@ -12,7 +12,10 @@ Runtime (PYTHON_KERNEL_KINDS): they are verified, but the serving process needs 
 "op named" counts only the files whose `Expected:` line names an op (`naming <op>`), and takes the
 op under either of the names a finding gives it (`op`, `onnx_op`, `torch_op`): `TopK` or
 `aten::topk`. Runs recorded before those fields existed (first-seen records up to 2026-12-04f)
-counted `op` alone.
+counted `op` alone. A lowercase op without a namespace (`upsample_trilinear3d`) is the aten op of
+that name, and an operator's dunder spelling in the traced graph (`aten::__xor__`) is the op it
+calls (`aten::bitwise_xor`); both readings came after some first-seen runs, whose README sections
+give the figure both ways.
 
 Not part of the test suite (each file is a real export plus fix verification: minutes in all).
 
