@@ -293,12 +293,19 @@ def _holds_tensor(value: Any, depth: int) -> bool:
     return tensor_holder(value, depth)
 
 
+def _is_numpy(value: Any) -> bool:
+    """A NumPy array or scalar: what `_as_tensors` converts and `numpy_positions` names."""
+    import numpy as np
+
+    return isinstance(value, (np.ndarray, np.generic))
+
+
 def _as_tensors(value: Any) -> Any:
     """`value` with each NumPy array or scalar in it (in tuples, lists and dicts) made a tensor:
     what the model gets when the caller converts before exporting."""
     import numpy as np
 
-    if isinstance(value, (np.ndarray, np.generic)):
+    if _is_numpy(value):
         # from_numpy keeps the dtype and refuses object arrays: those stay arrays, and are refused.
         with contextlib.suppress(TypeError):
             return torch.from_numpy(np.ascontiguousarray(value))
@@ -312,7 +319,7 @@ def _as_tensors(value: Any) -> Any:
 
 def numpy_positions(value: Any, where: str) -> list[str]:
     """Where the NumPy arrays and scalars among example inputs are (`example_inputs[0]`)."""
-    if type(value).__module__.split(".")[0] == "numpy":
+    if _is_numpy(value):
         return [where]
     if isinstance(value, dict):
         items = value.items()
