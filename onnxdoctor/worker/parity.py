@@ -245,41 +245,121 @@ def compare_with_reference(
     }
 
 
-def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
-    """Compare every intermediate value with PyTorch's (dynamo exports name values after FX nodes)."""
-    from torch.onnx import verification
+# PyTorch's intermediate values held at once before ONNX Runtime computes theirs: what bounds the
+# search's memory on a large model (a small one is compared in one run).
+_HELD_BYTES = 256 * 2**20
+
+
+class _Diverged(Exception):
+    """Ends the interpreter's run at the first value that differs."""
+
+
+def _first_differing_info(state: dict[str, Any], atol: float, rtol: float) -> tuple[Any, int]:
+    """The first intermediate value (in FX order) ONNX Runtime computes otherwise than PyTorch,
+    and how many values were compared.
+
+    torch's own search (`verify_onnx_program(compare_intermediates=True)`) builds an ONNX Runtime
+    session for each value: minutes on a model of a few hundred nodes. Here PyTorch's values are
+    collected as the exported program runs, and ONNX Runtime computes a batch of them in one run
+    with those values made graph outputs. Making a value an output keeps ONNX Runtime from fusing
+    the node that writes it: a difference that only a fused kernel makes is not found here, and
+    the output's own node is named (as when only the last node differs)."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    from torch.onnx._internal.exporter._verification import VerificationInfo
 
     loaded = state["loaded"]
+    program = state["onnx_program"].exported_program
+    flat, _spec = program._get_flat_args_with_check(loaded.args, loaded.kwargs or {})
+    model = onnx.load(str(state["onnx_path"]))
+    outputs = len(model.graph.output)
+    computed = {o for n in model.graph.node for o in n.output if o}
+    constants = {t.name: t for t in model.graph.initializer}
+    pending: list[tuple[str, Any]] = []
+    held, compared = 0, 0
+
+    def settle() -> Any:
+        nonlocal held, compared
+        names = [name for name, _v in pending if name in computed]
+        values: dict[str, Any] = {}
+        if names:
+            values, _feeds = run_exposing(model, names, loaded.args, loaded.kwargs or None)
+            del model.graph.output[outputs:]
+        for name, expected in pending:
+            actual = values[name] if name in values else numpy_helper.to_array(constants[name])
+            info = None
+            with contextlib.suppress(Exception):  # a value torch's comparison cannot take (a shape, a type)
+                info = VerificationInfo.from_tensors(name=name, expected=expected,
+                                                     actual=torch.from_numpy(np.array(actual)))
+            compared += info is not None
+            if info is not None and info.max_abs_diff > atol and info.max_rel_diff > rtol:
+                return info
+        pending.clear()
+        held = 0
+        return None
+
+    class Collector(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            nonlocal held
+            result = super().run_node(n)
+            if n.op == "call_function" and (n.name in computed or n.name in constants):
+                if isinstance(result, torch.Tensor):
+                    # A copy: a later node of the program may write into a buffer it returned.
+                    pending.append((n.name, result.detach().clone()))
+                    held += result.numel() * result.element_size()
+                elif isinstance(result, int | float | bool):
+                    pending.append((n.name, result))
+                if held > _HELD_BYTES and (found := settle()) is not None:
+                    raise _Diverged(found)
+            return result
+
+    try:
+        with torch.no_grad():
+            Collector(program.module()).run(*flat)
+    except _Diverged as stop:
+        return stop.args[0], compared
+    return settle(), compared
+
+
+def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+    """Compare every intermediate value with PyTorch's (dynamo exports name values after FX nodes)."""
     with quiet_torch_logs(), _nan_aware_comparison():
-        infos = verification.verify_onnx_program(
-            state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True
-        )
+        try:
+            info, compared = _first_differing_info(state, atol, rtol)
+        except Exception:  # a value ONNX Runtime cannot hand back (bfloat16): torch's own search
+            from torch.onnx import verification
+
+            loaded = state["loaded"]
+            infos = verification.verify_onnx_program(
+                state["onnx_program"], loaded.args, loaded.kwargs or None, compare_intermediates=True)
+            info = next((i for i in infos if i.max_abs_diff > atol and i.max_rel_diff > rtol), None)
+            compared = len(infos)
     producers = {out: node for node in state["onnx_model"].graph.node for out in node.output}
     rows = {r.node: r for r in state.get("provenance") or ()}
-    for info in infos:
-        if info.max_abs_diff > atol and info.max_rel_diff > rtol:
-            node = producers.get(info.name)
-            row = rows.get(node.name) if node is not None else None
-            found = {
-                "value": info.name,
-                "node": node.name if node is not None else None,
-                "op": node.op_type if node is not None else None,
-                "max_abs_diff": float(info.max_abs_diff),
-                "max_rel_diff": float(info.max_rel_diff),
-                "compared": len(infos),
-            }
-            if row is not None:  # the FX node it came from (torch's metadata on the node)
-                found.update(_row_facts(row))
-            if node is None:
-                with contextlib.suppress(Exception):
-                    found.update(_folded(state, info.name))
-            if node is not None and node.op_type in RANDOM_OPS:
-                found["random"] = [node.op_type]
-            elif row is not None:
-                with contextlib.suppress(Exception):  # best effort: the value is named either way
-                    found.update(_group_against_reference(state, rows, row, atol, rtol))
-            return found
-    return None
+    if info is None:
+        return None
+    node = producers.get(info.name)
+    row = rows.get(node.name) if node is not None else None
+    found = {
+        "value": info.name,
+        "node": node.name if node is not None else None,
+        "op": node.op_type if node is not None else None,
+        "max_abs_diff": float(info.max_abs_diff),
+        "max_rel_diff": float(info.max_rel_diff),
+        "compared": compared,
+    }
+    if row is not None:  # the FX node it came from (torch's metadata on the node)
+        found.update(_row_facts(row))
+    if node is None:
+        with contextlib.suppress(Exception):
+            found.update(_folded(state, info.name))
+    if node is not None and node.op_type in RANDOM_OPS:
+        found["random"] = [node.op_type]
+    elif row is not None:
+        with contextlib.suppress(Exception):  # best effort: the value is named either way
+            found.update(_group_against_reference(state, rows, row, atol, rtol))
+    return found
 
 
 @contextlib.contextmanager
