@@ -12,6 +12,7 @@ Usage: python bench/bench_localize.py [--depths 2 8 24] [--repeat N]
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -58,9 +59,10 @@ def main() -> None:
             path = Path(folder) / f"depth{depth}.onnx"
             program.save(str(path))
             state = {"loaded": SimpleNamespace(args=args, kwargs={}), "onnx_program": program, "onnx_path": path}
-            theirs_s, infos = _timed(lambda: verification.verify_onnx_program(
-                program, args, None, compare_intermediates=True), options.repeat)
-            ours_s, (found, compared) = _timed(lambda: _first_differing_info(state, 1e-4, 1e-3), options.repeat)
+            theirs_s, infos = _timed(functools.partial(verification.verify_onnx_program, program, args, None,
+                                                       compare_intermediates=True), options.repeat)
+            ours_s, (found, compared) = _timed(functools.partial(_first_differing_info, state, 1e-4, 1e-3),
+                                               options.repeat)
             if found is not None or compared != len(infos):
                 raise SystemExit(f"depth {depth}: the searches disagree ({compared} vs {len(infos)} values, "
                                  f"ours found {found and found.name})")
