@@ -174,7 +174,7 @@ class EagerExport:
     `functions`: autograd.Functions (`module:Qualname`; the script's own by name) exported without
     their `symbolic`, so the exporter traces `forward`; `not_in_export`: torch.onnx.is_in_onnx_export()
     reads false, so forward() takes its eager branch; `tensor_values`: `Tensor.item()` gives the
-    0-d tensor itself and `torch.tensor()` of tensors stacks them, so a value that forward() takes
+    0-d tensor itself, `Tensor.tolist()` the tensor and `torch.tensor()` of tensors stacks them, so a value that forward() takes
     out of a tensor and puts back stays in the traced graph instead of becoming a constant. All
     are undone when the export returns. `traced_helpers`: functions under
     @torch.jit.script_if_tracing run as Python under the tracer instead of being scripted;

@@ -13,6 +13,7 @@ import contextlib
 import math
 import os
 import runpy
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -866,8 +867,8 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
 
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
-    """`Tensor.item()` returns the 0-d tensor, `torch.tensor()` of tensors (or of lists holding
-    tensors) stacks them, `int(t)` gives a number `torch.arange` reads as `t`, and a NumPy array of
+    """`Tensor.item()` returns the 0-d tensor, `Tensor.tolist()` the tensor (the model's calls while
+    tracing), `torch.tensor()` of tensors (or of lists holding tensors) stacks them, `int(t)` gives a number `torch.arange` reads as `t`, and a NumPy array of
     a list holding tensors stays a tensor (torch.from_numpy passes it on), until `undo` runs.
 
     The tracer records neither a Python number nor what `torch.tensor` builds from one: a value
@@ -954,15 +955,28 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
     def from_numpy(data: Any) -> Any:
         return data if isinstance(data, torch.Tensor) else original_from_numpy(data)
 
+    # `top_x.tolist()` used to index (`hidden[top_x_list]`, Mixtral's MoE before transformers
+    # #29858): a tensor indexes as its list does, and the tracer records it as data. Only the
+    # model's own calls while tracing: the exporter's symbolics read constants' lists too.
+    original_tolist = torch.Tensor.tolist
+    inside_torch = str(Path(torch.__file__).parent) + os.sep
+
+    def tolist(self: Any) -> Any:
+        if torch.jit.is_tracing() and not sys._getframe(1).f_code.co_filename.startswith(inside_torch):
+            return self
+        return original_tolist(self)
+
     torch.Tensor.item = item  # type: ignore[method-assign]
     torch.tensor = tensor  # type: ignore[assignment]
     torch.Tensor.__int__ = to_int  # type: ignore[method-assign]
+    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
     torch.arange = arange  # type: ignore[assignment]
     numpy.array, numpy.asarray = array, asarray
     torch.from_numpy = from_numpy
 
     def restore() -> None:
         torch.Tensor.item = original_item  # type: ignore[method-assign]
+        torch.Tensor.tolist = original_tolist  # type: ignore[method-assign]
         torch.tensor = original_tensor  # type: ignore[assignment]
         torch.Tensor.__int__ = original_int  # type: ignore[method-assign]
         torch.arange = original_arange  # type: ignore[assignment]

@@ -21,7 +21,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     the exporter fails on (OD299 too), torch.where over both branches; for a size the trace froze
     (OD802/OD803), the branches that compare sizes read one way."""
     if finding.code in ("OD802", "OD803"):
-        return _size_branches(ctx)
+        # A list or number the trace froze is a size too (Mixtral's `hidden[top_x.tolist()]`).
+        values = _tensor_values(finding, ctx)
+        return [*([values] if values else []), *_size_branches(ctx)]
     where_fix = _cond_as_where(finding, ctx)
     if where_fix is not None:
         return [where_fix]
@@ -92,25 +94,35 @@ def _library_branch(finding: Finding, ctx: FixContext) -> Fix | None:
     )
 
 
-# TracerWarnings of a value taken out of a tensor as a Python number, or put back by torch.tensor:
-# the two halves `EagerExport.tensor_values` keeps in the graph. A bool (a branch), an int()/index
-# or a list are other conversions it cannot keep.
-_NUMBER_ROUND_TRIP = ("a Python number", "a Python integer", "torch.tensor results are registered as constants",
+# TracerWarnings of a value taken out of a tensor as a Python number or list, or put back by
+# torch.tensor: what `EagerExport.tensor_values` keeps in the graph. A bool (a branch) or an
+# int()/index are other conversions it cannot keep.
+_NUMBER_ROUND_TRIP = ("a Python number", "a Python integer", "a Python list",
+                      "torch.tensor results are registered as constants",
                       "torch.from_numpy results are registered as constants")
 
 
+_WARNED_AT = re.compile(r"\[([^\[\]\s]+\.py:\d+)\]\s*$")
+
+
 def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
-    """OD210 from `.item()` / `torch.tensor(...)`: trace again with the value kept a tensor."""
-    if finding.code != "OD210" or ctx.target_kind != "script":
+    """OD210 from `.item()` / `.tolist()` / `torch.tensor(...)` (or the size OD802/OD803 found
+    frozen at the same time): trace again with the value kept a tensor."""
+    if finding.code not in ("OD210", "OD802", "OD803") or ctx.target_kind != "script":
         return None
     export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
                   None)
     warnings = " ".join((*finding.evidence, *(export.warnings if export is not None else ())))
     if finding.op != "aten::item" and not any(text in warnings for text in _NUMBER_ROUND_TRIP):
         return None
-    where = f" ({finding.source})" if finding.source else ""
+    # The line that took the value out (the warning's), not the node that later failed with it.
+    taken = next((m.group(1).rpartition("/")[2] for text in (*finding.evidence, *(export.warnings if export is not None else ()))
+                  if any(kind in text for kind in _NUMBER_ROUND_TRIP) and (m := _WARNED_AT.search(text))), None)
+    where = f" ({taken or finding.source})" if taken or finding.source else ""
     through = ("build it with torch ops, not a NumPy array (torch.from_numpy(np.array(...)))"
-               if "torch.from_numpy results" in warnings else "drop .item(), int() and torch.tensor(...) around it")
+               if "torch.from_numpy results" in warnings else
+               "index with the tensor, not its .tolist()" if "a Python list" in warnings
+               else "drop .item(), int() and torch.tensor(...) around it")
     return Fix(
         kind="tensor_values",
         title=f"Keep the value a tensor{where}: {through}",
@@ -122,11 +134,12 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
             "# likewise torch.arange(n) instead of torch.arange(n.item()) or torch.arange(int(n)),\n"
             "# torch.stack(tags) instead of\n"
             "# torch.tensor([t.item() for t in tags]), and torch.stack([x.shape[0], torch.tensor(k)])\n"
-            "# instead of torch.from_numpy(np.array([x.shape[0], k]))\n"
+            "# instead of torch.from_numpy(np.array([x.shape[0], k])), and hidden[top_x] instead of\n"
+            "# hidden[top_x.tolist()]\n"
         ),
         applicability=Applicability.SAFE,
-        cost=("an edit to forward(); checked by tracing it with .item() returning the tensor and "
-              "torch.tensor() stacking tensors, at the example and the other inputs"),
+        cost=("an edit to forward(); checked by tracing it with .item() and .tolist() returning the tensor "
+              "and torch.tensor() stacking tensors, at the example and the other inputs"),
         recipe=Recipe("tensor_values", (EagerExport(tensor_values=True), UseExporter("torchscript")), isolated=True),
     )
 

@@ -1,0 +1,53 @@
+"""General mechanisms for failures not seen before (issue 22), written after the forty-seventh
+first-seen batch (fixtures/corpus/first_seen_2026-12-06g.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+# Mixtral's MoE block before transformers#29858 (optimum#1671): each expert's tokens are indexed
+# through `.tolist()`, which the tracer records as the example's constant lists.
+TOLIST_ROUTER = '''
+import torch
+dynamo = False
+
+class Router(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = torch.nn.Linear(8, 3)
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x):
+        choice = self.gate(x).argmax(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            (rows,) = torch.where(choice == e)
+            rows_list = rows.tolist()
+            out.index_add_(0, rows, expert(x[rows_list]))
+        return out
+
+def get_model():
+    torch.manual_seed(0)
+    return Router().eval(), (torch.randn(12, 8),)
+
+def get_inputs2():
+    torch.manual_seed(5)
+    return (torch.randn(12, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_list_the_trace_froze_is_kept_a_tensor_and_named_where_it_was_taken(tmp_path: Path) -> None:
+    script = tmp_path / "router.py"
+    script.write_text(TOLIST_ROUTER)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210", [(f.code, f.message) for f in diagnosis.findings]
+    best = finding.fixes[0]
+    assert best.kind == "tensor_values" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+    assert "router.py:16" in best.title and ".tolist()" in best.title  # the line that took the list out
