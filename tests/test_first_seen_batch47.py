@@ -51,3 +51,50 @@ def test_a_list_the_trace_froze_is_kept_a_tensor_and_named_where_it_was_taken(tm
     best = finding.fixes[0]
     assert best.kind == "tensor_values" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "router.py:16" in best.title and ".tolist()" in best.title  # the line that took the list out
+
+
+# pointnet2_ops-style Functions (erikwijmans/Pointnet2_PyTorch#189): each forward fills a buffer
+# through NumPy, where the tracer cannot see; a node for one Function leaves the other frozen.
+TWO_OPAQUE_FUNCTIONS = '''
+import numpy as np
+import torch
+dynamo = False
+
+class Nearest(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, points):
+        out = torch.zeros(points.shape[0], dtype=torch.int64)
+        # lexsort: a NumPy function torch.export cannot trace either
+        p = np.abs(points.detach().numpy())
+        out.numpy()[:] = np.lexsort(p.T[::-1])[:p.shape[0]] % p.shape[1]
+        return out
+
+class Pick(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, points, index):
+        out = torch.zeros(points.shape[0])
+        p = points.detach().numpy()
+        out.numpy()[:] = p[np.arange(p.shape[0]), index.numpy()]
+        return out
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return Pick.apply(x, Nearest.apply(x)) * 2.0
+
+def get_model():
+    torch.manual_seed(0)
+    return Model().eval(), (torch.randn(6, 5),)
+'''
+
+
+@pytest.mark.slow
+def test_functions_that_froze_together_get_their_nodes_in_one_fix(tmp_path: Path) -> None:
+    script = tmp_path / "opaque.py"
+    script.write_text(TWO_OPAQUE_FUNCTIONS)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD601", [(f.code, f.message) for f in diagnosis.findings]
+    best = finding.fixes[0]
+    assert best.kind == "function_kernel" and best.verified is True, [(f.title, f.check) for f in finding.fixes]
+    assert "Nearest and Pick" in best.title or "Pick and Nearest" in best.title
+    assert best.snippet.count("@onnx_op(") == 2

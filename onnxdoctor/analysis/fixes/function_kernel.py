@@ -15,6 +15,8 @@ PyTorch's by construction, and the check says so. A native kernel is then the wa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext
 from onnxdoctor.analysis.fixes.custom_domain import SCRIPT_MODULES
 from onnxdoctor.model import Applicability, Finding, Fix
@@ -36,10 +38,78 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         functions = [f for f in ctx.export_facts.get("traced_functions") or ()
                      if isinstance(f, dict) and f.get("name") == finding.op]
     fixes = [_kernel_fix(entry) for entry in functions[:2] if isinstance(entry, dict)]
+    every = [_kernel_parts(entry) for entry in functions[:MAX_FUNCTIONS] if isinstance(entry, dict)]
+    if len(every) > 1 and all(parts is not None for parts in every):
+        # Several Functions froze (a point-cloud library's sampling, grouping and gathering, each
+        # its own Function): a node for one leaves the others frozen, so they go together first.
+        fixes.insert(0, _kernels_fix([parts for parts in every if parts is not None]))
     return [f for f in fixes if f is not None]
 
 
+# Functions given nodes at once: more than this many is a library, not a few ops, to port.
+MAX_FUNCTIONS = 6
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What one Function's node needs: its symbolic (before the export) and its kernel."""
+
+    qualname: str
+    op_type: str
+    names: list[str]
+    symbolic: str
+    kernel: str
+
+
+def _kernels_fix(every: list[_Parts]) -> Fix:
+    named = ", ".join(p.qualname for p in every[:-1]) + f" and {every[-1].qualname}"
+    symbolics = "\n".join(p.symbolic for p in every)
+    kernels = "\n".join(p.kernel for p in every)
+    return Fix(
+        kind="function_kernel",
+        title=(f"Export {named} each as one onnxdoctor node, computed by an ONNX Runtime kernel that calls it "
+               "(onnxruntime-extensions): the trace froze what their forwards computed outside PyTorch"),
+        snippet=(f"# Step 1 of 2, before the export: a symbolic for each Function\n{symbolics}\n"
+                 "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n\n"
+                 f"# Step 2 of 2, where ONNX Runtime runs the model: a kernel for each node\n{kernels}"),
+        applicability=Applicability.UNSAFE,
+        cost=("Python kernels run the Functions' own code and need torch (and whatever they call) at run "
+              "time; the nodes' sizes are the example's; for shipping, write native kernels "
+              f"(`onnxdoctor scaffold {every[0].op_type} --namespace onnxdoctor --inputs "
+              f"{','.join(every[0].names)}`, and likewise for the others)"),
+        recipe=Recipe("function_kernel", (UseExporter("torchscript"), *(LoadCode(p.symbolic) for p in every),
+                                          RuntimeKernels(python=kernels, extensions=True)), isolated=True),
+    )
+
+
 def _kernel_fix(entry: dict) -> Fix | None:
+    parts = _kernel_parts(entry)
+    if parts is None:
+        return None
+    qualname, op_type, names, symbolic, kernel = (parts.qualname, parts.op_type, parts.names, parts.symbolic,
+                                                  parts.kernel)
+    node = f"onnxdoctor::{op_type}"
+    snippet = (
+        f"# Step 1 of 2, before the export: a symbolic for {qualname}\n{symbolic}\n"
+        "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n\n"
+        f"# Step 2 of 2, where ONNX Runtime runs the model: a kernel for {node}\n{kernel}"
+    )
+    return Fix(
+        kind="function_kernel",
+        title=(f"Export {qualname} as one {node} node, computed by an ONNX Runtime kernel that calls "
+               f"{qualname} (onnxruntime-extensions): the trace froze what its forward computed outside PyTorch"),
+        snippet=snippet,
+        applicability=Applicability.UNSAFE,
+        cost=("a Python kernel runs the Function's own code and needs torch (and whatever it calls) at run "
+              f"time; the node's sizes are the example's; for shipping, write a native kernel "
+              f"(`onnxdoctor scaffold {op_type} --namespace onnxdoctor --inputs {','.join(names)}`)"),
+        # The symbolic is set on the class, for the whole process: a worker of its own.
+        recipe=Recipe("function_kernel", (UseExporter("torchscript"), LoadCode(symbolic),
+                                          RuntimeKernels(python=kernel, extensions=True)), isolated=True),
+    )
+
+
+def _kernel_parts(entry: dict) -> _Parts | None:
     module, _, qualname = str(entry.get("function_class", "")).partition(":")
     inputs, outputs = entry.get("inputs") or [], entry.get("outputs") or []
     arguments = list(entry.get("arguments") or ["T"] * len(inputs))
@@ -106,21 +176,4 @@ def _kernel_fix(entry: dict) -> Fix | None:
         "# With this code in your model script, `onnxdoctor diagnose` runs it too when the script sets:\n"
         "custom_op_libraries = [get_library_path()]\n"
     )
-    snippet = (
-        f"# Step 1 of 2, before the export: a symbolic for {qualname}\n{symbolic}\n"
-        "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n\n"
-        f"# Step 2 of 2, where ONNX Runtime runs the model: a kernel for {node}\n{kernel}"
-    )
-    return Fix(
-        kind="function_kernel",
-        title=(f"Export {qualname} as one {node} node, computed by an ONNX Runtime kernel that calls "
-               f"{qualname} (onnxruntime-extensions): the trace froze what its forward computed outside PyTorch"),
-        snippet=snippet,
-        applicability=Applicability.UNSAFE,
-        cost=("a Python kernel runs the Function's own code and needs torch (and whatever it calls) at run "
-              f"time; the node's sizes are the example's; for shipping, write a native kernel "
-              f"(`onnxdoctor scaffold {op_type} --namespace onnxdoctor --inputs {','.join(names)}`)"),
-        # The symbolic is set on the class, for the whole process: a worker of its own.
-        recipe=Recipe("function_kernel", (UseExporter("torchscript"), LoadCode(symbolic),
-                                          RuntimeKernels(python=kernel, extensions=True)), isolated=True),
-    )
+    return _Parts(qualname, op_type, names, symbolic, kernel)
