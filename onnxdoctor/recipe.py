@@ -92,6 +92,12 @@ class SplitSizesAsTensor:
 
 
 @dataclass(frozen=True)
+class NonNegativePerms:
+    """Write a Transpose's negative `perm` entries as the axes they count from the end
+    (onnxkit.transforms.non_negative_perms)."""
+
+
+@dataclass(frozen=True)
 class AlignIfBranches:
     """Cast the outputs of If branches whose element types differ to `to` (a numpy dtype name),
     and declare the If's outputs so (onnxkit.transforms.align_if_branches)."""
@@ -105,7 +111,7 @@ class FoldConstants:
 
 
 Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
-             | FoldConstants | CastOutputs | SplitSizesAsTensor | AlignIfBranches)
+             | FoldConstants | CastOutputs | SplitSizesAsTensor | AlignIfBranches | NonNegativePerms)
 
 
 @dataclass(frozen=True)
@@ -386,7 +392,7 @@ _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, St
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
-                CastOutputs, SplitSizesAsTensor, AlignIfBranches, Reference,
+                CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, Reference,
                 EvalMode, ArraysAsTensors, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,

@@ -22,6 +22,7 @@ from onnxdoctor.recipe import (
     ConvertOpset,
     ExpandFunction,
     FoldConstants,
+    NonNegativePerms,
     PromoteInputs,
     SetIrVersion,
     SetOpset,
@@ -700,6 +701,33 @@ def split_sizes_as_tensor(model: onnx.ModelProto) -> onnx.ModelProto:
     return fixed
 
 
+def non_negative_perms(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Transpose nodes whose `perm` counts an axis from the end (-1) given it from the start.
+
+    torch's `permute` takes negative dims, and the TorchScript exporter writes them into `perm`
+    as they are (`s.permute(1, -1, 0)`, StyleTTS2's duration encoder); Transpose's schema takes
+    a permutation of 0..rank-1, and the full checker and ONNX Runtime refuse anything else. The
+    rank is the perm's length, so -1 is rank - 1: the same transpose.
+
+    Raises:
+        TransformError: no Transpose has a negative perm entry.
+    """
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    changed = 0
+    for node in _all_nodes(fixed.graph):
+        if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+            continue
+        for attribute in node.attribute:
+            if attribute.name == "perm" and any(p < 0 for p in attribute.ints):
+                rank = len(attribute.ints)
+                attribute.ints[:] = [p % rank for p in attribute.ints]
+                changed += 1
+    if not changed:
+        raise TransformError("no Transpose has a negative perm entry")
+    return fixed
+
+
 def align_if_branches(model: onnx.ModelProto, to: str) -> onnx.ModelProto:
     """Each If whose branches declare an output in different element types (a scripted function
     returning a uint8 constant on one side and a bool mask on the other) with that output cast to
@@ -956,4 +984,6 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return split_sizes_as_tensor(model)
         case AlignIfBranches(to=to):
             return align_if_branches(model, to)
+        case NonNegativePerms():
+            return non_negative_perms(model)
     raise TransformError(f"unknown transform {type(transform).__name__}")

@@ -52,6 +52,7 @@ from onnxdoctor.analysis.fixes import (
     output_dtype,
     outputs,
     packed,
+    perms,
     quantized,
     recurrent,
     reparametrized,
@@ -74,7 +75,7 @@ from onnxdoctor.recipe import ExportCode, UseExporter
 FAMILIES = (
     eval_mode, aliased_inputs, array_inputs, object_inputs, named_inputs, export_args, reparametrized, dynamic_shapes, distribution_checks, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
-    split_sizes, if_branches,  # ONNX-level rewrites that keep the exporter: before another exporter
+    split_sizes, if_branches, perms,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,

@@ -1,0 +1,43 @@
+"""General mechanisms for failures not seen before (issue 22), written after the forty-eighth
+first-seen batch (fixtures/corpus/first_seen_2026-12-06h.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.onnxkit.transforms import non_negative_perms
+from onnxdoctor.pipeline import diagnose
+
+
+def _negative_perm() -> onnx.ModelProto:
+    """`s.permute(1, -1, 0)` as the TorchScript exporter writes it (hexgrad/kokoro#87)."""
+    inner = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[1, -1, 0], name="/enc/Transpose_7"),
+         helper.make_node("Relu", ["t"], ["y"], name="/enc/Relu")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4, 2])])
+    return helper.make_model(inner, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_negative_perm_is_written_as_the_axis_it_counts_from_the_end(tmp_path: Path) -> None:
+    fixed = non_negative_perms(_negative_perm())
+    (perm,) = [list(a.ints) for a in fixed.graph.node[0].attribute if a.name == "perm"]
+    assert perm == [1, 2, 0]
+    onnx.checker.check_model(fixed, full_check=True)
+    x = np.random.default_rng(0).standard_normal((2, 3, 4), dtype=np.float32)
+    (y,) = ort.InferenceSession(fixed.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x.transpose(1, 2, 0), 0))
+    # Diagnosed as a file: the checker names the Transpose, and the rewrite is verified.
+    path = tmp_path / "m.onnx"
+    onnx.save(_negative_perm(), str(path))
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD304" and finding.op == "Transpose", finding
+    best = finding.fixes[0]
+    assert best.kind == "non_negative_perm" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
