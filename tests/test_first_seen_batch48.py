@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
@@ -41,3 +42,40 @@ def test_a_negative_perm_is_written_as_the_axis_it_counts_from_the_end(tmp_path:
     assert finding.code == "OD304" and finding.op == "Transpose", finding
     best = finding.fixes[0]
     assert best.kind == "non_negative_perm" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+# pytorch-quantization's TensorQuantizer with no calibrated amax (NVIDIA/TensorRT#2352): the scale
+# comes from the input through `.item()` and reaches the number overload of fake quantization.
+ITEM_SCALE = '''
+import torch
+dynamo = False
+opset_version = 13
+
+class Quantized(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        scale = x.abs().amax().item() / 127
+        return self.linear(torch.fake_quantize_per_tensor_affine(x, scale, 0, -128, 127))
+
+def get_model():
+    torch.manual_seed(0)
+    return Quantized().eval(), (torch.randn(3, 6),)
+
+def get_inputs2():
+    torch.manual_seed(3)
+    return (torch.randn(3, 6) * 4,)
+'''
+
+
+@pytest.mark.slow
+def test_a_quantization_scale_taken_out_with_item_stays_a_tensor(tmp_path: Path) -> None:
+    script = tmp_path / "quantized.py"
+    script.write_text(ITEM_SCALE)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210", [(f.code, f.message) for f in diagnosis.findings]
+    best = finding.fixes[0]
+    assert best.kind == "tensor_values" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]

@@ -966,10 +966,22 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
             return self
         return original_tolist(self)
 
+    # A scale kept a tensor reaches fake_quantize_per_tensor_affine, whose number overload would take
+    # it out again (pytorch-quantization's `amax.item() / bound`): its tensor overload takes both
+    # qparams as tensors, and the exporter writes them as data.
+    original_fake_quantize = torch.fake_quantize_per_tensor_affine
+
+    def fake_quantize(input: Any, scale: Any, zero_point: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(scale, torch.Tensor) and not isinstance(zero_point, torch.Tensor):
+            scale = scale.to(torch.float32).reshape(())
+            zero_point = torch.full((), int(zero_point), dtype=torch.int32)
+        return original_fake_quantize(input, scale, zero_point, *args, **kwargs)
+
     torch.Tensor.item = item  # type: ignore[method-assign]
     torch.tensor = tensor  # type: ignore[assignment]
     torch.Tensor.__int__ = to_int  # type: ignore[method-assign]
     torch.Tensor.tolist = tolist  # type: ignore[method-assign]
+    torch.fake_quantize_per_tensor_affine = fake_quantize
     torch.arange = arange  # type: ignore[assignment]
     numpy.array, numpy.asarray = array, asarray
     torch.from_numpy = from_numpy
@@ -977,6 +989,7 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
     def restore() -> None:
         torch.Tensor.item = original_item  # type: ignore[method-assign]
         torch.Tensor.tolist = original_tolist  # type: ignore[method-assign]
+        torch.fake_quantize_per_tensor_affine = original_fake_quantize
         torch.tensor = original_tensor  # type: ignore[assignment]
         torch.Tensor.__int__ = original_int  # type: ignore[method-assign]
         torch.arange = original_arange  # type: ignore[assignment]
