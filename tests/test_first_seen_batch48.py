@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 from onnxdoctor.model import DiagnoseOptions
