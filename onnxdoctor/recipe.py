@@ -209,7 +209,10 @@ class EagerExport:
     einsum, since ONNX's Conv takes its group count as a fixed attribute; `dense_attention`:
     flex_attention is computed as dense attention (its score_mod and mask_mod applied to the whole
     score matrix) and create_block_mask keeps only the mask function, since neither exporter
-    converts the flex_attention operator or the block mask's construction.
+    converts the flex_attention operator or the block mask's construction; `affine_norms`: an
+    instance or batch norm given no weight or bias gets ones and zeros as long as the input's
+    channel dim, computed from its shape, since the TorchScript symbolics build them as
+    constants and refuse a channel count the trace does not know.
     """
 
     functions: tuple[str, ...] = ()
@@ -227,6 +230,7 @@ class EagerExport:
     traced_data: bool = False
     unfolded_convs: bool = False
     dense_attention: bool = False
+    affine_norms: bool = False
 
 
 @dataclass(frozen=True)

@@ -79,3 +79,18 @@ def test_a_quantization_scale_taken_out_with_item_stays_a_tensor(tmp_path: Path)
     assert finding.code == "OD210", [(f.code, f.message) for f in diagnosis.findings]
     best = finding.fixes[0]
     assert best.kind == "tensor_values" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+@pytest.mark.slow
+def test_a_norm_without_weight_whose_channels_the_trace_lost_is_given_them() -> None:
+    # StyleTTS2/Kokoro's AdaIN1d (hexgrad/kokoro#104): an InstanceNorm1d(affine=False) on an LSTM's
+    # output whose frame count comes from predicted durations; the trace loses the channel count.
+    script = CORPUS / "instance_norm_unknown_channels_adain_lstm_output_f0n_predictor_kokoro_104.py"
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD299", "aten::instance_norm"), finding
+    best = finding.fixes[0]
+    assert best.kind == "affine_norm" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]

@@ -265,6 +265,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _unfolded_convs(loaded, undo)
         if step.dense_attention:
             _dense_attention(loaded, undo)
+        if step.affine_norms:
+            _affine_norms(loaded, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -280,6 +282,37 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
     finally:
         for restore in reversed(undo):
             restore()
+
+
+def _affine_norms(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """F.instance_norm and F.batch_norm given no weight (or bias) get ones (zeros) as long as the
+    input's channel dim, until `undo` runs (the script's own names for them too).
+
+    The TorchScript symbolics write a missing weight as a constant of the channel count, and
+    refuse when the trace does not know it ("instance_norm for unknown channel size": an
+    InstanceNorm1d(affine=False) fed by an LSTM whose output size is dynamic, kokoro#104). Given
+    as tensors built from the input's shape, they are graph values and the count is not needed;
+    multiplying by one and adding zero is the same normalization."""
+    import inspect
+
+    import torch
+    import torch.nn.functional as F
+
+    def affine(original: Any) -> Any:
+        signature = inspect.signature(original)
+
+        def norm(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            x = bound.arguments["input"]
+            if isinstance(x, torch.Tensor) and x.dim() >= 2 and x.is_floating_point():
+                for name, fill in (("weight", torch.ones), ("bias", torch.zeros)):
+                    if bound.arguments.get(name) is None:
+                        bound.arguments[name] = fill(x.shape[1], dtype=x.dtype, device=x.device)
+            return original(*bound.args, **bound.kwargs)
+        return norm
+
+    for name in ("instance_norm", "batch_norm"):
+        _replace(F, name, affine(getattr(F, name)), loaded, undo)
 
 
 def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
