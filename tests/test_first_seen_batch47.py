@@ -4,7 +4,9 @@ first-seen batch (fixtures/corpus/first_seen_2026-12-06g.txt)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import onnx
 import pytest
 
 from onnxdoctor.model import DiagnoseOptions
@@ -98,3 +100,29 @@ def test_functions_that_froze_together_get_their_nodes_in_one_fix(tmp_path: Path
     assert best.kind == "function_kernel" and best.verified is True, [(f.title, f.check) for f in finding.fixes]
     assert "Nearest and Pick" in best.title or "Pick and Nearest" in best.title
     assert best.snippet.count("@onnx_op(") == 2
+
+
+def test_a_random_op_exported_as_several_nodes_is_named_random_not_held_to_the_reference(tmp_path: Path) -> None:
+    # PointNet++'s farthest-point sampling starts at torch.randint(0, N, (B,)) (Pointnet_Pointnet2_pytorch
+    # #175): the dynamo exporter writes RandomUniformLike, Mul and Cast, and the first differing
+    # value is the Cast's. Its draw differs by design, not because ONNX Runtime computes it otherwise.
+    import torch
+
+    from onnxdoctor.worker.parity import first_diverging_value
+    from onnxdoctor.worker.provenance import dynamo_table
+
+    class Start(torch.nn.Module):
+        def forward(self, xyz: torch.Tensor) -> torch.Tensor:
+            start = torch.randint(0, xyz.shape[1], (xyz.shape[0],))
+            return xyz[torch.arange(xyz.shape[0]), start]
+
+    args = (torch.randn(2, 64, 3),)
+    program = torch.onnx.export(Start(), args, dynamo=True, verbose=False)
+    path = tmp_path / "start.onnx"
+    program.save(str(path))
+    model = onnx.load(str(path))
+    state = {"loaded": SimpleNamespace(args=args, kwargs={}), "onnx_program": program, "onnx_path": path,
+             "onnx_model": model, "provenance": dynamo_table(model, tmp_path / "start.py")}
+    found = first_diverging_value(state, 1e-4, 1e-3)
+    assert found is not None and found["torch_op"] == "aten::randint", found
+    assert found["random"] == ["aten::randint"] and "reference" not in str(found)

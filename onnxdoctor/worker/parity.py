@@ -17,7 +17,7 @@ import numpy as np
 
 from onnxdoctor.recipe import Reference
 from onnxdoctor.worker.facts import quiet_torch_logs
-from onnxdoctor.worker.randomness import RANDOM_OPS
+from onnxdoctor.worker.randomness import RANDOM_OPS, draws_random
 from onnxdoctor.worker.tracebacks import exception_text
 
 
@@ -354,8 +354,14 @@ def first_diverging_value(state: dict[str, Any], atol: float, rtol: float) -> di
     if node is None:
         with contextlib.suppress(Exception):
             found.update(_folded(state, info.name))
-    if node is not None and node.op_type in RANDOM_OPS:
-        found["random"] = [node.op_type]
+    drawn = [node.op_type] if node is not None and node.op_type in RANDOM_OPS else []
+    if not drawn and row is not None and row.torch_op:
+        # A random aten op exported as a draw and more (randint: RandomUniformLike, Mul, Cast): its
+        # last node is what is named, and the group's draw must not be held to the reference.
+        with contextlib.suppress(Exception):
+            drawn = [str(row.torch_op)] if draws_random(str(row.torch_op)) else []
+    if drawn:
+        found["random"] = drawn
     elif row is not None:
         with contextlib.suppress(Exception):  # best effort: the value is named either way
             found.update(_group_against_reference(state, rows, row, atol, rtol))

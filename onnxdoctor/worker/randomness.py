@@ -48,12 +48,12 @@ def random_ops(model: Any) -> list[str]:
             found.add(node.op_type)
         elif node.domain == "onnxdoctor" and node.op_type.startswith("aten_"):
             overload = next((a.s.decode() for a in node.attribute if a.name == "overload"), "")
-            if _seeded(overload):
+            if draws_random(overload):
                 found.add(overload.split(".", 1)[0])
     return sorted(found)
 
 
-def _seeded(overload: str) -> bool:
+def draws_random(overload: str) -> bool:
     """Whether an aten overload ("aten::_sample_dirichlet.default") draws random numbers."""
     import torch
 
