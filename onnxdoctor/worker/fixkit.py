@@ -901,8 +901,9 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
     """`Tensor.item()` returns the 0-d tensor, `Tensor.tolist()` the tensor (the model's calls while
-    tracing), `torch.tensor()` of tensors (or of lists holding tensors) stacks them, `int(t)` gives a number `torch.arange` reads as `t`, and a NumPy array of
-    a list holding tensors stays a tensor (torch.from_numpy passes it on), until `undo` runs.
+    tracing), `torch.tensor()` of tensors (or of lists holding tensors) stacks them, `int(t)` gives
+    a number `torch.arange` reads as `t`, and a NumPy array of a list holding tensors stays a tensor
+    (torch.from_numpy passes it on), until `undo` runs.
 
     The tracer records neither a Python number nor what `torch.tensor` builds from one: a value
     that goes out of a tensor and back (`torch.tensor(logits.argmax().item())`, `torch.arange(
