@@ -901,9 +901,9 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
 
 def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
     """`Tensor.item()` returns the 0-d tensor, `Tensor.tolist()` the tensor (the model's calls while
-    tracing), `torch.tensor()` of tensors (or of lists holding tensors) stacks them, `int(t)` gives
-    a number `torch.arange` reads as `t`, and a NumPy array of a list holding tensors stays a tensor
-    (torch.from_numpy passes it on), until `undo` runs.
+    tracing), `torch.tensor()` and `torch.as_tensor()` of tensors (or of lists holding tensors) stack
+    them, `int(t)` gives a number `torch.arange` reads as `t`, and a NumPy array of a list holding
+    tensors stays a tensor (torch.from_numpy passes it on), until `undo` runs.
 
     The tracer records neither a Python number nor what `torch.tensor` builds from one: a value
     that goes out of a tensor and back (`torch.tensor(logits.argmax().item())`, `torch.arange(
@@ -1000,6 +1000,15 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
             return self
         return original_tolist(self)
 
+    # torch.as_tensor of a list of kept values (pytorch-crf's Viterbi tags, `.item()` of each)
+    # stacks them as torch.tensor does; anything else is its own.
+    original_as_tensor = torch.as_tensor
+
+    def stacked_as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Any:
+        if isinstance(data, (list, tuple)) and holds_tensor(data):
+            return tensor(data, dtype=dtype, device=device)
+        return original_as_tensor(data, dtype=dtype, device=device)
+
     # A scale kept a tensor reaches fake_quantize_per_tensor_affine, whose number overload would take
     # it out again (pytorch-quantization's `amax.item() / bound`): its tensor overload takes both
     # qparams as tensors, and the exporter writes them as data.
@@ -1013,6 +1022,7 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
 
     torch.Tensor.item = item  # type: ignore[method-assign]
     torch.tensor = tensor  # type: ignore[assignment]
+    torch.as_tensor = stacked_as_tensor  # type: ignore[assignment]
     torch.Tensor.__int__ = to_int  # type: ignore[method-assign]
     torch.Tensor.tolist = tolist  # type: ignore[method-assign]
     torch.fake_quantize_per_tensor_affine = fake_quantize
@@ -1025,6 +1035,7 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
         torch.Tensor.tolist = original_tolist  # type: ignore[method-assign]
         torch.fake_quantize_per_tensor_affine = original_fake_quantize
         torch.tensor = original_tensor  # type: ignore[assignment]
+        torch.as_tensor = original_as_tensor  # type: ignore[assignment]
         torch.Tensor.__int__ = original_int  # type: ignore[method-assign]
         torch.arange = original_arange  # type: ignore[assignment]
         numpy.array, numpy.asarray = original_array, original_asarray

@@ -99,6 +99,7 @@ def _library_branch(finding: Finding, ctx: FixContext) -> Fix | None:
 # int()/index are other conversions it cannot keep.
 _NUMBER_ROUND_TRIP = ("a Python number", "a Python integer", "a Python list",
                       "torch.tensor results are registered as constants",
+                      "torch.as_tensor results are registered as constants",
                       "torch.from_numpy results are registered as constants")
 
 

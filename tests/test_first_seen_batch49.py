@@ -1,0 +1,55 @@
+"""General mechanisms for failures not seen before (issue 22), written after the forty-ninth
+first-seen batch (fixtures/corpus/first_seen_2026-12-06i.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+# pytorch-crf's Viterbi backtrace (pytorch/pytorch#39245): tags taken out with `.item()`, a list of
+# them put back with torch.as_tensor, which the tracer records as the example's constant.
+VITERBI_TAGS = '''
+import torch
+dynamo = False
+
+class Tagger(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emit = torch.nn.Linear(4, 3)
+        self.transitions = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):
+        emissions = self.emit(x)                      # [seq, 3]
+        score, history = emissions[0], []
+        for i in range(1, emissions.shape[0]):
+            score, indices = (score.unsqueeze(1) + self.transitions + emissions[i].unsqueeze(0)).max(0)
+            history.append(indices)
+        best = [score.argmax().item()]
+        for indices in reversed(history):
+            best.append(indices[best[-1]].item())
+        best.reverse()
+        return torch.as_tensor(best, dtype=torch.long)
+
+def get_model():
+    torch.manual_seed(0)
+    return Tagger().eval(), (torch.randn(5, 4),)
+
+def get_inputs2():
+    torch.manual_seed(7)
+    return (torch.randn(5, 4),)
+'''
+
+
+@pytest.mark.slow
+def test_tags_taken_out_and_put_back_with_as_tensor_stay_in_the_graph(tmp_path: Path) -> None:
+    script = tmp_path / "tagger.py"
+    script.write_text(VITERBI_TAGS)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210", [(f.code, f.message) for f in diagnosis.findings]
+    best = finding.fixes[0]
+    assert best.kind == "tensor_values" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
