@@ -53,3 +53,60 @@ def test_tags_taken_out_and_put_back_with_as_tensor_stay_in_the_graph(tmp_path: 
     assert finding.code == "OD210", [(f.code, f.message) for f in diagnosis.findings]
     best = finding.fixes[0]
     assert best.kind == "tensor_values" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+# diffusers' PNDM scheduler keeps past outputs and a step count on itself (pytorch/pytorch#93159):
+# each forward() call starts where the last one ended.
+STATEFUL = '''
+import torch
+
+class Scheduler(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ets = []
+        self.counter = 0
+
+    def forward(self, x):
+        self.ets.append(x * 0.5)
+        self.counter += 1
+        return x + sum(self.ets) / len(self.ets) * self.counter
+
+def get_model():
+    return Scheduler().eval(), (torch.randn(2, 3),)
+'''
+
+
+@pytest.mark.slow
+def test_a_forward_that_advances_its_own_state_is_exported_from_where_the_reference_started(tmp_path: Path) -> None:
+    script = tmp_path / "scheduler.py"
+    script.write_text(STATEFUL)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False))
+    assert diagnosis.healthy, [(f.code, f.message) for f in diagnosis.findings]
+    assert not any(f.code == "OD601" for f in diagnosis.findings)
+
+
+def test_python_state_puts_back_what_a_call_changed() -> None:
+    import torch
+
+    from onnxdoctor.worker.fixkit import python_state
+
+    class Cached(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen, self.steps, self.last = [], 0, torch.zeros(2)
+            self.linear = torch.nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.seen.append(x)
+            self.steps += 1
+            self.last.add_(x)
+            return self.linear(x)
+
+    model = Cached()
+    restore = python_state(model)
+    weight = model.linear.weight
+    model(torch.ones(2))
+    model(torch.ones(2))
+    restore()
+    assert (model.seen, model.steps, model.last.tolist()) == ([], 0, [0.0, 0.0])
+    assert model.linear.weight is weight  # parameters are the model's, not state to put back

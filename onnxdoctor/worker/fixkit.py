@@ -101,16 +101,89 @@ def _private_folder() -> Path:
 
 
 def reference_call(loaded: LoadedModel) -> Any:
-    """forward() at the example inputs, as the reference for parity: seeded, without gradients, and
-    on a copy of a model in training mode (batch norm would update its running statistics)."""
+    """forward() at the example inputs, as the reference for parity: seeded, without gradients, on
+    a copy of a model in training mode (batch norm would update its running statistics), and with
+    the model's own Python state put back after it (see python_state)."""
     import copy
 
     import torch
 
     model = copy.deepcopy(loaded.model) if getattr(loaded.model, "training", False) else loaded.model
+    restore = python_state(model)
     torch.manual_seed(0)
-    with torch.no_grad():
-        return model(*loaded.args, **loaded.kwargs)
+    try:
+        with torch.no_grad():
+            return model(*loaded.args, **loaded.kwargs)
+    finally:
+        restore()
+
+
+# A tensor attribute larger than this is left alone by python_state (a cache the size of a model).
+_STATE_BYTES = 16 * 2**20
+
+
+def python_state(model: Any) -> Callable[[], None]:
+    """What the model's modules hold besides parameters, buffers and submodules (a scheduler's list
+    of past outputs, a step counter, a tensor kept from the last call), as it is now; the function
+    returned puts back each value a call changed, rebound or changed in place.
+
+    A forward() that advances such state gives another result at each call (diffusers' PNDM
+    scheduler appends to `self.ets` and counts steps, pytorch#93159): the export, which calls
+    forward() again, would trace the state the reference call left, and the comparison would be
+    between two different calls. With the state put back, every call starts where the first did."""
+    import copy
+
+    import torch
+
+    saved: list[tuple[Any, str, Any, Any]] = []
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    for module in modules:
+        if isinstance(module, torch.jit.ScriptModule):
+            continue
+        for name, value in list(vars(module).items()):
+            if name.startswith("_") or name == "training" or not _plain_state(value):
+                continue
+            with contextlib.suppress(Exception):  # a value that cannot be copied stays as it is
+                saved.append((module, name, value, copy.deepcopy(value)))
+
+    def restore() -> None:
+        for module, name, original, copied in saved:
+            with contextlib.suppress(Exception):
+                if vars(module).get(name) is not original or not _same_state(original, copied):
+                    setattr(module, name, copy.deepcopy(copied))
+
+    return restore
+
+
+def _plain_state(value: Any, depth: int = 0) -> bool:
+    """Numbers, strings, small tensors, and lists, tuples and dicts of them."""
+    import torch
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, torch.nn.Parameter):
+        return False
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size() <= _STATE_BYTES
+    if isinstance(value, (list, tuple)) and depth < 3:
+        return len(value) <= 256 and all(_plain_state(v, depth + 1) for v in value)
+    if isinstance(value, dict) and depth < 3:
+        return len(value) <= 256 and all(isinstance(k, (str, int)) and _plain_state(v, depth + 1)
+                                         for k, v in value.items())
+    return False
+
+
+def _same_state(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                and a.dtype == b.dtype and bool(torch.equal(a, b)))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
 
 
 def with_gradients(loaded: LoadedModel) -> None:

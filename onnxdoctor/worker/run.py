@@ -82,6 +82,7 @@ from onnxdoctor.worker.failures import export_failure_facts, extension_build_fac
 from onnxdoctor.worker.fixkit import (
     apply_load_code,
     forward_parameters,
+    python_state,
     reference_call,
     variadic_inputs,
     with_gradients,
@@ -254,9 +255,11 @@ class Runner:
                 self.emit(StageRecord(run_id, name, SKIPPED, reason=AFTER_FAILURE).to_event())
             elif name == "load" and reuse is not None:
                 # A script's fix run exports anew (and sets onnx_path); a file's reads the same file.
-                for key in ("loaded", "torch_outputs", "onnx_model", "onnx_path", "load_facts"):
+                for key in ("loaded", "torch_outputs", "onnx_model", "onnx_path", "load_facts", "pristine"):
                     if key in reuse:
                         state[key] = reuse[key]
+                if "pristine" in state:
+                    state["pristine"]()  # the export of the run before called forward()
                 record = StageRecord(run_id, "load", PASSED, facts={**reuse.get("load_facts", {}), "reused": True})
                 self.emit(record.to_event())
                 records.append(record)
@@ -265,6 +268,8 @@ class Runner:
                     self.before_stage(name, state)
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
                 state[f"{name}_warnings"] = records[-1].warnings
+                if name == "export" and "pristine" in state:
+                    state["pristine"]()
         # Sizes are checked for the diagnosis's own runs (one per exporter) and for fixes that
         # declare dims; other fix checks keep their cost (they are judged at the example's size).
         own_run = self.request.gather_facts and not run_id.startswith("plan")
@@ -412,6 +417,9 @@ class Runner:
         if backward_passes[0]:
             facts["autograd_in_forward"] = backward_passes[0]  # torch.autograd.grad / backward in forward()
         state["torch_outputs"] = tensor_leaves(outputs)
+        # The model's Python state as the reference call found it: put back after each export,
+        # which calls forward() again (fixkit.python_state).
+        state["pristine"] = python_state(loaded.model)
         facts["outputs"] = [describe_tensor(t) for t in state["torch_outputs"]]
         facts["none_outputs"] = none_leaves(outputs)
         with contextlib.suppress(Exception):
