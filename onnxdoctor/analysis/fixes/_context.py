@@ -184,6 +184,17 @@ class FixContext:
         found = self.parity_facts.get("diverging")
         return found if isinstance(found, dict) else {}
 
+    def file_rewrite(self, transform: Any) -> Any:
+        """A recipe step rewriting the exported file; for a .onnx target, the original file is
+        run beside it as the reference (there is no PyTorch to compare with)."""
+        from onnxdoctor.recipe import Reference, RewriteOnnx
+
+        return RewriteOnnx(transform, Reference(required=True) if self.target_kind == "onnx" else None)
+
+    def rewrite_snippet(self, snippet: str) -> str:
+        """A file-rewrite snippet with the user's file name in place of 'model.onnx' for a .onnx target."""
+        return snippet.replace("'model.onnx'", repr(self.target_name), 1) if self.target_kind == "onnx" else snippet
+
     def other_exporter(self) -> str:
         """The exporter the run did not use."""
         return "torchscript" if self.exporter == "dynamo" else "dynamo"

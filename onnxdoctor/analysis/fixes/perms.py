@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import NonNegativePerms, Recipe, Reference, RewriteOnnx
+from onnxdoctor.recipe import NonNegativePerms, Recipe
 
 CODES = ("OD301", "OD303", "OD304", "OD499", "OD501")
 
@@ -29,14 +29,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The perm written with non-negative axes, for a Transpose refused for a negative one."""
     if "Transpose" not in f"{finding.op} {finding.onnx_op}" or "perm" not in finding.message:
         return []
-    onnx_file = ctx.target_kind == "onnx"
     where = f" at {finding.source}" if finding.source else ""
     return [Fix(
         kind="non_negative_perm",
         title=f"Give Transpose its perm as axes counted from 0 (a permute{where} with a negative dim)",
-        snippet=SNIPPET.replace("'model.onnx'", repr(ctx.target_name), 1) if onnx_file else SNIPPET,
+        snippet=ctx.rewrite_snippet(SNIPPET),
         applicability=Applicability.SAFE,
         cost="none: the same transpose, written as the schema takes it",
-        recipe=Recipe("non_negative_perm",
-                      (RewriteOnnx(NonNegativePerms(), Reference(required=True) if onnx_file else None),)),
+        recipe=Recipe("non_negative_perm", (ctx.file_rewrite(NonNegativePerms()),)),
     )]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import Recipe, Reference, RewriteOnnx, SplitSizesAsTensor
+from onnxdoctor.recipe import Recipe, SplitSizesAsTensor
 
 CODES = ("OD303", "OD304", "OD499")
 
@@ -29,13 +29,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The sizes as a tensor, for a SplitToSequence refused for taking them as a sequence."""
     if "SplitToSequence" not in f"{finding.op} {finding.onnx_op} {finding.message}" or "seq(" not in finding.message:
         return []
-    onnx_file = ctx.target_kind == "onnx"
     return [Fix(
         kind="split_sizes",
         title="Give SplitToSequence its split sizes as a 1-D tensor (ConcatFromSequence of the sequence "
               "the graph builds)",
-        snippet=SNIPPET.replace("'model.onnx'", repr(ctx.target_name), 1) if onnx_file else SNIPPET,
+        snippet=ctx.rewrite_snippet(SNIPPET),
         applicability=Applicability.SAFE,
         cost="one ConcatFromSequence node per split; the sizes stay computed at run time",
-        recipe=Recipe("split_sizes", (RewriteOnnx(SplitSizesAsTensor(), Reference(required=True) if onnx_file else None),)),
+        recipe=Recipe("split_sizes", (ctx.file_rewrite(SplitSizesAsTensor()),)),
     )]
