@@ -118,7 +118,8 @@ def reference_call(loaded: LoadedModel) -> Any:
         restore()
 
 
-# A tensor attribute larger than this is left alone by python_state (a cache the size of a model).
+# An attribute holding more tensor bytes than this is left alone by python_state (a cache the size
+# of a model).
 _STATE_BYTES = 16 * 2**20
 
 
@@ -141,7 +142,8 @@ def python_state(model: Any) -> Callable[[], None]:
         if isinstance(module, torch.jit.ScriptModule):
             continue
         for name, value in list(vars(module).items()):
-            if name.startswith("_") or name == "training" or not _plain_state(value):
+            size = _plain_state(value)
+            if name.startswith("_") or name == "training" or size is None or size > _STATE_BYTES:
                 continue
             with contextlib.suppress(Exception):  # a value that cannot be copied stays as it is
                 saved.append((module, name, value, copy.deepcopy(value)))
@@ -155,22 +157,26 @@ def python_state(model: Any) -> Callable[[], None]:
     return restore
 
 
-def _plain_state(value: Any, depth: int = 0) -> bool:
-    """Numbers, strings, small tensors, and lists, tuples and dicts of them."""
+def _plain_state(value: Any, depth: int = 0) -> int | None:
+    """The bytes of tensors in a value made of numbers, strings, tensors, and lists, tuples and
+    dicts of them; None for anything else (objects, modules, parameters)."""
     import torch
 
     if value is None or isinstance(value, (bool, int, float, str)):
-        return True
+        return 0
     if isinstance(value, torch.nn.Parameter):
-        return False
+        return None
     if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size() <= _STATE_BYTES
-    if isinstance(value, (list, tuple)) and depth < 3:
-        return len(value) <= 256 and all(_plain_state(v, depth + 1) for v in value)
-    if isinstance(value, dict) and depth < 3:
-        return len(value) <= 256 and all(isinstance(k, (str, int)) and _plain_state(v, depth + 1)
-                                         for k, v in value.items())
-    return False
+        return value.numel() * value.element_size()
+    parts: list[Any] = []
+    if isinstance(value, (list, tuple)) and depth < 3 and len(value) <= 256:
+        parts = list(value)
+    elif isinstance(value, dict) and depth < 3 and len(value) <= 256 and all(isinstance(k, (str, int)) for k in value):
+        parts = list(value.values())
+    else:
+        return None
+    sizes = [_plain_state(v, depth + 1) for v in parts]
+    return None if any(size is None for size in sizes) else sum(size for size in sizes if size is not None)
 
 
 def _same_state(a: Any, b: Any) -> bool:
