@@ -26,7 +26,8 @@ CODES = ("OD601", "OD204", "OD299")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """A node and a Python kernel for each traced Function with no symbolic (at most two): those
+    """A node and a Python kernel for each traced Function with no symbolic (at most two), and,
+    where several froze, one fix giving all of them (up to MAX_FUNCTIONS) theirs: the Functions
     of a mismatching TorchScript export, or the Function an export failed inside."""
     if ctx.target_kind != "script":
         return []
