@@ -55,9 +55,12 @@ def get_inputs2():
 
 @pytest.mark.slow
 def test_sizes_put_in_a_tensor_and_read_back_stay_symbolic_under_the_dynamo_exporter(tmp_path: Path) -> None:
-    diagnosis = _diagnosed(tmp_path, LEVELS, fix=True)
+    # Every fix checked: the TorchScript exporter's own route (`tensor_values`: torch.as_tensor of
+    # the traced sizes stacked) also holds at other sizes, and ranks first.
+    diagnosis = _diagnosed(tmp_path, LEVELS, fix=True, all_fixes=True)
     finding = diagnosis.findings[0]
     assert finding.code in ("OD802", "OD803")
+    assert next(f for f in finding.fixes if f.kind == "tensor_values").verified is True
     fix = next(f for f in finding.fixes if f.kind == "symbolic_sizes")
     assert fix.verified is True, fix.check
     # Checked at sizes other than the example's, not only at the example.
