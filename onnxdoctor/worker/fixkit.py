@@ -108,8 +108,9 @@ def reference_call(loaded: LoadedModel) -> Any:
 
     import torch
 
-    model = copy.deepcopy(loaded.model) if getattr(loaded.model, "training", False) else loaded.model
-    restore = python_state(model)
+    copied = bool(getattr(loaded.model, "training", False))
+    model = copy.deepcopy(loaded.model) if copied else loaded.model
+    restore = (lambda: None) if copied else python_state(model)  # a copy's state is thrown away anyway
     torch.manual_seed(0)
     try:
         with torch.no_grad():

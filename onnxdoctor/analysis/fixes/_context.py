@@ -7,6 +7,7 @@ from typing import Any
 
 from onnxdoctor.model import Finding, Stage, StageOutcome
 from onnxdoctor.opsig import attribute_suffix
+from onnxdoctor.recipe import Reference, RewriteOnnx, Transform
 
 # onnxruntime-extensions' PyCustomOpDef type of each dtype (the Python kernels the fixes write).
 EXTENSIONS_TYPES = {"float32": "dt_float", "float64": "dt_double", "float16": "dt_float16",
@@ -184,11 +185,9 @@ class FixContext:
         found = self.parity_facts.get("diverging")
         return found if isinstance(found, dict) else {}
 
-    def file_rewrite(self, transform: Any) -> Any:
+    def file_rewrite(self, transform: Transform) -> RewriteOnnx:
         """A recipe step rewriting the exported file; for a .onnx target, the original file is
         run beside it as the reference (there is no PyTorch to compare with)."""
-        from onnxdoctor.recipe import Reference, RewriteOnnx
-
         return RewriteOnnx(transform, Reference(required=True) if self.target_kind == "onnx" else None)
 
     def rewrite_snippet(self, snippet: str) -> str:

@@ -113,11 +113,12 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
         return None
     export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
                   None)
-    warnings = " ".join((*finding.evidence, *(export.warnings if export is not None else ())))
+    texts = (*finding.evidence, *(export.warnings if export is not None else ()))
+    warnings = " ".join(texts)
     if finding.op != "aten::item" and not any(text in warnings for text in _NUMBER_ROUND_TRIP):
         return None
     # The line that took the value out (the warning's), not the node that later failed with it.
-    taken = next((m.group(1).rpartition("/")[2] for text in (*finding.evidence, *(export.warnings if export is not None else ()))
+    taken = next((m.group(1).rpartition("/")[2] for text in texts
                   if any(kind in text for kind in _NUMBER_ROUND_TRIP) and (m := _WARNED_AT.search(text))), None)
     where = f" ({taken or finding.source})" if taken or finding.source else ""
     through = ("build it with torch ops, not a NumPy array (torch.from_numpy(np.array(...)))"

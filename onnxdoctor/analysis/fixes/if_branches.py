@@ -14,7 +14,7 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import AlignIfBranches, Recipe, Reference, RewriteOnnx
+from onnxdoctor.recipe import AlignIfBranches, Recipe
 
 CODES = ("OD303", "OD304", "OD499")
 
@@ -39,7 +39,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     match = _MISMATCH.search(finding.message)
     if match is None or "If" not in f"{finding.op} {finding.onnx_op}":
         return []
-    reference = Reference(required=True) if ctx.target_kind == "onnx" else None
     fixes = []
     for name in dict.fromkeys(match.groups()):
         to = _NUMPY.get(name)
@@ -51,6 +50,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             snippet=SNIPPET.format(to=to),
             applicability=Applicability.SAFE,
             cost=f"one Cast in a branch; the output is {to} whichever side runs",
-            recipe=Recipe("align_if_branches", (RewriteOnnx(AlignIfBranches(to), reference),)),
+            recipe=Recipe("align_if_branches", (ctx.file_rewrite(AlignIfBranches(to)),)),
         ))
     return fixes
