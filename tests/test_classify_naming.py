@@ -158,3 +158,17 @@ def test_one_refusal_at_several_nodes_of_an_op_is_one_finding_listing_them() -> 
     assert [f.node for f in found] == ["node_Split_10", "node_Gather_3"]
     assert found[0].message.endswith("(the same at 2 more nodes: node_Split_34, node_Split_56)")
     assert "more node" not in found[1].message
+
+
+def test_a_refused_constant_chunk_names_the_chunk_the_user_called() -> None:
+    """ShuffleNet's `x.chunk(2, dim=1)` (pytorch#81678): the export fuses it into prim::ConstantChunk
+    before the quantized Slice symbolic refuses it; the user looks for the chunk they wrote."""
+    from onnxdoctor.analysis.findings import make_finding, with_node_facts
+
+    refused = make_finding("OD299", Stage.EXPORT, "ONNX symbolic expected the output of `%361 : Tensor = "
+                           "onnx::Slice(...)` to be a quantized tensor", op="prim::ConstantChunk")
+    found = with_node_facts([refused], {})
+    assert (found[0].op, found[0].torch_op) == ("prim::ConstantChunk", "aten::chunk")
+    assert found[0].op_label == "prim::ConstantChunk (from aten::chunk)"
+    other = with_node_facts([make_finding("OD299", Stage.EXPORT, "m", op="prim::PythonOp")], {})
+    assert other[0].torch_op == "prim::PythonOp"

@@ -351,3 +351,24 @@ def test_dinov2s_position_embedding_resize_is_translated_with_its_scales() -> No
     finding = _first("resize_antialias_scale_factor_dinov2_pos_embed_pytorch_157220.py")
     assert finding.code == "OD601" and finding.op == "aten::_upsample_bicubic2d_aa"
     _verified(finding, "translation")
+
+
+def test_outputs_no_input_reaches_are_told_apart_from_computed_ones() -> None:
+    from onnxdoctor.worker.parity import input_free_outputs
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
+    outs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2]) for name in ("y", "tags", "picked")]
+    const = helper.make_tensor("c", TensorProto.FLOAT, [2], [1.0, 2.0])
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]),
+         helper.make_node("Constant", [], ["k"], value=const),
+         helper.make_node("Add", ["k", "c"], ["tags"]),
+         # Reads x only inside its branches: a subgraph can use any outer value.
+         helper.make_node("If", ["c_flag"], ["picked"], then_branch=branch, else_branch=branch),
+         helper.make_node("Constant", [], ["c_flag"], value=helper.make_tensor("f", TensorProto.BOOL, [], [True]))],
+        "g", [x, flag], outs, initializer=[const])
+    assert input_free_outputs(graph, [0, 1, 2]) == [1]
+    assert input_free_outputs(graph, [0, 2]) == []

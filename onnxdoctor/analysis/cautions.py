@@ -135,6 +135,15 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         # call its constant reaches.
         second = {k: v for k, v in second.items() if k != "diverging_call"}
     op, node = _frozen_op(export, second, source)
+    baked = _constant_maker(frozen, second, base_dir)
+    if baked is not None:
+        # The differing output is a constant in the file: the call that made the constant tensor
+        # (`torch.as_tensor(tags)`) is what turned the traced values into one, whatever was
+        # converted to Python on the way there.
+        warned, source, (op, node) = baked[0], _warning_source(baked[0], base_dir), (baked[1], None)
+        outputs = ", ".join(str(i) for i in second["constant_outputs"])
+        message += (f"; output {outputs} {'is a constant' if ',' not in outputs else 'are constants'} in the file "
+                    f"(no input reaches it): {op} at {source} made it from the example's Python values")
     read = (export.facts.get("branch_values") or {}).get(source or "")
     if read and "Python boolean" in warned and not str(read).startswith("prim::"):
         # A branch: the value it reads (`mask.any()`), not where its missing side first shows.
@@ -257,6 +266,23 @@ _CONVERTING = re.compile(r"Converting a tensor to a (Python number|Python intege
                          r"Python list|NumPy array)")
 _CONVERSIONS = {"Python number": "aten::item", "Python integer": "aten::Int", "Python float": "aten::Float",
                 "Python boolean": "aten::Bool", "Python list": "aten::tolist", "NumPy array": "aten::numpy"}
+
+
+# The tracer's warning for a tensor made from Python values ("torch.as_tensor results are
+# registered as constants in the trace").
+_REGISTERED = re.compile(r"torch\.(\w+) results are registered as constants in the trace")
+
+
+def _constant_maker(frozen: list[str], second: Any, base_dir: str | None) -> tuple[str, str] | None:
+    """(warning, op) of the user's call that made a constant tensor, where an output differing at
+    other inputs is a constant of the file (no input reaches it)."""
+    if not (isinstance(second, dict) and second.get("constant_outputs")):
+        return None
+    for warning in frozen:
+        made = _REGISTERED.search(warning)
+        if made and _warning_source(warning, base_dir):
+            return warning, f"aten::{made.group(1)}"
+    return None
 
 
 def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None) -> tuple[str | None, str | None]:

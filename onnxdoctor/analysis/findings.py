@@ -155,7 +155,13 @@ def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | N
         onnx_op = op
     if torch_op is None and op.startswith(("aten::", "prim::", "quantized::", "torchvision::")):
         torch_op = op
-    return {"onnx_op": onnx_op, "torch_op": torch_op}
+    return {"onnx_op": onnx_op, "torch_op": _USER_OPS.get(torch_op or "", torch_op)}
+
+
+# prim ops the exporter's graph passes make out of an op the user called: the tracer records
+# `x.chunk(2, dim=1)` as aten::chunk and a ListUnpack, which a pass of the export fuses into
+# one prim::ConstantChunk before the symbolics run (so an error names the prim op).
+_USER_OPS = {"prim::ConstantChunk": "aten::chunk"}
 
 
 def _bare(op: str) -> str:

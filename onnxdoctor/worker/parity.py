@@ -797,6 +797,11 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
                       # The set's shapes by ONNX input, and the dims where the graph fixed another
                       # size (ONNX Runtime names only the first input it refuses).
                       **_fixed_dims(session, tensor_leaves((args, kwargs)))}
+            differing = [row["index"] for row in report.get("outputs") or () if row.get("ok") is False]
+            if state.get("onnx_model") is not None and differing:
+                # An output no input reaches is a constant the trace baked in whole (the tags a
+                # Viterbi decode built in Python lists and `torch.as_tensor` turned into a tensor).
+                result["constant_outputs"] = input_free_outputs(state["onnx_model"].graph, differing)
             result.update(_trace_difference(state, atol, rtol, args, kwargs, retrace, target, budget))
             return result
         checked.append(source)
@@ -816,6 +821,40 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
             ", where PyTorch's own output turns on ties)"
     return {"source": described, "matched": True, "message": None, "max_abs_diff": worst,
             "sets": len(checked), "refused": refused, "tied": tied}
+
+
+def input_free_outputs(graph: Any, indices: list[int]) -> list[int]:
+    """The graph outputs among `indices` whose value no graph input reaches (made of Constant
+    nodes and initializers only). A node holding a subgraph counts as reaching the inputs: its
+    body can read any value of the outer graph."""
+    inputs = {value.name for value in graph.input}
+    producers = {out: node for node in graph.node for out in node.output}
+    memo: dict[str, bool] = {}
+
+    def reaches(name: str) -> bool:
+        pending, seen = [name], set()
+        while pending:
+            value = pending.pop()
+            if value in memo:
+                if memo[value]:
+                    return True
+                continue
+            if not value or value in seen:
+                continue
+            seen.add(value)
+            if value in inputs:
+                return True
+            node = producers.get(value)
+            if node is None:
+                continue  # an initializer
+            if any(attribute.g.node or attribute.graphs for attribute in node.attribute):
+                return True
+            pending.extend(node.input)
+        memo.update(dict.fromkeys(seen, False))
+        return False
+
+    outputs = list(graph.output)
+    return [i for i in indices if i < len(outputs) and not reaches(outputs[i].name)]
 
 
 def _turns_on_ties(loaded: Any, args: tuple[Any, ...], kwargs: dict[str, Any], atol: float, rtol: float) -> bool:
