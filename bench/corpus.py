@@ -94,10 +94,11 @@ class Outcome:
         if "::" not in expected:
             # An ONNX op named without its domain (`MatMulNBits`) is the tool's
             # `com.microsoft::MatMulNBits`: the domain qualifies the name, it names no other op.
-            # A lowercase one (`upsample_trilinear3d`) is no ONNX op type: an aten op's name.
+            # A lowercase one (`upsample_trilinear3d`, `_upsample_bicubic2d_aa`) is no ONNX op type:
+            # an aten op's name.
             return any(_bare(o) == expected or (o.split("::", 1)[0] not in _TORCH_NAMESPACES
                                                 and o.split("::", 1)[-1] == expected)
-                       or (expected[:1].islower() and _bare(o) == f"aten::{expected}") for o in self.ops)
+                       or (expected.lstrip("_")[:1].islower() and _bare(o) == f"aten::{expected}") for o in self.ops)
         return any(_bare(o) == _bare(expected) for o in self.ops)
 
     @property

@@ -212,7 +212,10 @@ class EagerExport:
     converts the flex_attention operator or the block mask's construction; `affine_norms`: an
     instance or batch norm given no weight or bias gets ones and zeros as long as the input's
     channel dim, computed from its shape, since the TorchScript symbolics build them as
-    constants and refuse a channel count the trace does not know.
+    constants and refuse a channel count the trace does not know; `where_branches`: (file name,
+    line) of `if <tensor>:` statements whose sides only assign names, run with both sides computed
+    and each name selected with torch.where (onnxdoctor/branches.py), so the graph holds the
+    selection instead of the side the example took.
     """
 
     functions: tuple[str, ...] = ()
@@ -231,6 +234,7 @@ class EagerExport:
     unfolded_convs: bool = False
     dense_attention: bool = False
     affine_norms: bool = False
+    where_branches: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

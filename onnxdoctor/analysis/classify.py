@@ -204,7 +204,7 @@ def extract_op(text: str) -> str | None:
     match = _SYMBOLIC_OUTPUTS.search(text)
     if match:
         return aten_name(match.group(1))
-    match = _LEADING_NODE_KIND.search(text)
+    match = _LEADING_NODE_KIND.search(text) or SYMBOLIC_METHOD_TYPE_ERROR.search(text)
     if match:
         return match.group(1)
     return None
@@ -220,6 +220,13 @@ _LEADING_NODE_KIND = re.compile(r"^(?:\w+(?:Error|Exception): )?((?:prim|aten|on
 # namespace ("symbolic for __getitem__ produced an incorrect number of outputs", einops#355's
 # scripted `dict.items()` loop).
 _SYMBOLIC_OUTPUTS = re.compile(r"symbolic for (\w+) produced an incorrect number of outputs")
+# The TorchScript exporter's note on a TypeError raised by an autograd.Function's `symbolic` or by
+# the call into it (torchscript_exporter.utils._run_symbolic_method): the Function's class.
+SYMBOLIC_METHOD_TYPE_ERROR = re.compile(r"\(occurred when translating (\w+)\)")
+# The call itself did not fit the signature: `symbolic()` takes the arguments apply() was given.
+_SYMBOLIC_ARITY = re.compile(r"(\w+)\.symbolic\(\) (missing \d+ required positional arguments?: .+?|takes \d+ "
+                            r"positional arguments? but \d+ (?:were|was) given|got an unexpected keyword argument '\w+')"
+                            r"(?: \(occurred|$)", re.MULTILINE)
 
 
 # torch names the FX node it was running when an error came from inside an op (a decomposition,
@@ -530,12 +537,26 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return [replace(make("OD299", message)[0], torch_op=inner)]
     bad = facts.get("symbolic_attribute")
     if isinstance(bad, dict) or facts.get("symbolic_frame") or _bad_symbolic(text, error):
-        headline = _attribute_headline(bad, op) if isinstance(bad, dict) else None
-        return make("OD205", headline or first_line(normalize_message(error.message, base_dir=base_dir)))
+        headline = _attribute_headline(bad, op) if isinstance(bad, dict) else _arity_headline(text)
+        found = make("OD205", headline or first_line(normalize_message(error.message, base_dir=base_dir)))
+        node_op = bad.get("node_op") if isinstance(bad, dict) else None
+        # The node the symbolic was writing (mmcv::MMCVDeformConv2d), beside the Function or op it is for.
+        return [replace(f, onnx_op=str(node_op)) for f in found] if node_op and node_op != op else found
     return []
 
 
 _SUFFIX_OF = {"float": "f", "int": "i", "str": "s", "bool": "i"}
+
+
+def _arity_headline(text: str) -> str | None:
+    """OD205's headline when the exporter's call into an autograd.Function's `symbolic` did not fit
+    its signature (open-mmlab/mmcv#611: apply() left forward()'s defaulted arguments out)."""
+    match = _SYMBOLIC_ARITY.search(text)
+    if match is None:
+        return None
+    return (f"{match.group(1)}.symbolic() {match.group(2)}: the exporter calls symbolic(g, ...) with exactly "
+            f"the arguments {match.group(1)}.apply() was given, and forward()'s defaults are not among them; "
+            "give symbolic() the same parameters and defaults as forward() (after ctx)")
 
 
 def _attribute_headline(bad: dict[str, Any], op: str | None) -> str | None:
@@ -548,9 +569,13 @@ def _attribute_headline(bad: dict[str, Any], op: str | None) -> str | None:
     parameter = bad.get("parameter")
     if bad.get("parse_args") and parameter:
         descriptors = ", ".join(f'"{d}"' for d in bad["parse_args"])
-        return (f"{whose} passes `{parameter}` to g.op as {keyword}, but the TorchScript exporter hands "
-                f"`{parameter}` to a symbolic as a graph value, not {bad.get('wants')}: decorate the symbolic with "
-                f"@parse_args({descriptors}) (torch.onnx.symbolic_helper) so it receives {bad.get('wants')}")
+        also = [str(name) for name in bad.get("also") or ()]
+        named = f"`{parameter}`" + (f" (and {', '.join(f'`{n}`' for n in also)})" if also else "")
+        return (f"{whose} passes {named} to g.op as {keyword}{' and more attributes' if also else ''}, but the "
+                f"TorchScript exporter hands {'them' if also else f'`{parameter}`'} to a symbolic as "
+                f"{'graph values' if also else 'a graph value'}, not {'Python numbers' if also else bad.get('wants')}: "
+                f"decorate the symbolic with @parse_args({descriptors}) (torch.onnx.symbolic_helper) so it "
+                f"receives {'them as such' if also else bad.get('wants')}")
     value = bad.get("value")
     given = str(bad.get("given", "")).removeprefix("a ")
     right = _SUFFIX_OF.get(given)
@@ -761,7 +786,9 @@ def _bad_symbolic(text: str, error: ErrorInfo) -> bool:
         "g.op(",
         "incompatible function arguments",
     )
-    return any(m in text for m in markers) and "torch.onnx" in (error.traceback_tail + " ".join(error.chain))
+    return (any(m in text for m in markers) and "torch.onnx" in (error.traceback_tail + " ".join(error.chain))
+            # Only the TorchScript exporter's call into a Function's symbolic writes this note.
+            or SYMBOLIC_METHOD_TYPE_ERROR.search(text) is not None)
 
 
 def _capture_message(text: str, base_dir: str | None, default: str) -> str:

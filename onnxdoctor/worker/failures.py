@@ -57,7 +57,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     `gather`: also the costly facts about aten ops (the registries, every unsupported op), which
     the first run needs for its findings and fix runs do not.
     """
-    from onnxdoctor.analysis.classify import extract_op
+    from onnxdoctor.analysis.classify import SYMBOLIC_METHOD_TYPE_ERROR, extract_op
 
     info = error_info(exc)
     op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
@@ -176,6 +176,10 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         facts["op"] = op
     if op and not symbolic:
         located = facts.get("constant_source") or source_from_frames(exc, target)
+        if not located and loaded is not None and SYMBOLIC_METHOD_TYPE_ERROR.search(text):
+            # The call into a Function's symbolic failed before any line of it ran: its `def`.
+            with contextlib.suppress(Exception):
+                located = _symbolic_definition(loaded, op, target)
         if located:
             facts["source"] = located
         else:  # costs a torch.export: only when the exporter's own frames did not tell
@@ -497,6 +501,23 @@ def extension_build_facts(info: dict[str, Any]) -> dict[str, Any]:
 
 
 _APPLY = re.compile(r"\b([A-Za-z_]\w*)\.apply\(")
+
+
+def _symbolic_definition(loaded: Any, name: str, target: Path) -> str | None:
+    """`file.py:58` of the `symbolic` staticmethod of the script's autograd.Function `name`, where
+    that file is in the model's folder."""
+    import inspect
+
+    function = loaded.namespace.get(name)
+    symbolic = getattr(function, "symbolic", None)
+    if symbolic is None:
+        return None
+    path = Path(inspect.getsourcefile(symbolic) or "")
+    if path.resolve().parent != target.resolve().parent:
+        return None
+    lines, start = inspect.getsourcelines(symbolic)
+    offset = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)  # past decorators
+    return f"{path.name}:{start + offset}"
 
 
 def _applied_function(exc: BaseException, loaded: Any, target: Path) -> str | None:

@@ -347,6 +347,10 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _dense_attention(loaded, undo)
         if step.affine_norms:
             _affine_norms(loaded, undo)
+        if step.where_branches:
+            from onnxdoctor.worker.branch_select import select_branches
+
+            select_branches(loaded, step.where_branches, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)

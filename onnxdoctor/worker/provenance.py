@@ -427,7 +427,11 @@ def _bad_attribute(opname: str, kwargs: dict[str, Any], frame: Any) -> dict[str,
                     "parameter": next((n for n in names if frame.f_locals.get(n) is value), ""),
                     "node_op": opname, "function": f"{Path(code.co_filename).name}:{code.co_firstlineno} {code.co_name}",
                     "parse_args": []}
-    for key, value in kwargs.items():
+    first: dict[str, Any] | None = None
+    # Every parameter handed to an attribute as a graph value, with the attribute's suffix: one
+    # parse_args line must turn all of them into Python values, not only the first torch names.
+    as_values: dict[str, str] = {}
+    for key, value in sorted(kwargs.items()):  # the order torch adds attributes in (jit_utils)
         match = _ATTRIBUTE_KEY.match(key)
         if not match or match.group(2) not in _WANTS:
             continue
@@ -439,18 +443,26 @@ def _bad_attribute(opname: str, kwargs: dict[str, Any], frame: Any) -> dict[str,
                                        (suffix == "i" and isinstance(v, bool)) for v in items)
         if not wrong:
             continue
-        parameter = next((n for n in names if frame.f_locals.get(n) is value), "")
-        descriptors = []
-        for name in names:
-            local = frame.f_locals.get(name)
-            descriptors.append(suffix if name == parameter else "v" if isinstance(local, torch._C.Value)
-                               else _DESCRIPTOR.get(type(local), "none"))
-        given = "a graph value (torch._C.Value)" if graph_value else f"a {type(value).__name__}"
-        return {"keyword": key, "attribute": match.group(1), "suffix": suffix, "wants": want, "given": given,
-                "value": None if graph_value else _plain(value), "parameter": parameter, "node_op": opname,
-                "function": f"{Path(code.co_filename).name}:{code.co_firstlineno} {code.co_name}",
-                "parse_args": descriptors if graph_value else []}
-    return None
+        holding = [n for n in names if frame.f_locals.get(n) is value]  # one value can be several arguments
+        parameter = match.group(1) if match.group(1) in holding else (holding[0] if holding else "")
+        if graph_value:
+            for name in holding:
+                as_values.setdefault(name, suffix)
+        if first is None:
+            given = "a graph value (torch._C.Value)" if graph_value else f"a {type(value).__name__}"
+            first = {"keyword": key, "attribute": match.group(1), "suffix": suffix, "wants": want, "given": given,
+                     "value": None if graph_value else _plain(value), "parameter": parameter, "node_op": opname,
+                     "function": f"{Path(code.co_filename).name}:{code.co_firstlineno} {code.co_name}",
+                     "graph_value": graph_value}
+    if first is None:
+        return None
+    descriptors = []
+    for name in names:
+        local = frame.f_locals.get(name)
+        descriptors.append(as_values.get(name) or ("v" if isinstance(local, torch._C.Value)
+                                                   else _DESCRIPTOR.get(type(local), "none")))
+    others = [name for name in as_values if name != first["parameter"]]
+    return {**first, "parse_args": descriptors if first.pop("graph_value") else [], "also": others}
 
 
 _DESCRIPTOR = {float: "f", int: "i", bool: "b", str: "s"}

@@ -82,6 +82,7 @@ class FixContext:
     export_facts: dict[str, Any] = field(default_factory=dict)
     factory: str = "model"  # the function that built the model, or "model" for module-level names
     factory_form: str = "module"  # how it gave them (worker/loader.py, LoadedModel.form)
+    target_path: str = ""  # the model script or ONNX file, as given
 
     @classmethod
     def build(cls, finding: Finding, context: dict[str, Any]) -> FixContext:
@@ -105,6 +106,7 @@ class FixContext:
             export_facts=export,
             factory=str(load.get("factory") or "model"),
             factory_form=str(load.get("factory_form") or "module"),
+            target_path=str(getattr(target, "path", "") or ""),
         )
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
@@ -10,6 +11,7 @@ from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.analysis.fixes.shapes import global_pool_fix
+from onnxdoctor.branches import edit_text
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, PrefixParity, Recipe, UseExporter
 
@@ -45,6 +47,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         *([values] if values else []),
         *([pools] if pools else []),
         *_every_candidate(finding, ctx),
+        *_where_branches(finding, ctx),
         *_forced_branches(finding, ctx),
         Fix(
             kind="control_flow",
@@ -215,6 +218,44 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
                                             UseExporter(exporter)), isolated=True),
         ))
     return fixes
+
+
+def _where_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """OD210/OD204 from `if <tensor>:` whose sides only assign names: both sides computed and each
+    name selected with torch.where (onnxdoctor/branches.py), the same function for every input."""
+    sites, exporter = branch_sites(ctx), "torchscript"
+    if finding.code == "OD204":
+        guard = ctx.export_facts.get("guard_site")
+        sites, exporter = _sites([guard] if guard else []), "dynamo"
+    elif finding.code != "OD210":
+        return []
+    if ctx.target_kind != "script" or not ctx.target_path or not sites or len(sites) > MAX_FORCED_SITES:
+        return []
+    folder = Path(ctx.target_path).parent
+    edits: list[tuple[str, int, str]] = []
+    for name, line in sites:
+        try:
+            # The sites are lines of the model's own files (its folder), by file name.
+            text = (folder / Path(name).name).read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        edit = edit_text(text, line)
+        if edit is not None:
+            edits.append((name, line, edit))
+    if not edits:
+        return []
+    named = ", ".join(f"{name}:{line}" for name, line, _ in edits)
+    return [Fix(
+        kind="where_branch",
+        title=f"Compute both sides of the branch at {named} and select with torch.where, so the graph "
+              "decides for every input",
+        snippet="".join(f"# {name}:{line}\n{edit}" for name, line, edit in edits),
+        applicability=Applicability.SAFE,
+        cost="both sides are computed on every call; checked by exporting the edited code and comparing "
+             "at the example and at other inputs",
+        recipe=Recipe("where_branch", (EagerExport(where_branches=tuple((n, ln) for n, ln, _ in edits)),
+                                       UseExporter(exporter)), isolated=True),
+    )]
 
 
 def _run_to_the_end(named: str, sites: list[tuple[str, int]], exporter: str) -> Fix:

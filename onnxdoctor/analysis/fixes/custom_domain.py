@@ -30,7 +30,9 @@ from onnxdoctor.protocol import (
 )
 from onnxdoctor.recipe import EagerExport, Recipe, RuntimeKernels, UseExporter
 
-CODES = ("OD401",)
+# OD205/OD299: an autograd.Function's own `symbolic` failed during the export (the exporter's call
+# into it did not fit its signature, a g.op in it got a graph value for an attribute).
+CODES = ("OD401", "OD205", "OD299")
 
 # The run name the worker gives a model script: a Function defined there is reached by its name.
 SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
@@ -38,7 +40,10 @@ SCRIPT_MODULES = ("__onnxdoctor__", "__main__")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """Fixes for a custom-domain node without a runtime kernel, by the code that wrote it."""
+    """Fixes for a custom-domain node without a runtime kernel, by the code that wrote it; for a
+    Function whose own symbolic failed during the export, the export through its forward."""
+    if finding.code != "OD401":
+        return _refused_symbolic(ctx)
     if not ctx.op or "::" not in ctx.op or ctx.op.startswith(("aten::", "org.pytorch.aten::")):
         return []
     facts = next((o.facts for o in ctx.outcomes if o.stage is Stage.ORT_LOAD), {})
@@ -97,6 +102,35 @@ def _function_forward(ctx: FixContext, row: NodeProvenance, in_script: bool) -> 
         cost=f"none at run time: the graph holds {name}.forward's ops instead of one {ctx.op} node",
         recipe=Recipe("function_forward", (UseExporter("torchscript"), EagerExport(functions=(row.function_class,)))),
     )
+
+
+def _refused_symbolic(ctx: FixContext) -> list[Fix]:
+    """The Function whose `symbolic` raised (torch notes "occurred when translating <Function>" on a
+    TypeError there: open-mmlab/mmcv#611's symbolic missing forward()'s defaulted arguments,
+    mmdeploy#161's g.op given a traced size for an int attribute), exported through its forward."""
+    name = ctx.op or ""
+    if ctx.target_kind != "script" or not name.isidentifier() or f"(occurred when translating {name})" not in ctx.export_error:
+        return []
+    snippet = (
+        "import torch\n\n"
+        f"# Set {name}'s symbolic aside for the export: the TorchScript exporter then traces\n"
+        f"# {name}.forward, plain torch ops, instead of calling the symbolic that failed.\n"
+        f"saved_symbolic = {name}.__dict__['symbolic']\n"
+        f"del {name}.symbolic\n"
+        "try:\n"
+        "    torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n"
+        "finally:\n"
+        f"    {name}.symbolic = saved_symbolic\n"
+    )
+    return [Fix(
+        kind="function_forward",
+        title=f"Export {name} through its forward instead of its failing symbolic",
+        snippet=snippet,
+        applicability=Applicability.SAFE,
+        cost=f"the graph holds {name}.forward's ops instead of the custom node the symbolic meant to write "
+             "(none where forward calls a compiled extension the exporter cannot trace)",
+        recipe=Recipe("function_forward", (UseExporter("torchscript"), EagerExport(functions=(name,)))),
+    )]
 
 
 def _function_dynamo(ctx: FixContext, row: NodeProvenance) -> Fix:

@@ -1,0 +1,224 @@
+"""`if <tensor>:` statements rewritten as both sides computed and a selection (torch.where).
+
+The TorchScript tracer records the side the example took and torch.export refuses to guess it
+(docs/ARCHITECTURE.md, "Branches as selections"). Where both sides only assign names (`if seq_len >
+limit: factors = long else: factors = short`), computing both and selecting each name with
+`torch.where(condition, if_true, if_false)` is the same function for every input, and both exporters
+capture it. This module is plain `ast` (no torch): the analysis uses it to write the edit the user
+makes, the worker to run that edit for the export.
+
+Only statements that assign plain names qualify (`x = ...`, `a, b = ...`, `x += ...`, `pass`, nested
+`if`/`elif` of the same kind): a side that returns, raises, loops, calls for its effect or writes an
+attribute or an item is not a selection of values.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One `if` rewritten: `statements` replace it; `names` are the names it selects."""
+
+    statements: tuple[ast.stmt, ...]
+    names: tuple[str, ...]
+    condition: str  # the test as written
+
+
+def select_branch(function: ast.FunctionDef | ast.AsyncFunctionDef, line: int, select: str) -> Selection | None:
+    """Rewrite the `if` statement at `line` (the file's numbering) of `function` in place, the
+    selections written as calls to `select(condition, if_true, if_false)`; None (and `function`
+    untouched) when there is no such statement or a side does more than assign names."""
+    taken = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} | {
+        a.arg for a in ast.walk(function) if isinstance(a, ast.arg)}
+    for owner, field, index, statement in _statements(function):
+        if isinstance(statement, ast.If) and statement.lineno == line:
+            rewritten = _Rewriter(taken, select).rewrite(statement)
+            if rewritten is None:
+                return None
+            body = getattr(owner, field)
+            body[index:index + 1] = rewritten[0]
+            return Selection(tuple(rewritten[0]), rewritten[1], ast.unparse(statement.test))
+    return None
+
+
+def _statements(node: ast.AST):  # type: ignore[no-untyped-def]
+    """(owner, field, index, statement) for every statement under `node`, nested ones included,
+    not entering nested function or class definitions."""
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        block = getattr(node, field, None)
+        if not isinstance(block, list):
+            continue
+        for index, statement in enumerate(block):
+            if isinstance(statement, ast.stmt):
+                yield node, field, index, statement
+                if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    yield from _statements(statement)
+            elif isinstance(statement, ast.ExceptHandler):
+                yield from _statements(statement)
+
+
+class _Rewriter:
+    """Turns one assignment-only `if` into plain assignments with fresh names for each side."""
+
+    def __init__(self, taken: set[str], select: str) -> None:
+        self.taken = set(taken)
+        self.select = select
+        self.temporaries: set[str] = set()  # names this rewrite made up: never selected themselves
+
+    def fresh(self, base: str) -> str:
+        name, count = base, 1
+        while name in self.taken:
+            count += 1
+            name = f"{base}_{count}"
+        self.taken.add(name)
+        self.temporaries.add(name)
+        return name
+
+    def rewrite(self, node: ast.If) -> tuple[list[ast.stmt], tuple[str, ...]] | None:
+        condition = self.fresh("condition")
+        out: list[ast.stmt] = [ast.Assign([ast.Name(condition, ast.Store())], copy.deepcopy(node.test))]
+        sides = []
+        for body, label in ((node.body, "if_true"), (node.orelse, "if_false")):
+            side = self._side(body, label)
+            if side is None:
+                return None
+            out += side[0]
+            sides.append(side[1])
+        names = tuple(dict.fromkeys([*sides[0], *sides[1]]))
+        if not names:
+            return None
+        for name in names:
+            pick = [ast.Name(sides[0].get(name, name), ast.Load()), ast.Name(sides[1].get(name, name), ast.Load())]
+            call = ast.Call(_dotted(self.select), [ast.Name(condition, ast.Load()), *pick], [])
+            out.append(ast.Assign([ast.Name(name, ast.Store())], call))
+        for statement in out:
+            ast.copy_location(statement, node)
+            ast.fix_missing_locations(statement)
+        return out, names
+
+    def _side(self, body: list[ast.stmt], label: str) -> tuple[list[ast.stmt], dict[str, str]] | None:
+        """A side's statements with its names renamed (name -> `name_if_true`), and that map."""
+        renamed: dict[str, str] = {}
+        out: list[ast.stmt] = []
+        for statement in body:
+            if isinstance(statement, ast.Pass):
+                continue
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+                continue  # a docstring-like string or an Ellipsis
+            if isinstance(statement, ast.If):
+                nested = self.rewrite(statement)
+                if nested is None:
+                    return None
+                statements = nested[0]
+            else:
+                statements = [statement]
+            for item in statements:
+                converted = self._assignment(item, renamed, label)
+                if converted is None:
+                    return None
+                out.append(converted)
+        return out, renamed
+
+    def _assignment(self, statement: ast.stmt, renamed: dict[str, str], label: str) -> ast.stmt | None:
+        if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
+            value: ast.expr = ast.BinOp(ast.Name(statement.target.id, ast.Load()), statement.op, statement.value)
+            targets: list[ast.expr] = [ast.Name(statement.target.id, ast.Store())]
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value:
+            value, targets = statement.value, [statement.target]
+        elif isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            value, targets = statement.value, statement.targets
+        else:
+            return None
+        names = _target_names(targets[0])
+        if names is not None:
+            names = [name for name in names if name not in self.temporaries]  # a nested if's own
+        if names is None or any(isinstance(n, (ast.NamedExpr, ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await))
+                                for n in ast.walk(value)):
+            return None
+        value = _Loads(renamed).visit(copy.deepcopy(value))
+        for name in names:
+            if name not in renamed:
+                renamed[name] = self.fresh(f"{name}_{label}")
+        target = _Stores(renamed).visit(copy.deepcopy(targets[0]))
+        return ast.copy_location(ast.Assign([target], value), statement)
+
+
+def _target_names(target: ast.expr) -> list[str] | None:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        names: list[str] = []
+        for element in target.elts:
+            inner = _target_names(element)
+            if inner is None:
+                return None
+            names += inner
+        return names
+    return None
+
+
+class _Loads(ast.NodeTransformer):
+    def __init__(self, renamed: dict[str, str]) -> None:
+        self.renamed = renamed
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if isinstance(node.ctx, ast.Load) and node.id in self.renamed:
+            return ast.copy_location(ast.Name(self.renamed[node.id], ast.Load()), node)
+        return node
+
+    # A comprehension's own loop variables are not the side's names.
+    def _scoped(self, node: ast.AST) -> ast.AST:
+        own = {n.id for g in getattr(node, "generators", ()) for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        outer = self.renamed
+        self.renamed = {k: v for k, v in outer.items() if k not in own}
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.renamed = outer
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _scoped
+
+
+class _Stores(ast.NodeTransformer):
+    def __init__(self, renamed: dict[str, str]) -> None:
+        self.renamed = renamed
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.copy_location(ast.Name(self.renamed.get(node.id, node.id), ast.Store()), node)
+
+
+def _dotted(name: str) -> ast.expr:
+    parts = name.split(".")
+    node: ast.expr = ast.Name(parts[0], ast.Load())
+    for part in parts[1:]:
+        node = ast.Attribute(node, part, ast.Load())
+    return node
+
+
+def edit_text(source: str, line: int) -> str | None:
+    """The edit for the user: the `if` statement at `line` of the file `source`, and the lines that
+    replace it with torch.where; None where it is not an assignment-only `if` inside a function."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
+            original = next((s for _o, _f, _i, s in _statements(node) if isinstance(s, ast.If) and s.lineno == line), None)
+            if original is None:
+                continue
+            before = ast.unparse(original)
+            selection = select_branch(node, line, "torch.where")
+            if selection is None:
+                return None
+            after = "\n".join(ast.unparse(s) for s in selection.statements)
+            return "# before:\n" + _commented(before) + "\n# after (both sides computed, each name selected):\n" + after + "\n"
+    return None
+
+
+def _commented(text: str) -> str:
+    return "\n".join(f"#   {line}" for line in text.splitlines())

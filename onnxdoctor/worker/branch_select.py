@@ -1,0 +1,141 @@
+"""Run chosen `if <tensor>:` statements as selections while exporting (recipe.EagerExport.where_branches).
+
+The function holding each statement is compiled again from its source with the statement
+rewritten by onnxdoctor.branches (both sides computed, each name selected), and put where the
+model finds it (its class, or the script's globals) until the export returns. The new code keeps
+the file's name and line numbers, so the export's provenance and warnings still point at the
+user's lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import textwrap
+import types
+from collections.abc import Callable
+from typing import Any
+
+from onnxdoctor.branches import select_branch
+from onnxdoctor.worker.loader import LoadedModel
+
+# The name the rewritten code calls to select; bound in the function's globals while exporting.
+SELECT = "__onnxdoctor_select__"
+
+
+def select_branches(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
+    """Rewrite each site's `if` as a selection until `undo` runs.
+
+    Raises:
+        RuntimeError: a site is not an assignment-only `if` in a function the model reaches.
+    """
+    by_function: dict[Any, list[int]] = {}
+    for name, line in sites:
+        found = _function_at(loaded, name, int(line))
+        if found is None:
+            raise RuntimeError(f"no function of the model holds line {name}:{line}")
+        by_function.setdefault(found, []).append(int(line))
+    for (owner, attribute, function), lines in by_function.items():
+        replacement = _rewritten(function, owner, lines)
+        _install(owner, attribute, replacement, undo)
+        undo.append(lambda globals_=function.__globals__: globals_.pop(SELECT, None))
+
+
+def select(condition: Any, if_true: Any, if_false: Any) -> Any:
+    """`if_true if condition else if_false`, as a tensor op where the condition is a tensor."""
+    import torch
+
+    if not isinstance(condition, torch.Tensor):
+        return if_true if condition else if_false
+    if isinstance(if_true, (tuple, list)) and isinstance(if_false, (tuple, list)) and len(if_true) == len(if_false):
+        return type(if_true)(select(condition, a, b) for a, b in zip(if_true, if_false))
+    if if_true is if_false:
+        return if_true
+    plain = (bool, int, float)
+    if not all(isinstance(v, (torch.Tensor, *plain)) for v in (if_true, if_false)):
+        # None, strings, modules: no tensor can hold the choice; the example's side, as traced.
+        return if_true if condition else if_false
+    if isinstance(if_true, plain) and isinstance(if_false, plain) and if_true == if_false:
+        return if_true
+    return torch.where(condition.reshape(()) if condition.numel() == 1 else condition, if_true, if_false)
+
+
+def _function_at(loaded: LoadedModel, name: str, line: int) -> tuple[Any, str, types.FunctionType] | None:
+    """(owner, attribute, function) of the innermost function defined in file `name` whose lines
+    hold `line`: the script's functions and classes, and the classes of the model's modules."""
+    owners: list[Any] = [loaded.namespace]
+    owners += [value for value in loaded.namespace.values() if isinstance(value, type)]
+    model = loaded.model
+    if hasattr(model, "modules"):
+        owners += [type(module) for module in model.modules()]
+    best: tuple[Any, str, types.FunctionType] | None = None
+    seen: set[int] = set()
+    for owner in owners:
+        items = owner.items() if isinstance(owner, dict) else (
+            (key, value) for klass in owner.__mro__ for key, value in vars(klass).items())
+        for attribute, value in list(items):
+            function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+            # A decorated method (`@torch.no_grad()`) is a wrapper; its code is the wrapped one's.
+            function = inspect.unwrap(function) if callable(function) else function
+            if not isinstance(function, types.FunctionType) or id(function) in seen:
+                continue
+            seen.add(id(function))
+            code = function.__code__
+            if os.path.basename(code.co_filename) != name:
+                continue
+            lines = [n for _s, _e, n in code.co_lines() if n is not None]
+            if lines and code.co_firstlineno <= line <= max(lines):
+                holder = owner if isinstance(owner, dict) else next(
+                    k for k in owner.__mro__ if vars(k).get(attribute) is value)
+                if best is None or code.co_firstlineno > best[2].__code__.co_firstlineno:
+                    best = (holder, attribute, function)
+    return best
+
+
+def _rewritten(function: types.FunctionType, owner: Any, lines: list[int]) -> Any:
+    """`function` compiled again with the `if` statements at `lines` as selections (decorators
+    applied again, as the class body did)."""
+    source, start = inspect.getsourcelines(function)
+    tree = ast.parse(textwrap.dedent("".join(source)))
+    ast.increment_lineno(tree, start - 1)
+    definition = tree.body[0]
+    if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise RuntimeError(f"cannot read the source of {function.__qualname__}")  # noqa: TRY004 (one error type for the step)
+    for line in lines:
+        if select_branch(definition, line, SELECT) is None:
+            raise RuntimeError(f"the if at line {line} of {function.__qualname__} does more than assign names")
+    free = function.__code__.co_freevars
+    if set(free) - {"__class__"}:
+        raise RuntimeError(f"{function.__qualname__} reads variables of an enclosing function")
+    # Inside a class of the owner's name: zero-argument super() gets its __class__ cell and
+    # private names are mangled as in the original.
+    klass = owner.__name__ if isinstance(owner, type) else None
+    module = ast.Module(body=[ast.ClassDef(klass, [], [], [definition], [])] if klass else [definition],
+                        type_ignores=[])
+    if klass:
+        holder = module.body[0]
+        holder.lineno, holder.end_lineno = definition.lineno, definition.end_lineno
+        holder.col_offset, holder.end_col_offset = 0, 0
+        ast.fix_missing_locations(module)
+    code = compile(module, function.__code__.co_filename, "exec")
+    namespace: dict[str, Any] = {}
+    globals_ = function.__globals__
+    globals_[SELECT] = select
+    exec(code, globals_, namespace)  # noqa: S102 (the user's own function, compiled again)
+    made = vars(namespace[klass])[definition.name] if klass else namespace[definition.name]
+    target = inspect.unwrap(made.__func__ if isinstance(made, (staticmethod, classmethod)) else made)
+    if klass and "__class__" in target.__code__.co_freevars:
+        target.__closure__[target.__code__.co_freevars.index("__class__")].cell_contents = owner
+    return made
+
+
+def _install(owner: Any, attribute: str, replacement: Any, undo: list[Callable[[], None]]) -> None:
+    if isinstance(owner, dict):
+        original = owner[attribute]
+        owner[attribute] = replacement
+        undo.append(lambda: owner.__setitem__(attribute, original))
+        return
+    original = vars(owner)[attribute]
+    setattr(owner, attribute, replacement)
+    undo.append(lambda: setattr(owner, attribute, original))

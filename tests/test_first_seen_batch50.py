@@ -1,0 +1,161 @@
+"""General mechanisms for failures not seen before (issue 22), written after the fiftieth
+first-seen batch (fixtures/corpus/first_seen_2026-12-06j.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.analysis.classify import extract_op
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+# open-mmlab/mmcv#611: forward() has defaulted arguments that apply() leaves out, and the exporter
+# calls symbolic(g, ...) with only the arguments apply() was given.
+SHORT_APPLY = '''
+import torch
+dynamo = False
+
+class ScaledShift(torch.autograd.Function):
+    @staticmethod
+    def symbolic(g, x, shift, scale, clamp):
+        return g.op("acme::ScaledShift", x, shift, scale_f=scale, clamp_i=clamp)
+
+    @staticmethod
+    def forward(ctx, x, shift, scale=2.0, clamp=0):
+        y = x * scale + shift
+        return y.clamp(min=0) if clamp else y
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return ScaledShift.apply(x, x.mean(dim=-1, keepdim=True))
+
+def get_model():
+    return Model(), (torch.randn(2, 5),)
+'''
+
+# open-mmlab/mmdeploy#161: TOOD's deform_sampling passes the traced channel count as both `groups`
+# and `deform_groups`, which g.op needs as ints.
+TRACED_GROUPS = '''
+import torch
+dynamo = False
+
+class GroupScale(torch.autograd.Function):
+    @staticmethod
+    def symbolic(g, x, weight, groups, deform_groups):
+        return g.op("acme::GroupScale", x, weight, groups_i=groups, deform_groups_i=deform_groups)
+
+    @staticmethod
+    def forward(ctx, x, weight, groups, deform_groups):
+        return x * weight.reshape(1, -1, 1, 1)
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        b, c, h, w = x.shape
+        return GroupScale.apply(x, x.new_ones(c), c, c)
+
+def get_model():
+    return Model(), (torch.randn(1, 4, 3, 3),)
+'''
+
+
+def test_the_function_a_symbolic_type_error_occurred_in_is_the_op() -> None:
+    text = ("TypeError: ScaledShift.symbolic() missing 2 required positional arguments: 'scale' and 'clamp' "
+            "(occurred when translating ScaledShift)")
+    assert extract_op(text) == "ScaledShift"
+    assert extract_op("TypeError: unsupported operand (occurred when translating Other)") == "Other"
+
+
+@pytest.mark.slow
+def test_a_symbolic_called_without_forwards_defaults_is_od205_and_exported_through_forward(tmp_path: Path) -> None:
+    script = tmp_path / "short_apply.py"
+    script.write_text(SHORT_APPLY)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    line = SHORT_APPLY.splitlines().index("    def symbolic(g, x, shift, scale, clamp):") + 1
+    assert (finding.code, finding.op, finding.source) == ("OD205", "ScaledShift", f"short_apply.py:{line}"), finding
+    assert "missing 2 required positional arguments: 'scale' and 'clamp'" in finding.message
+    assert "same parameters and defaults as forward()" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "function_forward" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_one_traced_size_given_to_two_int_attributes_asks_parse_args_for_both(tmp_path: Path) -> None:
+    script = tmp_path / "traced_groups.py"
+    script.write_text(TRACED_GROUPS)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, fix=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op, finding.onnx_op) == ("OD205", "GroupScale", "acme::GroupScale"), finding
+    # torch adds attributes in sorted order: deform_groups_i is the one its error names.
+    assert "passes `deform_groups` (and `groups`) to g.op as deform_groups_i" in finding.message
+    assert '@parse_args("v", "v", "i", "i")' in finding.message
+
+
+# huggingface/optimum-intel#913: Phi-3's LongRoPE picks its frequency factors with a Python `if` on
+# a tensor; the tracer keeps the example's side, torch.export refuses to guess. The method is
+# decorated and calls super(), as model code does.
+FACTOR_BRANCH = '''
+import torch
+dynamo = {dynamo}
+
+class Base(torch.nn.Module):
+    def scale(self):
+        return 2.0
+
+class Rotary(Base):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("short", torch.linspace(1.0, 2.0, 4))
+        self.register_buffer("long", torch.linspace(3.0, 9.0, 4))
+        self.__limit = 6
+
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        seq_len = torch.max(position_ids) + 1
+        if seq_len > self.__limit:
+            factors = self.long * super().scale()
+        else:
+            factors = self.short
+        return x * factors
+
+def get_model():
+    return Rotary(), (torch.randn(2, 4), torch.arange(4).unsqueeze(0))
+
+def get_inputs2():
+    return (torch.randn(2, 4), torch.arange(4, 8).unsqueeze(0))
+'''
+
+
+def test_an_assignment_only_branch_is_written_as_a_selection() -> None:
+    from onnxdoctor.branches import edit_text
+
+    source = FACTOR_BRANCH.format(dynamo=False)
+    line = source.splitlines().index("        if seq_len > self.__limit:") + 1
+    edit = edit_text(source, line)
+    assert edit is not None and "factors = torch.where(condition, factors_if_true, factors_if_false)" in edit
+    assert "factors_if_true = self.long * super().scale()" in edit
+    # A side that returns (or writes an attribute) is not a choice between values.
+    guarded = "def f(x):\n    if x.sum() > 0:\n        return x\n    y = x\n    return y\n"
+    assert edit_text(guarded, 2) is None
+    written = "def f(self, x):\n    if x.sum() > 0:\n        self.y = x\n    return x\n"
+    assert edit_text(written, 2) is None
+    # elif chains nest, and a name one side leaves alone keeps its value there.
+    chain = ("def f(x):\n    a = x\n    if x.sum() > 0:\n        a = x * 2\n    elif x.mean() < -1:\n"
+             "        a = -x\n    return a\n")
+    text = edit_text(chain, 3)
+    assert text is not None and "a_if_false = torch.where(condition_2, a_if_true_2, a)" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("dynamo", "code"), [(False, "OD210"), (True, "OD204")])
+def test_a_tensor_branch_that_only_assigns_is_exported_as_a_selection(tmp_path: Path, dynamo: bool, code: str) -> None:
+    script = tmp_path / "rotary.py"
+    script.write_text(FACTOR_BRANCH.format(dynamo=dynamo))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == code, [(f.code, f.message) for f in diagnosis.findings]
+    where = next(f for f in finding.fixes if f.kind == "where_branch")
+    assert where.verified is True, where.check
+    assert "factors = torch.where(condition" in where.snippet
