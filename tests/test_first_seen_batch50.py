@@ -159,3 +159,66 @@ def test_a_tensor_branch_that_only_assigns_is_exported_as_a_selection(tmp_path: 
     where = next(f for f in finding.fixes if f.kind == "where_branch")
     assert where.verified is True, where.check
     assert "factors = torch.where(condition" in where.snippet
+
+
+def test_nodes_that_lost_their_types_to_an_earlier_shape_error_are_folded_into_it() -> None:
+    """pytorch#128505's Cohere block: one Add with incompatible dims, and every node after it
+    "expected to have type but instead is null" (seven OD304s where one was the cause)."""
+    from onnx import TensorProto, helper
+
+    from onnxdoctor.onnxkit.checks import check_model
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "y"], ["a"], name="/Add"),
+                               helper.make_node("Relu", ["a"], ["b"], name="/Relu"),
+                               helper.make_node("Softmax", ["b"], ["z"], name="/Softmax")], "g", [x, y], [z])
+    found = check_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [(f.code, f.node) for f in found] == [("OD304", "/Add")], found
+    assert found[0].message.endswith("2 nodes after it lost their input types with it (/Relu, /Softmax)")
+
+
+# ultralytics/yolov5#2558: the Detect head caches its grid and rebuilds it only when the feature
+# size changes; export.py's dry run fills the cache, so the trace never enters the rebuild.
+CACHED_GRID = '''
+import torch
+dynamo = False
+opset_version = 12
+input_names = ["x"]
+dynamic_axes = {"x": {2: "h", 3: "w"}}
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.grid = torch.zeros(1)
+
+    def forward(self, x):
+        ny, nx = x.shape[2:4]
+        if self.grid.shape[2:4] != x.shape[2:4]:
+            yv, xv = torch.meshgrid([torch.arange(ny), torch.arange(nx)], indexing="ij")
+            self.grid = torch.stack((xv, yv), 0).view(1, 2, ny, nx).float()
+        return x.sigmoid() + self.grid
+
+def get_model():
+    model = Head()
+    example = torch.randn(1, 2, 4, 6)
+    model(example)  # the dry run
+    return model, (example,)
+
+def get_inputs2():
+    return (torch.randn(1, 2, 5, 3),)
+'''
+
+
+@pytest.mark.slow
+def test_a_grid_cached_by_a_dry_run_is_rebuilt_for_every_size(tmp_path: Path) -> None:
+    script = tmp_path / "head.py"
+    script.write_text(CACHED_GRID)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210", [(f.code, f.message) for f in diagnosis.findings]
+    forced = [f for f in finding.fixes if f.kind == "forced_branch" and f.verified]
+    line = CACHED_GRID.splitlines().index("        if self.grid.shape[2:4] != x.shape[2:4]:") + 1
+    # The tuple comparison asks `==` of each size pair: read one way, every size rebuilds the grid.
+    assert forced and f"size comparison at head.py:{line}" in forced[0].title, [(f.kind, f.check) for f in finding.fixes]

@@ -546,6 +546,8 @@ class _Checker:
 
     def _shape_errors(self, text: str) -> None:
         lines = [line for line in text.splitlines() if line.strip()]
+        first = len(self.found)
+        lost: list[str] = []  # nodes whose input lost its type to an earlier error of this run
         for line in lines or [text]:
             matches = list(_SHAPE_NODE.finditer(line))
             path: NodePath | None = None
@@ -580,6 +582,11 @@ class _Checker:
                 )
             ):
                 continue
+            earlier = next((lf for lf in self.found[first:] if lf.finding.code == "OD304"), None)
+            if code == "OD304" and earlier is not None and _LOST_TYPE.search(detail):
+                # Inference stopped at the earlier node; what it feeds has no type to check.
+                lost.append(safe_text(name) if matches and name else (op_type or "?"))
+                continue
             where = self._describe(path) if path is not None else (op_type or "the graph")
             self._add(
                 code,
@@ -588,7 +595,17 @@ class _Checker:
                 evidence=line,
                 op=op_type if path is None else None,
             )
+        cause = next((i for i in range(first, len(self.found)) if self.found[i].finding.code == "OD304"), None)
+        if lost and cause is not None:
+            located = self.found[cause]
+            shown = ", ".join(lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
+            message = (f"{located.finding.message}; {len(lost)} node{'s' if len(lost) > 1 else ''} after it lost "
+                       f"{'their' if len(lost) > 1 else 'its'} input types with it ({shown})")
+            self.found[cause] = LocatedFinding(replace(located.finding, message=message), located.path)
 
+
+# Shape inference's words for a node whose input got no type because inference failed before it.
+_LOST_TYPE = re.compile(r"Input \d+ expected to have type but instead is null")
 
 # Shape inference asked for the values of a tensor whose data lives in an external file.
 _EXTERNAL_VALUES = re.compile(r"Cannot parse data from external tensors")

@@ -49,6 +49,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         *_every_candidate(finding, ctx),
         *_where_branches(finding, ctx),
         *_forced_branches(finding, ctx),
+        # A frozen size comparison can be the whole of an OD210 (yolov5#2558: a grid cached by a
+        # dry run is rebuilt only `if self.grid[i].shape[2:4] != x[i].shape[2:4]`).
+        *(_size_branches(ctx) if finding.code == "OD210" and not branch_sites(ctx) else []),
         Fix(
             kind="control_flow",
             title=f"Express the data-dependent branch{where} with tensor ops (torch.where / torch.cond)",
