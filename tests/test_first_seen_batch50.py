@@ -11,6 +11,8 @@ from onnxdoctor.analysis.classify import extract_op
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
 
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
 # open-mmlab/mmcv#611: forward() has defaulted arguments that apply() leaves out, and the exporter
 # calls symbolic(g, ...) with only the arguments apply() was given.
 SHORT_APPLY = '''
@@ -222,3 +224,15 @@ def test_a_grid_cached_by_a_dry_run_is_rebuilt_for_every_size(tmp_path: Path) ->
     line = CACHED_GRID.splitlines().index("        if self.grid.shape[2:4] != x.shape[2:4]:") + 1
     # The tuple comparison asks `==` of each size pair: read one way, every size rebuilds the grid.
     assert forced and f"size comparison at head.py:{line}" in forced[0].title, [(f.kind, f.check) for f in finding.fixes]
+
+
+@pytest.mark.slow
+def test_a_frozen_shape_constant_is_named_by_the_reshape_that_takes_it() -> None:
+    """open-mmlab/mmpretrain#1273: window_reverse's `int(windows.shape[0] / (H * W / ws / ws))`
+    freezes the batch into a view's shape; the first value that differs at another batch is that
+    shape's Constant, and the op holding it is the Reshape it is assembled into."""
+    script = CORPUS / "window_reverse_int_frozen_batch_swin_classifier_dynamic_batch_mmpretrain_1273.py"
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, fix=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.torch_op, finding.onnx_op) == ("OD210", "aten::view", "Reshape"), finding
+    assert finding.node and "Reshape" in finding.node and "Constant" in finding.message

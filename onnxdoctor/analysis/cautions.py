@@ -294,7 +294,8 @@ def _frozen_op(export: StageOutcome, second: dict[str, Any], source: str | None)
     if call.get("node") and call.get("torch_op"):
         # Compared call by call with a trace taken at those inputs: the first whose result differs
         # is where the frozen value first shows (the topk whose k, the one_hot whose depth it is).
-        return str(call["torch_op"]), str(call["node"])
+        consumer = call.get("consumer") if isinstance(call.get("consumer"), dict) else {}
+        return str(call["torch_op"]), str(consumer.get("node") or call["node"])
     diverging = second.get("diverging") if isinstance(second.get("diverging"), dict) else {}
     on_line = [r for r in table.values() if source and r.source.endswith(source) and r.torch_op
                and not r.torch_op.startswith("prim::")]

@@ -1262,6 +1262,10 @@ def _traced_values(loaded: Any, at: tuple[tuple[Any, ...], dict[str, Any] | None
     return values
 
 
+# Nodes the TorchScript exporter writes to put a shape together from its dims.
+_SHAPE_ASSEMBLY = frozenset({"Concat", "Unsqueeze", "Squeeze", "Cast", "Identity"})
+
+
 def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float, shapes: bool = False,
                            at: tuple[tuple[Any, ...], dict[str, Any] | None] | None = None) -> dict[str, Any] | None:
     """TorchScript exports: the first aten op whose nodes compute a value PyTorch computes otherwise.
@@ -1338,6 +1342,17 @@ def first_diverging_traced(state: dict[str, Any], atol: float, rtol: float, shap
         reshaped_at = {"value": name, "node": node.name if node is not None else None, "op": row.op, "torch_op": kind,
                        "source": row.source or None, "scope": row.module or None, "code": "OD603",
                        "shapes": [list(expected.shape), list(values[name].shape)]}
+        if node is not None and node.op_type == "Constant":
+            # A frozen size is a Constant (the shape of a view's Reshape): the node it feeds holds it.
+            # Through the nodes that only assemble a shape (Concat of its dims) to the op taking it.
+            user, value = None, name
+            for _ in range(8):
+                user = next((n for n in model.graph.node if value in n.input), None)
+                if user is None or user.op_type not in _SHAPE_ASSEMBLY or not user.output:
+                    break
+                value = user.output[0]
+            if user is not None:
+                reshaped_at["consumer"] = {"node": user.name, "op": user.op_type}
         if shapes:
             return reshaped_at
         # At other inputs: a value that differs before the first shape that does comes first.
