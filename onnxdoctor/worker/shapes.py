@@ -222,8 +222,8 @@ def _declared(loaded: Any, names: list[str], dynamo: bool, export_kwargs: dict[s
                     continue
                 items = dims.items() if isinstance(dims, dict) else enumerate(dims or ())
                 for dim, value in items:
-                    if value is None:
-                        continue
+                    if value is None or _static_hint(value):
+                        continue  # `Dim.STATIC` declares the dim fixed, as None does
                     rows.append({"input": name, "dim": int(dim), **_dim_bounds(value, f"{name}_{dim}")})
     axes = settings.get("dynamic_axes")
     # (A dynamo script may declare its dims as dynamic_axes, which torch.onnx converts.)
@@ -248,6 +248,12 @@ def _graph_input(parameter: str, params: list[str], names: list[str]) -> str | N
     if parameter in params and params.index(parameter) < len(names) and len(params) == len(names):
         return names[params.index(parameter)]
     return None
+
+
+def _static_hint(value: Any) -> bool:
+    """torch.export.Dim.STATIC (a `_DimHint` whose type is STATIC)."""
+    kind = getattr(value, "type", None)
+    return type(value).__name__ == "_DimHint" and getattr(kind, "name", None) == "STATIC"
 
 
 def _dim_bounds(value: Any, default: str) -> dict[str, Any]:
