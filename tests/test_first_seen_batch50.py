@@ -236,28 +236,3 @@ def test_a_frozen_shape_constant_is_named_by_the_reshape_that_takes_it() -> None
     finding = diagnosis.findings[0]
     assert (finding.code, finding.torch_op, finding.onnx_op) == ("OD210", "aten::view", "Reshape"), finding
     assert finding.node and "Reshape" in finding.node and "Constant" in finding.message
-
-
-# pytorch/pytorch#150842 (batch 52): the sequence dim declared Dim.STATIC beside a dynamic batch.
-STATIC_SEQUENCE = '''
-import torch
-dynamo = True
-dynamic_shapes = {"x": {0: torch.export.Dim("batch", min=2, max=10), 1: torch.export.Dim.STATIC}}
-
-class Pool(torch.nn.Module):
-    def forward(self, x):
-        return torch.cat([x, x.flip(1)], dim=1).mean(dim=1)
-
-def get_model():
-    return Pool(), (torch.randn(2, 3),)
-'''
-
-
-@pytest.mark.slow
-def test_a_dim_declared_static_is_not_checked_as_dynamic(tmp_path: Path) -> None:
-    script = tmp_path / "pool.py"
-    script.write_text(STATIC_SEQUENCE)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=False))
-    assert diagnosis.healthy, [(f.code, f.message) for f in diagnosis.findings]
-    checked = [dict(check.inputs)["x"] for check in diagnosis.shapes]
-    assert checked and all(shape[1] == 3 for shape in checked) and any(shape[0] != 2 for shape in checked), checked

@@ -133,10 +133,28 @@ def test_cast_around_runs_the_op_in_a_type_the_runtime_has() -> None:
 
 
 def test_cast_around_refuses_when_nothing_needs_a_cast() -> None:
-    with pytest.raises(TransformError, match="no Det node has an input to cast"):
+    with pytest.raises(TransformError, match="no Det node has an input .or a dtype. to cast"):
         cast_around(_det_model(TensorProto.FLOAT), "Det", "float")
     with pytest.raises(TransformError, match="not a tensor element type"):
         cast_around(_det_model(TensorProto.DOUBLE), "Det", "complex-ish")
+
+
+def test_cast_around_draws_a_generator_in_the_type_the_runtime_has() -> None:
+    """onnxruntime#19252: `torch.rand(..., dtype=float16)` is a RandomUniform with dtype float16,
+    which has no CPU kernel; it has no input to cast, its dtype attribute is what to change."""
+    graph = helper.make_graph(
+        [helper.make_node("RandomUniform", [], ["u"], name="draw", dtype=TensorProto.FLOAT16, shape=[3, 4]),
+         helper.make_node("Mul", ["u", "x"], ["y"], name="scale")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(Exception, match="Could not find an implementation for RandomUniform"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    fixed = cast_around(model, "RandomUniform", "float")
+    onnx.checker.check_model(fixed, full_check=True)
+    assert [n.op_type for n in fixed.graph.node] == ["RandomUniform", "Cast", "Mul"]
+    (y,) = _run(fixed, np.full((3, 4), 2.0, np.float16))
+    assert y.dtype == np.float16 and (y >= 0).all() and (y < 2).all() and len(np.unique(y)) > 1
 
 
 def _maxpool_model(elem: int) -> onnx.ModelProto:

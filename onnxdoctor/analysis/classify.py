@@ -624,6 +624,16 @@ def _parity_finding(
         message += f"; the first value that differs is {diverging['value']!r} ({placed}): {figures}{verdict}"
         if diverging.get("runtime_matches_reference") is False and diverging.get("departing_node"):
             node = diverging["departing_node"]  # the node inside the group the runtime computes otherwise
+        drawing = _random_input(diverging, facts)
+        if drawing is not None:
+            # The first value that differs reads a random op's draw, which the search cannot
+            # compare: the draw is where the outputs part (MC dropout kept on, onnx#4855).
+            node, op = drawing["node"], drawing["op"]
+            message = re.sub(r"; some of its inputs come from nodes the search could not compare[^;]*, so the "
+                             r"difference may arise there", "", message)
+            message += (f"; its input comes from {node} ({op}), which draws random numbers on every run "
+                        "(a dropout told to drop in the exported model draws a new mask each time), so the "
+                        "difference arises there")
     if facts.get("diverging_skipped"):
         message += f"; the first diverging value was not searched for: {facts['diverging_skipped']}"
     load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
@@ -682,6 +692,17 @@ def _parity_finding(
         # The search's own names for the node, which a TorchScript trace knows before any table does.
         found = replace(found, onnx_op=diverging.get("op") or None, torch_op=diverging.get("torch_op") or None)
     return found
+
+
+def _random_input(diverging: dict[str, Any], facts: dict[str, Any]) -> dict[str, str] | None:
+    """The input node of the first differing value that is one of the graph's random ops, where
+    the outputs were compared in distribution and differ."""
+    drawn = facts.get("random") if isinstance(facts.get("random"), dict) else {}
+    ops = set(drawn.get("ops") or ())
+    if not ops or drawn.get("matched") is not False:
+        return None
+    return next((i for i in diverging.get("unchecked_inputs") or () if isinstance(i, dict) and i.get("op") in ops
+                 and i.get("node")), None)
 
 
 def _diverging_op(diverging: dict[str, Any]) -> tuple[str | None, str]:

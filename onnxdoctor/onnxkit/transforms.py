@@ -439,12 +439,18 @@ def cast_around(model: onnx.ModelProto, op_type: str, to: str, *, integers: bool
                     after += _round_into(inner, f"{prefix}/round_out{i}", elem, target, opset)
                     inner = f"{prefix}/round_out{i}/clipped"
                 after.append(onnx.helper.make_node("Cast", [inner], [name], name=back, to=elem))
+        made = [a for a in rewritten.attribute if a.name == "dtype" and a.type == onnx.AttributeProto.INT]
+        if after and made and made[0].i != target and not before:
+            # A generator's type is its `dtype` attribute, not an input's (RandomUniform,
+            # RandomNormal, RandomUniformLike): it draws in `to` and its output is cast back.
+            made[0].i = target
+            casts += 1
         casts += len(before)
         return [*before, rewritten, *after]
 
     fixed = _replace_nodes(model, op_type, wrap)
     if not casts:
-        raise TransformError(f"no {op_type} node has an input to cast to {to}")
+        raise TransformError(f"no {op_type} node has an input (or a dtype) to cast to {to}")
     return fixed
 
 

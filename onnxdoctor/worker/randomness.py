@@ -43,14 +43,36 @@ def random_ops(model: Any) -> list[str]:
     from onnxdoctor.onnxkit.walk import walk_nodes
 
     found = set()
+    flags = _constant_flags(model.graph)
     for _, node in walk_nodes(model.graph):
-        if node.op_type in RANDOM_OPS and node.domain in ("", "ai.onnx"):
+        if node.op_type in RANDOM_OPS and node.domain in ("", "ai.onnx") or training_dropout(node, flags):
             found.add(node.op_type)
         elif node.domain == "onnxdoctor" and node.op_type.startswith("aten_"):
             overload = next((a.s.decode() for a in node.attribute if a.name == "overload"), "")
             if draws_random(overload):
                 found.add(overload.split(".", 1)[0])
     return sorted(found)
+
+
+def training_dropout(node: Any, flags: dict[str, bool]) -> bool:
+    """A Dropout told to drop (its training_mode input a constant true: `F.dropout(x, training=True)`
+    kept in an exported eval model, Monte Carlo dropout): it draws a mask on every run."""
+    return (node.op_type == "Dropout" and node.domain in ("", "ai.onnx") and len(node.input) > 2
+            and flags.get(node.input[2]) is True)
+
+
+def _constant_flags(graph: Any) -> dict[str, bool]:
+    """The boolean scalars the graph holds as constants (initializers and Constant nodes), by name."""
+    from onnx import numpy_helper
+
+    tensors = [(t.name, t) for t in graph.initializer]
+    tensors += [(n.output[0], a.t) for n in graph.node if n.op_type == "Constant" and n.output
+                for a in n.attribute if a.name == "value" and a.HasField("t")]
+    flags: dict[str, bool] = {}
+    for name, tensor in tensors:
+        if tensor.data_type == 9 and not tensor.dims:  # BOOL scalar
+            flags[name] = bool(numpy_helper.to_array(tensor))
+    return flags
 
 
 def draws_random(overload: str) -> bool:

@@ -1,4 +1,4 @@
-"""A QDQ model whose numbers ONNX Runtime's QDQ fusion changes: run the pairs as written.
+"""Session options that make ONNX Runtime run the model as written: QDQ pairs, dropout kept on.
 
 ONNX Runtime's graph optimizer fuses DequantizeLinear -> op -> QuantizeLinear into an integer
 kernel (QGemm, QLinearMatMul, ...). Those kernels round differently, and on x86 CPUs without VNNI
@@ -37,10 +37,40 @@ def has_qdq_pairs(op_types: list[str] | tuple[str, ...]) -> bool:
     return {"QuantizeLinear", "DequantizeLinear"} <= names and not any(n.startswith("QLinear") for n in names)
 
 
+# ONNX Runtime's graph optimizer removes Dropout nodes (the EliminateDropout rewrite), the ones
+# told to drop included: a model that keeps dropout on at inference (Monte Carlo dropout) then
+# returns the same numbers on every run. Naming the rule in this entry keeps the masks.
+KEEP_DROPOUT = (("optimization.disable_specified_optimizers", "EliminateDropout"),)
+
+DROPOUT_SNIPPET = '''import onnxruntime
+
+options = onnxruntime.SessionOptions()
+# Keep the Dropout nodes the model told to drop: ONNX Runtime's EliminateDropout rewrite removes
+# them, and every run then returns the same numbers. Other optimizations stay on.
+options.add_session_config_entry("optimization.disable_specified_optimizers", "EliminateDropout")
+session = onnxruntime.InferenceSession("model.onnx", options, providers=["CPUExecutionProvider"])
+'''
+
+
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """Disable ONNX Runtime's QDQ fusion for a mismatching model holding Q/DQ pairs."""
+    """Disable ONNX Runtime's QDQ fusion for a mismatching model holding Q/DQ pairs; keep the
+    Dropout nodes of a model whose random outputs differ in distribution."""
     export = next((o.facts for o in ctx.outcomes if o.stage is Stage.EXPORT), {})
-    if finding.stage is not Stage.PARITY or not has_qdq_pairs(export.get("op_types") or ()):
+    if finding.stage is not Stage.PARITY:
+        return []
+    drawn = ctx.parity_facts.get("random") if isinstance(ctx.parity_facts.get("random"), dict) else {}
+    if "Dropout" in (drawn.get("ops") or ()) and drawn.get("matched") is False:
+        return [Fix(
+            kind="ort_options",
+            title="Run the model with ONNX Runtime's EliminateDropout rewrite off, so the Dropout nodes the "
+                  "model keeps on draw their masks",
+            snippet=DROPOUT_SNIPPET,
+            applicability=Applicability.SAFE,
+            cost=("the model file is unchanged; every session that runs it must set the entry; the outputs are "
+                  "random, as PyTorch's are (compared in distribution)"),
+            recipe=Recipe("ort_options", (SessionConfig(KEEP_DROPOUT),)),
+        )]
+    if not has_qdq_pairs(export.get("op_types") or ()):
         return []
     return [Fix(
         kind="ort_options",
