@@ -88,3 +88,44 @@ def test_monte_carlo_dropout_is_named_and_kept_drawing_in_the_runtime(tmp_path: 
     best = finding.fixes[0]
     assert best.kind == "ort_options" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     assert "EliminateDropout" in best.snippet
+
+
+# pytorch/pytorch#90169 (CFlow) and ailia-models#676 (RIFE): modules forward() uses that no
+# nn.Module registers, so their parameters require grad and are not the model's.
+UNREGISTERED = '''
+import torch
+dynamo = False
+
+class Holder:
+    def __init__(self):
+        self.net = torch.nn.Linear(4, 4)
+
+class Flow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.Linear(4, 4)
+        self.decoders = [torch.nn.Linear(4, 4) for _ in range(2)]
+        self.holder = Holder()
+
+    def forward(self, x):
+        h = self.encoder(x)
+        for decoder in self.decoders:
+            h = torch.tanh(decoder(h))
+        return self.holder.net(h)
+
+def get_model():
+    torch.manual_seed(0)
+    return Flow().eval(), (torch.randn(3, 4),)
+'''
+
+
+@pytest.mark.slow
+def test_weights_outside_registered_modules_are_exported_as_constants(tmp_path: Path) -> None:
+    script = tmp_path / "flow.py"
+    script.write_text(UNREGISTERED)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=2))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD299" and "requires grad as a constant" in finding.message, finding
+    frozen = next(f for f in finding.fixes if f.kind == "frozen_weights")
+    assert frozen.verified is True, frozen.check
+    assert "torch.nn.ModuleList" in frozen.snippet

@@ -347,6 +347,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _dense_attention(loaded, undo)
         if step.affine_norms:
             _affine_norms(loaded, undo)
+        if step.frozen_weights:
+            _frozen_weights(loaded.model, undo)
         if step.where_branches:
             from onnxdoctor.worker.branch_select import select_branches
 
@@ -366,6 +368,35 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
     finally:
         for restore in reversed(undo):
             restore()
+
+
+def _frozen_weights(model: Any, undo: list[Callable[[], None]]) -> None:
+    """requires_grad off, until `undo` runs, for every leaf tensor requiring grad that the model
+    object reaches: through modules (registered or not), lists, tuples, dicts and plain objects'
+    attributes (a normalizing flow's decoders in a Python list, RIFE's flow network on a plain
+    class). The tracer writes those as constants, and refuses while they require grad."""
+    import torch
+
+    seen: set[int] = set()
+    pending: list[tuple[Any, int]] = [(model, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if id(value) in seen or depth > 12:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad and value.is_leaf:
+                value.requires_grad_(False)
+                undo.append(lambda t=value: t.requires_grad_(True))
+            continue
+        if isinstance(value, (list, tuple, set, frozenset)):
+            pending += [(v, depth + 1) for v in value]
+        elif isinstance(value, dict):
+            pending += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, torch.nn.Module) or (hasattr(value, "__dict__") and not isinstance(value, type)
+                                                    and type(value).__module__ not in ("builtins",)
+                                                    and not callable(value)):
+            pending += [(v, depth + 1) for v in vars(value).values()]
 
 
 def _affine_norms(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
