@@ -204,6 +204,9 @@ def extract_op(text: str) -> str | None:
     match = _SYMBOLIC_OUTPUTS.search(text)
     if match:
         return aten_name(match.group(1))
+    match = _OUTPUT_TYPE.search(text)
+    if match:
+        return match.group(1)
     match = _LEADING_NODE_KIND.search(text) or SYMBOLIC_METHOD_TYPE_ERROR.search(text)
     if match:
         return match.group(1)
@@ -220,6 +223,11 @@ _LEADING_NODE_KIND = re.compile(r"^(?:\w+(?:Error|Exception): )?((?:prim|aten|on
 # namespace ("symbolic for __getitem__ produced an incorrect number of outputs", einops#355's
 # scripted `dict.items()` loop).
 _SYMBOLIC_OUTPUTS = re.compile(r"symbolic for (\w+) produced an incorrect number of outputs")
+SYMBOLIC_OUTPUT_COUNT = re.compile(r"symbolic for (\w+) produced an incorrect number of outputs \(expected (\d+), "
+                                   r"but got (\d+)\)")
+# A traced call returning a Python number, which no graph value can hold (xformers' attention op
+# returns (Tensor, Tensor, int, int)).
+_OUTPUT_TYPE = re.compile(r"unsupported output type: \w+, from operator: (\w+::\w+)")
 # The TorchScript exporter's note on a TypeError raised by an autograd.Function's `symbolic` or by
 # the call into it (torchscript_exporter.utils._run_symbolic_method): the Function's class.
 SYMBOLIC_METHOD_TYPE_ERROR = re.compile(r"\(occurred when translating (\w+)\)")
@@ -535,6 +543,11 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                    f"{op} cannot be exported inside an autograd.Function whose forward also calls the extension "
                    f"op {inner}: export that op (or the Function) another way")
         return [replace(make("OD299", message)[0], torch_op=inner)]
+    counted = facts.get("symbolic_outputs")
+    if isinstance(counted, dict) and op:
+        return make("OD205", f"{op}.symbolic returns {counted.get('got')} value(s) where {op}.forward returns "
+                             f"{counted.get('expected')}: write g.op(..., outputs={counted.get('expected')}) and "
+                             "return every output it gives")
     bad = facts.get("symbolic_attribute")
     if isinstance(bad, dict) or facts.get("symbolic_frame") or _bad_symbolic(text, error):
         headline = _attribute_headline(bad, op) if isinstance(bad, dict) else _arity_headline(text)

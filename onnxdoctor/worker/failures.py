@@ -57,7 +57,11 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     `gather`: also the costly facts about aten ops (the registries, every unsupported op), which
     the first run needs for its findings and fix runs do not.
     """
-    from onnxdoctor.analysis.classify import SYMBOLIC_METHOD_TYPE_ERROR, extract_op
+    from onnxdoctor.analysis.classify import (
+        SYMBOLIC_METHOD_TYPE_ERROR,
+        SYMBOLIC_OUTPUT_COUNT,
+        extract_op,
+    )
 
     info = error_info(exc)
     op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
@@ -174,7 +178,15 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                     facts["unbacked_origin"] = origin
     if op:
         facts["op"] = op
-    if op and not symbolic:
+    counted = SYMBOLIC_OUTPUT_COUNT.search(text)
+    if counted and loaded is not None and _is_function(loaded.namespace.get(counted.group(1))):
+        # The count torch checks is the Function's: its forward's outputs against what its own
+        # symbolic returned (pytorch#48930: one TRT::BatchedNMS_TRT node for four outputs).
+        op = facts["op"] = counted.group(1)
+        facts["symbolic_outputs"] = {"expected": int(counted.group(2)), "got": int(counted.group(3))}
+        with contextlib.suppress(Exception):
+            facts["source"] = _symbolic_definition(loaded, op, target)
+    if op and not symbolic and not facts.get("symbolic_outputs"):
         located = facts.get("constant_source") or source_from_frames(exc, target)
         if not located and loaded is not None and SYMBOLIC_METHOD_TYPE_ERROR.search(text):
             # The call into a Function's symbolic failed before any line of it ran: its `def`.
@@ -501,6 +513,12 @@ def extension_build_facts(info: dict[str, Any]) -> dict[str, Any]:
 
 
 _APPLY = re.compile(r"\b([A-Za-z_]\w*)\.apply\(")
+
+
+def _is_function(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, type) and issubclass(value, torch.autograd.Function)
 
 
 def _symbolic_definition(loaded: Any, name: str, target: Path) -> str | None:

@@ -107,9 +107,13 @@ def _function_forward(ctx: FixContext, row: NodeProvenance, in_script: bool) -> 
 def _refused_symbolic(ctx: FixContext) -> list[Fix]:
     """The Function whose `symbolic` raised (torch notes "occurred when translating <Function>" on a
     TypeError there: open-mmlab/mmcv#611's symbolic missing forward()'s defaulted arguments,
-    mmdeploy#161's g.op given a traced size for an int attribute), exported through its forward."""
+    mmdeploy#161's g.op given a traced size for an int attribute, pytorch#48930's symbolic returning
+    one output where forward returns four), exported through its forward."""
     name = ctx.op or ""
-    if ctx.target_kind != "script" or not name.isidentifier() or f"(occurred when translating {name})" not in ctx.export_error:
+    refused = (f"(occurred when translating {name})" in ctx.export_error
+               # or its output count is not forward's (pytorch#48930: one node for four outputs)
+               or isinstance(ctx.export_facts.get("symbolic_outputs"), dict))
+    if ctx.target_kind != "script" or not name.isidentifier() or not refused:
         return []
     snippet = (
         "import torch\n\n"

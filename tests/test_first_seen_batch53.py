@@ -1,0 +1,55 @@
+"""General mechanisms for failures not seen before (issue 22), written after the fifty-third
+first-seen batch (fixtures/corpus/first_seen_2026-12-06m.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.analysis.classify import extract_op
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+# pytorch/pytorch#48930: a post-processing Function whose forward returns several tensors and whose
+# symbolic returns one node's single output (TensorRT's BatchedNMS_TRT without outputs=4).
+SHORT_SYMBOLIC = '''
+import torch
+dynamo = False
+
+class TopTwo(torch.autograd.Function):
+    @staticmethod
+    def symbolic(g, scores):
+        return g.op("TRT::TopTwo_TRT", scores)
+
+    @staticmethod
+    def forward(ctx, scores):
+        values, indices = scores.topk(2, dim=-1)
+        return values, indices
+
+class Head(torch.nn.Module):
+    def forward(self, x):
+        values, indices = TopTwo.apply(x.softmax(-1))
+        return values, indices
+
+def get_model():
+    return Head(), (torch.randn(3, 5),)
+'''
+
+
+def test_a_traced_op_returning_a_python_number_is_named() -> None:
+    text = "RuntimeError: unsupported output type: int, from operator: xformers::efficient_attention_forward_cutlass"
+    assert extract_op(text) == "xformers::efficient_attention_forward_cutlass"
+
+
+@pytest.mark.slow
+def test_a_function_symbolic_with_too_few_outputs_is_od205_at_its_def(tmp_path: Path) -> None:
+    script = tmp_path / "head.py"
+    script.write_text(SHORT_SYMBOLIC)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    line = SHORT_SYMBOLIC.splitlines().index("    def symbolic(g, scores):") + 1
+    assert (finding.code, finding.op, finding.source) == ("OD205", "TopTwo", f"head.py:{line}"), finding
+    assert "returns 1 value(s) where TopTwo.forward returns 2: write g.op(..., outputs=2)" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "function_forward" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
