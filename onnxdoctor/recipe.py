@@ -218,7 +218,10 @@ class EagerExport:
     selection instead of the side the example took; `frozen_weights`: every tensor the model
     object reaches that requires grad (the parameters of modules kept in a plain list or on a
     plain object, which no `nn.Module` registers) has requires_grad off, since the TorchScript
-    tracer refuses to write a tensor that requires grad as a constant.
+    tracer refuses to write a tensor that requires grad as a constant; `inplace_operators`: the
+    augmented bitwise operators (`mask |= hits`, `&=`, `^=`, `<<=`, `>>=`), which the TorchScript
+    exporter has no symbolic for (aten::__ior_), are computed out of place and copied into the
+    tensor (`copy_`, which the exporter follows), so a view or another name sees the result too.
     """
 
     functions: tuple[str, ...] = ()
@@ -239,6 +242,7 @@ class EagerExport:
     affine_norms: bool = False
     where_branches: tuple[tuple[str, int], ...] = ()
     frozen_weights: bool = False
+    inplace_operators: bool = False
 
 
 @dataclass(frozen=True)

@@ -53,3 +53,34 @@ def test_a_function_symbolic_with_too_few_outputs_is_od205_at_its_def(tmp_path: 
     assert "returns 1 value(s) where TopTwo.forward returns 2: write g.op(..., outputs=2)" in finding.message
     best = finding.fixes[0]
     assert best.kind == "function_forward" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+# IDEA-Research/GroundingDINO#46: `special_tokens_mask |= input_ids == t`, and a row written through
+# an augmented subscript, with a second name for the mask that must see both.
+AUGMENTED_OR = '''
+import torch
+dynamo = False
+
+class Mask(torch.nn.Module):
+    def forward(self, ids):
+        mask = torch.zeros_like(ids, dtype=torch.bool)
+        seen = mask
+        for token in (101, 102):
+            mask |= ids == token
+        mask[:, 0] |= ids[:, -1] > 50
+        return seen.to(torch.int64), ids * 2
+
+def get_model():
+    return Mask(), (torch.tensor([[101, 7, 102, 60], [5, 101, 9, 3]]),)
+'''
+
+
+@pytest.mark.slow
+def test_an_augmented_bitwise_or_is_exported_as_a_copy_of_the_or(tmp_path: Path) -> None:
+    script = tmp_path / "mask.py"
+    script.write_text(AUGMENTED_OR)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, max_fix_checks=1))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::__ior_"), finding
+    best = finding.fixes[0]
+    assert best.kind == "inplace_operator" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]

@@ -347,6 +347,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _dense_attention(loaded, undo)
         if step.affine_norms:
             _affine_norms(loaded, undo)
+        if step.inplace_operators:
+            _inplace_operators(undo)
         if step.frozen_weights:
             _frozen_weights(loaded.model, undo)
         if step.where_branches:
@@ -368,6 +370,27 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
     finally:
         for restore in reversed(undo):
             restore()
+
+
+# Augmented assignment operators with no TorchScript symbolic, and the operator each computes.
+_AUGMENTED = {"__ior__": "__or__", "__iand__": "__and__", "__ixor__": "__xor__",
+              "__ilshift__": "__lshift__", "__irshift__": "__rshift__"}
+
+
+def _inplace_operators(undo: list[Callable[[], None]]) -> None:
+    """`x |= y` (and &=, ^=, <<=, >>=) as `x.copy_(x | y)` until `undo` runs: the exporter maps the
+    operator and follows copy_ into x and its views (GroundingDINO's `special_tokens_mask |=
+    input_ids == t`)."""
+    import torch
+
+    for augmented, plain in _AUGMENTED.items():
+        original = getattr(torch.Tensor, augmented)
+
+        def computed(self: Any, other: Any, plain: str = plain) -> Any:
+            return self.copy_(getattr(self, plain)(other))
+
+        setattr(torch.Tensor, augmented, computed)
+        undo.append(lambda name=augmented, saved=original: setattr(torch.Tensor, name, saved))
 
 
 def _frozen_weights(model: Any, undo: list[Callable[[], None]]) -> None:
