@@ -84,3 +84,32 @@ def test_an_augmented_bitwise_or_is_exported_as_a_copy_of_the_or(tmp_path: Path)
     assert (finding.code, finding.op) == ("OD202", "aten::__ior_"), finding
     best = finding.fixes[0]
     assert best.kind == "inplace_operator" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
+
+
+# pytorch/pytorch#106850: a scripted model exported with the TorchScript exporter, whose op the
+# TorchScript symbolics refuse and the dynamo exporter maps; the eager class may take the latter.
+SCRIPTED_STFT = '''
+import torch
+dynamo = False
+opset_version = 17
+
+class Spectrum(torch.nn.Module):
+    def forward(self, x):
+        spec = torch.stft(x, n_fft=16, hop_length=4, window=torch.hann_window(16), return_complex=True)
+        return spec.abs()
+
+def get_model():
+    return torch.jit.script(Spectrum()), (torch.randn(2, 64),)
+'''
+
+
+@pytest.mark.slow
+def test_a_scripted_model_is_offered_its_eager_class_with_the_dynamo_exporter(tmp_path: Path) -> None:
+    script = tmp_path / "flags.py"
+    script.write_text(SCRIPTED_STFT)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, all_fixes=True))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD299", "aten::stft"), finding
+    eager = [f for f in finding.fixes if f.kind == "scripted_eager"]
+    assert {f.verified for f in eager} == {True, False}, [(f.title, f.check) for f in eager]
+    assert "dynamo=True" in next(f for f in eager if f.verified).snippet

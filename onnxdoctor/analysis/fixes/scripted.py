@@ -11,6 +11,7 @@ ScriptModule's control flow as ONNX If/Loop instead of tracing one branch).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -49,6 +50,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")))] if eager else []
     if eager:
         fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks"))))
+        if ctx.exporter == "torchscript":
+            # Scripted, the model could take the TorchScript exporter only; eager, it can take the
+            # dynamo exporter too, which maps ops the TorchScript symbolics refuse (a complex stft).
+            fixes.append(_with_dynamo(fixes[-1]))
     wrapper = _wrapper(facts)
     if wrapper is not None:
         fixes.append(wrapper)
@@ -132,6 +137,18 @@ def _eager_class(name: str, subclass: bool = False, hooks: bool = False) -> Fix:
         cost=f"none: the same code and weights; keep torch.jit.script for your TorchScript deployment "
              f"and export {build} itself",
         recipe=Recipe("scripted_eager", (LoadCode(code),), isolated=True),
+    )
+
+
+def _with_dynamo(eager: Fix) -> Fix:
+    """The eager class exported with the dynamo exporter."""
+    assert eager.recipe is not None
+    return replace(
+        eager,
+        title=eager.title + ", with the dynamo exporter (a ScriptModule cannot take it)",
+        snippet=eager.snippet.replace("torch.onnx.export(model, example_inputs, 'model.onnx')",
+                                      "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)"),
+        recipe=Recipe("scripted_eager", (*eager.recipe.steps, UseExporter("dynamo")), isolated=True),
     )
 
 
