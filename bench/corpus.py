@@ -98,7 +98,7 @@ class Outcome:
             # an aten op's name.
             return any(_bare(o) == expected or (o.split("::", 1)[0] not in _TORCH_NAMESPACES
                                                 and o.split("::", 1)[-1] == expected)
-                       or (expected.lstrip("_")[:1].islower() and _bare(o) == f"aten::{expected}") for o in self.ops)
+                       or (expected.lstrip("_")[:1].islower() and _bare(o) == _bare(f"aten::{expected}")) for o in self.ops)
         return any(_bare(o) == _bare(expected) for o in self.ops)
 
     @property
