@@ -180,14 +180,8 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
     side and computes it for any data. A check that guards an error reads the other way. Both are
     tried; the check at other inputs keeps only a reading that holds there.
     """
-    sites, exporter = branch_sites(ctx), "torchscript"
-    if finding.code == "OD204":
-        # torch.export stopped at a branch on a data-dependent value: the line it stopped at.
-        guard = ctx.export_facts.get("guard_site")
-        sites, exporter = _sites([guard] if guard else []), "dynamo"
-    elif finding.code != "OD210":
-        return []
-    if ctx.target_kind != "script" or not sites or len(sites) > MAX_FORCED_SITES:
+    sites, exporter = _decided_sites(finding, ctx)
+    if not sites:
         return []
     named = ", ".join(f"{name}:{line}" for name, line in sites)
     exits = set(_recorded_sites(ctx, "loop_exits"))
@@ -223,16 +217,26 @@ def _forced_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
     return fixes
 
 
-def _where_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """OD210/OD204 from `if <tensor>:` whose sides only assign names: both sides computed and each
-    name selected with torch.where (onnxdoctor/branches.py), the same function for every input."""
+def _decided_sites(finding: Finding, ctx: FixContext) -> tuple[list[tuple[str, int]], str]:
+    """The branch lines a fix decides for the export, and the exporter it uses: the lines where
+    the TorchScript tracer turned a tensor into a bool (OD210), or the line torch.export stopped at
+    on a data-dependent value (OD204); none for other findings, other targets, or too many lines."""
     sites, exporter = branch_sites(ctx), "torchscript"
     if finding.code == "OD204":
         guard = ctx.export_facts.get("guard_site")
         sites, exporter = _sites([guard] if guard else []), "dynamo"
     elif finding.code != "OD210":
-        return []
-    if ctx.target_kind != "script" or not ctx.target_path or not sites or len(sites) > MAX_FORCED_SITES:
+        sites = []
+    if ctx.target_kind != "script" or len(sites) > MAX_FORCED_SITES:
+        sites = []
+    return sites, exporter
+
+
+def _where_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """OD210/OD204 from `if <tensor>:` whose sides only assign names: both sides computed and each
+    name selected with torch.where (onnxdoctor/branches.py), the same function for every input."""
+    sites, exporter = _decided_sites(finding, ctx)
+    if not sites or not ctx.target_path:
         return []
     folder = Path(ctx.target_path).parent
     edits: list[tuple[str, int, str]] = []

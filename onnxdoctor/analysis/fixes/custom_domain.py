@@ -79,21 +79,29 @@ def _class_reference(row: NodeProvenance, in_script: bool = False) -> tuple[str,
     return f"from {module} import {top}\n", qualname
 
 
-def _function_forward(ctx: FixContext, row: NodeProvenance, in_script: bool) -> Fix:
-    imports, name = _class_reference(row, in_script)
-    where = f" ({row.function.split(' ')[0]})" if row.function else ""
-    snippet = (
+def _symbolic_aside(name: str, imports: str, why: str, after: str = "") -> str:
+    """Code exporting with the Function `name`'s symbolic set aside (its forward traced)."""
+    return (
         "import torch\n"
         f"{imports}\n"
-        f"# Set {name}'s symbolic{where} aside for the export: the TorchScript exporter then traces\n"
-        f"# {name}.forward instead of writing the {ctx.op} node that no runtime has a kernel for.\n"
+        f"{why}"
         f"saved_symbolic = {name}.__dict__['symbolic']\n"
         f"del {name}.symbolic\n"
         "try:\n"
         "    torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n"
         "finally:\n"
-        f"    {name}.symbolic = saved_symbolic  # other exports keep writing {ctx.op}\n"
+        f"    {name}.symbolic = saved_symbolic{after}\n"
     )
+
+
+def _function_forward(ctx: FixContext, row: NodeProvenance, in_script: bool) -> Fix:
+    imports, name = _class_reference(row, in_script)
+    where = f" ({row.function.split(' ')[0]})" if row.function else ""
+    snippet = _symbolic_aside(
+        name, imports,
+        f"# Set {name}'s symbolic{where} aside for the export: the TorchScript exporter then traces\n"
+        f"# {name}.forward instead of writing the {ctx.op} node that no runtime has a kernel for.\n",
+        f"  # other exports keep writing {ctx.op}")
     return Fix(
         kind="function_forward",
         title=f"Export {name} through its forward instead of its symbolic's {ctx.op} node: no custom kernel needed",
@@ -115,17 +123,10 @@ def _refused_symbolic(ctx: FixContext) -> list[Fix]:
                or isinstance(ctx.export_facts.get("symbolic_outputs"), dict))
     if ctx.target_kind != "script" or not name.isidentifier() or not refused:
         return []
-    snippet = (
-        "import torch\n\n"
+    snippet = _symbolic_aside(
+        name, "",
         f"# Set {name}'s symbolic aside for the export: the TorchScript exporter then traces\n"
-        f"# {name}.forward, plain torch ops, instead of calling the symbolic that failed.\n"
-        f"saved_symbolic = {name}.__dict__['symbolic']\n"
-        f"del {name}.symbolic\n"
-        "try:\n"
-        "    torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n"
-        "finally:\n"
-        f"    {name}.symbolic = saved_symbolic\n"
-    )
+        f"# {name}.forward, plain torch ops, instead of calling the symbolic that failed.\n")
     return [Fix(
         kind="function_forward",
         title=f"Export {name} through its forward instead of its failing symbolic",
