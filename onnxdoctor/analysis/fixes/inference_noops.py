@@ -58,8 +58,66 @@ model = wrapped
 '''
 
 
+# torch.utils.mkldnn.to_mkldnn(model) swaps Linear, Conv, BatchNorm and PReLU layers for ScriptModules
+# holding oneDNN weights, which the tracer refuses ("Tried to trace <...MkldnnBatchNorm ...> but it
+# is not part of the active trace"). Each keeps its dense weights in its state (__getstate__); the
+# model gets dense layers built from them again.
+DENSE_LAYERS = '''import torch
+from torch.utils import mkldnn as _mkldnn
+
+
+def _dense_layer(layer):
+    """The torch.nn layer a torch.utils.mkldnn layer was made from, with its weights."""
+    # The layer's own script method: dense copies of its weights (then its `training` flag).
+    state = layer._c._get_method("__getstate__")()
+    if isinstance(layer, _mkldnn.MkldnnLinear):
+        weight, bias = state[0], state[1]
+        dense = torch.nn.Linear(weight.shape[1], weight.shape[0])
+    elif isinstance(layer, _mkldnn._MkldnnConvNd):
+        weight, bias = state[0], state[1]
+        conv = {3: torch.nn.Conv1d, 4: torch.nn.Conv2d, 5: torch.nn.Conv3d}[weight.dim()]
+        dense = conv(weight.shape[1] * layer.groups, weight.shape[0], tuple(weight.shape[2:]), stride=layer.stride,
+                     padding=layer.padding, dilation=layer.dilation, groups=layer.groups)
+    elif isinstance(layer, _mkldnn.MkldnnBatchNorm):
+        weight, bias, mean, var = state[:4]
+        dense = torch.nn.BatchNorm2d(weight.shape[0], eps=layer.eps)
+        dense._check_input_dim = lambda x: None  # oneDNN's batch norm takes 2-D and 3-D maps alike
+        dense.running_mean.copy_(mean)
+        dense.running_var.copy_(var)
+    elif isinstance(layer, _mkldnn.MkldnnPrelu):
+        weight, bias = state[0], None
+        dense = torch.nn.PReLU(weight.numel())
+    else:
+        return layer
+    with torch.no_grad():
+        dense.weight.copy_(weight.reshape(dense.weight.shape))
+        if bias is not None:
+            dense.bias.copy_(bias)
+    return dense.train(layer.training)
+
+
+for _name, _parent in list(model.named_modules()):
+    for _child_name, _child in list(_parent.named_children()):
+        if type(_child).__module__ == "torch.utils.mkldnn":
+            setattr(_parent, _child_name, _dense_layer(_child))
+'''
+
+
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """Export through a wrapper that makes the layout moves identities."""
+    """Export through a wrapper that makes the layout moves identities; a model converted with
+    torch.utils.mkldnn.to_mkldnn gets its dense layers back first."""
+    if ctx.target_kind == "script" and "torch.utils.mkldnn.Mkldnn" in ctx.export_error:
+        code = DENSE_LAYERS + "\n\n" + WRAPPER
+        return [Fix(
+            kind="inference_noops",
+            title="Export the model with its torch.utils.mkldnn layers made dense torch.nn layers again "
+                  "(the same weights), through a wrapper that skips .to_mkldnn()/.to_dense()",
+            snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+            applicability=Applicability.SAFE,
+            cost="none for the ONNX model (ONNX Runtime picks its own layouts); export the model before "
+                 "to_mkldnn() converts it, and keep the converted one for PyTorch on CPU",
+            recipe=Recipe("inference_noops", (LoadCode(code),), isolated=True),
+        )]
     method = NOOP_METHODS.get(finding.op or "")
     if ctx.target_kind != "script" or method is None:
         return []
