@@ -644,9 +644,9 @@ def _parity_finding(
             node, op = drawing["node"], drawing["op"]
             message = re.sub(r"; some of its inputs come from nodes the search could not compare[^;]*, so the "
                              r"difference may arise there", "", message)
-            message += (f"; its input comes from {node} ({op}), which draws random numbers on every run "
-                        "(a dropout told to drop in the exported model draws a new mask each time), so the "
-                        "difference arises there")
+            why = " (a dropout told to drop draws a new mask each time)" if op == "Dropout" else ""
+            message += (f"; its input comes from {node} ({op}), which draws random numbers on every run{why}, "
+                        "so the difference arises there")
     if facts.get("diverging_skipped"):
         message += f"; the first diverging value was not searched for: {facts['diverging_skipped']}"
     load, export = by_stage.get(Stage.LOAD), by_stage.get(Stage.EXPORT)
