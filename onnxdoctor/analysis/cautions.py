@@ -138,12 +138,12 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     baked = _constant_maker(frozen, second, base_dir)
     if baked is not None:
         # The differing output is a constant in the file: the call that made the constant tensor
-        # (`torch.as_tensor(tags)`) is what turned the traced values into one, whatever was
-        # converted to Python on the way there.
-        warned, source, (op, node) = baked[0], _warning_source(baked[0], base_dir), (baked[1], None)
+        # (`torch.as_tensor(tags)`) is the torch op it was exported from, beside the conversion
+        # that took the values out of the trace (the finding's op and line).
         outputs = ", ".join(str(i) for i in second["constant_outputs"])
         message += (f"; output {outputs} {'is a constant' if ',' not in outputs else 'are constants'} in the file "
-                    f"(no input reaches it): {op} at {source} made it from the example's Python values")
+                    f"(no input reaches it): {baked[1]} at {_warning_source(baked[0], base_dir)} made it from "
+                    "the example's Python values")
     read = (export.facts.get("branch_values") or {}).get(source or "")
     if read and "Python boolean" in warned and not str(read).startswith("prim::"):
         # A branch: the value it reads (`mask.any()`), not where its missing side first shows.
@@ -174,7 +174,8 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
                        for w in [warned, *(w for w in frozen if w is not warned)][:2]),
         detail=detail,
     )
-    return [replace(found, severity=severity)]
+    found = replace(found, severity=severity)
+    return [replace(found, torch_op=baked[1]) if baked is not None else found]
 
 
 def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
