@@ -825,33 +825,19 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
 
 def input_free_outputs(graph: Any, indices: list[int]) -> list[int]:
     """The graph outputs among `indices` whose value no graph input reaches (made of Constant
-    nodes and initializers only). A node holding a subgraph counts as reaching the inputs: its
-    body can read any value of the outer graph."""
+    nodes and initializers only; what a node's subgraphs read counts as read by the node)."""
+    from onnxdoctor.onnxkit.cut import ancestors, outer_inputs, producers
+
     inputs = {value.name for value in graph.input}
-    producers = {out: node for node in graph.node for out in node.output}
-    memo: dict[str, bool] = {}
+    made = producers(graph)
 
     def reaches(name: str) -> bool:
-        pending, seen = [name], set()
-        while pending:
-            value = pending.pop()
-            if value in memo:
-                if memo[value]:
-                    return True
-                continue
-            if not value or value in seen:
-                continue
-            seen.add(value)
-            if value in inputs:
-                return True
-            node = producers.get(value)
-            if node is None:
-                continue  # an initializer
-            if any(attribute.g.node or attribute.graphs for attribute in node.attribute):
-                return True
-            pending.extend(node.input)
-        memo.update(dict.fromkeys(seen, False))
-        return False
+        if name in inputs:
+            return True
+        if name not in made:
+            return False  # an initializer
+        return any(read in inputs for index in ancestors(graph, made[name])
+                   for read in outer_inputs(graph.node[index]))
 
     outputs = list(graph.output)
     return [i for i in indices if i < len(outputs) and not reaches(outputs[i].name)]
