@@ -582,8 +582,8 @@ class _Checker:
                 )
             ):
                 continue
-            earlier = next((lf for lf in self.found[first:] if lf.finding.code == "OD304"), None)
-            if code == "OD304" and earlier is not None and _LOST_TYPE.search(detail):
+            if (code == "OD304" and _LOST_TYPE.search(detail)
+                    and any(lf.finding.code == "OD304" for lf in self.found[first:])):
                 # Inference stopped at the earlier node; what it feeds has no type to check.
                 lost.append(safe_text(name) if matches and name else (op_type or "?"))
                 continue
