@@ -239,14 +239,16 @@ def _where_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
     if not sites or not ctx.target_path:
         return []
     folder = Path(ctx.target_path).parent
+    sources: dict[str, str | None] = {}
     edits: list[tuple[str, int, str]] = []
     for name, line in sites:
-        try:
-            # The sites are lines of the model's own files (its folder), by file name.
-            text = (folder / Path(name).name).read_text("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        edit = edit_text(text, line)
+        if name not in sources:
+            try:
+                # The sites are lines of the model's own files (its folder), by file name.
+                sources[name] = (folder / Path(name).name).read_text("utf-8")
+            except (OSError, UnicodeDecodeError):
+                sources[name] = None
+        edit = edit_text(sources[name], line) if sources[name] is not None else None
         if edit is not None:
             edits.append((name, line, edit))
     if not edits:
