@@ -381,6 +381,18 @@ class DecodeCheck:
 
 
 @dataclass(frozen=True)
+class StateCheck:
+    """After PARITY, `calls` calls in ONNX Runtime with the model's state carried between them.
+
+    For a model exported through the `state_io` wrapper (its forward takes the state forward()
+    writes as its last inputs and returns the new state after its outputs): each call is fed the
+    state the call before returned, from the state the model starts with, and compared with the
+    user's model called as many times in PyTorch (worker/stateful.py)."""
+
+    calls: int = 3
+
+
+@dataclass(frozen=True)
 class TrailingDict:
     """torch.onnx.export's args with an empty dict after them: the exporter reads a dict at the end
     of args as keyword arguments (its documented convention), so a forward() whose last positional
@@ -397,11 +409,11 @@ class PrefixParity:
 
 Step = (EvalMode | ArraysAsTensors | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
         | StrictCapture | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
-        | SessionConfig | PrefixParity | TrailingDict)
+        | SessionConfig | PrefixParity | TrailingDict | StateCheck)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
 _SINGLE = (ArraysAsTensors, UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
-           PrefixParity, TrailingDict)
+           PrefixParity, TrailingDict, StateCheck)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes)
 
@@ -412,7 +424,7 @@ _CLASSES: dict[str, type] = {
                 EvalMode, ArraysAsTensors, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,
-                PrefixParity, TrailingDict)
+                PrefixParity, TrailingDict, StateCheck)
 }
 
 S = TypeVar("S")

@@ -618,7 +618,8 @@ def _parity_finding(
     ]
     op = node = None
     diverging = facts.get("diverging")
-    source = diverging.get("source") if diverging else None
+    # A model that keeps state between calls (worker/stateful.py): the line that writes it.
+    source = diverging.get("source") if diverging else facts.get("source") if facts.get("stateful") else None
     if diverging:
         node = diverging.get("node")
         module = (f", the output of module {diverging['module']!r} ({diverging.get('module_class')})"

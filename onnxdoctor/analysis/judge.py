@@ -384,6 +384,12 @@ def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
                     f"ONNX Runtime gives eager PyTorch's tokens (prompts of {lengths} tokens, a prefill and "
                     f"{decode.get('steps')} decode steps each, max abs diff of logits "
                     f"{float(decode.get('max_abs_diff', 0.0)):.3g})")
+        carried = (outcome.facts if outcome else {}).get("state_calls")
+        if isinstance(carried, dict) and carried.get("calls"):
+            return (f"exports, loads, runs and matches PyTorch; {carried['calls']} calls in a row in ONNX Runtime, "
+                    f"each fed the state the last returned ({', '.join(map(str, carried.get('state') or ()))}), "
+                    f"give the outputs of PyTorch's calls in a row at {carried.get('inputs', 'the example')} "
+                    f"(max abs diff {float(carried.get('max_abs_diff') or 0.0):.3g})")
         drawn = drawn_in_distribution((outcome,) if outcome else ())
         prefix = (outcome.facts if outcome else {}).get("prefix")
         if prefix:

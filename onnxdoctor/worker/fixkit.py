@@ -16,7 +16,7 @@ import runpy
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from onnxdoctor.recipe import (
     EagerExport,
     QuantizeOnnx,
     RewriteOnnx,
+    StateCheck,
 )
 
 # A quantized fix's snippet (and its fix.py) imports float_model_of from here.
@@ -100,62 +101,111 @@ def _private_folder() -> Path:
     return _FOLDER[0]
 
 
-def reference_call(loaded: LoadedModel) -> Any:
+def reference_call(loaded: LoadedModel, written: list[str] | None = None) -> Any:
     """forward() at the example inputs, as the reference for parity: seeded, without gradients, on
     a copy of a model in training mode (batch norm would update its running statistics), and with
-    the model's own Python state put back after it (see python_state)."""
+    the model's own state put back after it (see ModelState), whose names the call changed are
+    appended to `written`."""
     import copy
 
     import torch
 
     copied = bool(getattr(loaded.model, "training", False))
     model = copy.deepcopy(loaded.model) if copied else loaded.model
-    restore = (lambda: None) if copied else python_state(model)  # a copy's state is thrown away anyway
+    restore = None if copied else python_state(model)  # a copy's state is thrown away anyway
     torch.manual_seed(0)
     try:
         with torch.no_grad():
             return model(*loaded.args, **loaded.kwargs)
     finally:
-        restore()
+        if restore is not None:
+            if written is not None:
+                written.extend(restore.written())
+            restore()
 
 
-# An attribute holding more tensor bytes than this is left alone by python_state (a cache the size
-# of a model).
+# An attribute or buffer holding more tensor bytes than this is left alone by python_state (a
+# cache the size of a model), and so are buffers past _STATE_TOTAL bytes in all.
 _STATE_BYTES = 16 * 2**20
+_STATE_TOTAL = 256 * 2**20
 
 
-def python_state(model: Any) -> Callable[[], None]:
-    """What the model's modules hold besides parameters, buffers and submodules (a scheduler's list
-    of past outputs, a step counter, a tensor kept from the last call), as it is now; the function
-    returned puts back each value a call changed, rebound or changed in place.
+class ModelState:
+    """What the model's modules hold besides parameters and submodules, as it was when made: the
+    call puts back each value a call changed, rebound or changed in place; `written()` names them.
 
-    A forward() that advances such state gives another result at each call (diffusers' PNDM
-    scheduler appends to `self.ets` and counts steps, pytorch#93159): the export, which calls
-    forward() again, would trace the state the reference call left, and the comparison would be
-    between two different calls. With the state put back, every call starts where the first did."""
-    import copy
+    That is the buffers (a streaming layer's history kept with register_buffer, pytorch#60828)
+    and plain attributes (a scheduler's list of past outputs, a step counter, a tensor kept from
+    the last call). A forward() that advances such state gives another result at each call
+    (diffusers' PNDM scheduler appends to `self.ets` and counts steps, pytorch#93159): the
+    export, which calls forward() again, would trace the state the reference call left, and the
+    comparison would be between two different calls. With the state put back, every call starts
+    where the first did; whether the state matters across calls is PARITY's own check
+    (parity.consecutive_calls)."""
 
-    import torch
+    def __init__(self, model: Any) -> None:
+        import copy
 
-    saved: list[tuple[Any, str, Any, Any]] = []
-    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    for module in modules:
-        if isinstance(module, torch.jit.ScriptModule):
-            continue
-        for name, value in list(vars(module).items()):
-            size = _plain_state(value)
-            if name.startswith("_") or name == "training" or size is None or size > _STATE_BYTES:
+        import torch
+
+        self._attributes: list[tuple[Any, str, str, Any, Any]] = []
+        self._buffers: list[list[Any]] = []  # [module, name, path, buffer, its _version, copy]
+        total = 0
+        named = model.named_modules() if isinstance(model, torch.nn.Module) else ()
+        for path, module in named:
+            if isinstance(module, torch.jit.ScriptModule):
                 continue
-            with contextlib.suppress(Exception):  # a value that cannot be copied stays as it is
-                saved.append((module, name, value, copy.deepcopy(value)))
+            prefix = f"{path}." if path else ""
+            for name, value in list(vars(module).items()):
+                size = _plain_state(value)
+                if name.startswith("_") or name == "training" or size is None or size > _STATE_BYTES:
+                    continue
+                with contextlib.suppress(Exception):  # a value that cannot be copied stays as it is
+                    self._attributes.append((module, name, prefix + name, value, copy.deepcopy(value)))
+            for name, buffer in list(module._buffers.items()):
+                size = buffer.numel() * buffer.element_size() if isinstance(buffer, torch.Tensor) else None
+                if size is None or size > _STATE_BYTES or total + size > _STATE_TOTAL or buffer.is_meta:
+                    continue
+                total += size
+                self._buffers.append([module, name, prefix + name, buffer, buffer._version,
+                                      buffer.detach().clone()])
 
-    def restore() -> None:
-        for module, name, original, copied in saved:
+    def written(self) -> list[str]:
+        """The state a call since this was made rebound or changed (`layer.cache`, `step`)."""
+        names = [path for module, name, path, original, copied in self._attributes
+                 if vars(module).get(name) is not original or not _same_state(original, copied)]
+        return names + [entry[2] for entry in self._buffers
+                        if entry[0]._buffers.get(entry[1]) is not entry[3] or entry[3]._version != entry[4]]
+
+    def __call__(self, only: Collection[str] | None = None) -> None:
+        """Put the state back (`only`: those names; their buffers and tensors are checked by
+        identity and version alone, so the check records nothing while an exporter traces)."""
+        import copy
+
+        import torch
+
+        for module, name, path, original, copied in self._attributes:
+            if only is not None and (path not in only or not isinstance(original, torch.Tensor)):
+                continue
             with contextlib.suppress(Exception):
-                if vars(module).get(name) is not original or not _same_state(original, copied):
+                if vars(module).get(name) is not original or (only is None and not _same_state(original, copied)):
                     setattr(module, name, copy.deepcopy(copied))
+        for entry in self._buffers:
+            module, name, path, original, version, copied = entry
+            if only is not None and path not in only:
+                continue
+            with contextlib.suppress(Exception):
+                if module._buffers.get(name) is not original:
+                    module._buffers[name] = original
+                if original._version != version:
+                    with torch.no_grad():
+                        original.copy_(copied)
+                    entry[4] = original._version
 
-    return restore
+
+def python_state(model: Any) -> ModelState:
+    """The model's state as it is now (ModelState): calling the result puts it back."""
+    return ModelState(model)
 
 
 def _plain_state(value: Any, depth: int = 0) -> int | None:
@@ -281,6 +331,27 @@ def check(path: str | Path, reference: list[Any] | None, loaded: LoadedModel | N
     cut = f"; on PyTorch's part of the longer outputs: {', '.join(report['prefix'])}" if report.get("prefix") else ""
     print(f"{path}: matches PyTorch (max abs diff {report['max_abs_diff']:.3g}{cut})")
     return report["max_abs_diff"]
+
+
+def state_check(path: str | Path, loaded: LoadedModel, step: StateCheck, *, atol: float = 1e-4,
+                rtol: float = 1e-3) -> dict[str, Any]:
+    """Calls of the written model in ONNX Runtime with its state fed back, against the user's
+    model called as often in PyTorch (the check the worker ran when it verified a state_io fix).
+
+    Raises:
+        SystemExit: a call's outputs differ, or the model lacks the state wrapper's interface.
+    """
+    from onnxdoctor.worker.runtime import cpu_session
+    from onnxdoctor.worker.stateful import check_state_steps
+    from onnxdoctor.worker.tracebacks import StageFailed
+
+    try:
+        facts = check_state_steps(cpu_session(str(path), ()), loaded, step, atol, rtol)
+    except StageFailed as exc:
+        raise SystemExit(f"{path}: {exc.message}") from None
+    print(f"{path}: {facts['calls']} calls with the state ({', '.join(facts['state'])}) fed back give "
+          f"PyTorch's outputs (max abs diff {facts['max_abs_diff']:.3g})")
+    return facts
 
 
 def decode_check(path: str | Path, loaded: LoadedModel, step: DecodeCheck, *, atol: float = 1e-4,

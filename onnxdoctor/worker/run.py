@@ -45,6 +45,7 @@ from onnxdoctor.recipe import (
     RewriteOnnx,
     RuntimeKernels,
     SessionConfig,
+    StateCheck,
     StrictCapture,
     TrailingDict,
     Unoptimized,
@@ -117,6 +118,13 @@ from onnxdoctor.worker.scripted import (
     recurrent_facts,
     reparametrized_facts,
     script_module_facts,
+)
+from onnxdoctor.worker.stateful import (
+    FirstCallHook,
+    check_state_steps,
+    consecutive_calls,
+    describe_writes,
+    stateful_message,
 )
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
@@ -255,7 +263,8 @@ class Runner:
                 self.emit(StageRecord(run_id, name, SKIPPED, reason=AFTER_FAILURE).to_event())
             elif name == "load" and reuse is not None:
                 # A script's fix run exports anew (and sets onnx_path); a file's reads the same file.
-                for key in ("loaded", "torch_outputs", "onnx_model", "onnx_path", "load_facts", "pristine"):
+                for key in ("loaded", "torch_outputs", "onnx_model", "onnx_path", "load_facts", "pristine",
+                            "state_hook"):
                     if key in reuse:
                         state[key] = reuse[key]
                 if "pristine" in state:
@@ -266,10 +275,15 @@ class Runner:
             else:
                 if self.before_stage is not None:
                     self.before_stage(name, state)
+                hook = state.get("state_hook") if name == "export" else None
+                if hook is not None:
+                    hook.detach()  # the exporters trace forward(): no hook of ours in the graph
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
                 state[f"{name}_warnings"] = records[-1].warnings
                 if name == "export" and "pristine" in state:
                     state["pristine"]()
+                if hook is not None:
+                    hook.attach()
         # Sizes are checked for the diagnosis's own runs (one per exporter) and for fixes that
         # declare dims; other fix checks keep their cost (they are judged at the example's size).
         own_run = self.request.gather_facts and not run_id.startswith("plan")
@@ -395,10 +409,11 @@ class Runner:
                 "OD114",
                 **facts,
             )
+        written: list[str] = []  # the model's own state the reference call changed
         try:
             with autograd_watch() as backward_passes:
                 try:
-                    outputs = reference_call(loaded)
+                    outputs = reference_call(loaded, written)
                 except RuntimeError as exc:
                     if "does not require grad" not in str(exc):
                         raise
@@ -406,7 +421,7 @@ class Runner:
                     # loss) and the reference ran without them: from here on it runs with them.
                     with_gradients(loaded)
                     facts["forward_needs_gradients"] = True
-                    outputs = reference_call(loaded)
+                    outputs = reference_call(loaded, written)
         except BaseException as exc:
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
@@ -420,6 +435,12 @@ class Runner:
         # The model's Python state as the reference call found it: put back after each export,
         # which calls forward() again (fixkit.python_state).
         state["pristine"] = python_state(loaded.model)
+        if written:
+            # forward() writes the model's own state: every call the worker makes from here on
+            # starts from the state the reference call found, and PARITY calls twice to see
+            # whether the state matters (worker/stateful.py).
+            facts["state_writes"] = describe_writes(loaded.model, list(dict.fromkeys(written)))
+            state["state_hook"] = FirstCallHook(loaded.model, state["pristine"], list(dict.fromkeys(written)))
         facts["outputs"] = [describe_tensor(t) for t in state["torch_outputs"]]
         facts["none_outputs"] = none_leaves(outputs)
         with contextlib.suppress(Exception):
@@ -821,6 +842,19 @@ class Runner:
                     state["random_outputs"] = set(drawn.get("varying_outputs") or ())
                 else:
                     report["message"] += f"; {drawn['message']}"
+        writes = state.get("load_facts", {}).get("state_writes")
+        if report["code"] is None and writes and "ort_outputs" in state:
+            # The first call matched; the state forward() writes may make the second differ.
+            found = consecutive_calls(state, atol, rtol)
+            if found is not None:
+                tensors = [w for w in writes if w.get("tensor")]
+                where = next((w["source"] for w in writes if w.get("source")), None)
+                raise StageFailed(stateful_message(writes, found), "OD601",
+                                  **({"source": where} if where else {}),
+                                  stateful={"writes": writes, "tensor_state": [w["name"] for w in tensors],
+                                            "call": found["call"]},
+                                  **{k: v for k, v in found.items() if k not in ("call", "message")})
+            report["state_writes_harmless"] = [w["name"] for w in writes]
         if report["code"]:
             facts = {k: v for k, v in report.items() if k not in ("code", "message")}
             searchable = state.get("onnx_program") is not None or (
@@ -872,6 +906,11 @@ class Runner:
             raise StageFailed(report["message"], report["code"], **facts)
         for step in state["recipe"].steps:
             match step:
+                case StateCheck():
+                    # The model exported with its state as inputs and outputs: calls in a row, the
+                    # state carried, are the test.
+                    report["state_calls"] = check_state_steps(state["session"], state["loaded"], step,
+                                                              self.request.atol, self.request.rtol)
                 case DecodeCheck():
                     # A decoder exported with its cache: generation, not one forward pass, is the test.
                     encoder = self.workdir / f"encoder-{os.getpid()}-{time.monotonic_ns()}.onnx"

@@ -66,6 +66,7 @@ from onnxdoctor.analysis.fixes import (
     shapes,
     sparse_dense,
     split_sizes,
+    state_io,
     target_gaps,
     tensor_data,
     translation,
@@ -92,6 +93,10 @@ __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
 def propose_fixes(finding: Finding, context: dict[str, Any]) -> list[Fix]:
     """Candidate fixes for one finding, best first (before verification reorders them)."""
     ctx = FixContext.build(finding, context)
+    if ctx.parity_facts.get("stateful"):
+        # Outputs that differ because forward() keeps state between calls: no change to an op,
+        # an opset or the exporter makes a graph keep state, and each would fail the same check.
+        return state_io.propose(finding, ctx)
     fixes: list[Fix] = []
     for family in FAMILIES:
         if finding.code in family.CODES:

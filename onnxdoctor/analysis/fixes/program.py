@@ -146,6 +146,9 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     decode = recipe.first(steps.DecodeCheck)
     if decode is not None:  # generation with the exported cache, as the worker checked it
         lines.append(f"fixkit.decode_check(OUTPUT, loaded, {decode!r})")
+    carried = recipe.first(steps.StateCheck)
+    if carried is not None:  # calls with the state fed back, as the worker checked them
+        lines.append(f"fixkit.state_check(OUTPUT, loaded, {carried!r})")
     return "\n".join(lines) + "\n"
 
 

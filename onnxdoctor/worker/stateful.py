@@ -1,0 +1,242 @@
+"""A forward() that writes the model's own state, and the check that a graph without state repeats it.
+
+An ONNX graph keeps nothing between runs. A model whose forward() writes a buffer or an
+attribute that its next call reads (a streaming layer's history, `self.cache = cat(...)`,
+pytorch#60828; a step counter) is exported with the value that state held at export time as a
+constant: ONNX Runtime then repeats the first call for ever, while PyTorch's second call reads
+what the first left. One comparison at the example cannot see it (both sides make their first
+call there), so every run whose model wrote state at LOAD (`ModelState.written`) is checked by
+calling PyTorch twice (`consecutive_calls`), and no fix is verified while the second call
+differs.
+
+The `state_io` fix (analysis/fixes/state_io.py) exports the model through a wrapper that takes
+the tensor state as inputs and returns it after the outputs; `check_state_steps` verifies it by
+calling ONNX Runtime several times, feeding the returned state back, against PyTorch calling the
+model as the user does.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxdoctor.recipe import StateCheck
+from onnxdoctor.worker.tracebacks import StageFailed
+
+# The tail of the names the fix's wrapper gives its state inputs and outputs.
+STATE_IN, STATE_OUT = "_in", "_out"
+
+
+def describe_writes(model: Any, names: list[str]) -> list[dict[str, Any]]:
+    """What each written name is: a buffer or an attribute, its owner's class, its type, and
+    the line of the owner's class that writes it (found in the source; empty where none is)."""
+    import torch
+
+    described: list[dict[str, Any]] = []
+    for name in names[:20]:
+        path, _, attr = name.rpartition(".")
+        try:
+            owner = model.get_submodule(path) if path else model
+        except Exception:  # a name that no longer resolves: described by name alone
+            described.append({"name": name, "kind": "attribute"})
+            continue
+        value = getattr(owner, attr, None)
+        row: dict[str, Any] = {
+            "name": name,
+            "kind": "buffer" if attr in getattr(owner, "_buffers", {}) else "attribute",
+            "owner": type(owner).__qualname__,
+            "tensor": isinstance(value, torch.Tensor),
+        }
+        if isinstance(value, torch.Tensor):
+            row.update(dtype=str(value.dtype).removeprefix("torch."), shape=list(value.shape))
+        with contextlib.suppress(Exception):
+            row["source"] = write_site(type(owner), attr)
+        described.append({k: v for k, v in row.items() if v is not None})
+    return described
+
+
+def write_site(cls: type, attr: str) -> str | None:
+    """`file.py:line` of the first statement outside `__init__` of `cls` (or a base class of
+    the script's) that writes `self.<attr>`: assigns it, an item or slice of it, augments it,
+    or calls an in-place method on it (`self.count.add_(1)`)."""
+    for klass in cls.__mro__:
+        if klass.__module__ in ("builtins",) or klass.__module__.startswith("torch."):
+            continue
+        try:
+            lines, start = inspect.getsourcelines(klass)
+            file = Path(inspect.getsourcefile(klass) or "").name
+        except (OSError, TypeError):
+            continue
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        for method in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            if method.name == "__init__":
+                continue
+            for node in ast.walk(method):
+                if _writes(node, attr):
+                    return f"{file}:{start + node.lineno - 1}"
+    return None
+
+
+def _writes(node: ast.AST, attr: str) -> bool:
+    def is_self_attr(target: ast.AST) -> bool:
+        while isinstance(target, ast.Subscript):
+            target = target.value
+        return (isinstance(target, ast.Attribute) and target.attr == attr
+                and isinstance(target.value, ast.Name) and target.value.id == "self")
+
+    if isinstance(node, ast.Assign):
+        return any(is_self_attr(t) for t in node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return is_self_attr(node.target)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        method = node.func.attr
+        return (method.endswith("_") and not method.endswith("__") and is_self_attr(node.func.value)) or (
+            method in ("append", "extend", "insert", "update", "pop", "clear") and is_self_attr(node.func.value))
+    return False
+
+
+class FirstCallHook:
+    """A forward pre-hook on the model that puts the written state back before every call, so
+    each call the worker makes (the searches for a diverging value, other input sets and sizes)
+    starts where the reference call did. `paused` lets `consecutive_calls` look past it; it is
+    detached while an exporter traces (torch.export refuses a graph with such a hook in it, and
+    the export starts from the state put back anyway)."""
+
+    def __init__(self, model: Any, restore: Any, names: list[str]) -> None:
+        self.model, self.restore, self.names = model, restore, names
+        self.paused = False
+        self.handle: Any = None
+        self.attach()
+
+    def __call__(self, module: Any, args: Any) -> None:
+        if not self.paused:
+            self.restore(only=self.names)
+
+    def attach(self) -> None:
+        if self.handle is None:
+            with contextlib.suppress(Exception):
+                self.handle = self.model.register_forward_pre_hook(self)
+
+    def detach(self) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+
+
+def consecutive_calls(state: dict[str, Any], atol: float, rtol: float) -> dict[str, Any] | None:
+    """PyTorch called four times in a row, at the example, at the example's values shuffled
+    (parity.derived_input_sets: same shapes and distribution), and at the example twice more,
+    against ONNX Runtime's run at the example (which matched the first call): None when the
+    later calls at the example agree too; else the first that differs, for OD601.
+
+    The call in between gives state that other inputs leave: a running mean of one input
+    repeated stays where the first call put it. The fourth lets a history of frames move on
+    (a dilated kernel reads every other frame)."""
+    import torch
+
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.parity import compare_outputs, derived_input_sets
+
+    loaded, hook, restore = state["loaded"], state.get("state_hook"), state["pristine"]
+    example = (tuple(loaded.args), dict(loaded.kwargs or {}))
+    other = next(((a, k) for name, a, k in derived_input_sets(*example) if name.endswith("shuffled")), example)
+    if hook is not None:
+        hook.paused = True
+    try:
+        restore()
+        with torch.no_grad():
+            for call, (args, kwargs) in enumerate((example, other, example, example), 1):
+                torch.manual_seed(0)
+                outputs = tensor_leaves(loaded.model(*args, **kwargs))
+                if call < 3:
+                    continue
+                report = compare_outputs(outputs, state["ort_outputs"], atol, rtol)
+                if report["code"] is not None:
+                    return {"call": call, "max_abs_diff": report.get("max_abs_diff"),
+                            "max_rel_diff": report.get("max_rel_diff"), "message": report["message"],
+                            "outputs": report.get("outputs") or []}
+    finally:
+        restore()
+        if hook is not None:
+            hook.paused = False
+    return None
+
+
+def stateful_message(writes: list[dict[str, Any]], found: dict[str, Any]) -> str:
+    """OD601's message for state a second call reads."""
+    first = writes[0]
+    what = f"{first['kind']} `{first['name']}`" + (f" of {first['owner']}" if first.get("owner") else "")
+    where = f" ({first['source']})" if first.get("source") else ""
+    more = f" and {len(writes) - 1} more" if len(writes) > 1 else ""
+    worst = found.get("max_abs_diff")
+    figure = f" (max abs error {worst:.3g})" if isinstance(worst, float) else ""
+    nth = {3: "third", 4: "fourth"}.get(found.get("call", 3), f"call {found.get('call')}")
+    return (f"PyTorch called with the example inputs again ({nth} call in a row, after one with other values) "
+            f"differs from ONNX Runtime's run{figure}: "
+            f"forward() writes the {what}{where}{more}, and each call reads what the last left; an ONNX graph "
+            "keeps no state between runs, and the export wrote the value it held then as a constant, "
+            "so the ONNX model repeats the first call")
+
+
+def check_state_steps(session: Any, loaded: Any, step: StateCheck, atol: float, rtol: float) -> dict[str, Any]:
+    """The `StateCheck` of a model exported through the state wrapper (`loaded.model`: its
+    `model` is the user's, `state_names` what forward() writes, the example's last inputs the
+    state's starting values): `step.calls` calls in ONNX Runtime, each fed the state the last
+    returned, against the user's model called as many times in PyTorch from the same state.
+
+    Raises:
+        StageFailed: a call's outputs differ (OD601), or the model is not the wrapper (OD699).
+    """
+    import torch
+
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.fixkit import python_state
+    from onnxdoctor.worker.parity import compare_outputs, derived_input_sets
+    from onnxdoctor.worker.runtime import feeds_for_session, run_session
+
+    wrapper = loaded.model
+    eager, names = getattr(wrapper, "model", None), list(getattr(wrapper, "state_names", ()))
+    if eager is None or not names or len(loaded.args) <= len(names):
+        raise StageFailed("the state check needs the state wrapper's model, state_names and state inputs", "OD699")
+    count = len(loaded.args) - len(names)
+    inputs, carried = tuple(loaded.args[:count]), [t.detach().clone() for t in loaded.args[count:]]
+    # Other inputs in between: the script's get_inputs2(), else the example's values shuffled
+    # (a running mean of one input repeated stays where the first call put it).
+    other = next(a for name, a, _ in derived_input_sets(inputs, loaded.kwargs or {}) if name.endswith("shuffled"))
+    own = loaded.namespace.get("get_inputs2")
+    with contextlib.suppress(Exception):
+        if callable(own):
+            second = own()
+            other = (second,) if isinstance(second, torch.Tensor) else tuple(second)
+    calls = [(inputs, other)[i % 2] for i in range(step.calls)]
+    restore = python_state(eager)
+    expected: list[list[Any]] = []
+    try:
+        for name, value in zip(names, carried, strict=True):
+            wrapper.set_state(name, value.clone())
+        with torch.no_grad():
+            for args in calls:
+                torch.manual_seed(0)
+                expected.append(tensor_leaves(eager(*args, **loaded.kwargs)))
+    finally:
+        restore()
+    worst = 0.0
+    fed: list[Any] = carried
+    for index, (args, want) in enumerate(zip(calls, expected, strict=True)):
+        got = run_session(session, feeds_for_session(session, [*tensor_leaves((args, loaded.kwargs)), *fed]))
+        outputs = got[:len(got) - len(names)]
+        fed = [torch.from_numpy(np.ascontiguousarray(a)) for a in got[len(got) - len(names):]]
+        report = compare_outputs(want, outputs, atol, rtol)
+        if report["code"] is not None:
+            raise StageFailed(f"call {index + 1} of {len(calls)}, with the state the call before returned "
+                              f"fed back: {report['message']}", "OD601", state_calls=index + 1)
+        worst = max(worst, report.get("max_abs_diff") or 0.0)
+    return {"calls": len(calls), "state": names, "max_abs_diff": worst,
+            "inputs": "the example and " + ("the script's get_inputs2()" if callable(own) else "its values shuffled")
+            + " in turn"}
