@@ -84,6 +84,7 @@ def test_a_streaming_cache_in_a_buffer_is_carried_as_input_and_output_and_checke
     finding = diagnosis.findings[0]
     assert finding.code == "OD601", [(f.code, f.message) for f in diagnosis.findings]
     line = STREAMING_CACHE.read_text().splitlines().index("        self.cache = cache_update") + 1
+    assert "the ONNX model repeats the first call" in finding.message
     assert f"writes the buffer `cache` of StreamingGatedCausalConv ({STREAMING_CACHE.name}:{line})" in finding.message
     assert finding.source is not None and finding.source.endswith(f":{line}")
     # Only the fix that carries the state is offered: an opset, an exporter or a kernel keeps
