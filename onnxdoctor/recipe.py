@@ -215,7 +215,9 @@ class EagerExport:
     constants and refuse a channel count the trace does not know; `where_branches`: (file name,
     line) of `if <tensor>:` statements whose sides only assign names, run with both sides computed
     and each name selected with torch.where (onnxdoctor/branches.py), so the graph holds the
-    selection instead of the side the example took; `frozen_weights`: every tensor the model
+    selection instead of the side the example took; `len_sites`: (file name, line) of
+    `len(tensor)` calls, run as `tensor.shape[0]`, which the TorchScript tracer keeps as a traced
+    size where it records len() as the example's number; `frozen_weights`: every tensor the model
     object reaches that requires grad (the parameters of modules kept in a plain list or on a
     plain object, which no `nn.Module` registers) has requires_grad off, since the TorchScript
     tracer refuses to write a tensor that requires grad as a constant; `inplace_operators`: the
@@ -241,6 +243,7 @@ class EagerExport:
     dense_attention: bool = False
     affine_norms: bool = False
     where_branches: tuple[tuple[str, int], ...] = ()
+    len_sites: tuple[tuple[str, int], ...] = ()
     frozen_weights: bool = False
     inplace_operators: bool = False
 

@@ -451,6 +451,13 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                     op="prim::PackPadded")
     match = _OBJECT_INPUT.search(text)
     if match:
+        load = failure.by_stage.get(Stage.LOAD)
+        held = [str(o.get("class")) for o in (load.facts.get("object_inputs") or ())] if load else []
+        if load is not None and "object_inputs" in load.facts and match.group(1) not in held:
+            # torch says "input" for what forward() returns as well; the example held no such object.
+            return make("OD299", f"forward() returns a {match.group(1)} object, and the TorchScript exporter takes "
+                                 "only tensors and tuples, lists and dicts of them as outputs (return its tensors)",
+                        op=None, source=None)
         return make("OD299", f"an example input is a {match.group(1)} object, and the TorchScript exporter takes "
                              "only tensors and tuples, lists and dicts of them as inputs", op=None, source=None)
     match = _UNRECOGNIZED_NS.search(text)
@@ -476,6 +483,10 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         qualifier = re.match(r" (with [^.\n]*)", text[match.end(1):])
         if not reason and qualifier:  # "GridSample with 5D volumetric input"
             reason = f"{match.group(1)} {qualifier.group(1)}"
+        if facts.get("symbolic_refuses_always"):
+            # torch registers the op only to refuse it (aten::_standard_gamma): unsupported at any opset.
+            return make("OD202", f"{op} has no ONNX export in the TorchScript exporter at any opset (its "
+                                 "registered symbolic only refuses it)", op=op)
         newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
         if newer:
             # Opset-gated: a later opset registers another symbolic for the op, which may take it.

@@ -1,4 +1,6 @@
-"""Run chosen `if <tensor>:` statements as selections while exporting (recipe.EagerExport.where_branches).
+"""Run chosen lines of the model's code rewritten while exporting: `if <tensor>:` statements as
+selections (recipe.EagerExport.where_branches), `len(tensor)` as `tensor.shape[0]`
+(recipe.EagerExport.len_sites).
 
 The function holding each statement is compiled again from its source with the statement
 rewritten by onnxdoctor.branches (both sides computed, each name selected), and put where the
@@ -22,6 +24,8 @@ from onnxdoctor.worker.loader import LoadedModel
 
 # The name the rewritten code calls to select; bound in the function's globals while exporting.
 SELECT = "__onnxdoctor_select__"
+# The name the rewritten len() calls call (`length`).
+LENGTH = "__onnxdoctor_len__"
 
 
 def select_branches(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
@@ -37,9 +41,51 @@ def select_branches(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], und
             raise RuntimeError(f"no function of the model holds line {name}:{line}")
         by_function.setdefault(found, []).append(int(line))
     for (owner, attribute, function), lines in by_function.items():
-        replacement = _rewritten(function, owner, lines)
+        replacement = _rewritten(function, owner, lines, _selections)
         _install(owner, attribute, replacement, undo)
-        undo.append(lambda globals_=function.__globals__: globals_.pop(SELECT, None))
+        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH)])
+
+
+def sized_lengths(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
+    """Make each `len(...)` call on the sites' lines read a tensor's length as `tensor.shape[0]`
+    (which the TorchScript tracer keeps as a traced size; `len()` it records as a number) until
+    `undo` runs.
+
+    Raises:
+        RuntimeError: a site is not in a function the model reaches, or holds no len() call.
+    """
+    by_function: dict[Any, list[int]] = {}
+    for name, line in sites:
+        found = _function_at(loaded, name, int(line))
+        if found is None:
+            raise RuntimeError(f"no function of the model holds line {name}:{line}")
+        by_function.setdefault(found, []).append(int(line))
+    for (owner, attribute, function), lines in by_function.items():
+        replacement = _rewritten(function, owner, lines, _lengths)
+        _install(owner, attribute, replacement, undo)
+        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH)])
+
+
+def length(value: Any) -> Any:
+    """`len(value)`, as the traced size `value.shape[0]` where value is a tensor with dims."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.dim() > 0:
+        return value.shape[0]
+    return len(value)
+
+
+def _lengths(definition: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
+    """The `len(...)` calls that start on `line`, made calls to LENGTH; whether there was one."""
+    calls = [node for node in ast.walk(definition) if isinstance(node, ast.Call) and node.lineno == line
+             and isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1]
+    for call in calls:
+        call.func = ast.copy_location(ast.Name(LENGTH, ast.Load()), call.func)
+    return bool(calls)
+
+
+def _selections(definition: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
+    return select_branch(definition, line, SELECT) is not None
 
 
 def select(condition: Any, if_true: Any, if_false: Any) -> Any:
@@ -93,9 +139,10 @@ def _function_at(loaded: LoadedModel, name: str, line: int) -> tuple[Any, str, t
     return best
 
 
-def _rewritten(function: types.FunctionType, owner: Any, lines: list[int]) -> Any:
-    """`function` compiled again with the `if` statements at `lines` as selections (decorators
-    applied again, as the class body did)."""
+def _rewritten(function: types.FunctionType, owner: Any, lines: list[int],
+               edit: Callable[[ast.FunctionDef | ast.AsyncFunctionDef, int], bool]) -> Any:
+    """`function` compiled again with `edit` applied at each of `lines` (the `if` statements as
+    selections, the len() calls as sizes), decorators applied again, as the class body did."""
     source, start = inspect.getsourcelines(function)
     tree = ast.parse(textwrap.dedent("".join(source)))
     ast.increment_lineno(tree, start - 1)
@@ -103,8 +150,9 @@ def _rewritten(function: types.FunctionType, owner: Any, lines: list[int]) -> An
     if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise RuntimeError(f"cannot read the source of {function.__qualname__}")  # noqa: TRY004 (one error type for the step)
     for line in lines:
-        if select_branch(definition, line, SELECT) is None:
-            raise RuntimeError(f"the if at line {line} of {function.__qualname__} does more than assign names")
+        if not edit(definition, line):
+            raise RuntimeError(f"line {line} of {function.__qualname__} holds nothing to rewrite "
+                               f"({edit.__name__.strip('_')})")
     free = function.__code__.co_freevars
     if set(free) - {"__class__"}:
         raise RuntimeError(f"{function.__qualname__} reads variables of an enclosing function")
@@ -121,7 +169,7 @@ def _rewritten(function: types.FunctionType, owner: Any, lines: list[int]) -> An
     code = compile(module, function.__code__.co_filename, "exec")
     namespace: dict[str, Any] = {}
     globals_ = function.__globals__
-    globals_[SELECT] = select
+    globals_[SELECT], globals_[LENGTH] = select, length
     exec(code, globals_, namespace)  # noqa: S102 (the user's own function, compiled again)
     made = vars(namespace[klass])[definition.name] if klass else namespace[definition.name]
     target = inspect.unwrap(made.__func__ if isinstance(made, (staticmethod, classmethod)) else made)

@@ -89,12 +89,17 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         # torch's built-in symbolic refused the call and spelt the op its own way ("GridSample"):
         # the registry names the op, and says whether a later opset registers another symbolic.
         with contextlib.suppress(Exception):
-            from onnxdoctor.worker.registry import refusing_symbolic, torchscript_registrations
+            from onnxdoctor.worker.registry import (
+                refuses_always,
+                refusing_symbolic,
+                torchscript_registrations,
+            )
 
             refused = refusing_symbolic(exc)
             if refused:
                 op = refused
                 facts["symbolic_registrations"] = torchscript_registrations(refused)
+                facts["symbolic_refuses_always"] = refuses_always(refused)
     text = "\n".join([info["message"], *info["chain_messages"]])
     with contextlib.suppress(Exception):
         facts["torch_nn_functions"] = torch_nn_functions(exc)
@@ -259,6 +264,9 @@ def _called_on_line(prims_op: str, source: str | None, target: Path) -> str | No
 
 
 FUNCTIONAL_FILES = ("torch/nn/functional.py", "torch/functional.py")
+# Functionals whose aten op has another name, where aten's op of their own name is another op
+# (aten::unfold is Tensor.unfold, a sliding window along one dim; F.unfold calls aten::im2col).
+FUNCTIONAL_OPS = {"unfold": "im2col", "fold": "col2im"}
 
 
 def functional_frame_op(exc: BaseException) -> str | None:
@@ -280,7 +288,7 @@ def functional_frame_op(exc: BaseException) -> str | None:
             while run[0] - 1 in inside:
                 run.insert(0, run[0] - 1)
             for index in run:
-                name = frames[index].name
+                name = FUNCTIONAL_OPS.get(frames[index].name, frames[index].name)
                 if not name.startswith("_") and hasattr(torch.ops.aten, name):
                     return f"aten::{name}"
             return None

@@ -35,6 +35,36 @@ def torchscript_registrations(op: str) -> list[int]:
     return sorted(v for v in base if isinstance(v, int))
 
 
+def refuses_always(op: str) -> bool:
+    """Whether every symbolic torch registers for `op` is a bare refusal: a body that only
+    returns or raises `_onnx_unsupported(...)` (aten::_standard_gamma), so no opset and no
+    argument exports it, which is an unsupported op rather than a call one symbolic refuses."""
+    import ast
+    import inspect
+    import textwrap
+
+    group = _torchscript_registry().get_function_group(op)
+    base = getattr(getattr(group, "_functions", None), "_base", None) or {}
+    if not base:
+        return False
+    for function in base.values():
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(function))))
+        except (OSError, TypeError, SyntaxError):
+            return False
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else []
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Raise)):
+            return False
+        call = body[0].value if isinstance(body[0], ast.Return) else body[0].exc
+        name = call.func.attr if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) else (
+            call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else "")
+        if name != "_onnx_unsupported":
+            return False
+    return True
+
+
 def refusing_symbolic(exc: BaseException) -> str | None:
     """The op whose built-in TorchScript symbolic raised `exc` ("aten::grid_sampler"), found by
     matching the traceback's frames against the registered functions' code.

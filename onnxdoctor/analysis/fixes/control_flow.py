@@ -44,6 +44,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     values = _tensor_values(finding, ctx)
     pools = global_pool_fix(finding, ctx) if finding.code == "OD210" else None
     return [
+        *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
         *([values] if values else []),
         *([pools] if pools else []),
         *_every_candidate(finding, ctx),
@@ -265,6 +266,83 @@ def _where_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
         recipe=Recipe("where_branch", (EagerExport(where_branches=tuple((n, ln) for n, ln, _ in edits)),
                                        UseExporter(exporter)), isolated=True),
     )]
+
+
+def _traced_lengths(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """OD210 where forward() took len() of a traced tensor (`points[:len(scores)]`, LoFTR#337):
+    the tracer writes the example's length as a number; `tensor.shape[0]` is a size it keeps
+    traced. Exported with those len() calls read as shape[0] (branch_select.sized_lengths)."""
+    if finding.code != "OD210" or not ctx.target_path:
+        return []
+    folder = Path(ctx.target_path).parent
+    sites = _length_sites(ctx, folder)
+    if not sites or len(sites) > MAX_FORCED_SITES:
+        return []
+    edits: list[str] = []
+    for name, line in sites:
+        try:
+            source = (folder / Path(name).name).read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return []
+        edited = length_edit(source, line)
+        if edited is None:
+            return []
+        edits.append(f"# {name}:{line}\n# before: {edited[0].strip()}\n{edited[1].strip()}\n")
+    named = ", ".join(f"{name}:{line}" for name, line in sites)
+    return [Fix(
+        kind="traced_length",
+        title=f"Read the tensor lengths at {named} as tensor.shape[0] instead of len(tensor), so the "
+              "graph computes them for every input",
+        snippet="".join(edits),
+        applicability=Applicability.SAFE,
+        cost="none: shape[0] is the same number, computed by the graph from the tensor it measures",
+        recipe=Recipe("traced_length", (EagerExport(len_sites=tuple(sites)), UseExporter("torchscript")),
+                      isolated=True),
+    )]
+
+
+# torch's TracerWarning for len() of a traced tensor, with the line the worker appends to it.
+_LEN_WARNING = re.compile(r"Using len to get tensor shape.*\[(?P<path>[^\[\]]+):(?P<line>\d+)\]$", re.DOTALL)
+
+
+def _length_sites(ctx: FixContext, folder: Path) -> list[tuple[str, int]]:
+    """(file name, line) of the len() calls the TorchScript export warned about in the model's
+    own folder, in the order met."""
+    sites: list[tuple[str, int]] = []
+    for outcome in ctx.outcomes:
+        if outcome.stage is not Stage.EXPORT or outcome.facts.get("exporter") != "torchscript":
+            continue
+        for text in outcome.warnings:
+            match = _LEN_WARNING.search(text.strip())
+            if match and Path(match["path"]).parent.resolve() == folder.resolve():
+                site = (Path(match["path"]).name, int(match["line"]))
+                if site not in sites:
+                    sites.append(site)
+    return sites
+
+
+def length_edit(source: str, line: int) -> tuple[str, str] | None:
+    """(the line, the line with each `len(x)` call on it written `x.shape[0]`), or None where
+    the line holds no such call on one line."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
+    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno == line
+                    and node.end_lineno == line and isinstance(node.func, ast.Name) and node.func.id == "len"
+                    and len(node.args) == 1), key=lambda node: -node.col_offset)
+    if not calls:
+        return None
+    encoded = text.encode("utf-8")  # ast's offsets count bytes
+    edited = encoded
+    for call in calls:
+        inner = encoded[call.args[0].col_offset:call.args[0].end_col_offset].decode("utf-8")
+        inner = inner if isinstance(call.args[0], (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) else f"({inner})"
+        edited = edited[:call.col_offset] + f"{inner}.shape[0]".encode() + edited[call.end_col_offset:]
+    return text, edited.decode("utf-8")
 
 
 def _run_to_the_end(named: str, sites: list[tuple[str, int]], exporter: str) -> Fix:

@@ -19,6 +19,8 @@ CODES = ("OD211", "OD299")
 # The TorchScript exporter flattening outputs that hold numpy arrays: "Here, received an input of
 # unsupported type: numpy.ndarray"; the dynamo exporter names the type as it meets it.
 NUMPY_OUTPUT = re.compile(r"unsupported type: numpy\.ndarray|<class 'numpy\.ndarray'>")
+# classify's OD299 for an object forward() returns to the TorchScript exporter.
+_RETURNED_OBJECT = re.compile(r"^forward\(\) returns a (\w+) object")
 
 WRAPPER = """import copy
 import dataclasses
@@ -41,6 +43,8 @@ class TensorOutputs(torch.nn.Module):
             return [(field.name, getattr(out, field.name)) for field in dataclasses.fields(out)]
         if isinstance(out, (tuple, list)):
             return [(f"output_{index}", value) for index, value in enumerate(out)]
+        if not isinstance(out, torch.Tensor) and hasattr(out, "__dict__"):  # a result object's fields
+            return [(name, value) for name, value in vars(out).items() if not name.startswith("_")]
         return [("output", out)]
 
     def output_names(self, *args, **kwargs):
@@ -77,6 +81,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         load = ctx.facts_of(Stage.LOAD)
         # Text beside tensors (labels made from logits); text alone (a bitstream) has nothing to keep.
         text = load.get("text_output") if load.get("outputs") else None
+        returned = _RETURNED_OBJECT.search(finding.message)
+        if returned:  # an object among the outputs (a decoder's state, a Batch): its tensors kept
+            return [_tensors_only(
+                f"Wrap the model so forward() returns only its tensors (the {returned.group(1)} object dropped, "
+                "its tensor fields kept where it is the whole output)",
+                f"the {returned.group(1)} object is not an output of the ONNX model: the caller rebuilds what it "
+                "needs from the tensors")]
         return _numpy_outputs(finding, ctx) + ([_tensors_only(
             f"Wrap the model so forward() returns only its tensors (the text in {text} is made outside the model)",
             "the text outputs are dropped from the ONNX model: the caller makes them from the tensor outputs "
