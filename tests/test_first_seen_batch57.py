@@ -150,3 +150,36 @@ def test_length_edit_writes_shape_zero_for_each_len_call() -> None:
     assert before == "    return a[:len(b)] + len(a[0]) * len(b + 1)"
     assert after == "    return a[:b.shape[0]] + a[0].shape[0] * (b + 1).shape[0]"
     assert length_edit(source, 1) is None
+
+
+# unit8co/darts#2617: darts' TCN module takes one tuple (series, static covariates) and unpacks it;
+# given the series tensor alone, forward() unpacks the tensor's rows.
+TUPLE_ARGUMENT = '''
+import torch
+
+class Module(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(3, 4, 2)
+
+    def forward(self, x_in):
+        x, covariates = x_in
+        y = self.conv(x.transpose(1, 2))
+        return y if covariates is None else y + covariates
+
+def get_model():
+    torch.manual_seed(0)
+    return Module().eval(), (torch.randn(1, 6, 3),)
+'''
+
+
+@pytest.mark.slow
+def test_a_tensor_forward_unpacks_is_passed_as_the_tuple_it_expects(tmp_path: Path) -> None:
+    script = tmp_path / "tcn.py"
+    script.write_text(TUPLE_ARGUMENT)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD108", [(f.code, f.message) for f in diagnosis.findings]
+    (fix,) = [f for f in finding.fixes if f.kind == "tuple_input"]
+    assert "unpacks its argument `x_in` into 2 values (tcn.py:10)" in fix.title
+    assert fix.verified is True, fix.check

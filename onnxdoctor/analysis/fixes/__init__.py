@@ -70,6 +70,7 @@ from onnxdoctor.analysis.fixes import (
     target_gaps,
     tensor_data,
     translation,
+    tuple_inputs,
     unordered,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -84,6 +85,7 @@ FAMILIES = (
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
+    tuple_inputs,
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
 
