@@ -217,7 +217,11 @@ class EagerExport:
     and each name selected with torch.where (onnxdoctor/branches.py), so the graph holds the
     selection instead of the side the example took; `len_sites`: (file name, line) of
     `len(tensor)` calls, run as `tensor.shape[0]`, which the TorchScript tracer keeps as a traced
-    size where it records len() as the example's number; `frozen_weights`: every tensor the model
+    size where it records len() as the example's number; `int_sizes`: a 0-d tensor given to
+    torch.nn.functional where it takes an int or a tuple of ints (`F.unfold(x, k, stride=s)` with
+    `s` computed from sizes, a 0-d tensor under the TorchScript tracer, which torch's argument
+    parsing iterates) is read as the Python int it holds, a constant of the graph as the user's
+    `int(s)` would be; `frozen_weights`: every tensor the model
     object reaches that requires grad (the parameters of modules kept in a plain list or on a
     plain object, which no `nn.Module` registers) has requires_grad off, since the TorchScript
     tracer refuses to write a tensor that requires grad as a constant; `inplace_operators`: the
@@ -244,6 +248,7 @@ class EagerExport:
     affine_norms: bool = False
     where_branches: tuple[tuple[str, int], ...] = ()
     len_sites: tuple[tuple[str, int], ...] = ()
+    int_sizes: bool = False
     frozen_weights: bool = False
     inplace_operators: bool = False
 

@@ -81,7 +81,7 @@ dynamo = False
 class Windows(torch.nn.Module):
     def forward(self, fine, coarse):
         stride = fine.shape[2] // coarse.shape[2]
-        return F.unfold(fine, kernel_size=(2, 2), stride=stride)
+        return F.unfold(fine, kernel_size=(2, 2), stride=stride), coarse.mean()
 
 def get_model():
     return Windows().eval(), (torch.randn(1, 2, 8, 8), torch.randn(1, 2, 4, 4))
@@ -183,3 +183,13 @@ def test_a_tensor_forward_unpacks_is_passed_as_the_tuple_it_expects(tmp_path: Pa
     (fix,) = [f for f in finding.fixes if f.kind == "tuple_input"]
     assert "unpacks its argument `x_in` into 2 values (tcn.py:10)" in fix.title
     assert fix.verified is True, fix.check
+
+
+@pytest.mark.slow
+def test_a_traced_size_torch_nn_functional_iterates_is_read_as_its_int(tmp_path: Path) -> None:
+    script = tmp_path / "windows.py"
+    script.write_text(UNFOLD_STRIDE)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, all_fixes=True))
+    finding = diagnosis.findings[0]
+    (fix,) = [f for f in finding.fixes if f.kind == "int_sizes"]
+    assert "windows.py:9" in fix.title and fix.verified is True, fix.check

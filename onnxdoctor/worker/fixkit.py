@@ -422,6 +422,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _inplace_operators(undo)
         if step.frozen_weights:
             _frozen_weights(loaded.model, undo)
+        if step.int_sizes:
+            _int_sizes(undo)
         if step.where_branches:
             from onnxdoctor.worker.branch_select import select_branches
 
@@ -466,6 +468,26 @@ def _inplace_operators(undo: list[Callable[[], None]]) -> None:
 
         setattr(torch.Tensor, augmented, computed)
         undo.append(lambda name=augmented, saved=original: setattr(torch.Tensor, name, saved))
+
+
+def _int_sizes(undo: list[Callable[[], None]]) -> None:
+    """torch.nn.functional's int-tuple parsing (`_single`, `_pair`, `_triple`) reads a 0-d tensor
+    as the int it holds instead of iterating it (recipe.EagerExport.int_sizes)."""
+    import torch
+    from torch.nn import functional
+
+    def reading(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def parsed(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point():
+                value = int(value)
+            return parse(value)
+        return parsed
+
+    for name in ("_single", "_pair", "_triple"):
+        original = getattr(functional, name, None)
+        if callable(original):
+            setattr(functional, name, reading(original))
+            undo.append(lambda name=name, original=original: setattr(functional, name, original))
 
 
 def _frozen_weights(model: Any, undo: list[Callable[[], None]]) -> None:

@@ -69,6 +69,7 @@ from onnxdoctor.analysis.fixes import (
     state_io,
     target_gaps,
     tensor_data,
+    traced_sizes,
     translation,
     tuple_inputs,
     unordered,
@@ -84,6 +85,7 @@ FAMILIES = (
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
+    traced_sizes,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
