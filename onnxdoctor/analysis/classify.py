@@ -40,7 +40,7 @@ _DYNAMIC_SHAPES_KEYS = re.compile(
 # The TorchScript exporter's peephole pass, after every op converted: a pack or unpack not paired.
 _UNPAIRED_PACKING = re.compile(r"Cannot export individual pack_padded_sequence or pad_packed_sequence")
 # torch.jit's input flattening: an example input that is an object, not tensors or containers.
-_OBJECT_INPUT = re.compile(r"supported as JIT inputs/outputs.*received an input of unsupported type: (\w+)", re.DOTALL)
+_OBJECT_INPUT = re.compile(r"supported as JIT inputs/outputs.*received an input of unsupported type: ([\w.]+\w)", re.DOTALL)
 _UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_](?:[\w.]*\w)?)")
 _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
@@ -455,8 +455,9 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         held = [str(o.get("class")) for o in (load.facts.get("object_inputs") or ())] if load else []
         if load is not None and "object_inputs" in load.facts and match.group(1) not in held:
             # torch says "input" for what forward() returns as well; the example held no such object.
-            return make("OD299", f"forward() returns a {match.group(1)} object, and the TorchScript exporter takes "
-                                 "only tensors and tuples, lists and dicts of them as outputs (return its tensors)",
+            kind = "NumPy array" if match.group(1) == "numpy.ndarray" else f"{match.group(1)} object"
+            return make("OD299", f"forward() returns a {kind}, and the TorchScript exporter takes only "
+                                 "tensors and tuples, lists and dicts of them as outputs (return its tensors)",
                         op=None, source=None)
         return make("OD299", f"an example input is a {match.group(1)} object, and the TorchScript exporter takes "
                              "only tensors and tuples, lists and dicts of them as inputs", op=None, source=None)
