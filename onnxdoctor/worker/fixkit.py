@@ -166,20 +166,35 @@ class ModelState:
                 size = buffer.numel() * buffer.element_size() if isinstance(buffer, torch.Tensor) else None
                 if size is None or size > _STATE_BYTES or total + size > _STATE_TOTAL or buffer.is_meta:
                     continue
-                total += size
-                self._buffers.append([module, name, prefix + name, buffer, buffer._version,
-                                      buffer.detach().clone()])
+                with contextlib.suppress(Exception):  # an inference-mode tensor keeps no version
+                    self._buffers.append([module, name, prefix + name, buffer, buffer._version,
+                                          buffer.detach().clone()])
+                    total += size
 
     def written(self) -> list[str]:
         """The state a call since this was made rebound or changed (`layer.cache`, `step`)."""
         names = [path for module, name, path, original, copied in self._attributes
                  if vars(module).get(name) is not original or not _same_state(original, copied)]
-        return names + [entry[2] for entry in self._buffers
-                        if entry[0]._buffers.get(entry[1]) is not entry[3] or entry[3]._version != entry[4]]
+        return names + [entry[2] for entry in self._buffers if self._changed(entry, compare=True)]
+
+    @staticmethod
+    def _changed(entry: list[Any], compare: bool) -> bool:
+        """Whether a buffer was rebound or written: its version counter moved, or (`compare`)
+        its values differ from the copy (batch norm's kernel updates running statistics in
+        place without moving the counter)."""
+        import torch
+
+        module, name, _path, original, version, copied = entry
+        if module._buffers.get(name) is not original or _version(original) != version:
+            return True
+        with contextlib.suppress(Exception):
+            return compare and not (original.shape == copied.shape and bool(torch.equal(original, copied)))
+        return False
 
     def __call__(self, only: Collection[str] | None = None) -> None:
-        """Put the state back (`only`: those names; their buffers and tensors are checked by
-        identity and version alone, so the check records nothing while an exporter traces)."""
+        """Put the state back (`only`: those names, their tensors only). While a tracer records,
+        buffers are checked by identity and version counter alone, so the check adds nothing to
+        the trace."""
         import copy
 
         import torch
@@ -190,17 +205,25 @@ class ModelState:
             with contextlib.suppress(Exception):
                 if vars(module).get(name) is not original or (only is None and not _same_state(original, copied)):
                     setattr(module, name, copy.deepcopy(copied))
+        # No comparison of values while a tracer records: it would be recorded too.
+        compare = torch._C._get_tracing_state() is None and not torch.compiler.is_compiling()
         for entry in self._buffers:
-            module, name, path, original, version, copied = entry
-            if only is not None and path not in only:
+            module, name, path, original, _version_then, copied = entry
+            if (only is not None and path not in only) or not self._changed(entry, compare):
                 continue
             with contextlib.suppress(Exception):
-                if module._buffers.get(name) is not original:
-                    module._buffers[name] = original
-                if original._version != version:
-                    with torch.no_grad():
-                        original.copy_(copied)
-                    entry[4] = original._version
+                module._buffers[name] = original
+                with torch.no_grad():
+                    original.copy_(copied)
+                entry[4] = original._version
+
+
+def _version(tensor: Any) -> int | None:
+    """The tensor's version counter (None where it keeps none)."""
+    try:
+        return int(tensor._version)
+    except Exception:
+        return None
 
 
 def python_state(model: Any) -> ModelState:
