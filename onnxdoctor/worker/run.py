@@ -858,7 +858,8 @@ class Runner:
                                   stateful={"writes": writes, "tensor_state": [w["name"] for w in tensors],
                                             "call": found["call"]},
                                   **{k: v for k, v in found.items() if k not in ("call", "message")})
-            report["state_writes_harmless"] = [w["name"] for w in writes]
+            if "state_check" not in report:
+                report["state_writes_harmless"] = [w["name"] for w in writes]
         if report["code"]:
             facts = {k: v for k, v in report.items() if k not in ("code", "message")}
             searchable = state.get("onnx_program") is not None or (
