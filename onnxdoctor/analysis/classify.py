@@ -455,7 +455,7 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         held = [str(o.get("class")) for o in (load.facts.get("object_inputs") or ())] if load else []
         if load is not None and "object_inputs" in load.facts and match.group(1) not in held:
             # torch says "input" for what forward() returns as well; the example held no such object.
-            kind = "NumPy array" if match.group(1) == "numpy.ndarray" else f"{match.group(1)} object"
+            kind = "NumPy array (numpy.ndarray)" if match.group(1) == "numpy.ndarray" else f"{match.group(1)} object"
             return make("OD299", f"forward() returns a {kind}, and the TorchScript exporter takes only "
                                  "tensors and tuples, lists and dicts of them as outputs (return its tensors)",
                         op=None, source=None)

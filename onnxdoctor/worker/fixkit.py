@@ -174,7 +174,7 @@ class ModelState:
     def written(self) -> list[str]:
         """The state a call since this was made rebound or changed (`layer.cache`, `step`)."""
         names = [path for module, name, path, original, copied in self._attributes
-                 if vars(module).get(name) is not original or not _same_state(original, copied)]
+                 if vars(module).get(name) is not original or not _same_state_safe(original, copied)]
         return names + [entry[2] for entry in self._buffers if self._changed(entry, compare=True)]
 
     @staticmethod
@@ -216,6 +216,15 @@ class ModelState:
                 with torch.no_grad():
                     original.copy_(copied)
                 entry[4] = original._version
+
+
+def _same_state_safe(a: Any, b: Any) -> bool:
+    """_same_state, where a comparison that raises (a sparse tensor: no aten::equal) is taken
+    as no change."""
+    try:
+        return _same_state(a, b)
+    except Exception:
+        return True
 
 
 def _version(tensor: Any) -> int | None:

@@ -205,7 +205,6 @@ def check_state_steps(session: Any, loaded: Any, step: StateCheck, atol: float, 
     import torch
 
     from onnxdoctor.worker.facts import tensor_leaves
-    from onnxdoctor.worker.fixkit import python_state
     from onnxdoctor.worker.parity import compare_outputs, derived_input_sets
     from onnxdoctor.worker.runtime import feeds_for_session, run_session
 
@@ -224,7 +223,7 @@ def check_state_steps(session: Any, loaded: Any, step: StateCheck, atol: float, 
             second = own()
             other = (second,) if isinstance(second, torch.Tensor) else tuple(second)
     calls = [(inputs, other)[i % 2] for i in range(step.calls)]
-    restore = python_state(eager)
+    kept = [wrapper.get_state(name) for name in names]
     expected: list[list[Any]] = []
     try:
         for name, value in zip(names, carried, strict=True):
@@ -234,7 +233,8 @@ def check_state_steps(session: Any, loaded: Any, step: StateCheck, atol: float, 
                 torch.manual_seed(0)
                 expected.append(tensor_leaves(eager(*args, **loaded.kwargs)))
     finally:
-        restore()
+        for name, value in zip(names, kept, strict=True):
+            wrapper.set_state(name, value)
     worst = 0.0
     fed: list[Any] = carried
     for index, (args, want) in enumerate(zip(calls, expected, strict=True)):
