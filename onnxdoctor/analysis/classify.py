@@ -544,6 +544,14 @@ def _classify_export(failure: _Failure) -> list[Finding]:
             at = f" at {origin['source']}" if origin.get("source") else ""
             message += f"; {origin['symbol']} is the data-dependent result of {origin['op']}{at}"
             return [replace(make("OD204", message + (f": {detail}" if detail else ""))[0], torch_op=origin["op"])]
+        higher = _HIGHER_ORDER.search(text) and _higher_order_call(source, base_dir)
+        if higher:
+            # A branch of torch.cond (or a while_loop body) that torch.export could not capture
+            # whole: the higher-order op is what the graph break is in.
+            reason = _HIGHER_ORDER_REASON.search(text)
+            message = (f"torch.export could not capture the branches of {higher} at {source}"
+                       + (f": {reason.group(1).strip()}" if reason else ""))
+            return make("OD204", message, op=higher)
         return make("OD204", message + (f": {detail}" if detail else ""))
     python_op = COULD_NOT_EXPORT_PYTHON.search(text)
     if facts.get("inner_ops") and (python_op or _COULD_NOT_EXPORT.search(text)):
@@ -997,6 +1005,27 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 _COMPARISONS = {ast.Lt: "aten::lt", ast.Gt: "aten::gt", ast.LtE: "aten::le", ast.GtE: "aten::ge",
                 ast.Eq: "aten::eq", ast.NotEq: "aten::ne"}
 _BRANCH = re.compile(r"^\s*(?:if|elif|while|assert)\s+(.+?):?\s*$")
+
+
+# torch.export's refusal of a higher-order op whose functions did not trace whole, and its reason.
+_HIGHER_ORDER = re.compile(r"UncapturedHigherOrderOpError|higher order op(?:erator)?")
+_HIGHER_ORDER_REASON = re.compile(r"Got graph break/error:\s*\n\s*(.+)")
+_HIGHER_ORDER_CALLS = {"cond": "higher_order::cond", "while_loop": "higher_order::while_loop",
+                       "map": "higher_order::map", "scan": "higher_order::scan"}
+
+
+def _higher_order_call(source: str | None, base_dir: str | None) -> str | None:
+    """The higher-order op (`higher_order::cond`) the user's line calls, read off the line and
+    the lines after it (a call spread over several); None where it calls none."""
+    name, _, line = (source or "").rpartition(":")
+    if not base_dir or not line.isdigit():
+        return None
+    try:
+        lines = (Path(base_dir) / name).read_text("utf-8", errors="replace").splitlines()[int(line) - 1:int(line) + 2]
+    except (OSError, ValueError):
+        return None
+    called = re.search(r"\b(?:torch\.|control_flow\.)?(cond|while_loop|map|scan)\s*\(", " ".join(lines))
+    return _HIGHER_ORDER_CALLS[called.group(1)] if called and ("torch." in called.group(0) or called.group(1) != "map") else None
 
 
 def _condition_op(source: str | None, base_dir: str | None) -> str | None:

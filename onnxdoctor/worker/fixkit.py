@@ -695,9 +695,14 @@ def _cond_as_where(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     import torch
     import torch.utils._pytree as pytree
 
+    def own(operands: tuple[Any, ...]) -> tuple[Any, ...]:
+        # Each branch gets copies: one that writes its operand in place (an early-exit token set
+        # to 1, pytorch#145300) must not change what the other branch reads.
+        return tuple(pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, operands))
+
     def cond(pred: Any, true_fn: Any, false_fn: Any, operands: Any = (), *args: Any, **kwargs: Any) -> Any:
         operands = tuple(operands) if isinstance(operands, (list, tuple)) else (operands,)
-        chosen, other = true_fn(*operands), false_fn(*operands)
+        chosen, other = true_fn(*own(operands)), false_fn(*own(operands))
         return pytree.tree_map(lambda a, b: torch.where(pred, a, b), chosen, other)
 
     _replace(torch, "cond", cond, loaded, undo)
