@@ -27,3 +27,37 @@ def test_a_cond_branch_returning_its_input_is_named_and_computed_as_a_selection(
     # the other, whose output the selection may take.
     fix = next(f for f in finding.fixes if f.kind == "control_flow")
     assert fix.verified is True, fix.check
+
+
+# SonyCSLParis/pesto#38: a complex magnitude (view_as_complex, which the TorchScript exporter has
+# no symbolic for) rolled by a shift read off a buffer (`roll(-round(shift.item() * bins))`): the
+# dynamo exporter needs `round` translated, and writes roll's shifts as an attribute, which a size
+# computed in the graph cannot be.
+ROLLED = '''
+import torch
+dynamo = False
+
+class Shifted(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("shift", torch.tensor(0.37))
+
+    def forward(self, x):
+        magnitude = torch.view_as_complex(x.reshape(2, 12, 2)).abs()
+        return magnitude.roll(-round(self.shift.item() * 12), -1) * 2
+
+def get_model():
+    return Shifted().eval(), (torch.randn(2, 24),)
+'''
+
+
+@pytest.mark.slow
+def test_a_roll_by_a_shift_computed_in_the_graph_is_rewritten_as_a_gather(tmp_path: Path) -> None:
+    script = tmp_path / "rolled.py"
+    script.write_text(ROLLED)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::view_as_complex"), finding
+    chains = [f for f in finding.fixes if f.kind == "chain" and "Rewrite aten::roll" in f.title]
+    assert chains and chains[0].verified is True, [(f.title, f.check) for f in finding.fixes]
+    assert "then Rewrite aten::roll in exportable torch ops" in chains[0].title  # after `round`'s translation

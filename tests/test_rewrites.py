@@ -417,6 +417,8 @@ CASES: dict[str, Case] = {
                                (_g(9),), atol=0.0, rtol=0.0),
     "aten::fft_fftfreq": Case(lambda x: (x[:8] + torch.fft.fftfreq(8), x[:7] + torch.fft.fftfreq(7, d=0.5)),
                               (_g(9),), atol=0.0, rtol=0.0),
+    "aten::roll": Case(lambda x: (x.roll(3, -1), x.roll(-7, 0), x.roll((1, -2), (0, 1)), x.roll(5)),
+                       (_g(4, 6),)),
     "aten::hamming_window": Case(
         lambda x: (x[:8] * torch.hamming_window(8), x[:5] * torch.hamming_window(5, periodic=False),
                    x[:6] * torch.hamming_window(6, True, 0.5), x[:7] * torch.hamming_window(7, False, 0.6, 0.3),

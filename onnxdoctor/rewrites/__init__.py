@@ -43,6 +43,7 @@ def _load() -> tuple[Rewrite, ...]:
         resize,
         sampling,
         scatter,
+        shift,
         sorting,
         sparse,
         special,
@@ -54,7 +55,7 @@ def _load() -> tuple[Rewrite, ...]:
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
                    scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize,
-                   sampling, losses, quantize, sparse, reduction):
+                   sampling, losses, quantize, sparse, reduction, shift):
         found.extend(module.REWRITES)
     return tuple(found)
 

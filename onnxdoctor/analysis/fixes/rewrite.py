@@ -74,9 +74,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return [symbolic] if symbolic is not None else []
     code = program_code(rewrites)
     settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
-    if ctx.exporter == "torchscript" and not settings.get("dynamic_shapes"):
-        # The program is captured by torch.export: the dims the script declares dynamic for the
-        # TorchScript exporter are declared to it too, or the rewrite is checked at fixed sizes.
+    if not settings.get("dynamic_shapes"):
+        # The program is captured by torch.export: the dims the script declares dynamic the
+        # TorchScript way (dynamic_axes, for either exporter) are declared to it too, or the
+        # rewrite is checked at fixed sizes.
         code = (axes_as_shapes(ctx, widen=True) or "") + code
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     # Each rewrite by the name the failure gave its op (one entry covers bitwise and, or and xor).
