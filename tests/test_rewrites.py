@@ -417,6 +417,13 @@ CASES: dict[str, Case] = {
                                (_g(9),), atol=0.0, rtol=0.0),
     "aten::fft_fftfreq": Case(lambda x: (x[:8] + torch.fft.fftfreq(8), x[:7] + torch.fft.fftfreq(7, d=0.5)),
                               (_g(9),), atol=0.0, rtol=0.0),
+    # Rows: y, x. Both signs of zero on both axes, each quadrant, and a broadcast y.
+    "aten::atan2": Case(lambda t: (torch.atan2(t[0], t[1]), torch.atan2(t[0, :1], t[1]), torch.atan2(t[1], t[0])),
+                        (torch.tensor([[0.0, -0.0, 1.0, -1.0, 0.0, -0.0, 2.0, -3.0, 0.0, -0.0, 0.5, -0.5],
+                                       [-1.0, -1.0, -2.0, -2.0, 0.0, 0.0, 0.0, 0.0, -0.0, -0.0, 3.0, 4.0]]),)),
+    "aten::angle": Case(lambda x: (torch.angle(torch.complex(x, torch.zeros_like(x))),
+                                   torch.angle(torch.complex(x, x.flip(-1))), torch.angle(x)),
+                        (torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0, -1.0]),)),
     "aten::roll": Case(lambda x: (x.roll(3, -1), x.roll(-7, 0), x.roll((1, -2), (0, 1)), x.roll(5)),
                        (_g(4, 6),)),
     "aten::hamming_window": Case(

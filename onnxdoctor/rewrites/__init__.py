@@ -27,6 +27,7 @@ from onnxdoctor.rewrites.entry import Exactness, Rewrite
 def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
         activation,
+        angles,
         bitwise,
         complex_pairs,
         cumulative,
@@ -55,7 +56,7 @@ def _load() -> tuple[Rewrite, ...]:
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
                    scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize,
-                   sampling, losses, quantize, sparse, reduction, shift):
+                   sampling, losses, quantize, sparse, reduction, shift, angles):
         found.extend(module.REWRITES)
     return tuple(found)
 
