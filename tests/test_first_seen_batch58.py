@@ -61,3 +61,19 @@ def test_a_roll_by_a_shift_computed_in_the_graph_is_rewritten_as_a_gather(tmp_pa
     chains = [f for f in finding.fixes if f.kind == "chain" and "Rewrite aten::roll" in f.title]
     assert chains and chains[0].verified is True, [(f.title, f.check) for f in finding.fixes]
     assert "then Rewrite aten::roll in exportable torch ops" in chains[0].title  # after `round`'s translation
+
+
+# NVIDIA/physicsnemo#1013: a Fourier neural operator's spectral convolution (complex weights, a
+# complex einsum written into the low modes of a complex zeros tensor) exported by the dynamo
+# exporter with autograd on: slice_scatter has no derivative for complex outputs.
+FNO = CORPUS / "slice_scatter_complex_autograd_fno2d_spectral_conv_dynamo_physicsnemo_1013.py"
+
+
+@pytest.mark.slow
+def test_a_fourier_layer_exports_with_weights_frozen_and_its_complex_ops_as_pairs() -> None:
+    (diagnosis,) = diagnose(str(FNO), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD299", "aten::slice_scatter"), finding
+    best = finding.fixes[0]
+    assert best.verified is True and best.kind == "chain", [(f.title, f.check) for f in finding.fixes]
+    assert best.title.startswith("Export with requires_grad off") and "Rewrite aten::complex" in best.title

@@ -62,7 +62,18 @@ def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             # A whole-range slice of a complex tensor (an alias: FourCastNet's AFNO, pytorch#81075),
             # zero padding of one (HTDemucs' spectrogram, ailia-models#866) and of a real one.
             torch.view_as_real(z[:, 0:4] * 2), torch.view_as_real(torch.nn.functional.pad(z, (1, 2))),
-            torch.nn.functional.pad(x, (2, 1)))
+            torch.nn.functional.pad(x, (2, 1)),
+            # A Fourier layer's per-mode weights (PhysicsNeMo's FNO), and a real einsum beside them.
+            torch.view_as_real(torch.einsum("ij,kj->ik", z, z.flip(0))), torch.einsum("ij,kj->ik", x, x),
+            torch.view_as_real(_low_modes(z)))
+
+
+def _low_modes(z: torch.Tensor) -> torch.Tensor:
+    """A Fourier layer's output spectrum: complex zeros with the low modes written in (a complex
+    slice assignment: copy and slice_scatter)."""
+    out = torch.zeros(z.shape[0], z.shape[1] + 2, dtype=torch.cfloat)
+    out[:, :2] = z[:, :2] * 2
+    return out
 
 
 def _observed(channels: int) -> tuple[torch.Tensor, ...]:

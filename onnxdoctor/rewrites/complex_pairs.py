@@ -4,7 +4,9 @@ The dynamo exporter represents a complex tensor as a real one with a trailing di
 lowers the FFT ops, `view_as_real` and `view_as_complex` that way, but not `torch.complex`, a
 complex `unsqueeze`/`squeeze`, a complex `matmul` (pytorch/pytorch#126972: rfft, a complex
 matmul per bin, irfft), a complex `exp`, `split` or `repeat`, a complex `alias` or zero padding,
-or a product with a Python complex number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3). These functions write each of
+a product with a Python complex number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3), or a
+complex einsum of two operands and the copy and slice_scatter of a complex slice assignment (a
+Fourier layer's per-mode weights written into the low modes). These functions write each of
 those on the `view_as_real` pair, so the complex values only ever pass through ops the exporter
 lowers. A table entry replaces the op for
 real tensors too, so the real branch is the same op spelled without calling itself (reshape for
@@ -67,6 +69,47 @@ def matmul(a, b):
     ar, ai = torch.view_as_real(a).unbind(-1) if a.is_complex() else (a, torch.zeros_like(a))
     br, bi = torch.view_as_real(b).unbind(-1) if b.is_complex() else (b, torch.zeros_like(b))
     return torch.view_as_complex(torch.stack([_mm(ar, br) - _mm(ai, bi), _mm(ar, bi) + _mm(ai, br)], -1))
+
+
+def einsum(equation, tensors, *, path=None):
+    """einsum of two operands, one of them complex (a Fourier layer's per-mode weights,
+    PhysicsNeMo's FNO): four real einsums, (ar br - ai bi) + i (ar bi + ai br)."""
+    operands = list(tensors)
+    if len(operands) != 2 or not any(t.is_complex() for t in operands):
+        return NotImplemented
+    a, b = operands
+    ar, ai = torch.view_as_real(a).unbind(-1) if a.is_complex() else (a, torch.zeros_like(a))
+    br, bi = torch.view_as_real(b).unbind(-1) if b.is_complex() else (b, torch.zeros_like(b))
+    re = torch.einsum(equation, ar, br) - torch.einsum(equation, ai, bi)
+    im = torch.einsum(equation, ar, bi) + torch.einsum(equation, ai, br)
+    return torch.view_as_complex(torch.stack([re, im], -1))
+
+
+def copy(x, src, non_blocking=False):
+    """copy into a complex tensor (a slice assignment of complex modes, out_ft[:, :, :m] = ...):
+    src's pair broadcast to x's shape, its trailing (re, im) dim kept."""
+    if not (x.is_complex() and src.is_complex()):
+        return NotImplemented
+    pair = torch.view_as_real(src.to(x.dtype))
+    return torch.view_as_complex(pair.expand(list(x.shape) + [2]).contiguous())
+
+
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """slice_scatter of complex values (the rest of a slice assignment): the pairs scattered on
+    the same dim, their trailing (re, im) dim whole."""
+    if not (x.is_complex() and src.is_complex()):
+        return NotImplemented
+    d = dim if dim >= 0 else dim - 1
+    return torch.view_as_complex(torch.slice_scatter(torch.view_as_real(x), torch.view_as_real(src.to(x.dtype)),
+                                                     d, start, end, step))
+
+
+def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """A complex tensor of zeros (the modes a Fourier layer fills): zero pairs viewed as complex."""
+    if dtype not in (torch.complex64, torch.complex128):
+        return NotImplemented
+    real = torch.float32 if dtype == torch.complex64 else torch.float64
+    return torch.view_as_complex(torch.zeros(list(size) + [2], dtype=real, device=device))
 
 
 def exp(x):
@@ -140,9 +183,10 @@ REWRITES = (
         targets=("aten.complex.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.matmul.default",
                  "aten.exp.default", "aten.mul.Scalar", "aten.mul.Tensor", "aten.split.Tensor",
                  "aten.split_with_sizes.default", "aten.repeat.default", "aten.alias.default",
-                 "aten.constant_pad_nd.default", "aten.pad.default"),
+                 "aten.constant_pad_nd.default", "aten.pad.default", "aten.einsum.default", "aten.copy.default",
+                 "aten.slice_scatter.default", "aten.zeros.default"),
         functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar", "split",
-                   "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad"),
+                   "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad", "einsum", "copy", "slice_scatter", "zeros"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
@@ -151,8 +195,9 @@ REWRITES = (
         limits="complex64/complex128 through view_as_real (the dynamo exporter's representation); "
         "every matmul of the model is replaced (real ones through einsum, the same MatMul in ONNX); exp "
         "and multiplication by a Python number only where complex values are involved; padding of complex "
-        "values with zeros only; conj is not covered",
+        "values with zeros only; einsum of two operands only; conj is not covered",
         reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul", "aten::split",
-                     "aten::chunk", "aten::repeat", "aten::alias", "aten::constant_pad_nd", "aten::pad"),
+                     "aten::chunk", "aten::repeat", "aten::alias", "aten::constant_pad_nd", "aten::pad",
+                     "aten::einsum", "aten::copy", "aten::slice_scatter", "aten::zeros"),
     ),
 )

@@ -548,7 +548,13 @@ class Runner:
         for step in recipe.steps:
             match step:
                 case ExportCode(code=code, program=program, translation_table=table):
-                    namespace = self._run_snippet(code, f"fix_{recipe.kind}", loaded)
+                    from onnxdoctor.worker.fixkit import eager_export
+
+                    eager_step = recipe.first(EagerExport)
+                    # A program the code captures itself (a rewrite's run_decompositions) is
+                    # captured with the chain's model changes in force, as the export would be.
+                    with eager_export(loaded, eager_step) if eager_step else contextlib.nullcontext():
+                        namespace = self._run_snippet(code, f"fix_{recipe.kind}", loaded)
                     if program:
                         # The fix built an ExportedProgram itself (e.g. run_decompositions): export that.
                         model_or_program = namespace[program]

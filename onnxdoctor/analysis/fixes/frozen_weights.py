@@ -28,8 +28,26 @@ for p in unregistered_module.parameters():
 '''
 
 
+# torch.export tracing with autograd on, through an op whose derivative torch does not define for
+# the values at hand ("slice_scatter does not support automatic differentiation for outputs with
+# complex dtype": a Fourier layer writing its complex modes into a slice, physicsnemo#1013).
+NO_DERIVATIVE = "does not support automatic differentiation"
+
+
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """The TorchScript export with the weights it refused as constants made constants."""
+    """The TorchScript export with the weights it refused as constants made constants; the
+    dynamo export with no weight requiring grad, where tracing met an op autograd refuses."""
+    if ctx.target_kind == "script" and NO_DERIVATIVE in ctx.export_error:
+        return [Fix(
+            kind="frozen_weights",
+            title="Export with requires_grad off for the model's weights (torch.export traced with autograd "
+                  "on, through an op that has no derivative for these values)",
+            snippet="for p in model.parameters():\n    p.requires_grad_(False)\n"
+                    "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+            applicability=Applicability.SAFE,
+            cost="none for inference: the ONNX model holds no gradients either way",
+            recipe=Recipe("frozen_weights", (EagerExport(frozen_weights=True), UseExporter("dynamo"))),
+        )]
     if ctx.target_kind != "script" or REFUSAL not in ctx.export_error:
         return []
     return [Fix(
