@@ -564,6 +564,10 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                    f"op {inner}: export that op (or the Function) another way")
         return [replace(make("OD299", message)[0], torch_op=inner)]
     counted = facts.get("symbolic_outputs")
+    if isinstance(counted, dict) and op and counted.get("registered"):
+        return make("OD205", f"the symbolic registered for {op} returns {counted.get('got')} value(s) where {op} "
+                             f"returns {counted.get('expected')}: write g.op(..., outputs={counted.get('expected')}) "
+                             "and return every output it gives")
     if isinstance(counted, dict) and op:
         return make("OD205", f"{op}.symbolic returns {counted.get('got')} value(s) where {op}.forward returns "
                              f"{counted.get('expected')}: write g.op(..., outputs={counted.get('expected')}) and "

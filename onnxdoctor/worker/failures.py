@@ -184,7 +184,15 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     if op:
         facts["op"] = op
     counted = SYMBOLIC_OUTPUT_COUNT.search(text)
-    if counted and loaded is not None and _is_function(loaded.namespace.get(counted.group(1))):
+    registered = [name for name in find_custom_symbolics(target.resolve().parent)
+                  if counted and name.split("::", 1)[-1] == counted.group(1)] if counted else []
+    if counted and registered and not (loaded is not None and _is_function(loaded.namespace.get(counted.group(1)))):
+        # A symbolic the script registered for an op of its own (an extension's fbgemm op, torch
+        # names it without its namespace): the count is the op's outputs against the node's.
+        op = facts["op"] = registered[0]
+        facts["symbolic_outputs"] = {"expected": int(counted.group(2)), "got": int(counted.group(3)),
+                                     "registered": True}
+    elif counted and loaded is not None and _is_function(loaded.namespace.get(counted.group(1))):
         # The count torch checks is the Function's: its forward's outputs against what its own
         # symbolic returned (pytorch#48930: one TRT::BatchedNMS_TRT node for four outputs).
         op = facts["op"] = counted.group(1)

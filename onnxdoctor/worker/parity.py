@@ -179,6 +179,16 @@ def _differences(expected: np.ndarray, actual: np.ndarray, atol: float, rtol: fl
     if expected.dtype == np.bool_ or actual.dtype == np.bool_:
         mismatches = float(np.count_nonzero(expected != actual))
         return mismatches, mismatches / expected.size, mismatches == 0
+    if np.issubdtype(expected.dtype, np.integer) and np.issubdtype(actual.dtype, np.integer):
+        # Integers are identities (indices, counts, hashes): compared in integer arithmetic (a
+        # float64 holds int64 values above 2**53 only to the nearest even number or worse) and
+        # against the absolute tolerance alone (rtol of a fingerprint of 4e17 would allow 4e14).
+        e64, a64 = expected.astype(np.int64), actual.astype(np.int64)
+        with np.errstate(over="ignore"):
+            diff_int = np.abs(e64 - a64)
+        nonzero = e64 != 0
+        rel = float(np.max(diff_int[nonzero] / np.abs(e64[nonzero].astype(np.float64)))) if np.any(nonzero) else 0.0
+        return float(np.max(diff_int)), rel, bool(np.all(diff_int <= atol))
     e = expected.astype(np.float64)
     a = actual.astype(np.float64)
     nan_e, nan_a = np.isnan(e), np.isnan(a)
