@@ -46,3 +46,22 @@ def test_a_registered_symbolic_returning_too_few_outputs_names_the_custom_op() -
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD205", "fbgemm::dense_to_jagged"), finding
     assert "returns 1 value(s) where fbgemm::dense_to_jagged returns 2" in finding.message
+
+
+def test_dims_declared_on_torchscript_default_input_names_are_valid_identifiers() -> None:
+    # STVIR/pysot#125: the inputs carry TorchScript's default names ("input.1"), and the dims the
+    # SHAPES fix declares on them were named "input.1_0", which torch.export.Dim refuses.
+    import torch
+
+    from onnxdoctor.recipe import DeclareDynamic
+    from onnxdoctor.worker.fixkit import declared_dynamic
+    from onnxdoctor.worker.loader import LoadedModel
+
+    model = torch.nn.Linear(3, 2)
+    loaded = LoadedModel(model=model, args=(torch.randn(2, 3),), kwargs={})
+    declare = DeclareDynamic(dims=(("input.1", 0, "input.1_0", 1, 64),), inputs=("input.1",))
+    shapes = declared_dynamic(loaded, declare, True, {})["dynamic_shapes"]
+    assert shapes["input"][0].__name__ == "input_1_0"
+    program = torch.export.export(model, loaded.args, dynamic_shapes=shapes)
+    placeholder = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == "input")
+    assert not isinstance(placeholder.meta["val"].shape[0], int)  # the batch is symbolic

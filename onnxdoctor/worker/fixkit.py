@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import runpy
 import sys
 import tempfile
@@ -1509,6 +1510,13 @@ def widened_for_export(loaded: LoadedModel, dynamic_shapes: Any) -> tuple[Any, .
     return tuple(args)
 
 
+def _dim_name(label: Any) -> str:
+    """A dim's label as torch.export.Dim takes it: an identifier (TorchScript's default input
+    names hold dots, `input.1`)."""
+    name = re.sub(r"\W", "_", str(label))
+    return name if name.isidentifier() else f"d_{name}"
+
+
 def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
                      settings: dict[str, Any]) -> dict[str, Any]:
     """torch.onnx.export's arguments for a fix that declares dimensions dynamic: `dynamic_shapes`
@@ -1536,13 +1544,13 @@ def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
                 continue  # an output's axes (dynamic_axes names outputs too)
             labels = dims.items() if isinstance(dims, dict) else ((d, f"{name}_{d}") for d in dims)
             for dim, label in labels:
-                made.setdefault(str(label), torch.export.Dim(str(label)))
-                shapes.setdefault(key, {})[int(dim)] = made[str(label)]
+                made.setdefault(_dim_name(label), torch.export.Dim(_dim_name(label)))
+                shapes.setdefault(key, {})[int(dim)] = made[_dim_name(label)]
         for name, dim, label, low, high in declare.dims:
-            if label not in made:
+            if _dim_name(label) not in made:
                 bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
-                made[label] = torch.export.Dim(str(label), **bounds)
-            shapes.setdefault(to_param.get(name, name), {})[int(dim)] = made[label]
+                made[_dim_name(label)] = torch.export.Dim(_dim_name(label), **bounds)
+            shapes.setdefault(to_param.get(name, name), {})[int(dim)] = made[_dim_name(label)]
         if params and set(shapes) <= set(params):
             # torch.export wants every argument keyed once a dict is given; the others stay static.
             passed = params[:len(loaded.args)] + [k for k in loaded.kwargs if k in params]
