@@ -34,16 +34,7 @@ def select_branches(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], und
     Raises:
         RuntimeError: a site is not an assignment-only `if` in a function the model reaches.
     """
-    by_function: dict[Any, list[int]] = {}
-    for name, line in sites:
-        found = _function_at(loaded, name, int(line))
-        if found is None:
-            raise RuntimeError(f"no function of the model holds line {name}:{line}")
-        by_function.setdefault(found, []).append(int(line))
-    for (owner, attribute, function), lines in by_function.items():
-        replacement = _rewritten(function, owner, lines, _selections)
-        _install(owner, attribute, replacement, undo)
-        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH)])
+    _rewrite_sites(loaded, sites, undo, _selections)
 
 
 def sized_lengths(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
@@ -54,6 +45,12 @@ def sized_lengths(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo:
     Raises:
         RuntimeError: a site is not in a function the model reaches, or holds no len() call.
     """
+    _rewrite_sites(loaded, sites, undo, _lengths)
+
+
+def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]],
+                   edit: Callable[[ast.FunctionDef | ast.AsyncFunctionDef, int], bool]) -> None:
+    """Each function holding a site compiled again with `edit` at its sites, installed until `undo`."""
     by_function: dict[Any, list[int]] = {}
     for name, line in sites:
         found = _function_at(loaded, name, int(line))
@@ -61,7 +58,7 @@ def sized_lengths(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo:
             raise RuntimeError(f"no function of the model holds line {name}:{line}")
         by_function.setdefault(found, []).append(int(line))
     for (owner, attribute, function), lines in by_function.items():
-        replacement = _rewritten(function, owner, lines, _lengths)
+        replacement = _rewritten(function, owner, lines, edit)
         _install(owner, attribute, replacement, undo)
         undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH)])
 
