@@ -437,7 +437,7 @@ class Runner:
         state["pristine"] = python_state(loaded.model)
         if written:
             # forward() writes the model's own state: every call the worker makes from here on
-            # starts from the state the reference call found, and PARITY calls twice to see
+            # starts from the state the reference call found, and PARITY calls it in a row to see
             # whether the state matters (worker/stateful.py).
             facts["state_writes"] = describe_writes(loaded.model, list(dict.fromkeys(written)))
             state["state_hook"] = FirstCallHook(loaded.model, state["pristine"], list(dict.fromkeys(written)))
