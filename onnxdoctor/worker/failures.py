@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,14 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 from onnxdoctor.worker.parity import traced_functions
 
                 facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == op]
+    if not op and isinstance(exc, (IndexError, RuntimeError, TypeError, ValueError)):
+        # Raised by the op the user's own line calls, with no Python frame of torch's between
+        # (`input_char.unsqueeze(1)` on a 0-d tensor the tracer made of a size): that op.
+        with contextlib.suppress(Exception):
+            op = op_on_raising_line(exc, target)
+            if op:
+                last = traceback.extract_tb(exc.__traceback__)[-1]
+                facts["source"] = f"{Path(last.filename).name}:{last.lineno}"
     python_op = COULD_NOT_EXPORT_PYTHON.search(text)
     if python_op and not dynamo and loaded is not None:
         # The exporter could not inline the Function because its forward calls an op it cannot
@@ -200,7 +209,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
         with contextlib.suppress(Exception):
             facts["source"] = _symbolic_definition(loaded, op, target)
     if op and not symbolic and not facts.get("symbolic_outputs"):
-        located = facts.get("constant_source") or source_from_frames(exc, target)
+        located = facts.get("constant_source") or facts.get("source") or source_from_frames(exc, target)
         if not located and loaded is not None and SYMBOLIC_METHOD_TYPE_ERROR.search(text):
             # The call into a Function's symbolic failed before any line of it ran: its `def`.
             with contextlib.suppress(Exception):
@@ -269,6 +278,38 @@ def _called_on_line(prims_op: str, source: str | None, target: Path) -> str | No
     text = lines[int(line) - 1] if 0 < int(line) <= len(lines) else ""
     function = called.split("::", 1)[1].removeprefix("special_")
     return called if re.search(rf"\b{re.escape(function)}\s*\(", text) else None
+
+
+def op_on_raising_line(exc: BaseException, target: Path) -> str | None:
+    """`aten::NAME` when the exception's innermost frame is a line of the model's folder that
+    calls exactly one aten op by name (a Tensor method or a `torch.` function): C++ raised it
+    from that call. None where the line calls none or several, or torch's Python ran last."""
+    import ast
+    import traceback
+
+    import torch
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    last = frames[-1]
+    if Path(last.filename).resolve().parent != target.resolve().parent or not last.lineno:
+        return None
+    lines = Path(last.filename).read_text("utf-8", errors="replace").splitlines()
+    text = lines[last.lineno - 1].strip() if last.lineno <= len(lines) else ""
+    try:
+        tree = ast.parse(text.removesuffix(":") if text.startswith(("if ", "while ", "elif ")) else text)
+    except SyntaxError:
+        return None
+    called = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner, name = node.func.value, node.func.attr
+            if isinstance(owner, ast.Name) and owner.id in ("F", "nn", "self", "np", "math"):
+                return None  # a functional, a module or another library: not an aten call here
+            if hasattr(torch.ops.aten, name) and not name.startswith("_"):
+                called.add(name)
+    return f"aten::{called.pop()}" if len(called) == 1 else None
 
 
 FUNCTIONAL_FILES = ("torch/nn/functional.py", "torch/functional.py")
