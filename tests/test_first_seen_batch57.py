@@ -150,6 +150,8 @@ def test_length_edit_writes_shape_zero_for_each_len_call() -> None:
     assert before == "    return a[:len(b)] + len(a[0]) * len(b + 1)"
     assert after == "    return a[:b.shape[0]] + a[0].shape[0] * (b + 1).shape[0]"
     assert length_edit(source, 1) is None
+    nested = "def f(x, y):\n    n = len(x[:len(y)])\n"
+    assert length_edit(nested, 2)[1] == "    n = x[:len(y)].shape[0]"
 
 
 # unit8co/darts#2617: darts' TCN module takes one tuple (series, static covariates) and unpacks it;

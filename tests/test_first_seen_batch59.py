@@ -23,6 +23,9 @@ def test_integers_are_compared_exactly_in_integer_arithmetic() -> None:
     report = compare_outputs([expected], [actual], 1e-4, 1e-3)
     assert report["code"] == "OD601" and report["max_abs_diff"] == 1.0
     assert compare_outputs([expected], [expected.copy()], 1e-4, 1e-3)["code"] is None
+    # A difference of 2**63 (0 against INT64_MIN, a NaN cast to int64) is no agreement.
+    low = np.array([np.iinfo(np.int64).min], dtype=np.int64)
+    assert compare_outputs([np.zeros(1, dtype=np.int64)], [low], 1e-4, 1e-3)["code"] == "OD601"
     # Floats keep the relative tolerance.
     assert compare_outputs([np.array([1000.0])], [np.array([1000.5])], 1e-4, 1e-3)["code"] is None
 

@@ -212,3 +212,22 @@ def test_write_site_finds_the_line_outside_init() -> None:
     assert file == Path(__file__).name
     assert Path(__file__).read_text().splitlines()[int(line) - 1].strip() == "self.cache[0] = x.sum()"
     assert write_site(Layer, "other") is None
+
+
+def test_a_buffer_holding_nan_that_no_call_writes_is_not_state() -> None:
+    import torch
+
+    from onnxdoctor.worker.fixkit import python_state
+
+    class Uninitialized(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("scratch", torch.full((3,), float("nan")))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    model = Uninitialized()
+    state = python_state(model)
+    model(torch.ones(3))
+    assert state.written() == []

@@ -22,7 +22,7 @@ def atan2(self, other):
     turned = torch.where(x_negative, base + half_turn, base)
     on_axis = torch.where(y == 0, torch.where(x_negative, half_turn, y),
                           torch.where(y_negative, -math.pi / 2, math.pi / 2).to(base.dtype))
-    return torch.where(x == 0, on_axis, turned)
+    return torch.where((x == 0) & ~torch.isnan(y), on_axis, turned)  # NaN stays NaN
 
 
 def angle(self):

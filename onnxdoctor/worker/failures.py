@@ -155,9 +155,10 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 from onnxdoctor.worker.parity import traced_functions
 
                 facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == op]
-    if not op and isinstance(exc, (IndexError, RuntimeError, TypeError, ValueError)):
-        # Raised by the op the user's own line calls, with no Python frame of torch's between
-        # (`input_char.unsqueeze(1)` on a 0-d tensor the tracer made of a size): that op.
+    if not op and (isinstance(exc, IndexError) or (isinstance(exc, RuntimeError) and _OP_ARGUMENT.search(str(exc)))):
+        # An op's own check of its arguments, raised by the op the user's line calls with no
+        # Python frame of torch's between (`input_char.unsqueeze(1)` on a 0-d tensor the tracer
+        # made of a size): that op. (The tracer's own refusals on such a line name no op.)
         with contextlib.suppress(Exception):
             op = op_on_raising_line(exc, target)
             if op:
@@ -280,6 +281,15 @@ def _called_on_line(prims_op: str, source: str | None, target: Path) -> str | No
     return called if re.search(rf"\b{re.escape(function)}\s*\(", text) else None
 
 
+# An aten op's checks of its arguments (what it raises, not the tracer).
+_OP_ARGUMENT = re.compile(r"Dimension out of range|is invalid for input of size|must match the size|"
+                          r"Sizes of tensors must match|out of bounds|expected .{0,40}dim")
+# Names TorchScript registers for list, dict and string methods too: a call of one on the line
+# is as likely Python's own.
+_PYTHON_METHODS = frozenset({"pop", "append", "get", "index", "split", "format", "items", "copy", "keys",
+                             "values", "extend", "insert", "remove", "count", "join", "update"})
+
+
 def op_on_raising_line(exc: BaseException, target: Path) -> str | None:
     """`aten::NAME` when the exception's innermost frame is a line of the model's folder that
     calls exactly one aten op by name (a Tensor method or a `torch.` function): C++ raised it
@@ -297,8 +307,10 @@ def op_on_raising_line(exc: BaseException, target: Path) -> str | None:
         return None
     lines = Path(last.filename).read_text("utf-8", errors="replace").splitlines()
     text = lines[last.lineno - 1].strip() if last.lineno <= len(lines) else ""
+    if text.startswith(("if ", "elif ", "while ")) and text.endswith(":"):
+        text = text.removeprefix("el") + " pass"  # a condition: parsed as a statement of its own
     try:
-        tree = ast.parse(text.removesuffix(":") if text.startswith(("if ", "while ", "elif ")) else text)
+        tree = ast.parse(text)
     except SyntaxError:
         return None
     called = set()
@@ -307,7 +319,7 @@ def op_on_raising_line(exc: BaseException, target: Path) -> str | None:
             owner, name = node.func.value, node.func.attr
             if isinstance(owner, ast.Name) and owner.id in ("F", "nn", "self", "np", "math"):
                 return None  # a functional, a module or another library: not an aten call here
-            if hasattr(torch.ops.aten, name) and not name.startswith("_"):
+            if hasattr(torch.ops.aten, name) and not name.startswith("_") and name not in _PYTHON_METHODS:
                 called.add(name)
     return f"aten::{called.pop()}" if len(called) == 1 else None
 

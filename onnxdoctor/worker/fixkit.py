@@ -183,13 +183,12 @@ class ModelState:
         """Whether a buffer was rebound or written: its version counter moved, or (`compare`)
         its values differ from the copy (batch norm's kernel updates running statistics in
         place without moving the counter)."""
-        import torch
 
         module, name, _path, original, version, copied = entry
         if module._buffers.get(name) is not original or _version(original) != version:
             return True
         with contextlib.suppress(Exception):
-            return compare and not (original.shape == copied.shape and bool(torch.equal(original, copied)))
+            return compare and not (original.shape == copied.shape and _equal_nan(original, copied))
         return False
 
     def __call__(self, only: Collection[str] | None = None) -> None:
@@ -217,6 +216,15 @@ class ModelState:
                 with torch.no_grad():
                     original.copy_(copied)
                 entry[4] = original._version
+
+
+def _equal_nan(a: Any, b: Any) -> bool:
+    """torch.equal with NaN equal to NaN (an uninitialized buffer may hold NaN that no call wrote)."""
+    import torch
+
+    if torch.equal(a, b):
+        return True
+    return a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 def _same_state_safe(a: Any, b: Any) -> bool:

@@ -184,11 +184,13 @@ def _differences(expected: np.ndarray, actual: np.ndarray, atol: float, rtol: fl
         # float64 holds int64 values above 2**53 only to the nearest even number or worse) and
         # against the absolute tolerance alone (rtol of a fingerprint of 4e17 would allow 4e14).
         e64, a64 = expected.astype(np.int64), actual.astype(np.int64)
-        with np.errstate(over="ignore"):
-            diff_int = np.abs(e64 - a64)
+        # The distance as an unsigned number: a signed difference overflows at 2**63 (0 against
+        # INT64_MIN, a NaN cast to int64) and would read as agreement.
+        eu, au = e64.view(np.uint64), a64.view(np.uint64)
+        diff_int = np.where(e64 >= a64, eu - au, au - eu).astype(np.float64)
         nonzero = e64 != 0
         rel = float(np.max(diff_int[nonzero] / np.abs(e64[nonzero].astype(np.float64)))) if np.any(nonzero) else 0.0
-        return float(np.max(diff_int)), rel, bool(np.all(diff_int <= atol))
+        return float(np.max(diff_int)), rel, bool(np.all((e64 == a64) | (diff_int <= atol)))
     e = expected.astype(np.float64)
     a = actual.astype(np.float64)
     nan_e, nan_a = np.isnan(e), np.isnan(a)

@@ -102,9 +102,10 @@ def _writes(node: ast.AST, attr: str) -> bool:
 
 
 class FirstCallHook:
-    """A forward pre-hook on the model that puts the written state back before every call, so
-    each call the worker makes (the searches for a diverging value, other input sets and sizes)
-    starts where the reference call did. `paused` lets `consecutive_calls` look past it; it is
+    """A forward pre-hook on the model that puts the written buffers and rebound tensor
+    attributes back before every call, so each call the worker makes (the searches for a
+    diverging value, other input sets and sizes) starts where the reference call did (plain
+    Python state, a step counter, is put back after each export only). `paused` lets `consecutive_calls` look past it; it is
     detached while an exporter traces (torch.export refuses a graph with such a hook in it, and
     the export starts from the state put back anyway)."""
 
@@ -210,7 +211,7 @@ def check_state_steps(session: Any, loaded: Any, step: StateCheck, atol: float, 
 
     wrapper = loaded.model
     eager, names = getattr(wrapper, "model", None), list(getattr(wrapper, "state_names", ()))
-    if eager is None or not names or len(loaded.args) <= len(names):
+    if eager is None or not names or len(loaded.args) < len(names):
         raise StageFailed("the state check needs the state wrapper's model, state_names and state inputs", "OD699")
     count = len(loaded.args) - len(names)
     inputs, carried = tuple(loaded.args[:count]), [t.detach().clone() for t in loaded.args[count:]]

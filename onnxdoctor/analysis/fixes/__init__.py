@@ -97,7 +97,7 @@ __all__ = ["FAMILIES", "FixContext", "chain", "chainable", "propose_fixes"]
 def propose_fixes(finding: Finding, context: dict[str, Any]) -> list[Fix]:
     """Candidate fixes for one finding, best first (before verification reorders them)."""
     ctx = FixContext.build(finding, context)
-    if ctx.parity_facts.get("stateful"):
+    if finding.code in state_io.CODES and ctx.parity_facts.get("stateful"):
         # Outputs that differ because forward() keeps state between calls: no change to an op,
         # an opset or the exporter makes a graph keep state, and each would fail the same check.
         return state_io.propose(finding, ctx)

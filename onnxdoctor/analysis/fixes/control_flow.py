@@ -334,6 +334,10 @@ def length_edit(source: str, line: int) -> tuple[str, str] | None:
     calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno == line
                     and node.end_lineno == line and isinstance(node.func, ast.Name) and node.func.id == "len"
                     and len(node.args) == 1), key=lambda node: -node.col_offset)
+    # A len() inside another's argument is left as written in the shown line (the worker's own
+    # rewrite, on the tree, takes both).
+    calls = [c for c in calls if not any(o is not c and o.col_offset <= c.col_offset and c.end_col_offset <= o.end_col_offset
+                                         for o in calls)]
     if not calls:
         return None
     encoded = text.encode("utf-8")  # ast's offsets count bytes

@@ -98,7 +98,14 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
     for step in recipe.steps:
         match step:
             case steps.ExportCode(code=code, program=program, translation_table=table):
-                lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export')")
+                patched = recipe.first(steps.EagerExport)
+                if patched:
+                    # A program the code captures is captured with the same patches as the export,
+                    # as the worker checked it.
+                    lines.append(f"with fixkit.eager_export(loaded, {patched!r}):")
+                    lines.append(f"    names = fixkit.run_code({_literal(code)}, loaded, 'export')")
+                else:
+                    lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export')")
                 if program:
                     exported = f"names[{program!r}]"
                 if table:

@@ -70,6 +70,7 @@ class StateAsInputs(torch.nn.Module):
 
 USE = '''model = StateAsInputs(model, STATE).train(model.training)
 # The state's starting values: what the model holds before its first call.
+example_inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
 example_inputs = (*example_inputs, *[model.get_state(name).detach().clone() for name in STATE])
 if globals().get("input_names"):
     input_names = [*input_names, *[name.replace(".", "_") + "_in" for name in STATE]]
