@@ -11,6 +11,8 @@ with that parsing reading a 0-d integer tensor as its int (recipe.EagerExport.in
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
@@ -25,14 +27,27 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     where = f" at {finding.source}" if finding.source else ""
     called = f" ({finding.op})" if finding.op else ""
+    line = _line(ctx, finding.source)
     return [Fix(
         kind="int_sizes",
         title=f"Pass the size computed from shapes{where} to the functional{called} as a Python int: int(size)",
         snippet=("# Under the TorchScript tracer sizes are 0-d tensors; torch.nn.functional iterates a\n"
-                 "# tensor given where it takes an int or a tuple of ints.\n"
-                 "# before:  stride = fine.shape[2] // coarse.shape[2]\n"
-                 "stride = int(fine.shape[2] // coarse.shape[2])  # a constant of the graph\n"),
+                 "# tensor given where it takes an int or a tuple of ints. Wrap that argument in int():\n"
+                 + (f"# {finding.source}:  {line}\n" if line else "")
+                 + "# e.g.  stride = int(fine.shape[2] // coarse.shape[2])  (a constant of the graph)\n"),
         applicability=Applicability.SAFE,
         cost="the size is the example's, a constant of the graph: checked at other inputs like any frozen value",
         recipe=Recipe("int_sizes", (EagerExport(int_sizes=True), UseExporter("torchscript")), isolated=True),
     )]
+
+
+def _line(ctx: FixContext, source: str | None) -> str:
+    """The text of the user's line `file.py:N` in the model's folder ("" where unreadable)."""
+    name, _, number = (source or "").rpartition(":")
+    if not ctx.target_path or not number.isdigit():
+        return ""
+    try:
+        lines = (Path(ctx.target_path).parent / Path(name).name).read_text("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return lines[int(number) - 1].strip() if 0 < int(number) <= len(lines) else ""
