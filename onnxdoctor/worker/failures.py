@@ -295,7 +295,6 @@ def op_on_raising_line(exc: BaseException, target: Path) -> str | None:
     calls exactly one aten op by name (a Tensor method or a `torch.` function): C++ raised it
     from that call. None where the line calls none or several, or torch's Python ran last."""
     import ast
-    import traceback
 
     import torch
 
@@ -334,8 +333,6 @@ def functional_frame_op(exc: BaseException) -> str | None:
     """`aten::NAME` when the exception (or what caused it) was raised inside the functional NAME
     of torch/nn/functional.py or torch/functional.py, called from outside them (its private
     helpers are passed over), and aten has an op of that name; None otherwise."""
-    import traceback
-
     import torch
 
     seen: set[int] = set()
@@ -362,8 +359,6 @@ def module_frame_op(exc: BaseException) -> str | None:
     constructor's or forward's checks on traced values: `nn.Unflatten(1, x.shape[2:])` under the
     tracer, whose sizes are tensors) and aten has an op of the class's name in lower case; the
     innermost such module. None otherwise."""
-    import traceback
-
     import torch
 
     for link in exception_chain(exc, hidden_context=True):
@@ -381,7 +376,6 @@ def function_frame_op(exc: BaseException) -> str | None:
     """The autograd.Function (its class name) innermost in the traceback of `exc` or what caused
     it: a frame running its forward, or a frame whose line calls its apply; None when none."""
     import linecache
-    import traceback
 
     import torch
 

@@ -439,8 +439,9 @@ class Runner:
             # forward() writes the model's own state: every call the worker makes from here on
             # starts from the state the reference call found, and PARITY calls it in a row to see
             # whether the state matters (worker/stateful.py).
-            facts["state_writes"] = describe_writes(loaded.model, list(dict.fromkeys(written)))
-            state["state_hook"] = FirstCallHook(loaded.model, state["pristine"], list(dict.fromkeys(written)))
+            names = list(dict.fromkeys(written))
+            facts["state_writes"] = describe_writes(loaded.model, names)
+            state["state_hook"] = FirstCallHook(loaded.model, state["pristine"], names)
         facts["outputs"] = [describe_tensor(t) for t in state["torch_outputs"]]
         facts["none_outputs"] = none_leaves(outputs)
         with contextlib.suppress(Exception):

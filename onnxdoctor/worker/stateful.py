@@ -143,11 +143,11 @@ def consecutive_calls(state: dict[str, Any], atol: float, rtol: float) -> dict[s
     import torch
 
     from onnxdoctor.worker.facts import tensor_leaves
-    from onnxdoctor.worker.parity import compare_outputs, derived_input_sets
+    from onnxdoctor.worker.parity import compare_outputs
 
     loaded, hook, restore = state["loaded"], state.get("state_hook"), state["pristine"]
     example = (tuple(loaded.args), dict(loaded.kwargs or {}))
-    other = next(((a, k) for name, a, k in derived_input_sets(*example) if name.endswith("shuffled")), example)
+    other = _shuffled(*example)
     if hook is not None:
         hook.paused = True
     try:
@@ -178,6 +178,14 @@ def consecutive_calls(state: dict[str, Any], atol: float, rtol: float) -> dict[s
     return None
 
 
+def _shuffled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The example's values in a seeded random order (parity.derived_input_sets' "shuffled" set:
+    the same shapes and distribution), the calls in between that give the state other inputs leave."""
+    from onnxdoctor.worker.parity import derived_input_sets
+
+    return next((a, k) for name, a, k in derived_input_sets(args, kwargs) if name.endswith("shuffled"))
+
+
 def stateful_message(writes: list[dict[str, Any]], found: dict[str, Any]) -> str:
     """OD601's message for state a second call reads."""
     first = writes[0]
@@ -206,7 +214,7 @@ def check_state_steps(session: Any, loaded: Any, step: StateCheck, atol: float, 
     import torch
 
     from onnxdoctor.worker.facts import tensor_leaves
-    from onnxdoctor.worker.parity import compare_outputs, derived_input_sets
+    from onnxdoctor.worker.parity import compare_outputs
     from onnxdoctor.worker.runtime import feeds_for_session, run_session
 
     wrapper = loaded.model
@@ -217,7 +225,7 @@ def check_state_steps(session: Any, loaded: Any, step: StateCheck, atol: float, 
     inputs, carried = tuple(loaded.args[:count]), [t.detach().clone() for t in loaded.args[count:]]
     # Other inputs in between: the script's get_inputs2(), else the example's values shuffled
     # (a running mean of one input repeated stays where the first call put it).
-    other = next(a for name, a, _ in derived_input_sets(inputs, loaded.kwargs or {}) if name.endswith("shuffled"))
+    other = _shuffled(inputs, dict(loaded.kwargs or {}))[0]
     own = loaded.namespace.get("get_inputs2")
     with contextlib.suppress(Exception):
         if callable(own):
