@@ -6,7 +6,8 @@ dataclass here plus one `case` in the worker. Recipes cross the process boundary
 step is tagged with its class name, and `Recipe.from_dict` accepts only the classes listed here.
 
 Chaining two fixes (an opset change, then a cast) is `first.then(second)`: the steps of both,
-with the later recipe's choice winning where both pick the same setting (exporter, opset).
+with the later recipe's choice winning where both pick the same setting (exporter, opset), and
+the export changes of both (EagerExport) merged into one step.
 """
 
 from __future__ import annotations
@@ -251,6 +252,24 @@ class EagerExport:
     int_sizes: bool = False
     frozen_weights: bool = False
     inplace_operators: bool = False
+
+    def merged(self, later: EagerExport) -> EagerExport:
+        """Both sets of changes in one export: a switch either turns on is on, the listed sites
+        and functions of both are kept (this one's first), and the later noise mode wins.
+
+        The worker applies one EagerExport per export, so a chain whose steps each change the
+        export (a traced size, then a branch kept as a selection) needs them merged, not queued.
+        """
+        values: dict[str, Any] = {}
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(later, f.name)
+            if isinstance(mine, tuple):
+                values[f.name] = (*mine, *(v for v in theirs if v not in mine))
+            elif isinstance(mine, bool):
+                values[f.name] = mine or theirs
+            else:
+                values[f.name] = theirs or mine
+        return EagerExport(**values)
 
 
 @dataclass(frozen=True)
@@ -498,6 +517,15 @@ class Recipe:
         """
         replaced = {type(s) for s in later.steps if isinstance(s, _SINGLE)}
         steps = tuple(s for s in self.steps if type(s) not in replaced) + later.steps
+        eager = [s for s in steps if isinstance(s, EagerExport)]
+        if len(eager) > 1:
+            # One export takes one set of changes: fold them into the first EagerExport's place.
+            combined = eager[0]
+            for step in eager[1:]:
+                combined = combined.merged(step)
+            at = steps.index(eager[0])
+            steps = tuple(s for s in steps if not isinstance(s, EagerExport))
+            steps = (*steps[:at], combined, *steps[at:])
         return Recipe(
             kind=f"{self.kind}+{later.kind}",
             steps=steps,

@@ -15,6 +15,7 @@ from onnxdoctor.analysis.fixes.fake_kernel import fake_kernel_code
 from onnxdoctor.model import Applicability, Fix
 from onnxdoctor.recipe import (
     CastAround,
+    EagerExport,
     EvalMode,
     ExportCode,
     Recipe,
@@ -76,8 +77,21 @@ def test_a_step_is_taken_once_and_two_program_builders_do_not_chain() -> None:
     assert not chainable(CAST, Fix("x", "shown only"))  # a fix without a recipe is never tried
 
 
-def _diagnose(*args: str, cwd: Path) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "onnxdoctor", "diagnose", str(FIXTURE), "--json", *args],
+def test_two_export_changes_chain_as_one_merged_step() -> None:
+    sites = Fix("traced_length", "len() as shape[0]",
+                recipe=Recipe("traced_length", (EagerExport(len_sites=(("m.py", 3),)), UseExporter("torchscript"))))
+    values = Fix("tensor_values", "keep .item() a tensor",
+                 recipe=Recipe("tensor_values", (EagerExport(tensor_values=True, len_sites=(("m.py", 3),)),)))
+    fix = chain([sites, values])
+    assert fix.recipe is not None
+    # The worker applies one EagerExport per export: both fixes' changes are in it, each site once.
+    assert fix.recipe.all(EagerExport) == [EagerExport(tensor_values=True, len_sites=(("m.py", 3),))]
+    assert not chainable(fix, values)  # its changes are in the merged step already
+    assert chainable(fix, Fix("pools", "pools", recipe=Recipe("pools", (EagerExport(global_pools=True),))))
+
+
+def _diagnose(*args: str, cwd: Path, fixture: Path = FIXTURE) -> tuple[int, dict]:
+    done = subprocess.run([sys.executable, "-m", "onnxdoctor", "diagnose", str(fixture), "--json", *args],
                           capture_output=True, text=True, timeout=900, cwd=cwd, env=ENV, check=False)
     return done.returncode, json.loads(done.stdout)
 
@@ -109,6 +123,17 @@ def test_a_two_step_failure_gets_a_verified_chain_and_write_fix_writes_both_step
     ran = subprocess.run([sys.executable, "-c", run, str(tmp_path / "fix" / "model.onnx")],
                          capture_output=True, text=True, timeout=120, check=False)
     assert ran.returncode == 0, ran.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_two_frozen_values_are_fixed_by_both_export_changes_in_one_trace(tmp_path: Path) -> None:
+    # len(x) and .item() each freeze a value: either change alone leaves the other frozen.
+    _, report = _diagnose(cwd=tmp_path, fixture=ROOT / "fixtures" / "chains" / "frozen_len_and_item_two_edits.py")
+    found = {f["code"]: f for f in report["findings"]}
+    assert {"traced_length", "tensor_values"} <= {f["kind"] for f in found["OD210"]["fixes"] if f["verified"] is False}
+    chained = [f for f in found["OD803"]["fixes"] if f["kind"] == "chain"]
+    assert chained and chained[0]["verified"] is True and chained[0]["max_abs_diff"] < 1e-4
+    assert sorted(chained[0]["steps"]) == ["tensor_values", "traced_length"]
 
 
 @pytest.mark.slow

@@ -76,7 +76,7 @@ from onnxdoctor.analysis.fixes import (
 )
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import ExportCode, UseExporter
+from onnxdoctor.recipe import EagerExport, ExportCode, Recipe, UseExporter
 
 FAMILIES = (
     eval_mode, aliased_inputs, array_inputs, object_inputs, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, reparametrized, dynamic_shapes, distribution_checks, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
@@ -148,10 +148,19 @@ def chainable(first: Fix, then: Fix) -> bool:
     chosen, switched = first.recipe.first(UseExporter), then.recipe.first(UseExporter)
     if first.recipe.exporter_bound and chosen and switched and chosen != switched:
         return False
-    if all(step in first.recipe.steps for step in then.recipe.steps):
+    if all(_contained(step, first.recipe) for step in then.recipe.steps):
         return False
     builds = [r for r in (first.recipe, then.recipe) if any(c.program for c in r.all(ExportCode))]
     return len(builds) < 2
+
+
+def _contained(step: Any, recipe: Recipe) -> bool:
+    """Whether the recipe already does what the step does (export changes merge into one step, so
+    a step whose changes the recipe's EagerExport has adds nothing)."""
+    if step in recipe.steps:
+        return True
+    eager = recipe.first(EagerExport)
+    return isinstance(step, EagerExport) and eager is not None and eager.merged(step) == eager
 
 
 def chain(fixes: list[Fix]) -> Fix:
