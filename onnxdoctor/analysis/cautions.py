@@ -5,11 +5,11 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from onnxdoctor.analysis.findings import finding_from_record, make_finding
 from onnxdoctor.analysis.normalize import normalize_message, running_node
+from onnxdoctor.analysis.sources import source_text
 from onnxdoctor.model import (
     Finding,
     FrozenSize,
@@ -321,7 +321,7 @@ def _numpy_consumer(source: str | None, base_dir: str | None) -> str | None:
     """The function the warned line hands a `.numpy()` array to (`linear_sum_assignment` in
     `rows, cols = linear_sum_assignment(sim.cpu().numpy())`), by the line's own text; None when
     the line is not one whole statement or passes the array to no call."""
-    found = _source_text(source, base_dir)
+    found = source_text(source, base_dir)
     if found is None:
         return None
     text, line = found
@@ -337,20 +337,9 @@ def _numpy_consumer(source: str | None, base_dir: str | None) -> str | None:
     return ast.unparse(receivers[-1].func) if receivers else None
 
 
-def _source_text(source: str | None, base_dir: str | None) -> tuple[str, int] | None:
-    """The text of the file a `file.py:line` source names (in the model's folder) and the line."""
-    name, _, line = (source or "").rpartition(":")
-    if not base_dir or not line.isdigit():
-        return None
-    try:
-        return (Path(base_dir) / name).read_text("utf-8", errors="replace"), int(line)
-    except OSError:
-        return None
-
-
 def _parsed(source: str | None, base_dir: str | None) -> tuple[ast.Module, int] | None:
     """The syntax tree of the file a `file.py:line` source names, and the line."""
-    found = _source_text(source, base_dir)
+    found = source_text(source, base_dir)
     if found is None:
         return None
     try:

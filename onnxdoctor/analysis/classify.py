@@ -11,10 +11,10 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from onnxdoctor.analysis.normalize import first_line, normalize_message, running_node
+from onnxdoctor.analysis.sources import source_lines
 from onnxdoctor.codes import catch_all, get_code
 from onnxdoctor.model import (
     DynamicShapesKeys,
@@ -1021,13 +1021,7 @@ _HIGHER_ORDER_CALLS = {"cond": "higher_order::cond", "while_loop": "higher_order
 def _higher_order_call(source: str | None, base_dir: str | None) -> str | None:
     """The higher-order op (`higher_order::cond`) the user's line calls, read off the line and
     the lines after it (a call spread over several); None where it calls none."""
-    name, _, line = (source or "").rpartition(":")
-    if not base_dir or not line.isdigit():
-        return None
-    try:
-        lines = (Path(base_dir) / name).read_text("utf-8", errors="replace").splitlines()[int(line) - 1:int(line) + 2]
-    except (OSError, ValueError):
-        return None
+    lines = source_lines(source, base_dir, count=3)
     called = re.search(r"\b(?:torch\.|control_flow\.)?(cond|while_loop|map|scan)\s*\(", " ".join(lines))
     return _HIGHER_ORDER_CALLS[called.group(1)] if called and ("torch." in called.group(0) or called.group(1) != "map") else None
 
@@ -1035,14 +1029,11 @@ def _higher_order_call(source: str | None, base_dir: str | None) -> str | None:
 def _condition_op(source: str | None, base_dir: str | None) -> str | None:
     """The aten op a branch's condition ends in, read off the user's line (`if entropy <
     threshold:` is aten::lt, `if mask.any():` aten::any); None for anything else."""
-    name, _, line = (source or "").rpartition(":")
-    if not base_dir or not line.isdigit():
-        return None
+    lines = source_lines(source, base_dir)
     try:
-        text = (Path(base_dir) / name).read_text("utf-8", errors="replace").splitlines()[int(line) - 1]
-        branch = _BRANCH.match(text)
+        branch = _BRANCH.match(lines[0]) if lines else None
         node = ast.parse(branch.group(1), mode="eval").body if branch else None
-    except (OSError, IndexError, SyntaxError, ValueError):
+    except (SyntaxError, ValueError):
         return None
     if node is not None and any(isinstance(c, ast.Call) and (
             (isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist"))

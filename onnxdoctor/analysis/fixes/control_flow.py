@@ -11,6 +11,7 @@ from onnxdoctor.analysis.findings import library_frame
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.analysis.fixes.shapes import global_pool_fix
+from onnxdoctor.analysis.sources import folder_file
 from onnxdoctor.branches import edit_text
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, PrefixParity, Recipe, UseExporter
@@ -244,11 +245,7 @@ def _where_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
     edits: list[tuple[str, int, str]] = []
     for name, line in sites:
         if name not in sources:
-            try:
-                # The sites are lines of the model's own files (its folder), by file name.
-                sources[name] = (folder / Path(name).name).read_text("utf-8")
-            except (OSError, UnicodeDecodeError):
-                sources[name] = None
+            sources[name] = folder_file(folder, name)
         edit = edit_text(sources[name], line) if sources[name] is not None else None
         if edit is not None:
             edits.append((name, line, edit))
@@ -280,11 +277,8 @@ def _traced_lengths(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     edits: list[str] = []
     for name, line in sites:
-        try:
-            source = (folder / Path(name).name).read_text("utf-8")
-        except (OSError, UnicodeDecodeError):
-            return []
-        edited = length_edit(source, line)
+        source = folder_file(folder, name)
+        edited = length_edit(source, line) if source is not None else None
         if edited is None:
             return []
         edits.append(f"# {name}:{line}\n# before: {edited[0].strip()}\n{edited[1].strip()}\n")

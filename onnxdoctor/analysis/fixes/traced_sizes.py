@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.sources import source_lines
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
 
@@ -43,11 +44,5 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 def _line(ctx: FixContext, source: str | None) -> str:
     """The text of the user's line `file.py:N` in the model's folder ("" where unreadable)."""
-    name, _, number = (source or "").rpartition(":")
-    if not ctx.target_path or not number.isdigit():
-        return ""
-    try:
-        lines = (Path(ctx.target_path).parent / Path(name).name).read_text("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    return lines[int(number) - 1].strip() if 0 < int(number) <= len(lines) else ""
+    lines = source_lines(source, Path(ctx.target_path).parent) if ctx.target_path else []
+    return lines[0].strip() if lines else ""

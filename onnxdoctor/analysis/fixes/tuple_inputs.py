@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.sources import source_text
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe
 
@@ -52,12 +53,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script" or match is None or not finding.source or not ctx.target_path:
         return []
     size = int(match.group(1) or match.group(2))
-    name, _, line = finding.source.rpartition(":")
+    found = source_text(finding.source, Path(ctx.target_path).parent)
     try:
-        source = (Path(ctx.target_path).parent / Path(name).name).read_text("utf-8")
-        tree = ast.parse(source)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        tree = ast.parse(found[0]) if found else None
+    except (SyntaxError, ValueError):
         return []
+    if tree is None or found is None:
+        return []
+    line = str(found[1])
     unpacked = next((node.value.id for node in ast.walk(tree)
                      if isinstance(node, ast.Assign) and str(node.lineno) == line and len(node.targets) == 1
                      and isinstance(node.targets[0], (ast.Tuple, ast.List)) and len(node.targets[0].elts) == size

@@ -1,0 +1,48 @@
+"""The user's own code, read by the `file.py:N` a finding names (standard library only).
+
+A finding's source is a path relative to the model's folder and a line (normalize writes paths
+inside the folder so). The analyses that look at the line itself (a branch's condition, an
+unpacking, a len() call) read it here, so each reads the same file the same way: only files
+inside the model's folder, as UTF-8 text, None or "" where the file is gone or unreadable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def split_source(source: str | None) -> tuple[str, int] | None:
+    """`("model.py", 12)` from `"model.py:12"`; None where the source has no line number."""
+    name, _, line = (source or "").rpartition(":")
+    return (name, int(line)) if name and line.isdigit() else None
+
+
+def folder_file(folder: str | Path | None, name: str) -> str | None:
+    """The text of `name` (relative to the model's folder), None where it is not a readable file
+    inside that folder: a source never sends a read outside it."""
+    if not folder or not name:
+        return None
+    base = Path(folder).resolve()
+    path = (base / name).resolve()
+    if base != path and base not in path.parents:
+        return None
+    try:
+        return path.read_text("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def source_text(source: str | None, folder: str | Path | None) -> tuple[str, int] | None:
+    """The whole text of the file a `file.py:N` source names, and N."""
+    split = split_source(source)
+    text = folder_file(folder, split[0]) if split else None
+    return (text, split[1]) if text is not None and split else None
+
+
+def source_lines(source: str | None, folder: str | Path | None, count: int = 1) -> list[str]:
+    """The source's line and the `count - 1` after it (a call spread over several lines); []
+    where unreadable or past the file's end."""
+    found = source_text(source, folder)
+    if found is None or found[1] < 1:
+        return []
+    return found[0].splitlines()[found[1] - 1:found[1] - 1 + count]
