@@ -77,3 +77,45 @@ def test_a_keyed_jagged_tensor_input_is_named_and_passed_as_its_tensors() -> Non
     assert finding.code == "OD299" and "KeyedJaggedTensor object" in finding.message
     assert finding.fixes[0].kind == "object_inputs" and finding.fixes[0].verified, \
         [(f.kind, f.verified) for f in finding.fixes]
+
+
+# A detector's list of per-image objects: the list itself is an input TorchScript takes, the
+# objects inside it are not.
+IMAGE_LIST = '''
+import torch
+
+dynamo = False
+
+
+class Instances:
+    def __init__(self, image, boxes):
+        self.image = image
+        self.boxes = boxes
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, batch):
+        return torch.cat([self.conv(item.image[None]).mean((2, 3)) + item.boxes.sum() for item in batch])
+
+
+def get_model():
+    torch.manual_seed(0)
+    batch = [Instances(torch.rand(3, 8, 8), torch.rand(2, 4)), Instances(torch.rand(3, 8, 8), torch.rand(3, 4))]
+    return Head().eval(), (batch,)
+'''
+
+
+@pytest.mark.slow
+def test_objects_inside_an_input_list_are_inputs_and_passed_as_their_tensors(tmp_path: Path) -> None:
+    script = tmp_path / "detector.py"
+    script.write_text(IMAGE_LIST, "utf-8")
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(fix=True, check_shapes=False))
+    finding = diagnosis.findings[0]
+    # torch says "input" for outputs too: here the example holds the object, so it is an input.
+    assert finding.code == "OD299" and finding.message.startswith("an example input is or holds an Instances object")
+    fix = next(f for f in finding.fixes if f.kind == "object_inputs")
+    assert fix.verified and "Instances (input 0)" in fix.title, fix.verification

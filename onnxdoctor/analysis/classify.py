@@ -455,12 +455,13 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         held = [str(o.get("class")) for o in (load.facts.get("object_inputs") or ())] if load else []
         if load is not None and "object_inputs" in load.facts and match.group(1) not in held:
             # torch says "input" for what forward() returns as well; the example held no such object.
-            kind = "NumPy array (numpy.ndarray)" if match.group(1) == "numpy.ndarray" else f"{match.group(1)} object"
-            return make("OD299", f"forward() returns a {kind}, and the TorchScript exporter takes only "
+            kind = "a NumPy array (numpy.ndarray)" if match.group(1) == "numpy.ndarray" else f"{_article(match.group(1))} object"
+            return make("OD299", f"forward() returns {kind}, and the TorchScript exporter takes only "
                                  "tensors and tuples, lists and dicts of them as outputs (return its tensors)",
                         op=None, source=None)
-        return make("OD299", f"an example input is a {match.group(1)} object, and the TorchScript exporter takes "
-                             "only tensors and tuples, lists and dicts of them as inputs", op=None, source=None)
+        return make("OD299", f"an example input is or holds {_article(match.group(1))} object, and the TorchScript "
+                             "exporter takes only tensors and tuples, lists and dicts of them as inputs",
+                    op=None, source=None)
     match = _UNRECOGNIZED_NS.search(text)
     if match:
         return make("OD203", f"custom op {match.group(1)} has no ONNX export mapping (TorchScript exporter)")
@@ -1016,6 +1017,11 @@ _HIGHER_ORDER = re.compile(r"UncapturedHigherOrderOpError|higher order op(?:erat
 _HIGHER_ORDER_REASON = re.compile(r"Got graph break/error:\s*\n\s*(.+)")
 _HIGHER_ORDER_CALLS = {"cond": "higher_order::cond", "while_loop": "higher_order::while_loop",
                        "map": "higher_order::map", "scan": "higher_order::scan"}
+
+
+def _article(name: str) -> str:
+    """`a Batch`, `an Instances`: the article English reads before the class name."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _higher_order_call(source: str | None, base_dir: str | None) -> str | None:

@@ -304,12 +304,27 @@ def uses_flex_attention(model: Any) -> bool:
 
 
 def object_inputs(args: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """The positional example inputs that are objects holding tensors (loader.tensor_holder):
-    their position and class."""
+    """The positional example inputs that are objects holding tensors (loader.tensor_holder), or
+    lists, tuples and dicts with such objects inside (a detector's list of per-image objects):
+    their position and the first such object's class."""
+    found = []
+    for i, value in enumerate(args):
+        held = _held_object(value)
+        if held is not None:
+            found.append({"position": i, "class": held})
+    return found
+
+
+def _held_object(value: Any, depth: int = 3) -> str | None:
+    """The class name of the first tensor-holding object in `value` or its containers."""
     from onnxdoctor.worker.loader import tensor_holder
 
-    return [{"position": i, "class": type(value).__qualname__}
-            for i, value in enumerate(args) if tensor_holder(value)]
+    if tensor_holder(value):
+        return type(value).__qualname__
+    if depth == 0 or isinstance(value, str):
+        return None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return next((held for item in items if (held := _held_object(item, depth - 1)) is not None), None)
 
 
 def _classes_matching(model: Any, pattern: re.Pattern[str]) -> list[str]:

@@ -5,8 +5,9 @@ library's image list) fail both exporters' input flattening: the TorchScript exp
 tensors and tuples, lists and dicts of them ("received an input of unsupported type", torchrec#1550),
 torch.export only classes registered with pytree. The fix is a wrapper whose forward() takes the
 object's tensors as inputs of their own and rebuilds the object around them (a shallow copy of
-the example's with each tensor replaced), so the model's code runs unchanged on it. Everything
-else the object holds (keys, sizes, flags) stays the example's.
+the example's with each tensor replaced), so the model's code runs unchanged on it. A list,
+tuple or dict with objects inside (a detector's list of per-image objects) is rebuilt the same
+way. Everything else the object holds (keys, sizes, flags) stays the example's.
 """
 
 from __future__ import annotations
@@ -83,8 +84,21 @@ def leaf_name(path):
     return "_".join(str(key).strip("_") for key in path)
 
 
+def holds_object(value, depth=4):
+    """Whether `value` is, or a list, tuple or dict holds, an object the exporters refuse."""
+    if isinstance(value, (torch.Tensor, str, bytes, int, float, bool, type(None))) or depth == 0:
+        return False
+    if isinstance(value, dict):
+        return any(holds_object(item, depth - 1) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_object(item, depth - 1) for item in value)
+    return True
+
+
+# Each input that is an object, or a container with objects inside (a list of per-image
+# objects), is passed as its tensors; plain tensors and containers of tensors pass as they are.
 objects = {position: tensor_paths(value) for position, value in enumerate(example_inputs)
-           if not isinstance(value, (torch.Tensor, list, tuple, dict, int, float, bool, type(None)))}
+           if holds_object(value)}
 names = list(globals().get("input_names") or [])
 flat, flat_names = [], []
 for position, value in enumerate(example_inputs):
