@@ -91,6 +91,11 @@ class Outcome:
         expected = self.expected.op
         if expected is None:
             return False
+        namespace, dot, name = expected.partition(".")
+        if "::" not in expected and dot and namespace in _TORCH_NAMESPACES:
+            # torch's OpOverload spelling (`aten._sparse_addmm.default`, as the dynamo exporter's
+            # "No ONNX function found" prints it) is the op `aten::_sparse_addmm`.
+            expected = f"{namespace}::{name}"
         if "::" not in expected:
             # An ONNX op named without its domain (`MatMulNBits`) is the tool's
             # `com.microsoft::MatMulNBits`: the domain qualifies the name, it names no other op.
