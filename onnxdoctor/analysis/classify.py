@@ -46,6 +46,9 @@ _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
 )
 _TS_ADDED_IN = re.compile(r"Support for this operator was added in version (\d+)")
+# A TorchScript symbolic refusing one variant of its op by raising OnnxExporterError: "ONNX does
+# not support include_self=False for scatter_reduce" (torch.onnx's symbolic_opset16).
+_TS_VARIANT_REFUSED = re.compile(r"ONNX does not support (.+?) for ([A-Za-z_]\w*)")
 # The TorchScript exporter's symbolics give up on calls they cannot map: "Unsupported: ONNX export of
 # operator adaptive_max_pool2d, output size that are not factor of input size", "... of operator
 # Sort, Out parameter is not supported", "... of cumsum in opset 9. Please try opset version 11".
@@ -497,6 +500,15 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                                  "for it", op=op)
         return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call"
                              + (f": {reason}" if reason else ""), op=op)
+    match = _TS_VARIANT_REFUSED.search(text)
+    if match and (facts.get("op") or "").split("::", 1)[0] in ("aten", ""):
+        op = facts.get("op") or aten_name(match.group(2))
+        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
+        if newer:
+            return make("OD201", f"the TorchScript exporter's symbolic for {op} at opset {opset} refuses "
+                                 f"{match.group(1)}; opset {newer[0]} registers another symbolic for it", op=op)
+        return make("OD202", f"the TorchScript exporter's symbolic for {op} refuses {match.group(1)} at every "
+                             "opset (it maps no ONNX op to that variant)", op=op)
     match = _NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)
     if match and op:
         namespace = op.split("::", 1)[0]

@@ -755,9 +755,10 @@ def _untraced() -> Iterator[None]:
 def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """Until `undo` runs, sparse tensors are built and used dense: `torch.sparse_coo_tensor` sums
     its values into a zero tensor at their indices (duplicates add up, as coalescing does), the
-    sparse products are ordinary ones, and `to_dense`/`coalesce`/`to_sparse` of a dense tensor
-    give it back. A sparse tensor the model holds (a buffer) is made dense with the tracer looking
-    away: a constant of the graph.
+    sparse products are ordinary ones, and `to_dense`/`coalesce`/`to_sparse` (and the other
+    sparse layouts' conversions, `to_sparse_csr`, ...) of a dense tensor give it back. A sparse
+    tensor the model holds (a buffer) is made dense with the tracer looking away: a constant of
+    the graph.
 
     ONNX has no sparse tensors, and neither exporter maps the sparse constructors (pytorch#112487:
     "Exporting the operator 'aten::sparse_coo_tensor' ... is not supported")."""
@@ -794,6 +795,10 @@ def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         (torch.Tensor, "to_dense", lambda self, *a, **k: dense(self)),
         (torch.Tensor, "coalesce", lambda self: self if self.layout is torch.strided else coalesce(self)),
         (torch.Tensor, "to_sparse", lambda self, *a, **k: self),
+        # A conversion to another sparse layout (CSR for a serving library) is the dense matrix
+        # in the graph; parity compares PyTorch's sparse result densified.
+        *((torch.Tensor, name, lambda self, *a, **k: self)
+          for name in ("to_sparse_coo", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to_sparse_bsc")),
     ):
         _replace(owner, name, replacement, loaded, undo)
 

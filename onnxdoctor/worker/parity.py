@@ -163,6 +163,8 @@ def _numpy(value: Any) -> np.ndarray:
         import torch
 
         tensor = value.detach().cpu()
+        if tensor.layout is not torch.strided:
+            tensor = tensor.to_dense()  # a sparse result: the ONNX graph holds it dense
         if tensor.dtype == torch.bfloat16:
             tensor = tensor.float()
         return tensor.numpy()

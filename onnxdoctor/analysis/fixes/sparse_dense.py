@@ -26,6 +26,16 @@ adj = torch.zeros(rows, cols, dtype=values.dtype).index_put(
 # and torch.sparse.mm(adj, x) / torch.spmm(adj, x) -> adj @ x
 """
 
+# A conversion to a sparse layout (`x.to_sparse_csr()`): the model's result, not its arithmetic.
+_CONVERSION = re.compile(r"to_sparse(?:_(?:coo|csr|csc|bsr|bsc))?\b")
+
+CONVERSION_SNIPPET = """\
+# ONNX has no sparse tensors: the model returns the dense matrix, and the caller converts it.
+# before:  return [xi.to_sparse_csr() for xi in x]
+return list(x)
+# after ONNX Runtime: torch.from_numpy(out).to_sparse_csr() (or scipy.sparse.csr_matrix(out))
+"""
+
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The export with sparse tensors dense, for a failure on a sparse op or a sparse constant."""
@@ -35,11 +45,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     # The model may hold a sparse constant the exporter's error does not call sparse.
     if not SPARSE.search(text) and not ctx.facts_of(Stage.LOAD).get("sparse_tensors"):
         return []
+    converts = bool(_CONVERSION.search(text))
     return [Fix(
         kind="dense_sparse",
-        title="Build the sparse tensor dense (ONNX has no sparse tensors): index_put with accumulate, "
+        title="Return the dense tensor and convert it to the sparse layout after ONNX Runtime runs (ONNX has "
+              "no sparse tensors)" if converts else
+              "Build the sparse tensor dense (ONNX has no sparse tensors): index_put with accumulate, "
               "and the dense product",
-        snippet=SNIPPET,
+        snippet=CONVERSION_SNIPPET if converts else SNIPPET,
         applicability=Applicability.SAFE,
         cost="the matrix is dense in the ONNX model: memory and time grow with its full size",
         recipe=Recipe("dense_sparse", (EagerExport(dense_sparse=True),), isolated=True),
