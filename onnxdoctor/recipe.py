@@ -107,12 +107,19 @@ class AlignIfBranches:
 
 
 @dataclass(frozen=True)
+class DropShapeAnnotations:
+    """Drop the shapes the exporter declared for intermediate values (graph and subgraphs'
+    value_info), so ONNX Runtime derives them from the ops (onnxkit.transforms.drop_shape_annotations)."""
+
+
+@dataclass(frozen=True)
 class FoldConstants:
     """Compute what the graph computes from constants alone, and store it as initializers."""
 
 
 Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
-             | FoldConstants | CastOutputs | SplitSizesAsTensor | AlignIfBranches | NonNegativePerms)
+             | FoldConstants | CastOutputs | SplitSizesAsTensor | AlignIfBranches | NonNegativePerms
+             | DropShapeAnnotations)
 
 
 @dataclass(frozen=True)
@@ -447,7 +454,7 @@ _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, St
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
-                CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, Reference,
+                CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, DropShapeAnnotations, Reference,
                 EvalMode, ArraysAsTensors, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,

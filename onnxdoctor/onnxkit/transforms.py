@@ -23,6 +23,7 @@ from onnxdoctor.recipe import (
     ExpandFunction,
     FoldConstants,
     NonNegativePerms,
+    DropShapeAnnotations,
     PromoteInputs,
     SetIrVersion,
     SetOpset,
@@ -965,6 +966,30 @@ def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return ir.to_proto(folded)
 
 
+def drop_shape_annotations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without the shapes declared for its intermediate values (value_info, in the
+    graph and every subgraph); inputs and outputs keep theirs.
+
+    ONNX Runtime plans its buffers from the declared shapes: where the exporter wrote a wrong one
+    (the dynamo exporter's opset-20 DFT declares a one-sided FFT's output as wide as its input,
+    "Shape mismatch attempting to re-use buffer {2,8,16,9,1} != {2,8,16,16,1}") a node's result
+    does not fit the buffer planned for it. Without them the runtime infers each from the op.
+
+    Raises:
+        TransformError: the model declares no intermediate shape.
+    """
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    graphs = [fixed.graph, *(a.g for n in _all_nodes(fixed.graph) for a in n.attribute if a.HasField("g")),
+              *(g for n in _all_nodes(fixed.graph) for a in n.attribute for g in a.graphs)]
+    dropped = sum(len(g.value_info) for g in graphs)
+    if not dropped:
+        raise TransformError("the model declares no shape for an intermediate value")
+    for graph in graphs:
+        graph.ClearField("value_info")
+    return fixed
+
+
 def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelProto:
     """Apply one of a fix recipe's ONNX rewrites (onnxdoctor.recipe) to the model."""
     match transform:
@@ -992,4 +1017,6 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return align_if_branches(model, to)
         case NonNegativePerms():
             return non_negative_perms(model)
+        case DropShapeAnnotations():
+            return drop_shape_annotations(model)
     raise TransformError(f"unknown transform {type(transform).__name__}")

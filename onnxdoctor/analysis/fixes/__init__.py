@@ -63,6 +63,7 @@ from onnxdoctor.analysis.fixes import (
     runtime,
     scalar_functions,
     scripted,
+    shape_annotations,
     shapes,
     sparse_dense,
     split_sizes,
@@ -81,7 +82,7 @@ from onnxdoctor.recipe import EagerExport, ExportCode, Recipe, UseExporter
 FAMILIES = (
     eval_mode, aliased_inputs, array_inputs, object_inputs, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, reparametrized, dynamic_shapes, distribution_checks, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
-    split_sizes, if_branches, perms,  # ONNX-level rewrites that keep the exporter: before another exporter
+    split_sizes, if_branches, perms, shape_annotations,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
