@@ -396,6 +396,10 @@ def _passed_detail(final: Stage, outcome: StageOutcome | None) -> str:
             # A loop run to its end (recipe.PrefixParity): PyTorch's steps are what matched.
             return ("exports, loads, runs and matches PyTorch on PyTorch's steps of the longer outputs ("
                     + "; ".join(map(str, prefix)) + "): the rest are the steps PyTorch's loop skipped")
+        tolerance = (outcome.facts if outcome else {}).get("tolerance")
+        if isinstance(tolerance, str) and tolerance.startswith("PyTorch's own"):
+            # Matched only against PyTorch's float64 run: say so, with both errors.
+            return f"exports, loads, runs and matches PyTorch within {tolerance}"
         return "exports, loads, runs and matches PyTorch" + (f" in distribution; {drawn}" if drawn else "")
     detail = "passes the checker, loads and runs in ONNX Runtime"
     numbers = outcome.facts if outcome else {}

@@ -801,6 +801,13 @@ def second_input_check(state: dict[str, Any], atol: float, rtol: float,
         else:
             report = (compare(args, kwargs) if compare is not None else
                       (compare_prefix if prefix else compare_outputs)(expected, got, atol, rtol))
+        if report["code"] == "OD601" and compare is None and not prefix:
+            from onnxdoctor.worker.fixkit import own_rounding
+
+            # Off by no more than PyTorch's own float32 rounding there (as at the example).
+            own = own_rounding(loaded.model, args, kwargs, expected, got, atol)
+            if own is not None and own["passed"]:
+                report = {**report, "code": None, "message": ""}
         if report["code"] is not None and source.startswith(_DERIVED) and _turns_on_ties(loaded, args, kwargs, atol, rtol):
             tied.append(source)
             continue

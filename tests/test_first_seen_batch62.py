@@ -1,0 +1,95 @@
+"""General mechanisms for failures not seen before (issue 22), written after the sixty-second
+first-seen batch (fixtures/corpus/first_seen_2026-12-07b.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.worker.fixkit import own_rounding
+
+
+def _system(points: torch.Tensor) -> torch.Tensor:
+    """The thin-plate-spline system of the control points: r^2 log r of their distances
+    (ill-conditioned for nearby points), bordered by the affine part."""
+    distance = torch.cdist(points, points).clamp_min(1e-6)
+    n = points.shape[0]
+    system = torch.zeros(n + 3, n + 3)
+    system[:n, :n] = distance**2 * torch.log(distance)
+    system[:n, n] = 1
+    system[n, :n] = 1
+    system[:n, n + 1:] = points
+    system[n + 1:, :n] = points.T
+    return system
+
+
+class Warp(torch.nn.Module):
+    """A thin-plate-spline solve in the manner of EleGANt#14's tps_align: the kernel of the
+    control points inverted (torch.inverse) and applied to the targets."""
+
+    def forward(self, points: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.inverse(_system(points)) @ torch.cat([targets, torch.zeros(3, 2)])
+
+
+def _points(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(40, 2, generator=generator), torch.rand(40, 2, generator=generator)
+
+
+def test_an_output_within_pytorch_s_own_float32_rounding_passes_and_a_wrong_one_does_not() -> None:
+    points, targets = _points(0)
+    model = Warp().eval()
+    with torch.no_grad():
+        ours = model(points, targets)
+        # Another float32 algorithm for the same solve: as far from the float64 answer as torch's.
+        other = torch.linalg.solve(_system(points), torch.cat([targets, torch.zeros(3, 2)]))
+    found = own_rounding(model, (points, targets), {}, [ours], [other.numpy()], atol=1e-4)
+    assert found is not None and found["pytorch_error"] > 1e-4  # float32 itself is off by more than atol
+    assert found["passed"], found
+    wrong = ours.numpy() + 10 * found["pytorch_error"]
+    assert own_rounding(model, (points, targets), {}, [ours], [wrong], atol=1e-4)["passed"] is False
+
+
+def test_a_model_that_refuses_float64_gives_no_evidence() -> None:
+    class Fixed(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ torch.ones(3, 3, dtype=torch.float32)  # float32 whatever the default
+
+    x = torch.rand(2, 3)
+    assert own_rounding(Fixed(), (x,), {}, [Fixed()(x)], [Fixed()(x).numpy()], atol=1e-4) is None
+
+
+
+WARP_SCRIPT = '''
+import torch
+dynamo = False
+opset_version = 15
+from warp_model import Warp
+
+def get_model():
+    generator = torch.Generator().manual_seed(0)
+    return Warp().eval(), (torch.rand(40, 2, generator=generator), torch.rand(40, 2, generator=generator))
+
+def get_inputs2():
+    generator = torch.Generator().manual_seed(1)
+    return (torch.rand(40, 2, generator=generator), torch.rand(40, 2, generator=generator))
+'''
+
+
+@pytest.mark.slow
+def test_an_ill_conditioned_inverse_rewrite_is_verified_within_pytorch_s_own_rounding(tmp_path: Path) -> None:
+    import inspect
+
+    (tmp_path / "warp_model.py").write_text(f"import torch\n\n\n{inspect.getsource(_system)}\n\n{inspect.getsource(Warp)}")
+    script = tmp_path / "warp.py"
+    script.write_text(WARP_SCRIPT)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::linalg_inv"), finding
+    fix = next(f for f in finding.fixes if f.kind == "rewrite")
+    assert fix.verified is True, fix.check
+    assert fix.check is not None and "PyTorch's own float32 rounding" in fix.check.detail
