@@ -93,3 +93,50 @@ def test_an_ill_conditioned_inverse_rewrite_is_verified_within_pytorch_s_own_rou
     fix = next(f for f in finding.fixes if f.kind == "rewrite")
     assert fix.verified is True, fix.check
     assert fix.check is not None and "PyTorch's own float32 rounding" in fix.check.detail
+
+
+# NVIDIA/waveglow#97's checkpoint class: forward() is a stub returning None, infer() computes the
+# result (here deterministically, and ending in `.data` as WaveGlow's does).
+STUB_FORWARD = '''
+import torch
+dynamo = False
+
+class Vocoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.upsample = torch.nn.ConvTranspose1d(8, 8, 4, stride=2)
+        self.proj = torch.nn.Conv1d(8, 2, 1)
+
+    def forward(self, forward_input):
+        return None
+
+    def infer(self, spect, sigma=1.0):
+        audio = torch.tanh(self.proj(self.upsample(spect))) * sigma
+        return audio.permute(0, 2, 1).reshape(audio.size(0), -1).data
+
+def get_model():
+    torch.manual_seed(0)
+    return Vocoder().eval(), (torch.randn(1, 8, 20),)
+'''
+
+
+@pytest.mark.slow
+def test_a_stub_forward_is_named_and_the_inference_method_exported_instead(tmp_path: Path) -> None:
+    script = tmp_path / "vocoder.py"
+    script.write_text(STUB_FORWARD)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD499" and finding.message.startswith("forward() returns no tensor"), finding
+    assert "infer()" in finding.message
+    fix = next(f for f in finding.fixes if f.kind == "entry_method")
+    # The wrapper exports infer(), `.data` traced as a detach; checked against PyTorch's infer().
+    assert fix.verified is True and "Export the model's infer()" in fix.title, fix.check
+
+
+def test_a_tensor_printed_into_an_error_is_shortened_to_its_type_and_shape() -> None:
+    from onnxdoctor.worker.tracebacks import exception_text
+
+    printed = "output 1 (Columns 1 to 3 0.35 -1.02 0.89\n\nColumns 4 to 5 1.5 2.0\n[ torch.FloatTensor{1,5} ])"
+    text = exception_text(RuntimeError(printed + " of traced region did not have observable data dependence"))
+    assert text == "output 1 (a FloatTensor of shape (1,5)) of traced region did not have observable data dependence"
+    assert exception_text(ValueError("shape (2, 3) [ not a tensor ]")) == "shape (2, 3) [ not a tensor ]"

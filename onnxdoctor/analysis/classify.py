@@ -39,6 +39,10 @@ _DYNAMIC_SHAPES_KEYS = re.compile(
 # may contain dots (ns::op.overload) but never ends with one.
 # The TorchScript exporter's peephole pass, after every op converted: a pack or unpack not paired.
 _UNPAIRED_PACKING = re.compile(r"Cannot export individual pack_padded_sequence or pad_packed_sequence")
+# The tracer's check that each output depends on the inputs; torch prints the output's whole value
+# between "Output N (" and ") of traced region".
+_NO_DATA_DEPENDENCE = re.compile(r"[Oo]utput (\d+) \(.*\) of traced region did not have observable data dependence",
+                                 re.DOTALL)
 # torch.jit's input flattening: an example input that is an object, not tensors or containers.
 _OBJECT_INPUT = re.compile(r"supported as JIT inputs/outputs.*received an input of unsupported type: ([\w.]+\w)", re.DOTALL)
 _UNRECOGNIZED_NS = re.compile(r"unrecognized namespace ([A-Za-z_][\w.]*::[A-Za-z_](?:[\w.]*\w)?)")
@@ -447,6 +451,14 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                                  "torch.export cannot trace it (the op itself runs)", op=name)
         return make("OD212", f"custom op {name} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=name)
+    match = _NO_DATA_DEPENDENCE.search(text)
+    if match:
+        sites = facts.get("data_sites") or []
+        return make("OD299", f"output {match.group(1)} of forward() does not depend on the inputs in the TorchScript "
+                             "trace: it is computed where the tracer cannot follow (`.data`, NumPy, a tensor "
+                             "rebuilt from Python numbers)"
+                             + (f"; forward() uses `.data` at {', '.join(map(str, sites[:3]))}" if sites else ""),
+                    op=None)
     if _UNPAIRED_PACKING.search(text):
         return make("OD299", "the TorchScript exporter keeps pack_padded_sequence and pad_packed_sequence "
                              "(prim::PackPadded, prim::PadPacked) only as a pair around one recurrent layer, "

@@ -1516,6 +1516,33 @@ def own_rounding(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], torc
             and runtime <= OWN_ROUNDING_FACTOR * pytorch + atol}
 
 
+# Names of the methods models compute their results with when forward() is a training step or a
+# stub: WaveGlow's infer(), Tacotron 2's inference(), a detector's predict().
+_ENTRY_METHODS = re.compile(r"^(?:infer\w*|inference\w*|predict\w*|generate\w*|synthesi[sz]e\w*|sample\w*|"
+                            r"transcribe\w*|detect\w*|forward_\w+)$")
+
+
+def entry_methods(loaded: LoadedModel) -> list[str]:
+    """The model's own methods (its class's, not torch's) named like an inference entry point that
+    take the example inputs, in definition order (at most 3)."""
+    import inspect
+
+    model = loaded.model
+    found: list[str] = []
+    for cls in type(model).__mro__:
+        if cls.__module__.split(".")[0] == "torch":
+            break
+        for name, value in vars(cls).items():
+            if name in found or not callable(value) or not _ENTRY_METHODS.match(name):
+                continue
+            try:
+                inspect.signature(getattr(model, name)).bind(*loaded.args, **(loaded.kwargs or {}))
+            except (TypeError, ValueError):
+                continue
+            found.append(name)
+    return found[:3]
+
+
 def forward_parameters(loaded: LoadedModel) -> list[str]:
     """forward()'s argument names in order (none for `*args`/`**kwargs`; [] when unreadable)."""
     import inspect

@@ -82,6 +82,7 @@ from onnxdoctor.worker.facts import (
 from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
 from onnxdoctor.worker.fixkit import (
     apply_load_code,
+    entry_methods,
     forward_parameters,
     python_state,
     reference_call,
@@ -354,8 +355,14 @@ class Runner:
                 case LoadCode(code=code):
                     # A fix that changes the model itself (its switches, a wrapper) runs before the
                     # reference outputs, and the model it leaves in `model` is the one exported.
+                    before = model
                     apply_load_code(code, loaded, f"load_{recipe.kind}", self.workdir)
                     model = loaded.model
+                    if model is not before and not getattr(before, "training", True) and getattr(model, "training", False):
+                        # A fix's wrapper module starts in training mode; the model inside is in
+                        # eval mode, and the wrapper's own flag must say so too (its modules'
+                        # flags are their own: set on the wrapper alone, not recursively).
+                        model.training = False
         state["loaded"] = loaded
         facts: dict[str, Any] = {
             "factory": loaded.factory,
@@ -443,6 +450,10 @@ class Runner:
             facts["state_writes"] = describe_writes(loaded.model, names)
             state["state_hook"] = FirstCallHook(loaded.model, state["pristine"], names)
         facts["outputs"] = [describe_tensor(t) for t in state["torch_outputs"]]
+        if not state["torch_outputs"]:
+            # forward() computes nothing to export (a stub returning None): what else may.
+            with contextlib.suppress(Exception):
+                facts["entry_methods"] = entry_methods(loaded)
         facts["none_outputs"] = none_leaves(outputs)
         with contextlib.suppress(Exception):
             facts["text_output"] = text_output(outputs)
@@ -773,6 +784,16 @@ class Runner:
             if model is not None and not model.graph.node:
                 # ONNX Runtime answers an empty graph with one of its C++ signatures: say what it is.
                 graph = model.graph
+                if not state.get("torch_outputs") and "load_facts" in state:
+                    methods = state["load_facts"].get("entry_methods") or []
+                    raise StageFailed(
+                        "forward() returns no tensor with the example inputs (None), so the export holds "
+                        f"nothing: the graph has no nodes and {len(graph.output)} output(s), and ONNX Runtime "
+                        "builds no session for it"
+                        + (f"; the model's {', '.join(m + '()' for m in methods)} take the example inputs"
+                           if methods else ""),
+                        "OD499",
+                    ) from exc
                 raise StageFailed(
                     f"the graph has no nodes ({len(graph.input)} input(s), {len(graph.output)} output(s), "
                     f"{len(graph.initializer)} initializer(s)): ONNX Runtime builds no session for it",

@@ -51,7 +51,7 @@ def error_info(exc: BaseException) -> dict[str, Any]:
     for current in exception_chain(exc, limit=12):
         chain.append(f"{type(current).__module__}.{type(current).__qualname__}")
         try:
-            messages.append(str(current)[:8000])
+            messages.append(exception_text(current)[:8000])
         except Exception:  # a user exception whose __str__ raises
             messages.append(f"<{type(current).__name__}: message unavailable>")
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])[-5000:]
@@ -152,8 +152,16 @@ def _model_library(filename: str) -> bool:
     return False
 
 
+# A tensor's value as torch's C++ prints it into an error ("Output 1 (Columns 1 to 10 0.35 ...
+# [ torch.FloatTensor{1,25600} ]) of traced region ..."): thousands of numbers ahead of the point.
+_PRINTED_TENSOR = re.compile(r"\((?:[^()\[]|\n)*?\[ torch\.(\w+)\{([\d,]*)\} \]\)")
+
+
 def exception_text(exc: BaseException) -> str:
+    """The exception's message, a tensor printed into it shortened to its type and shape."""
     text = str(exc).strip() or type(exc).__name__
+    if "[ torch." in text:
+        text = _PRINTED_TENSOR.sub(lambda m: f"(a {m.group(1)} of shape ({m.group(2)}))", text)
     return text
 
 
