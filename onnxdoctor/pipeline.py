@@ -325,8 +325,8 @@ def _segments(candidates: list[tuple[int, Fix]]) -> list[tuple[bool, list[tuple[
     for index, fix in candidates:
         if fix.recipe is None:
             continue
-        if fix.recipe.isolated or not segments or segments[-1][0]:
-            segments.append((fix.recipe.isolated, [(index, fix)]))
+        if fix.recipe.alone or not segments or segments[-1][0]:
+            segments.append((fix.recipe.alone, [(index, fix)]))
         else:
             segments[-1][1].append((index, fix))
     return segments

@@ -478,6 +478,14 @@ class Recipe:
     # The kinds of the recipes chained into this one, in order (a single fix: just `kind`).
     chain: tuple[str, ...] = field(default=())
 
+    @property
+    def alone(self) -> bool:
+        """Whether the recipe needs a worker of its own: marked `isolated`, or it changes the
+        loaded model or its example (LoadCode, EvalMode), which a worker checking several fixes
+        one after another would carry into the next (or not see, where the example was read
+        before)."""
+        return self.isolated or any(isinstance(s, (LoadCode, EvalMode)) for s in self.steps)
+
     def first(self, cls: type[S]) -> S | None:
         """The recipe's first step of that type, if any."""
         return next((s for s in self.steps if isinstance(s, cls)), None)

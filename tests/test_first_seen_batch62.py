@@ -140,3 +140,55 @@ def test_a_tensor_printed_into_an_error_is_shortened_to_its_type_and_shape() -> 
     text = exception_text(RuntimeError(printed + " of traced region did not have observable data dependence"))
     assert text == "output 1 (a FloatTensor of shape (1,5)) of traced region did not have observable data dependence"
     assert exception_text(ValueError("shape (2, 3) [ not a tensor ]")) == "shape (2, 3) [ not a tensor ]"
+
+
+# pytorch/pytorch#167068's mechanism: a batch-1 example of a dim declared dynamic is specialised
+# by torch.export without a word (here through a one-prompt fast path), and the graph runs batch 1
+# only. Exported from the example doubled along the batch, the graph keeps it.
+ONE_PROMPT = '''
+import torch
+dynamo = True
+input_names = ["x"]
+dynamic_axes = {"x": {0: "batch", 1: "seq"}}
+
+class PromptEncoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.proj(x)
+        if b == 1:
+            h = torch.softmax(h[0], -1)[None]
+        else:
+            h = torch.softmax(h, -1)
+        return h.reshape(b, s * 8)
+
+def get_model():
+    torch.manual_seed(0)
+    return PromptEncoder().eval(), (torch.randn(1, 5, 8),)
+
+def get_inputs2():
+    return (torch.randn(3, 7, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_size_one_example_dim_the_export_fixed_is_exported_from_an_example_of_two(tmp_path: Path) -> None:
+    script = tmp_path / "prompts.py"
+    script.write_text(ONE_PROMPT)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=True))
+    found = {f.code: f for f in diagnosis.findings}
+    assert "OD802" in found, [(f.code, f.message) for f in diagnosis.findings]
+    fix = found["OD802"].fixes[0]
+    # Its LoadCode changes the example: checked in a worker of its own, or the example stays 1.
+    assert fix.title.startswith("Export with an example of size 2 along batch") and fix.verified is True, fix.check
+
+
+def test_a_recipe_that_changes_the_model_or_example_runs_alone() -> None:
+    from onnxdoctor.recipe import EvalMode, LoadCode, Recipe, UseOpset
+
+    assert Recipe("x", (LoadCode("example_inputs = ()"),)).alone
+    assert Recipe("x", (EvalMode(),)).alone
+    assert not Recipe("x", (UseOpset(18),)).alone and Recipe("x", (UseOpset(18),), isolated=True).alone

@@ -266,7 +266,7 @@ def shared_fix_plan(findings: list[Finding], options: DiagnoseOptions) -> list[R
     seen: set[str] = set()
     for finding in findings:
         for _index, fix in to_try(finding, options):
-            if fix.recipe is not None and not fix.recipe.isolated and fix.recipe.key() not in seen:
+            if fix.recipe is not None and not fix.recipe.alone and fix.recipe.key() not in seen:
                 seen.add(fix.recipe.key())
                 plan.append(fix.recipe)
     return plan

@@ -19,7 +19,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix, Stage
 from onnxdoctor.recipe import DynamicShapes, LoadCode, Recipe
 
-CODES = ("OD208", "OD204", "OD299")
+CODES = ("OD208", "OD204", "OD299", "OD802", "OD803")
 
 # torch.onnx's own conversion of dynamic_axes failed or put a dim on another input.
 _CONVERSION = re.compile(r"dynamic_axes|dynamic_shapes|user-specified")
@@ -31,6 +31,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A key rename, torch's own Dim suggestions, or the way to keep a specialized dim dynamic."""
     if ctx.target_kind != "script":
         return []
+    if finding.code in ("OD802", "OD803"):
+        # The export ran, and a declared dim the example gives as 1 came out fixed: torch.export
+        # specialised it without a suggestion to read (a batch-1 prompt, pytorch#167068).
+        widen = _example_of_two(ctx, None) if ctx.exporter == "dynamo" else None
+        return [widen] if widen else []
     converted = _from_axes(finding, ctx)
     if finding.code != "OD208":
         return [converted] if converted else []
@@ -162,28 +167,32 @@ def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
     )
 
 
-def _example_of_two(ctx: FixContext, pinned: list[str]) -> Fix | None:
+def _example_of_two(ctx: FixContext, pinned: list[str] | None) -> Fix | None:
     """torch.export specialises a dim whose example size is 1 (it cannot tell 1 from "any size"),
-    and torch.onnx then pins it to 1: export with the example doubled along that dim instead."""
-    ones = {m.group(1) for m in map(_SUGGESTION.match, pinned) if m and m.group(2).strip() in ("0", "1")}
+    and torch.onnx then pins it to 1: export with the example doubled along that dim instead.
+    `pinned`: torch's suggestions that pin dims to 1 (those dims); None: every declared dim the
+    example gives as 1."""
+    ones = {m.group(1) for m in map(_SUGGESTION.match, pinned or ()) if m and m.group(2).strip() in ("0", "1")}
     load = ctx.facts_of(Stage.LOAD)
     settings = load.get("settings") or {}
     axes, names = settings.get("dynamic_axes"), settings.get("input_names")
     shapes = [i.get("shape") for i in load.get("inputs") or () if isinstance(i, dict)]
-    if not ones or not isinstance(axes, dict) or not isinstance(names, list):
+    if (pinned is not None and not ones) or not isinstance(axes, dict) or not isinstance(names, list):
         return None
     widen: dict[int, list[int]] = {}
+    found: set[str] = set()
     for name, dims in axes.items():
         if name not in names or names.index(name) >= len(shapes) or not isinstance(dims, dict):
             continue
         position = names.index(name)
         for axis, label in dims.items():
             shape = shapes[position] or []
-            if label in ones and int(axis) < len(shape) and shape[int(axis)] == 1:
+            if (pinned is None or label in ones) and int(axis) < len(shape) and shape[int(axis)] == 1:
                 widen.setdefault(position, []).append(int(axis))
+                found.add(str(label))
     if not widen:
         return None
-    labels = ", ".join(sorted(ones))
+    labels = ", ".join(sorted(found))
     code = (
         "import torch\n\n"
         f"# torch.export cannot keep a dim dynamic whose example size is 1 ({labels}): export with the\n"
