@@ -497,8 +497,9 @@ class Recipe:
     @property
     def exporter_bound(self) -> bool:
         """Whether a step was written for the chosen exporter (export code, custom opsets, export
-        type, dynamic_shapes): switching exporters voids it."""
-        return any(isinstance(s, _EXPORTER_BOUND) for s in self.steps)
+        type, dynamic_shapes, a LoadCode that defines dynamic_shapes): switching exporters voids it."""
+        return any(isinstance(s, _EXPORTER_BOUND) or (isinstance(s, LoadCode) and "dynamic_shapes =" in s.code)
+                   for s in self.steps)
 
     @property
     def acts_on(self) -> int:

@@ -192,3 +192,40 @@ def test_a_recipe_that_changes_the_model_or_example_runs_alone() -> None:
     assert Recipe("x", (LoadCode("example_inputs = ()"),)).alone
     assert Recipe("x", (EvalMode(),)).alone
     assert not Recipe("x", (UseOpset(18),)).alone and Recipe("x", (UseOpset(18),), isolated=True).alone
+
+
+# ChaoningZhang/MobileSAM#176's mechanism: torch.onnx's conversion of dynamic_axes for torch.export
+# lists the dynamic_axes keys before the other input names and pairs them with forward()'s inputs
+# in that order, so the dynamic dim of the second input lands on the first, whose size is fixed.
+MISNAMED = '''
+import torch
+dynamo = True
+input_names = ["embeddings", "coords"]
+dynamic_axes = {"coords": {1: "num_points"}}
+
+class Decoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(2, 32)
+        self.embed = torch.nn.Linear(32, 32)
+
+    def forward(self, embeddings, coords):
+        return self.embed(embeddings)[:, None, :] + self.proj(coords)
+
+def get_model():
+    torch.manual_seed(0)
+    return Decoder().eval(), (torch.randn(1, 32), torch.randn(1, 5, 2))
+'''
+
+
+@pytest.mark.slow
+def test_a_dim_declared_dynamic_that_tracing_found_static_is_od208_and_the_axes_exporter_is_tried(tmp_path: Path) -> None:
+    script = tmp_path / "decoder.py"
+    script.write_text(MISNAMED)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD208", (finding.code, finding.message)
+    assert "static in the model as traced: embeddings dim 1 (32)" in finding.message
+    kinds = {f.kind: f for f in finding.fixes}
+    # dynamic_axes are what the TorchScript exporter takes as they are.
+    assert kinds["exporter"].verified is True, [(f.kind, f.verified) for f in finding.fixes]

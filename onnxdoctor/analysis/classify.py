@@ -38,6 +38,9 @@ _DYNAMIC_SHAPES_KEYS = re.compile(
 # torch ends the sentence right after the name ("... namespace ns::op. If you are ..."): a name
 # may contain dots (ns::op.overload) but never ends with one.
 # The TorchScript exporter's peephole pass, after every op converted: a pack or unpack not paired.
+# torch.export's "conflicts between user-specified ranges and inferred ranges": each dim declared
+# dynamic that tracing found static, with its size.
+_INFERRED_STATIC = re.compile(r"tracing inferred a static shape of (\d+) for dimension inputs\['(\w+)'\]\.shape\[(\d+)\]")
 _UNPAIRED_PACKING = re.compile(r"Cannot export individual pack_padded_sequence or pad_packed_sequence")
 # The tracer's check that each output depends on the inputs; torch prints the output's whole value
 # between "Output N (" and ") of traced region".
@@ -536,11 +539,20 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make("OD211", outputs, op=None, source=None if _UNKNOWN_OUTPUT.search(text) else source)
     capture = any(t in chain for t in _CAPTURE_TYPES) or any(t in text for t in _CAPTURE_TEXT)
     if capture:
-        if ("Constraints violated" in text or "dynamic_shapes" in text) and "data-dependent" not in text:
+        # "conflicts between user-specified ranges and inferred ranges": a dim declared dynamic
+        # that tracing found static (torch.onnx's own dynamic_axes conversion can put it there).
+        if ("Constraints violated" in text or "dynamic_shapes" in text or "user-specified dim hint" in text) \
+                and "data-dependent" not in text:
             keys = _DYNAMIC_SHAPES_KEYS.search(text)
             if keys:
                 return make("OD208", f"dynamic_shapes is keyed by {keys.group(2)}, but forward()'s "
                                      f"arguments are {keys.group(1)}", detail=_shape_keys(keys))
+            static = _INFERRED_STATIC.findall(text)
+            if static:
+                dims = ", ".join(f"{name} dim {dim} ({size})" for size, name, dim in dict.fromkeys(static))
+                return make("OD208", f"declared dynamic, but static in the model as traced: {dims}; torch.export "
+                                     "refuses a dynamic dim the model fixes (a dynamic_axes entry on the wrong "
+                                     "input, or a size the model's own code fixes)")
             return make("OD208", _capture_message(text, base_dir, "dynamic_shapes do not match the model"))
         detail = _capture_message(text, base_dir, "")
         if "Exporting a ScriptModule is not supported" in text:

@@ -17,7 +17,7 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix, Stage
-from onnxdoctor.recipe import DynamicShapes, LoadCode, Recipe
+from onnxdoctor.recipe import DynamicShapes, LoadCode, Recipe, UseExporter
 
 CODES = ("OD208", "OD204", "OD299", "OD802", "OD803")
 
@@ -163,7 +163,8 @@ def _from_axes(finding: Finding, ctx: FixContext) -> Fix | None:
         applicability=Applicability.SAFE,
         cost="none at run time; Dim.AUTO lets torch.export keep a dim dynamic where the model allows and fix it "
              "where the model does not (the ONNX model then says which)",
-        recipe=Recipe("axes_as_shapes", (LoadCode(code),), isolated=True),
+        # dynamic_shapes are the dynamo exporter's: a chain may not switch to the other exporter.
+        recipe=Recipe("axes_as_shapes", (LoadCode(code), UseExporter("dynamo")), isolated=True),
     )
 
 

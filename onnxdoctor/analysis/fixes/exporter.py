@@ -8,9 +8,11 @@ from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import Recipe, UseExporter
 
-# Not OD208: the TorchScript exporter ignores dynamic_shapes, so switching cannot fix them. OD210
-# and OD502 are artefacts of tracing (a frozen value, an int argument made a graph input).
-CODES = ("OD201", "OD202", "OD204", "OD205", "OD212", "OD299", "OD301", "OD303", "OD304", "OD399",
+# OD208 only for a script that declares dynamic_axes: the TorchScript exporter ignores
+# dynamic_shapes, so switching cannot fix those, but it takes dynamic_axes as they are (torch.onnx's
+# conversion of them for torch.export is what failed). OD210 and OD502 are artefacts of tracing (a
+# frozen value, an int argument made a graph input).
+CODES = ("OD201", "OD202", "OD204", "OD205", "OD208", "OD212", "OD299", "OD301", "OD303", "OD304", "OD399",
          "OD210", "OD402", "OD403", "OD499", "OD501", "OD502", "OD599", "OD601", "OD602", "OD603", "OD604",
          "OD901")
 
@@ -21,6 +23,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script" or ctx.exporter is None:
         return []
     if finding.code == "OD901" and "during export" not in finding.message:
+        return []
+    settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
+    if finding.code == "OD208" and (ctx.exporter != "dynamo" or not settings.get("dynamic_axes")
+                                    or settings.get("dynamic_shapes")):
         return []
     other = ctx.other_exporter()
     dynamo = other == "dynamo"
