@@ -222,3 +222,35 @@ def edit_text(source: str, line: int) -> str | None:
 
 def _commented(text: str) -> str:
     return "\n".join(f"#   {line}" for line in text.splitlines())
+
+
+def slice_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
+    """The `int(x)` calls that start on `line` and are a slice's bound (`masks[..., :int(h)]`):
+    the TorchScript tracer records int() of a tensor as the example's number, and a slice takes
+    the tensor itself as a traced bound."""
+    bounds = [bound for node in ast.walk(tree) if isinstance(node, ast.Slice)
+              for bound in (node.lower, node.upper, node.step) if bound is not None]
+    return [bound for bound in bounds if isinstance(bound, ast.Call) and bound.lineno == line
+            and isinstance(bound.func, ast.Name) and bound.func.id == "int" and len(bound.args) == 1
+            and not bound.keywords]
+
+
+def slice_int_edit(source: str, line: int) -> tuple[str, str] | None:
+    """(the line, the line with each slice bound `int(x)` written `x`), or None where the line holds
+    no such bound on one line."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
+    calls = sorted((c for c in slice_int_calls(tree, line) if c.end_lineno == line), key=lambda c: -c.col_offset)
+    if not calls:
+        return None
+    encoded = text.encode("utf-8")  # ast's offsets count bytes
+    edited = encoded
+    for call in calls:
+        inner = encoded[call.args[0].col_offset:call.args[0].end_col_offset]
+        edited = edited[:call.col_offset] + inner + edited[call.end_col_offset:]
+    return text, edited.decode("utf-8")

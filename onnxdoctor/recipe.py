@@ -225,7 +225,9 @@ class EagerExport:
     and each name selected with torch.where (onnxdoctor/branches.py), so the graph holds the
     selection instead of the side the example took; `len_sites`: (file name, line) of
     `len(tensor)` calls, run as `tensor.shape[0]`, which the TorchScript tracer keeps as a traced
-    size where it records len() as the example's number; `int_sizes`: a 0-d tensor given to
+    size where it records len() as the example's number; `slice_sites`: (file name, line) of
+    slices bounded by `int(tensor)` (`masks[..., :int(h)]`), run with the tensor itself as the
+    bound, which the tracer keeps as a traced Slice input; `int_sizes`: a 0-d tensor given to
     torch.nn.functional where it takes an int or a tuple of ints (`F.unfold(x, k, stride=s)` with
     `s` computed from sizes, a 0-d tensor under the TorchScript tracer, which torch's argument
     parsing iterates) is read as the Python int it holds, a constant of the graph as the user's
@@ -256,6 +258,7 @@ class EagerExport:
     affine_norms: bool = False
     where_branches: tuple[tuple[str, int], ...] = ()
     len_sites: tuple[tuple[str, int], ...] = ()
+    slice_sites: tuple[tuple[str, int], ...] = ()
     int_sizes: bool = False
     frozen_weights: bool = False
     inplace_operators: bool = False

@@ -229,3 +229,37 @@ def test_a_dim_declared_dynamic_that_tracing_found_static_is_od208_and_the_axes_
     kinds = {f.kind: f for f in finding.fixes}
     # dynamic_axes are what the TorchScript exporter takes as they are.
     assert kinds["exporter"].verified is True, [(f.kind, f.verified) for f in finding.fixes]
+
+
+# onnxruntime-inference-examples#341 (SAM's released mask post-processing): masks cropped with
+# `int()` of a size computed from an input, beside a score table built with torch.tensor from
+# Python numbers (a constant that is meant to be one).
+CROP = '''
+import torch
+dynamo = False
+
+class Crop(torch.nn.Module):
+    def forward(self, masks, size):
+        weights = torch.tensor([[1.0] + [0.0] * 3])
+        scaled = masks * weights.sum()
+        return scaled[..., : int(size[0]), : int(size[1])]
+
+def get_model():
+    return Crop().eval(), (torch.rand(1, 1, 16, 16), torch.tensor([9.0, 12.0]))
+
+def get_inputs2():
+    return (torch.rand(1, 1, 16, 16), torch.tensor([14.0, 5.0]))
+'''
+
+
+@pytest.mark.slow
+def test_a_slice_bounded_by_int_of_a_tensor_is_named_and_sliced_with_the_tensor(tmp_path: Path) -> None:
+    script = tmp_path / "crop.py"
+    script.write_text(CROP)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    # The int() conversions lost the input's value, not the constant table two lines above.
+    assert finding.code == "OD210" and finding.source == "crop.py:9", (finding.code, finding.source)
+    fix = finding.fixes[0]
+    assert fix.kind == "traced_slice" and fix.verified is True, [(f.kind, f.verified) for f in finding.fixes]
+    assert "scaled[..., : size[0], : size[1]]" in fix.snippet

@@ -121,10 +121,15 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     # values taken out of tensors, since it holds at the other inputs unless their sizes cross it.
     # An unpacking (`idx_i, idx_j = edge_index`) iterates over a tensor too, but a tensor of
     # another length fails in PyTorch as well: it freezes nothing an input could change, so
-    # it comes last.
+    # it comes last. A tensor built from Python values ("torch.tensor results are registered as
+    # constants") freezes what those values were; where a conversion out of a tensor was warned
+    # about too, that conversion is where an input's value was lost (SAM's
+    # `masks[..., :int(prepadded_size[0])]` behind a constant score table).
     sizes = set(export.facts.get("size_branches") or ())
+    converted = any(_CONVERTING.search(w) for w in frozen)
     mine = sorted((w for w in frozen if _warning_source(w, base_dir)),
                   key=lambda w: ("Iterating over a tensor" in w and _unpacks(_warning_source(w, base_dir), base_dir),
+                                 converted and bool(_REGISTERED.search(w)),
                                  _warning_source(w, base_dir) in sizes))
     diverging = second.get("diverging") if isinstance(second, dict) else None
     inside = [w for w in mine if _in_class(_warning_source(w, base_dir), (diverging or {}).get("module_class"), base_dir)]

@@ -19,13 +19,15 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from onnxdoctor.branches import select_branch
+from onnxdoctor.branches import select_branch, slice_int_calls
 from onnxdoctor.worker.loader import LoadedModel
 
 # The name the rewritten code calls to select; bound in the function's globals while exporting.
 SELECT = "__onnxdoctor_select__"
 # The name the rewritten len() calls call (`length`).
 LENGTH = "__onnxdoctor_len__"
+# The name the rewritten slice-bound int() calls call (`as_bound`).
+BOUND = "__onnxdoctor_bound__"
 
 
 def select_branches(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
@@ -48,6 +50,17 @@ def sized_lengths(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo:
     _rewrite_sites(loaded, sites, undo, _lengths)
 
 
+def slice_bounds(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
+    """Make each slice bound `int(x)` on the sites' lines give a tensor `x` itself, as an integer
+    tensor (which the TorchScript tracer keeps as a traced bound; int() it records as a number)
+    until `undo` runs.
+
+    Raises:
+        RuntimeError: a site is not in a function the model reaches, or holds no such bound.
+    """
+    _rewrite_sites(loaded, sites, undo, _slice_ints)
+
+
 def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]],
                    edit: Callable[[ast.FunctionDef | ast.AsyncFunctionDef, int], bool]) -> None:
     """Each function holding a site compiled again with `edit` at its sites, installed until `undo`."""
@@ -60,7 +73,7 @@ def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo
     for (owner, attribute, function), lines in by_function.items():
         replacement = _rewritten(function, owner, lines, edit)
         _install(owner, attribute, replacement, undo)
-        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH)])
+        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH, BOUND)])
 
 
 def length(value: Any) -> Any:
@@ -70,6 +83,24 @@ def length(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         return value.shape[0]
     return len(value)
+
+
+def as_bound(value: Any) -> Any:
+    """`int(value)` for a slice bound: a one-element tensor stays a tensor (as int64), which the
+    tracer records as a traced bound; anything else is int()."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.reshape(()).to(torch.int64)
+    return int(value)
+
+
+def _slice_ints(definition: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
+    """The slice-bound `int(...)` calls that start on `line`, made calls to BOUND."""
+    calls = slice_int_calls(definition, line)
+    for call in calls:
+        call.func = ast.copy_location(ast.Name(BOUND, ast.Load()), call.func)
+    return bool(calls)
 
 
 def _lengths(definition: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
@@ -166,7 +197,7 @@ def _rewritten(function: types.FunctionType, owner: Any, lines: list[int],
     code = compile(module, function.__code__.co_filename, "exec")
     namespace: dict[str, Any] = {}
     globals_ = function.__globals__
-    globals_[SELECT], globals_[LENGTH] = select, length
+    globals_[SELECT], globals_[LENGTH], globals_[BOUND] = select, length, as_bound
     exec(code, globals_, namespace)  # noqa: S102 (the user's own function, compiled again)
     made = vars(namespace[klass])[definition.name] if klass else namespace[definition.name]
     target = inspect.unwrap(made.__func__ if isinstance(made, (staticmethod, classmethod)) else made)

@@ -473,6 +473,10 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             from onnxdoctor.worker.branch_select import sized_lengths
 
             sized_lengths(loaded, step.len_sites, undo)
+        if step.slice_sites:
+            from onnxdoctor.worker.branch_select import slice_bounds
+
+            slice_bounds(loaded, step.slice_sites, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)

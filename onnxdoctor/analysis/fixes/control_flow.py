@@ -12,7 +12,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.analysis.sources import folder_file
-from onnxdoctor.branches import edit_text
+from onnxdoctor.branches import edit_text, slice_int_edit
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, PrefixParity, Recipe, UseExporter
 
@@ -46,6 +46,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     pools = global_pool_fix(finding, ctx) if finding.code == "OD210" else None
     return [
         *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
+        *_traced_slices(finding, ctx),  # slice bounds int() took out of tensors: kept tensors
         *([values] if values else []),
         *([pools] if pools else []),
         *_every_candidate(finding, ctx),
@@ -295,6 +296,40 @@ def _traced_lengths(finding: Finding, ctx: FixContext) -> list[Fix]:
     )]
 
 
+def _traced_slices(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """OD210 where a slice is bounded by int() of a traced tensor (`masks[..., :int(h)]`, SAM's
+    mask post-processing, onnxruntime-inference-examples#341): the tracer writes the example's
+    number; the tensor itself as the bound is a traced Slice input. Exported with those int()
+    calls giving the tensor (branch_select.slice_bounds)."""
+    if finding.code != "OD210" or not ctx.target_path:
+        return []
+    folder = Path(ctx.target_path).parent
+    edits: list[str] = []
+    sites: list[tuple[str, int]] = []
+    for name, line in _warned_sites(ctx, folder, _INT_WARNING):
+        source = folder_file(folder, name)
+        edited = slice_int_edit(source, line) if source is not None else None
+        if edited is not None:
+            sites.append((name, line))
+            edits.append(f"# {name}:{line}\n# before: {edited[0].strip()}\n{edited[1].strip()}\n")
+    if not sites or len(sites) > MAX_FORCED_SITES:
+        return []
+    named = ", ".join(f"{name}:{line}" for name, line in sites)
+    return [Fix(
+        kind="traced_slice",
+        title=f"Slice with the tensor itself at {named} instead of int(tensor), so the graph takes the "
+              "bound from the input",
+        snippet="".join(edits),
+        applicability=Applicability.SAFE,
+        cost="none: the same slice, its bound computed by the graph (an integer tensor)",
+        recipe=Recipe("traced_slice", (EagerExport(slice_sites=tuple(sites)), UseExporter("torchscript")),
+                      isolated=True),
+    )]
+
+
+# torch's TracerWarning for int() of a traced tensor, with the line the worker appends to it.
+_INT_WARNING = re.compile(r"Converting a tensor to a Python integer.*\[(?P<path>[^\[\]]+):(?P<line>\d+)\]$",
+                          re.DOTALL)
 # torch's TracerWarning for len() of a traced tensor, with the line the worker appends to it.
 _LEN_WARNING = re.compile(r"Using len to get tensor shape.*\[(?P<path>[^\[\]]+):(?P<line>\d+)\]$", re.DOTALL)
 
@@ -302,12 +337,18 @@ _LEN_WARNING = re.compile(r"Using len to get tensor shape.*\[(?P<path>[^\[\]]+):
 def _length_sites(ctx: FixContext, folder: Path) -> list[tuple[str, int]]:
     """(file name, line) of the len() calls the TorchScript export warned about in the model's
     own folder, in the order met."""
+    return _warned_sites(ctx, folder, _LEN_WARNING)
+
+
+def _warned_sites(ctx: FixContext, folder: Path, warning: re.Pattern[str]) -> list[tuple[str, int]]:
+    """(file name, line) of the model folder's lines the TorchScript export warned about with
+    `warning`, in the order met."""
     sites: list[tuple[str, int]] = []
     for outcome in ctx.outcomes:
         if outcome.stage is not Stage.EXPORT or outcome.facts.get("exporter") != "torchscript":
             continue
         for text in outcome.warnings:
-            match = _LEN_WARNING.search(text.strip())
+            match = warning.search(text.strip())
             if match and Path(match["path"]).parent.resolve() == folder.resolve():
                 site = (Path(match["path"]).name, int(match["line"]))
                 if site not in sites:
