@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -270,29 +271,18 @@ def _traced_lengths(finding: Finding, ctx: FixContext) -> list[Fix]:
     """OD210 where forward() took len() of a traced tensor (`points[:len(scores)]`, LoFTR#337):
     the tracer writes the example's length as a number; `tensor.shape[0]` is a size it keeps
     traced. Exported with those len() calls read as shape[0] (branch_select.sized_lengths)."""
-    if finding.code != "OD210" or not ctx.target_path:
+    found = _warned_edits(finding, ctx, _LEN_WARNING, length_edit, every=True)
+    if found is None:
         return []
-    folder = Path(ctx.target_path).parent
-    sites = _length_sites(ctx, folder)
-    if not sites or len(sites) > MAX_FORCED_SITES:
-        return []
-    edits: list[str] = []
-    for name, line in sites:
-        source = folder_file(folder, name)
-        edited = length_edit(source, line) if source is not None else None
-        if edited is None:
-            return []
-        edits.append(f"# {name}:{line}\n# before: {edited[0].strip()}\n{edited[1].strip()}\n")
-    named = ", ".join(f"{name}:{line}" for name, line in sites)
+    sites, snippet, named = found
     return [Fix(
         kind="traced_length",
         title=f"Read the tensor lengths at {named} as tensor.shape[0] instead of len(tensor), so the "
               "graph computes them for every input",
-        snippet="".join(edits),
+        snippet=snippet,
         applicability=Applicability.SAFE,
         cost="none: shape[0] is the same number, computed by the graph from the tensor it measures",
-        recipe=Recipe("traced_length", (EagerExport(len_sites=tuple(sites)), UseExporter("torchscript")),
-                      isolated=True),
+        recipe=Recipe("traced_length", (EagerExport(len_sites=sites), UseExporter("torchscript")), isolated=True),
     )]
 
 
@@ -301,30 +291,44 @@ def _traced_slices(finding: Finding, ctx: FixContext) -> list[Fix]:
     mask post-processing, onnxruntime-inference-examples#341): the tracer writes the example's
     number; the tensor itself as the bound is a traced Slice input. Exported with those int()
     calls giving the tensor (branch_select.slice_bounds)."""
-    if finding.code != "OD210" or not ctx.target_path:
+    found = _warned_edits(finding, ctx, _INT_WARNING, slice_int_edit, every=False)
+    if found is None:
         return []
-    folder = Path(ctx.target_path).parent
-    edits: list[str] = []
-    sites: list[tuple[str, int]] = []
-    for name, line in _warned_sites(ctx, folder, _INT_WARNING):
-        source = folder_file(folder, name)
-        edited = slice_int_edit(source, line) if source is not None else None
-        if edited is not None:
-            sites.append((name, line))
-            edits.append(f"# {name}:{line}\n# before: {edited[0].strip()}\n{edited[1].strip()}\n")
-    if not sites or len(sites) > MAX_FORCED_SITES:
-        return []
-    named = ", ".join(f"{name}:{line}" for name, line in sites)
+    sites, snippet, named = found
     return [Fix(
         kind="traced_slice",
         title=f"Slice with the tensor itself at {named} instead of int(tensor), so the graph takes the "
               "bound from the input",
-        snippet="".join(edits),
+        snippet=snippet,
         applicability=Applicability.SAFE,
         cost="none: the same slice, its bound computed by the graph (an integer tensor)",
-        recipe=Recipe("traced_slice", (EagerExport(slice_sites=tuple(sites)), UseExporter("torchscript")),
-                      isolated=True),
+        recipe=Recipe("traced_slice", (EagerExport(slice_sites=sites), UseExporter("torchscript")), isolated=True),
     )]
+
+
+def _warned_edits(finding: Finding, ctx: FixContext, warning: re.Pattern[str],
+                  edit: Callable[[str, int], tuple[str, str] | None], *, every: bool
+                  ) -> tuple[tuple[tuple[str, int], ...], str, str] | None:
+    """For an OD210: the lines the export warned about with `warning` that `edit` rewrites, the
+    user's edit of each (the line before, the line after) and the sites named; None where there is
+    none, too many, or (`every`) a warned line that `edit` cannot rewrite."""
+    if finding.code != "OD210" or not ctx.target_path:
+        return None
+    folder = Path(ctx.target_path).parent
+    sites: list[tuple[str, int]] = []
+    edits: list[str] = []
+    for name, line in _warned_sites(ctx, folder, warning):
+        source = folder_file(folder, name)
+        edited = edit(source, line) if source is not None else None
+        if edited is None:
+            if every:
+                return None
+            continue
+        sites.append((name, line))
+        edits.append(f"# {name}:{line}\n# before: {edited[0].strip()}\n{edited[1].strip()}\n")
+    if not sites or len(sites) > MAX_FORCED_SITES:
+        return None
+    return tuple(sites), "".join(edits), ", ".join(f"{name}:{line}" for name, line in sites)
 
 
 # torch's TracerWarning for int() of a traced tensor, with the line the worker appends to it.
