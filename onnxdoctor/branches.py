@@ -238,14 +238,16 @@ def slice_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
 def slice_int_edit(source: str, line: int) -> tuple[str, str] | None:
     """(the line, the line with each slice bound `int(x)` written `x`), or None where the line holds
     no such bound on one line."""
-    import ast
-
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
     text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
     calls = sorted((c for c in slice_int_calls(tree, line) if c.end_lineno == line), key=lambda c: -c.col_offset)
+    # A bound inside another's argument is left as written in the shown line (the worker's own
+    # rewrite, on the tree, takes both).
+    calls = [c for c in calls if not any(o is not c and o.col_offset <= c.col_offset and c.end_col_offset <= o.end_col_offset
+                                         for o in calls)]
     if not calls:
         return None
     encoded = text.encode("utf-8")  # ast's offsets count bytes

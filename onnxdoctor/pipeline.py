@@ -505,7 +505,8 @@ class _Verifier:
 
 
 # Findings about other inputs than the example: a fix for one is judged at those inputs too.
-_OTHER_INPUT_CODES = frozenset({"OD210", "OD802", "OD803", "OD804"})
+# OD208: a dim declared dynamic; a fix that exports past it is judged at other sizes of it.
+_OTHER_INPUT_CODES = frozenset({"OD208", "OD210", "OD802", "OD803", "OD804"})
 
 
 def _recorded(fix: Fix, wide: bool, done: dict[str, FixCheck], done_wide: dict[str, FixCheck]) -> FixCheck | None:

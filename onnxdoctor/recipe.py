@@ -273,7 +273,11 @@ class EagerExport:
         values: dict[str, Any] = {}
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(later, f.name)
-            if isinstance(mine, tuple):
+            if f.name == "forced_branches":
+                # One value per site: the later fix's reading of a branch replaces this one's.
+                sites = {(name, line) for name, line, _value in theirs}
+                values[f.name] = (*(b for b in mine if (b[0], b[1]) not in sites), *theirs)
+            elif isinstance(mine, tuple):
                 values[f.name] = (*mine, *(v for v in theirs if v not in mine))
             elif isinstance(mine, bool):
                 values[f.name] = mine or theirs

@@ -47,11 +47,32 @@ def test_an_output_within_pytorch_s_own_float32_rounding_passes_and_a_wrong_one_
         ours = model(points, targets)
         # Another float32 algorithm for the same solve: as far from the float64 answer as torch's.
         other = torch.linalg.solve(_system(points), torch.cat([targets, torch.zeros(3, 2)]))
-    found = own_rounding(model, (points, targets), {}, [ours], [other.numpy()], atol=1e-4)
+    found = own_rounding(model, (points, targets), {}, [ours], [other.numpy()], atol=1e-4, rtol=1e-3)
     assert found is not None and found["pytorch_error"] > 1e-4  # float32 itself is off by more than atol
     assert found["passed"], found
     wrong = ours.numpy() + 10 * found["pytorch_error"]
-    assert own_rounding(model, (points, targets), {}, [ours], [wrong], atol=1e-4)["passed"] is False
+    assert own_rounding(model, (points, targets), {}, [ours], [wrong], atol=1e-4, rtol=1e-3)["passed"] is False
+
+
+def test_a_large_output_s_rounding_does_not_excuse_an_error_in_a_small_one() -> None:
+    # Judged element by element: the wide projection's float32 error allows nothing to the sigmoid.
+    class Two(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.wide = torch.nn.Linear(4096, 64)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.wide(x) * 10, torch.sigmoid(x[:, :8])
+
+    model, x = Two().eval(), torch.randn(2, 4096) * 30
+    with torch.no_grad():
+        big, small = model(x)
+    found = own_rounding(model, (x,), {}, [big, small], [big.numpy(), small.numpy() + 3e-3], atol=1e-4, rtol=1e-3)
+    assert found is not None and found["passed"] is False, found
+    # A bool output is no float32 rounding: no evidence, and no error either.
+    assert own_rounding(model, (x,), {}, [big, small > 0.5], [big.numpy(), (small > 0.5).numpy()],
+                        atol=1e-4, rtol=1e-3) is None
 
 
 def test_a_model_that_refuses_float64_gives_no_evidence() -> None:
@@ -60,7 +81,7 @@ def test_a_model_that_refuses_float64_gives_no_evidence() -> None:
             return x @ torch.ones(3, 3, dtype=torch.float32)  # float32 whatever the default
 
     x = torch.rand(2, 3)
-    assert own_rounding(Fixed(), (x,), {}, [Fixed()(x)], [Fixed()(x).numpy()], atol=1e-4) is None
+    assert own_rounding(Fixed(), (x,), {}, [Fixed()(x)], [Fixed()(x).numpy()], atol=1e-4, rtol=1e-3) is None
 
 
 
@@ -222,13 +243,16 @@ def get_model():
 def test_a_dim_declared_dynamic_that_tracing_found_static_is_od208_and_the_axes_exporter_is_tried(tmp_path: Path) -> None:
     script = tmp_path / "decoder.py"
     script.write_text(MISNAMED)
-    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=True))
     finding = diagnosis.findings[0]
     assert finding.code == "OD208", (finding.code, finding.message)
     assert "static in the model as traced: embeddings dim 1 (32)" in finding.message
-    kinds = {f.kind: f for f in finding.fixes}
-    # dynamic_axes are what the TorchScript exporter takes as they are.
-    assert kinds["exporter"].verified is True, [(f.kind, f.verified) for f in finding.fixes]
+    # The axes written as dynamic_shapes by forward()'s own names, checked at other sizes; the
+    # TorchScript exporter, which takes dynamic_axes as they are, is offered beside it.
+    assert finding.fixes[0].kind == "dynamic_shapes" and finding.fixes[0].verified is True, \
+        [(f.kind, f.verified) for f in finding.fixes]
+    assert finding.fixes[0].check is not None and finding.fixes[0].check.sizes
+    assert "exporter" in {f.kind for f in finding.fixes}
 
 
 # onnxruntime-inference-examples#341 (SAM's released mask post-processing): masks cropped with

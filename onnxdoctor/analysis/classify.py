@@ -457,8 +457,8 @@ def _classify_export(failure: _Failure) -> list[Finding]:
     match = _NO_DATA_DEPENDENCE.search(text)
     if match:
         sites = facts.get("data_sites") or []
-        return make("OD299", f"output {match.group(1)} of forward() does not depend on the inputs in the TorchScript "
-                             "trace: it is computed where the tracer cannot follow (`.data`, NumPy, a tensor "
+        return make("OD299", f"output {match.group(1)} of forward() (counted from 1) does not depend on the inputs "
+                             "in the TorchScript trace: it is computed where the tracer cannot follow (`.data`, NumPy, a tensor "
                              "rebuilt from Python numbers)"
                              + (f"; forward() uses `.data` at {', '.join(map(str, sites[:3]))}" if sites else ""),
                     op=None)

@@ -14,7 +14,7 @@ from pathlib import Path
 def split_source(source: str | None) -> tuple[str, int] | None:
     """`("model.py", 12)` from `"model.py:12"`; None where the source has no line number."""
     name, _, line = (source or "").rpartition(":")
-    return (name, int(line)) if name and line.isdigit() else None
+    return (name, int(line)) if name and line.isascii() and line.isdigit() else None
 
 
 def folder_file(folder: str | Path | None, name: str) -> str | None:
@@ -22,13 +22,13 @@ def folder_file(folder: str | Path | None, name: str) -> str | None:
     inside that folder: a source never sends a read outside it."""
     if not folder or not name:
         return None
-    base = Path(folder).resolve()
-    path = (base / name).resolve()
-    if base != path and base not in path.parents:
-        return None
     try:
+        base = Path(folder).resolve()
+        path = (base / name).resolve()
+        if base != path and base not in path.parents:
+            return None
         return path.read_text("utf-8", errors="replace")
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or a name no path can hold (a NUL byte)
         return None
 
 

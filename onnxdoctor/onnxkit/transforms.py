@@ -982,11 +982,13 @@ def drop_shape_annotations(model: onnx.ModelProto) -> onnx.ModelProto:
     fixed.CopyFrom(model)
     graphs = [fixed.graph, *(a.g for n in _all_nodes(fixed.graph) for a in n.attribute if a.HasField("g")),
               *(g for n in _all_nodes(fixed.graph) for a in n.attribute for g in a.graphs)]
-    dropped = sum(len(g.value_info) for g in graphs)
+    dropped = sum(len(g.value_info) for g in graphs) + sum(len(f.value_info) for f in fixed.functions)
     if not dropped:
         raise TransformError("the model declares no shape for an intermediate value")
     for graph in graphs:
         graph.ClearField("value_info")
+    for function in fixed.functions:  # local functions declare their values' shapes too
+        function.ClearField("value_info")
     return fixed
 
 

@@ -152,16 +152,18 @@ def _model_library(filename: str) -> bool:
     return False
 
 
-# A tensor's value as torch's C++ prints it into an error ("Output 1 (Columns 1 to 10 0.35 ...
-# [ torch.FloatTensor{1,25600} ]) of traced region ..."): thousands of numbers ahead of the point.
-_PRINTED_TENSOR = re.compile(r"\((?:[^()\[]|\n)*?\[ torch\.(\w+)\{([\d,]*)\} \]\)")
+# An output's value as the tracer prints it into its error ("output 1 (Columns 1 to 10 0.35 ...
+# [ torch.FloatTensor{1,25600} ]) of traced region ..."; "(1,.,.) = ..." blocks for more dims):
+# thousands of numbers ahead of the point.
+_PRINTED_TENSOR = re.compile(r"(output \d+ )\((?:(?!\[ torch\.).)*?\[ torch\.(\w+)\{([\d,]*)\} \]\)",
+                             re.DOTALL | re.IGNORECASE)
 
 
 def exception_text(exc: BaseException) -> str:
     """The exception's message, a tensor printed into it shortened to its type and shape."""
     text = str(exc).strip() or type(exc).__name__
     if "[ torch." in text:
-        text = _PRINTED_TENSOR.sub(lambda m: f"(a {m.group(1)} of shape ({m.group(2)}))", text)
+        text = _PRINTED_TENSOR.sub(lambda m: f"{m.group(1)}(a {m.group(2)} of shape ({m.group(3)}))", text)
     return text
 
 

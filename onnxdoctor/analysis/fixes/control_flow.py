@@ -338,12 +338,6 @@ _INT_WARNING = re.compile(r"Converting a tensor to a Python integer.*\[(?P<path>
 _LEN_WARNING = re.compile(r"Using len to get tensor shape.*\[(?P<path>[^\[\]]+):(?P<line>\d+)\]$", re.DOTALL)
 
 
-def _length_sites(ctx: FixContext, folder: Path) -> list[tuple[str, int]]:
-    """(file name, line) of the len() calls the TorchScript export warned about in the model's
-    own folder, in the order met."""
-    return _warned_sites(ctx, folder, _LEN_WARNING)
-
-
 def _warned_sites(ctx: FixContext, folder: Path, warning: re.Pattern[str]) -> list[tuple[str, int]]:
     """(file name, line) of the model folder's lines the TorchScript export warned about with
     `warning`, in the order met."""
