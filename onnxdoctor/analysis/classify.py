@@ -53,6 +53,8 @@ _TS_UNSUPPORTED = re.compile(
     r"Exporting the operator '?([\w.]+::[\w.]+)'? to ONNX opset version (\d+) is not supported"
 )
 _TS_ADDED_IN = re.compile(r"Support for this operator was added in version (\d+)")
+# A symbolic's SymbolicValueError: its reason, then "[Caused by the value ..." and the graph.
+_SYMBOLIC_VALUE_ERROR = re.compile(r"(.+?)\s*(?:\[Caused by the value|\[the TorchScript graph torch printed|$)", re.DOTALL)
 # A TorchScript symbolic refusing one variant of its op by raising OnnxExporterError: "ONNX does
 # not support include_self=False for scatter_reduce" (torch.onnx's symbolic_opset16).
 _TS_VARIANT_REFUSED = re.compile(r"ONNX does not support (.+?) for ([A-Za-z_]\w*)")
@@ -500,8 +502,8 @@ def _classify_export(failure: _Failure) -> list[Finding]:
             return make("OD201", f"{op} is not supported at opset {later.group(1)}; support starts at opset "
                                  f"{later.group(2)}", op=op, opset=int(later.group(1)))
         reason = (match.group(2) or "").strip()
-        qualifier = re.match(r" (with [^.\n]*)", text[match.end(1):])
-        if not reason and qualifier:  # "GridSample with 5D volumetric input"
+        qualifier = re.match(r" ((?:with|for) [^.\n]*)", text[match.end(1):])
+        if not reason and qualifier:  # "GridSample with 5D volumetric input", "convolution for kernel of unknown shape"
             reason = f"{match.group(1)} {qualifier.group(1)}"
         if facts.get("symbolic_refuses_always"):
             # torch registers the op only to refuse it (aten::_standard_gamma): unsupported at any opset.
@@ -515,6 +517,16 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                                  "for it", op=op)
         return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call"
                              + (f": {reason}" if reason else ""), op=op)
+    refused = _SYMBOLIC_VALUE_ERROR.match(error.message) if error.type.endswith("SymbolicValueError") else None
+    if refused and facts.get("symbolic_registrations") is not None and op and op.startswith("aten::"):
+        # A built-in symbolic refused the call with its own words ("step!=1 is currently not
+        # supported", Slice before opset 10); torch appends the whole graph after them.
+        reason = refused.group(1).strip()
+        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
+        if newer:
+            return make("OD201", f"the TorchScript exporter's symbolic for {op} at opset {opset} refuses this call "
+                                 f"({reason}); opset {newer[0]} registers another symbolic for it", op=op)
+        return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call: {reason}", op=op)
     match = _TS_VARIANT_REFUSED.search(text)
     if match and (facts.get("op") or "").split("::", 1)[0] in ("aten", ""):
         op = facts.get("op") or aten_name(match.group(2))

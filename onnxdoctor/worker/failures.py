@@ -86,7 +86,8 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             # An autograd.Function's symbolic is registered under an empty namespace ("::DCNv3Function").
             op = owners[0].removeprefix("::")
             facts["op"] = op
-    if not dynamo and not symbolic and "Unsupported: ONNX export of" in info["message"]:
+    if not dynamo and not symbolic and ("Unsupported: ONNX export of" in info["message"]
+                                        or info["type"].endswith("SymbolicValueError")):
         # torch's built-in symbolic refused the call and spelt the op its own way ("GridSample"):
         # the registry names the op, and says whether a later opset registers another symbolic.
         with contextlib.suppress(Exception):

@@ -1388,6 +1388,16 @@ def _replace(owner: Any, name: str, replacement: Any, loaded: LoadedModel | None
             if value is original:
                 scope[key] = replacement
                 undo.append(lambda scope=scope, key=key: scope.__setitem__(key, original))
+    # A class of the model's that keeps the function as an attribute (`func_conv = F.conv2d` in
+    # KernelWarehouse's class body, called as self.func_conv(...)): a staticmethod there, as a
+    # builtin is not bound to the instance either.
+    modules = loaded.model.modules() if hasattr(loaded.model, "modules") else ()
+    for cls in {c for m in modules for c in type(m).__mro__ if c.__module__.split(".")[0] != "torch"}:
+        for key, value in list(vars(cls).items()):
+            held = value.__func__ if isinstance(value, staticmethod) else value
+            if held is original:
+                setattr(cls, key, staticmethod(replacement))
+                undo.append(lambda cls=cls, key=key, value=value: setattr(cls, key, value))
 
 
 def quantize_file(path: str | Path, step: QuantizeOnnx) -> Path:

@@ -1,8 +1,9 @@
 """A convolution whose group count is a symbolic size (StyleGAN2's modulated convolution folds the
 batch into the channels: groups=batch, rosinality/stylegan2-pytorch#322). ONNX's Conv takes
 `group` as a fixed attribute, so the dynamo exporter stops at "Unsupported attribute type:
-SymbolicTensor" once the batch is declared dynamic. Computed as unfold (fold for the transposed
-one) and a grouped einsum, the groups are a tensor dim (recipe.EagerExport.unfolded_convs).
+SymbolicTensor" once the batch is declared dynamic (the TorchScript exporter: "convolution for
+kernel of unknown shape"). Computed as unfold (fold for the transposed one) and a grouped einsum
+under the dynamo exporter, the groups are a tensor dim (recipe.EagerExport.unfolded_convs).
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The dynamo export with symbolic-group convolutions unfolded."""
     if ctx.target_kind != "script" or (ctx.op or "").split(".")[0] not in _CONVOLUTIONS:
         return []
-    if not _SYMBOLIC_ATTRIBUTE.search(f"{finding.message} {ctx.export_error}"):
+    text = f"{finding.message} {ctx.export_error}"
+    # The TorchScript exporter's form of the same limit: a kernel computed per sample (a dynamic
+    # convolution's mixed weights, KernelWarehouse#1) with the batch declared dynamic.
+    unknown_kernel = ctx.exporter == "torchscript" and "convolution for kernel of unknown shape" in text
+    if not _SYMBOLIC_ATTRIBUTE.search(text) and not unknown_kernel:
         return []
     return [Fix(
         kind="rewrite",
