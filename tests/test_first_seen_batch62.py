@@ -10,7 +10,7 @@ import torch
 
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
-from onnxdoctor.worker.fixkit import own_rounding
+from onnxdoctor.worker.parity import own_rounding
 
 
 def _system(points: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,6 @@ def test_a_symbolic_refusing_a_call_at_an_old_opset_is_od201_with_the_opset_that
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD201", "aten::slice"), (finding.code, finding.message)
     assert "step!=1 is currently not supported" in finding.message and "opset 10 registers" in finding.message
-    assert "Caused by the value" not in " ".join(finding.evidence)  # torch's graph dump left out
     fix = finding.fixes[0]
     assert fix.kind == "opset" and fix.verified is True, [(f.kind, f.verified) for f in finding.fixes]
 

@@ -518,7 +518,7 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call"
                              + (f": {reason}" if reason else ""), op=op)
     refused = _SYMBOLIC_VALUE_ERROR.match(error.message) if error.type.endswith("SymbolicValueError") else None
-    if refused and facts.get("symbolic_registrations") is not None and op and op.startswith("aten::"):
+    if refused and facts.get("symbolic_registrations") is not None and op and op == facts.get("refusing_symbolic"):
         # A built-in symbolic refused the call with its own words ("step!=1 is currently not
         # supported", Slice before opset 10); torch appends the whole graph after them.
         reason = refused.group(1).strip()

@@ -98,6 +98,14 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             )
 
             refused = refusing_symbolic(exc)
+            if refused and "Unsupported: ONNX export of" not in info["message"]:
+                # A SymbolicValueError: only the registrations of an aten op's symbolic are wanted;
+                # the op is named as before (prim::Constant given a Generator names the op the
+                # line passes it to, a dunder alias such as aten::__or_ the op it stands for).
+                if refused.startswith("aten::"):
+                    facts["symbolic_registrations"] = torchscript_registrations(refused)
+                    facts["refusing_symbolic"] = refused
+                refused = None
             if refused:
                 op = refused
                 facts["symbolic_registrations"] = torchscript_registrations(refused)

@@ -871,7 +871,7 @@ class Runner:
                 else:
                     report["message"] += f"; {drawn['message']}"
         if report["code"] == "OD601" and not explained and quantize is None and not prefix:
-            from onnxdoctor.worker.fixkit import OWN_ROUNDING_FACTOR, own_rounding
+            from onnxdoctor.worker.parity import OWN_ROUNDING_FACTOR, own_rounding
 
             # PyTorch's float32 result may itself be off by more than the tolerance (an
             # ill-conditioned inverse): then both are measured against PyTorch's float64 run.

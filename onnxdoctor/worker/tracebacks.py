@@ -162,9 +162,6 @@ _PRINTED_TENSOR = re.compile(r"(output \d+ )\((?:(?!\[ torch\.).)*?\[ torch\.(\w
 def exception_text(exc: BaseException) -> str:
     """The exception's message, a tensor printed into it shortened to its type and shape."""
     text = str(exc).strip() or type(exc).__name__
-    if " [Caused by the value '" in text:
-        # A symbolic's SymbolicValueError ends in the whole TorchScript graph: the reason is first.
-        text = text.split(" [Caused by the value '", 1)[0] + " [the TorchScript graph torch printed after it left out]"
     if "[ torch." in text:
         text = _PRINTED_TENSOR.sub(lambda m: f"{m.group(1)}(a {m.group(2)} of shape ({m.group(3)}))", text)
     return text
