@@ -224,6 +224,15 @@ def _commented(text: str) -> str:
     return "\n".join(f"#   {line}" for line in text.splitlines())
 
 
+def outermost_right_first(calls: list[ast.Call]) -> list[ast.Call]:
+    """The calls not inside another's span, rightmost first: the order a one-line text edit by
+    their offsets takes them in. A call inside another's argument is left as written in the
+    shown line (the worker's own rewrite, on the tree, takes both)."""
+    kept = [c for c in calls if not any(o is not c and o.col_offset <= c.col_offset and c.end_col_offset <= o.end_col_offset
+                                        for o in calls)]
+    return sorted(kept, key=lambda c: -c.col_offset)
+
+
 def slice_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
     """The `int(x)` calls that start on `line` and are a slice's bound (`masks[..., :int(h)]`):
     the TorchScript tracer records int() of a tensor as the example's number, and a slice takes
@@ -243,11 +252,7 @@ def slice_int_edit(source: str, line: int) -> tuple[str, str] | None:
     except SyntaxError:
         return None
     text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
-    calls = sorted((c for c in slice_int_calls(tree, line) if c.end_lineno == line), key=lambda c: -c.col_offset)
-    # A bound inside another's argument is left as written in the shown line (the worker's own
-    # rewrite, on the tree, takes both).
-    calls = [c for c in calls if not any(o is not c and o.col_offset <= c.col_offset and c.end_col_offset <= o.end_col_offset
-                                         for o in calls)]
+    calls = outermost_right_first([c for c in slice_int_calls(tree, line) if c.end_lineno == line])
     if not calls:
         return None
     encoded = text.encode("utf-8")  # ast's offsets count bytes

@@ -13,7 +13,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.analysis.sources import folder_file
-from onnxdoctor.branches import edit_text, slice_int_edit
+from onnxdoctor.branches import edit_text, outermost_right_first, slice_int_edit
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, PrefixParity, Recipe, UseExporter
 
@@ -364,13 +364,9 @@ def length_edit(source: str, line: int) -> tuple[str, str] | None:
     except SyntaxError:
         return None
     text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
-    calls = sorted((node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno == line
-                    and node.end_lineno == line and isinstance(node.func, ast.Name) and node.func.id == "len"
-                    and len(node.args) == 1), key=lambda node: -node.col_offset)
-    # A len() inside another's argument is left as written in the shown line (the worker's own
-    # rewrite, on the tree, takes both).
-    calls = [c for c in calls if not any(o is not c and o.col_offset <= c.col_offset and c.end_col_offset <= o.end_col_offset
-                                         for o in calls)]
+    calls = outermost_right_first([node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno == line
+                                   and node.end_lineno == line and isinstance(node.func, ast.Name)
+                                   and node.func.id == "len" and len(node.args) == 1])
     if not calls:
         return None
     encoded = text.encode("utf-8")  # ast's offsets count bytes
