@@ -54,7 +54,7 @@ _TS_UNSUPPORTED = re.compile(
 )
 _TS_ADDED_IN = re.compile(r"Support for this operator was added in version (\d+)")
 # A symbolic's SymbolicValueError: its reason, then "[Caused by the value ..." and the graph.
-_SYMBOLIC_VALUE_ERROR = re.compile(r"(.+?)\s*(?:\[Caused by the value|\[the TorchScript graph torch printed|$)", re.DOTALL)
+_SYMBOLIC_VALUE_ERROR = re.compile(r"(.+?)\s*(?:\[Caused by the value|$)", re.DOTALL)
 # A TorchScript symbolic refusing one variant of its op by raising OnnxExporterError: "ONNX does
 # not support include_self=False for scatter_reduce" (torch.onnx's symbolic_opset16).
 _TS_VARIANT_REFUSED = re.compile(r"ONNX does not support (.+?) for ([A-Za-z_]\w*)")
@@ -446,6 +446,15 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                      detail=extra.get("detail"))
         ]
 
+    def refused(by: str, what: str, code: str, message: str) -> list[Finding]:
+        """A built-in symbolic's refusal of `what`: OD201 where a later opset registers another
+        symbolic for the op (which may take the call), else `code` with `message`."""
+        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
+        if newer:
+            return make("OD201", f"the TorchScript exporter's symbolic for {by} at opset {opset} refuses {what}; "
+                                 f"opset {newer[0]} registers another symbolic for it", op=by)
+        return make(code, message, op=by)
+
     match = _NO_FAKE_KERNEL.search(text)
     if match:
         name = match.group(1) or match.group(2)
@@ -509,33 +518,20 @@ def _classify_export(failure: _Failure) -> list[Finding]:
             # torch registers the op only to refuse it (aten::_standard_gamma): unsupported at any opset.
             return make("OD202", f"{op} has no ONNX export in the TorchScript exporter at any opset (its "
                                  "registered symbolic only refuses it)", op=op)
-        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
-        if newer:
-            # Opset-gated: a later opset registers another symbolic for the op, which may take it.
-            return make("OD201", f"the TorchScript exporter's symbolic for {op} at opset {opset} refuses this "
-                                 f"call ({reason or 'unsupported'}); opset {newer[0]} registers another symbolic "
-                                 "for it", op=op)
-        return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call"
-                             + (f": {reason}" if reason else ""), op=op)
-    refused = _SYMBOLIC_VALUE_ERROR.match(error.message) if error.type.endswith("SymbolicValueError") else None
-    if refused and facts.get("symbolic_registrations") is not None and op and op == facts.get("refusing_symbolic"):
+        return refused(op, f"this call ({reason or 'unsupported'})", "OD299",
+                       f"the TorchScript exporter's symbolic for {op} refuses this call" + (f": {reason}" if reason else ""))
+    reason_match = _SYMBOLIC_VALUE_ERROR.match(error.message) if error.type.endswith("SymbolicValueError") else None
+    if reason_match and facts.get("symbolic_registrations") is not None and op and op == facts.get("refusing_symbolic"):
         # A built-in symbolic refused the call with its own words ("step!=1 is currently not
         # supported", Slice before opset 10); torch appends the whole graph after them.
-        reason = refused.group(1).strip()
-        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
-        if newer:
-            return make("OD201", f"the TorchScript exporter's symbolic for {op} at opset {opset} refuses this call "
-                                 f"({reason}); opset {newer[0]} registers another symbolic for it", op=op)
-        return make("OD299", f"the TorchScript exporter's symbolic for {op} refuses this call: {reason}", op=op)
+        reason = reason_match.group(1).strip()
+        return refused(op, f"this call ({reason})", "OD299",
+                       f"the TorchScript exporter's symbolic for {op} refuses this call: {reason}")
     match = _TS_VARIANT_REFUSED.search(text)
     if match and (facts.get("op") or "").split("::", 1)[0] in ("aten", ""):
         op = facts.get("op") or aten_name(match.group(2))
-        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
-        if newer:
-            return make("OD201", f"the TorchScript exporter's symbolic for {op} at opset {opset} refuses "
-                                 f"{match.group(1)}; opset {newer[0]} registers another symbolic for it", op=op)
-        return make("OD202", f"the TorchScript exporter's symbolic for {op} refuses {match.group(1)} at every "
-                             "opset (it maps no ONNX op to that variant)", op=op)
+        return refused(op, match.group(1), "OD202", f"the TorchScript exporter's symbolic for {op} refuses "
+                                                     f"{match.group(1)} at every opset (it maps no ONNX op to that variant)")
     match = _NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)
     if match and op:
         namespace = op.split("::", 1)[0]

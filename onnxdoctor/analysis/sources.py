@@ -25,7 +25,7 @@ def folder_file(folder: str | Path | None, name: str) -> str | None:
     try:
         base = Path(folder).resolve()
         path = (base / name).resolve()
-        if base != path and base not in path.parents:
+        if not path.is_relative_to(base):
             return None
         return path.read_text("utf-8", errors="replace")
     except (OSError, ValueError):  # unreadable, or a name no path can hold (a NUL byte)

@@ -1598,13 +1598,15 @@ def declared_dynamic(loaded: LoadedModel, declare: DeclareDynamic, dynamo: bool,
                 continue  # an output's axes (dynamic_axes names outputs too)
             labels = dims.items() if isinstance(dims, dict) else ((d, f"{name}_{d}") for d in dims)
             for dim, label in labels:
-                made.setdefault(_dim_name(label), torch.export.Dim(_dim_name(label)))
-                shapes.setdefault(key, {})[int(dim)] = made[_dim_name(label)]
+                dim_name = _dim_name(label)
+                made.setdefault(dim_name, torch.export.Dim(dim_name))
+                shapes.setdefault(key, {})[int(dim)] = made[dim_name]
         for name, dim, label, low, high in declare.dims:
-            if _dim_name(label) not in made:
+            dim_name = _dim_name(label)
+            if dim_name not in made:
                 bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
-                made[_dim_name(label)] = torch.export.Dim(_dim_name(label), **bounds)
-            shapes.setdefault(to_param.get(name, name), {})[int(dim)] = made[_dim_name(label)]
+                made[dim_name] = torch.export.Dim(dim_name, **bounds)
+            shapes.setdefault(to_param.get(name, name), {})[int(dim)] = made[dim_name]
         if params and set(shapes) <= set(params):
             # torch.export wants every argument keyed once a dict is given; the others stay static.
             passed = params[:len(loaded.args)] + [k for k in loaded.kwargs if k in params]

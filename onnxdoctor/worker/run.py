@@ -876,8 +876,7 @@ class Runner:
             # PyTorch's float32 result may itself be off by more than the tolerance (an
             # ill-conditioned inverse): then both are measured against PyTorch's float64 run.
             loaded = state["loaded"]
-            hook = state.get("state_hook")
-            if hook is not None:
+            if state.get("state_hook") is not None:
                 state["pristine"]()  # the float64 copy starts from the state the first call found
             own = own_rounding(loaded.model, loaded.args, loaded.kwargs or {}, state["torch_outputs"],
                                state["ort_outputs"], atol, rtol)
