@@ -113,13 +113,22 @@ class DropShapeAnnotations:
 
 
 @dataclass(frozen=True)
+class PerSampleLoop:
+    """Run a graph exported at one sample once per sample: an ONNX Loop over dim 0 of the graph
+    inputs at `inputs` (positions among its inputs), whose body is the graph, with each output
+    stacked along dim 0 again (onnxkit.transforms.per_sample_loop)."""
+
+    inputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class FoldConstants:
     """Compute what the graph computes from constants alone, and store it as initializers."""
 
 
 Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
              | FoldConstants | CastOutputs | SplitSizesAsTensor | AlignIfBranches | NonNegativePerms
-             | DropShapeAnnotations)
+             | DropShapeAnnotations | PerSampleLoop)
 
 
 @dataclass(frozen=True)
@@ -237,7 +246,11 @@ class EagerExport:
     tracer refuses to write a tensor that requires grad as a constant; `inplace_operators`: the
     augmented bitwise operators (`mask |= hits`, `&=`, `^=`, `<<=`, `>>=`), which the TorchScript
     exporter has no symbolic for (aten::__ior_), are computed out of place and copied into the
-    tensor (`copy_`, which the exporter follows), so a view or another name sees the result too.
+    tensor (`copy_`, which the exporter follows), so a view or another name sees the result too;
+    `cloned_constants`: under the TorchScript tracer, a tensor built from Python data
+    (`torch.tensor`, `torch.as_tensor`, `torch.from_numpy`) is a clone of what they build, so
+    writes into it in place change the clone and not the graph's constant, which the tracer holds
+    by reference (and the graph would apply the writes to it a second time).
     """
 
     functions: tuple[str, ...] = ()
@@ -262,6 +275,7 @@ class EagerExport:
     int_sizes: bool = False
     frozen_weights: bool = False
     inplace_operators: bool = False
+    cloned_constants: bool = False
 
     def merged(self, later: EagerExport) -> EagerExport:
         """Both sets of changes in one export: a switch either turns on is on, the listed sites
@@ -284,6 +298,16 @@ class EagerExport:
             else:
                 values[f.name] = theirs or mine
         return EagerExport(**values)
+
+
+@dataclass(frozen=True)
+class PerSample:
+    """Export the model at one sample: the arguments at `inputs` (forward()'s positions) cut to
+    their first row along dim 0, and that dim taken out of the declared dynamic dims, for the
+    export only; PARITY and SHAPES still run at the script's batch sizes. Paired with
+    RewriteOnnx(PerSampleLoop), which runs the file once per sample."""
+
+    inputs: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -450,22 +474,23 @@ class PrefixParity:
 
 Step = (EvalMode | ArraysAsTensors | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
         | StrictCapture | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
-        | SessionConfig | PrefixParity | TrailingDict | StateCheck)
+        | SessionConfig | PrefixParity | TrailingDict | StateCheck | PerSample)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
 _SINGLE = (ArraysAsTensors, UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
-           PrefixParity, TrailingDict, StateCheck)
+           PrefixParity, TrailingDict, StateCheck, PerSample)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes)
 
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
-                CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, DropShapeAnnotations, Reference,
+                CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, DropShapeAnnotations, PerSampleLoop,
+                Reference,
                 EvalMode, ArraysAsTensors, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,
-                PrefixParity, TrailingDict, StateCheck)
+                PrefixParity, TrailingDict, StateCheck, PerSample)
 }
 
 S = TypeVar("S")

@@ -24,6 +24,7 @@ from onnxdoctor.recipe import (
     ExpandFunction,
     FoldConstants,
     NonNegativePerms,
+    PerSampleLoop,
     PromoteInputs,
     SetIrVersion,
     SetOpset,
@@ -992,6 +993,104 @@ def drop_shape_annotations(model: onnx.ModelProto) -> onnx.ModelProto:
     return fixed
 
 
+def per_sample_loop(model: onnx.ModelProto, inputs: tuple[int, ...]) -> onnx.ModelProto:
+    """The model, exported at one sample, run once per sample of a batch: an ONNX Loop over dim 0
+    of the graph inputs at `inputs` (positions among the graph's inputs), whose body is the graph
+    given one row of each (`x[i:i+1]`); each output, one row per sample, is stacked along dim 0.
+
+    This is how a model keeps any batch size when its code fixes the batch in the trace (a Python
+    loop over the samples, `int(x.shape[0])` into a reshape): the trace at one sample is right
+    for each sample. The samples must not interact (a batch statistic, attention across the
+    batch), which only running the result at several batch sizes shows; and they run one after
+    another, without the batched kernels' speed.
+
+    Raises:
+        TransformError: no such input, or an output without its dim 0 of one sample.
+    """
+    from onnx import helper
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    graph = fixed.graph
+    constants = {t.name for t in graph.initializer}
+    real = [i for i in graph.input if i.name not in constants]
+    if not inputs or any(not 0 <= p < len(real) for p in inputs):
+        raise TransformError(f"the graph has {len(real)} input(s): no input at position(s) {list(inputs)}")
+    batched = [real[p] for p in dict.fromkeys(inputs)]
+    if any(not i.type.HasField("tensor_type") or len(i.type.tensor_type.shape.dim) == 0 for i in batched):
+        raise TransformError("a batched input is not a tensor with a dim 0")
+    for output in graph.output:
+        dims = output.type.tensor_type.shape.dim
+        ranked = output.type.tensor_type.HasField("shape")
+        if not output.type.HasField("tensor_type") or (ranked and not dims) or (
+                dims and dims[0].HasField("dim_value") and dims[0].dim_value != 1):
+            raise TransformError(f"output {output.name} has no dim 0 of one sample to stack the samples along")
+    taken = ({v for n in _all_nodes(graph) for v in (*n.input, *n.output)} | constants
+             | {i.name for i in graph.input} | {o.name for o in graph.output})
+    renames: dict[str, str] = {}
+    for output in graph.output:
+        if output.name in constants:
+            # A constant output (folded by the exporter): the Loop's output takes its name.
+            renames[output.name] = _fresh(f"{output.name}_constant", taken)
+            next(t for t in graph.initializer if t.name == output.name).name = renames[output.name]
+            _rename(graph, output.name, renames[output.name], outputs=False)
+        elif output.name in {i.name for i in real} and output.name not in {i.name for i in batched}:
+            raise TransformError(f"output {output.name} is an input that is not batched")
+    opset = _default_opset(fixed)
+    index, keep_going = _fresh("sample_index", taken), _fresh("loop_condition", taken)
+    row, zero, axes = _fresh("sample_row", taken), _fresh("batch_axis", taken), _fresh("stack_axes", taken)
+    body = onnx.GraphProto(name="per_sample")
+    body.node.extend([
+        helper.make_node("Constant", [], [row], value=helper.make_tensor("shape_1", onnx.TensorProto.INT64, [1], [1])),
+        helper.make_node("Reshape", [index, row], [f"{row}_index"]),
+    ])
+    for source in batched:
+        sample = _fresh(f"{source.name}_sample", taken)
+        renames[source.name] = sample
+        # x[i:i+1]: one row, the dim kept, as the graph was exported at.
+        body.node.append(helper.make_node("Gather", [source.name, f"{row}_index"], [sample], axis=0))
+    traced = onnx.GraphProto()
+    traced.node.extend(graph.node)
+    for node in _all_nodes(traced):
+        node.input[:] = [renames.get(name, name) for name in node.input]
+    body.node.extend(traced.node)
+    if opset >= 13:
+        body.node.append(helper.make_node("Constant", [], [axes], value=helper.make_tensor("axes", onnx.TensorProto.INT64, [1], [0])))
+    body_outputs = [helper.make_tensor_value_info(_fresh("continue", taken), onnx.TensorProto.BOOL, [])]
+    body.node.append(helper.make_node("Identity", [keep_going], [body_outputs[0].name]))
+    produced = {v for n in graph.node for v in n.output}
+    for output in graph.output:
+        squeezed = _fresh(f"{output.name}_row", taken)
+        source = renames.get(output.name, output.name)
+        if source in produced:
+            # The Loop's output takes the name; a subgraph may not define a name of its scope.
+            source = _fresh(f"{output.name}_sample", taken)
+            _rename(body, output.name, source, outputs=True)
+        body.node.append(helper.make_node("Squeeze", [source, axes], [squeezed]) if opset >= 13
+                         else helper.make_node("Squeeze", [source], [squeezed], axes=[0]))
+        body_outputs.append(helper.make_tensor_value_info(squeezed, output.type.tensor_type.elem_type, None))
+    body.input.extend([helper.make_tensor_value_info(index, onnx.TensorProto.INT64, []),
+                       helper.make_tensor_value_info(keep_going, onnx.TensorProto.BOOL, [])])
+    body.output.extend(body_outputs)
+    # The exporter's intermediate shapes are those of one sample: inside the body they still hold.
+    body.value_info.extend(graph.value_info)
+    count, shape = _fresh("batch_size", taken), _fresh("batch_shape", taken)
+    graph.ClearField("node")
+    graph.ClearField("value_info")
+    graph.node.extend([
+        helper.make_node("Shape", [batched[0].name], [shape]),
+        helper.make_node("Constant", [], [zero], value=helper.make_tensor("zero", onnx.TensorProto.INT64, [], [0])),
+        helper.make_node("Gather", [shape, zero], [count], axis=0),
+        helper.make_node("Loop", [count, ""], [o.name for o in graph.output], body=body),
+    ])
+    for value in (*batched, *graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if dims:
+            dims[0].Clear()
+            dims[0].dim_param = "batch"
+    return fixed
+
+
 def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelProto:
     """Apply one of a fix recipe's ONNX rewrites (onnxdoctor.recipe) to the model."""
     match transform:
@@ -1021,4 +1120,6 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return non_negative_perms(model)
         case DropShapeAnnotations():
             return drop_shape_annotations(model)
+        case PerSampleLoop(inputs=inputs):
+            return per_sample_loop(model, inputs)
     raise TransformError(f"unknown transform {type(transform).__name__}")

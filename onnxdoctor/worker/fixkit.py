@@ -26,6 +26,7 @@ from onnxdoctor.recipe import (
     DecodeCheck,
     DynamicShapes,
     EagerExport,
+    PerSample,
     QuantizeOnnx,
     RewriteOnnx,
     StateCheck,
@@ -461,6 +462,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _affine_norms(loaded, undo)
         if step.inplace_operators:
             _inplace_operators(undo)
+        if step.cloned_constants:
+            _cloned_constants(undo)
         if step.frozen_weights:
             _frozen_weights(loaded.model, undo)
         if step.int_sizes:
@@ -513,6 +516,28 @@ def _inplace_operators(undo: list[Callable[[], None]]) -> None:
 
         setattr(torch.Tensor, augmented, computed)
         undo.append(lambda name=augmented, saved=original: setattr(torch.Tensor, name, saved))
+
+
+def _cloned_constants(undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, `torch.tensor`, `torch.as_tensor` and `torch.from_numpy` of Python or
+    NumPy data give a clone while traced (recipe.EagerExport.cloned_constants): the tracer holds
+    what they built as a constant, and in-place writes land on the clone, a traced value."""
+    import torch
+
+    from onnxdoctor.worker.provenance import warned_at
+
+    def cloning(make: Callable[..., Any]) -> Callable[..., Any]:
+        def made(data: Any, *args: Any, **kwargs: Any) -> Any:
+            tensor = warned_at(sys._getframe(1), make, data, *args, **kwargs)
+            if torch._C._get_tracing_state() is None or isinstance(data, torch.Tensor):
+                return tensor  # as_tensor of a tensor is that tensor: an alias the caller may rely on
+            return tensor.clone()
+        return made
+
+    for name in ("tensor", "as_tensor", "from_numpy"):
+        original = getattr(torch, name)
+        setattr(torch, name, cloning(original))
+        undo.append(lambda name=name, original=original: setattr(torch, name, original))
 
 
 def _int_sizes(undo: list[Callable[[], None]]) -> None:
@@ -1562,6 +1587,55 @@ def widened_for_export(loaded: LoadedModel, dynamic_shapes: Any) -> tuple[Any, .
                 arg = torch.cat([arg, arg], dim=int(dim))
         args[i] = arg
     return tuple(args)
+
+
+def one_sample(loaded: LoadedModel, step: PerSample, args: tuple[Any, ...],
+               export_kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The export's arguments for recipe.PerSample: the batched arguments cut to their first row,
+    and their dim 0 taken out of the declared dynamic dims (one sample is the whole batch of the
+    export; a dim of one declared dynamic would be specialised anyway).
+
+    Raises:
+        ValueError: an argument up to the last batched one is not a tensor (the graph's inputs
+            would not be forward()'s positions), or a batched one has no dim 0.
+    """
+    import torch
+
+    cut = list(args)
+    for i in range(max(step.inputs) + 1):
+        if i >= len(cut) or not isinstance(cut[i], torch.Tensor):
+            raise ValueError(f"argument {i} of forward() is not a tensor: the graph's inputs are not its positions")
+        if i in step.inputs:
+            if cut[i].dim() == 0:
+                raise ValueError(f"argument {i} of forward() has no batch dim")
+            cut[i] = cut[i][:1]
+    kwargs = dict(export_kwargs)
+    params = forward_parameters(loaded)
+    shapes = kwargs.get("dynamic_shapes")
+    if isinstance(shapes, dict):
+        shapes = {k: _without_dim0(v) if k in {params[i] for i in step.inputs if i < len(params)} else v
+                  for k, v in shapes.items()}
+        kwargs["dynamic_shapes"] = shapes
+    elif isinstance(shapes, (list, tuple)):
+        kwargs["dynamic_shapes"] = type(shapes)(_without_dim0(v) if i in step.inputs else v for i, v in enumerate(shapes))
+    axes = kwargs.get("dynamic_axes")
+    if isinstance(axes, dict):
+        names = list(kwargs.get("input_names") or ()) or params
+        batched = {names[i] for i in step.inputs if i < len(names)}
+        kept = {k: _without_dim0(v) if k in batched else v for k, v in axes.items()}
+        kwargs["dynamic_axes"] = {k: v for k, v in kept.items() if v}
+    return tuple(cut), kwargs
+
+
+def _without_dim0(spec: Any) -> Any:
+    """A dim spec (dict by dim, or a list of dims or of per-dim Dims) without dim 0."""
+    if isinstance(spec, dict):
+        return {d: v for d, v in spec.items() if int(d) != 0} or None
+    if isinstance(spec, (list, tuple)) and spec:
+        if all(isinstance(d, int) for d in spec):
+            return type(spec)(d for d in spec if d != 0)  # dynamic_axes' list of dims
+        return type(spec)((None, *spec[1:]))
+    return spec
 
 
 def _dim_name(label: Any) -> str:

@@ -85,6 +85,22 @@ class TorchScriptRecorder:
     # `input.data = input.data.sign()`): the tracer records neither, so what they compute is a
     # constant of the graph or lost (recipe.EagerExport.traced_data).
     data_sites: list[str] = field(default_factory=list)
+    # Tensors forward() built from Python data while traced (`torch.tensor([[1.0, 0.0], ...])`),
+    # with the user's line and their version counter then: the tracer holds such a tensor as a
+    # constant by reference, so writing into it later (`t[0, 0] = 2 / w`) changes the constant
+    # too, and the graph applies the write again (kornia's normal_transform_pixel).
+    _built: list[tuple[str, Any, int]] = field(default_factory=list)
+
+    @property
+    def written_constants(self) -> list[str]:
+        """The user's lines that built a tensor from Python data which forward() then wrote into
+        in place, while traced (recipe.EagerExport.cloned_constants)."""
+        sites: list[str] = []
+        for site, tensor, version in self._built:
+            with contextlib.suppress(Exception):
+                if tensor._version != version and site not in sites:
+                    sites.append(site)
+        return sites
 
     def add(self, emission: _Emission) -> None:
         """Record one g.op call, numbered by the symbolic call it belongs to."""
@@ -238,9 +254,16 @@ def truth_at(original: Callable[[Any], bool], tensor: Any, caller: Any) -> bool:
     """`original(tensor)` (a tensor's own truth value) from a wrapper of Tensor.__bool__, its
     warnings (the tracer's "Converting a tensor to a Python boolean") told at the caller's line,
     as they would be without the wrapper: the line the user wrote is what findings name."""
+    return warned_at(caller, original, tensor)
+
+
+def warned_at(caller: Any, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call(*args, **kwargs)` from a wrapper of a torch function, its warnings (the tracer's
+    "torch.tensor results are registered as constants") told at `caller`'s line, as they would be
+    without the wrapper."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        value = original(tensor)
+        value = call(*args, **kwargs)
     for said in caught:
         warnings.warn_explicit(said.message, said.category, caller.f_code.co_filename, caller.f_lineno,
                                module=caller.f_globals.get("__name__"),
@@ -328,6 +351,24 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         noting(sys._getframe(1))
         data.__set__(self, value)
 
+    def building(make: Callable[..., Any]) -> Callable[..., Any]:
+        def built(data: Any, *args: Any, **kwargs: Any) -> Any:
+            frame = sys._getframe(1)
+            tensor = warned_at(frame, make, data, *args, **kwargs)
+            with contextlib.suppress(Exception):
+                name = frame.f_code.co_filename
+                if name not in mine:
+                    mine[name] = Path(name).resolve().parent == folder
+                if (torch._C._get_tracing_state() is not None and mine[name] and tensor is not data
+                        and not isinstance(data, torch.Tensor)):
+                    site = f"{os.path.basename(name)}:{frame.f_lineno}"
+                    recorder._built.append((site, tensor, tensor._version))
+            return tensor
+        return built
+
+    makers = {name: getattr(torch, name) for name in ("tensor", "as_tensor", "from_numpy")}
+    for name, make in makers.items():
+        setattr(torch, name, building(make))
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]
     torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = naming
     torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
@@ -338,6 +379,8 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         yield recorder
     finally:
         recorder._frame = None
+        for name, make in makers.items():
+            setattr(torch, name, make)
         jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
         torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming
         torch.Tensor.__bool__ = original_truth  # type: ignore[method-assign]

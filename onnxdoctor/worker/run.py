@@ -39,6 +39,7 @@ from onnxdoctor.recipe import (
     ExportCode,
     LoadCode,
     OperatorExportType,
+    PerSample,
     PrefixParity,
     QuantizeOnnx,
     Recipe,
@@ -556,6 +557,14 @@ class Runner:
             from onnxdoctor.worker.fixkit import widened_for_export
 
             export_args = widened_for_export(loaded, kwargs.get("dynamic_shapes"))
+        per_sample = recipe.first(PerSample)
+        if per_sample is not None:
+            from onnxdoctor.worker.fixkit import one_sample
+
+            try:
+                export_args, kwargs = one_sample(loaded, per_sample, tuple(export_args), kwargs)
+            except ValueError as exc:
+                raise StageFailed(str(exc), "OD199") from None
         model_or_program: Any = loaded.model
         for step in recipe.steps:
             match step:
@@ -665,6 +674,8 @@ class Runner:
             facts["branch_values"] = dict(recorder.branch_values)
         if recorder is not None and recorder.data_sites:
             facts["data_sites"] = list(recorder.data_sites)
+        if recorder is not None and recorder.written_constants:
+            facts["written_constants"] = recorder.written_constants
         if recorder is not None and recorder.loop_exits:
             facts["loop_exits"] = list(recorder.loop_exits)
         if recorder is not None and recorder.size_branches:

@@ -22,6 +22,7 @@ from onnxdoctor.analysis.fixes import (
     autograd,
     causal_hint,
     complex_outputs,
+    constant_writes,
     contrib_ops,
     control_flow,
     conv_transpose,
@@ -86,7 +87,7 @@ FAMILIES = (
     split_sizes, if_branches, perms, shape_annotations,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
-    sparse_dense, tensor_data, grouped_conv, dense_attention, complex_outputs, unordered,
+    sparse_dense, tensor_data, constant_writes, grouped_conv, dense_attention, complex_outputs, unordered,
     traced_sizes,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,

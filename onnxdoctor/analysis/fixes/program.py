@@ -135,6 +135,13 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
             if declare is not None and dynamo != "False" else "loaded.args")
     if recipe.first(steps.TrailingDict):
         args = f"(*{args}, {{}})"  # a dict at the end of args would be read as keyword arguments
+    per_sample = recipe.first(steps.PerSample)
+    if per_sample is not None:
+        # One sample exported, its batch dim undeclared (fixkit.one_sample), as the check did.
+        lines.append(f"export_options = dict(\n    {joined},\n)")
+        lines.append(f"export_args, export_options = fixkit.one_sample(loaded, {per_sample!r}, tuple({args}), "
+                     "export_options)")
+        args, joined = "export_args", "**export_options"
     eager = recipe.first(EagerExport)
     if eager:
         # The step's patches (Functions' symbolics set aside, is_in_onnx_export() false, ...): for

@@ -51,6 +51,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD601":
         # The search's first differing call; else the torch op the finding's node was exported from.
         rewrites = find_rewrites(_diverging_torch_op(ctx) or (finding.torch_op if not ctx.diverging else None))
+        # The complex family's matmul, mul or exp is for complex values: a real one that differs
+        # differs for another reason (and the dynamo export would pass under its name).
+        rewrites = tuple(r for r in rewrites if r.family != "complex"
+                         or _COMPLEX.search(f"{finding.message} {' '.join(finding.evidence)}"))
         if not rewrites:
             return []
     else:

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.per_sample import per_sample_fix
 from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
 from onnxdoctor.recipe import (
     DeclareDynamic,
@@ -76,6 +77,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                   "by a guard there too"),
             recipe=Recipe("exporter", (UseExporter(other), declare)),
         ))
+        looped = per_sample_fix(finding, ctx)
+        if looped is not None:
+            fixes.append(looped)
         fixes.append(_strict_capture(detail, declare, params, axes))
         if load.get("builds_tensors", True):  # the model's code puts values in tensors somewhere
             fixes.append(_symbolic_sizes(detail, declare, params, axes))

@@ -1,0 +1,58 @@
+"""A batch the export froze, kept by running the model once per sample (OD801-OD804).
+
+Code that walks the batch in Python (`for wav in batch:` around a per-clip front end, a
+correlation per sample, `int(x.shape[0])` into a reshape) leaves the trace with the example's
+batch: the graph holds one copy of the loop body per example sample. Each copy is right for its
+sample, so the model exported at one sample is the per-sample computation, and an ONNX Loop over
+dim 0 runs it for any batch (onnxkit.transforms.per_sample_loop). Whether the samples really are
+independent is what the check shows: the result is compared with PyTorch at the example's batch
+and at every other size the main run checked.
+"""
+
+from __future__ import annotations
+
+from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
+from onnxdoctor.recipe import DeclareDynamic, PerSample, PerSampleLoop, Recipe, UseExporter
+
+SNIPPET = """import onnx
+from onnxdoctor.onnxkit.transforms import per_sample_loop
+
+# Export one sample (dim 0 of {names} cut to one row, not declared dynamic):
+one = {cut}
+torch.onnx.export(model, one, 'model.onnx', dynamo={dynamo})
+# Then run that graph once per sample: an ONNX Loop over dim 0, the outputs stacked again.
+onnx.save(per_sample_loop(onnx.load('model.onnx'), inputs={positions}), 'model.onnx')
+"""
+
+
+def per_sample_fix(finding: Finding, ctx: FixContext) -> Fix | None:
+    """The model exported at one sample and looped over the batch, where dim 0 is what froze
+    (proposed by the `shapes` family, after the fixes that keep the batched graph)."""
+    detail = finding.detail
+    if not isinstance(detail, FrozenSize) or ctx.target_kind != "script":
+        return None
+    load = ctx.facts_of(Stage.LOAD)
+    order = list(detail.inputs) or list(load.get("forward_parameters") or ())
+    positions = tuple(sorted({order.index(name) for name, dim, *_ in detail.dims if dim == 0 and name in order}))
+    if not positions:
+        return None
+    exporter = detail.exporter or ctx.exporter or "dynamo"
+    names = ", ".join(order[p] for p in positions)
+    last = max(positions) + 1
+    cut = ("(" + ", ".join(f"example_inputs[{p}][:1]" if p in positions else f"example_inputs[{p}]" for p in range(last))
+           + f", *example_inputs[{last}:])")
+    return Fix(
+        kind="per_sample",
+        title=f"Export one sample and run it once per sample of the batch (an ONNX Loop over dim 0 of {names})",
+        snippet=SNIPPET.format(names=names, cut=cut, dynamo=exporter == "dynamo", positions=positions),
+        applicability=Applicability.SAFE,
+        cost=("the samples run one after another (no batched kernels); right only if they do not interact, "
+              "which the check at every batch size shows"),
+        recipe=Recipe("per_sample", (
+            PerSample(positions),
+            DeclareDynamic(dims=detail.dims, sizes=detail.sizes, inputs=detail.inputs),
+            UseExporter(exporter),
+            ctx.file_rewrite(PerSampleLoop(positions)),
+        )),
+    )

@@ -1,0 +1,57 @@
+"""General mechanisms for failures not seen before (issue 22), written after the sixty-fifth
+first-seen batch (fixtures/corpus/first_seen_2026-12-07e.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+# kornia#3722: normal_transform_pixel builds a matrix with torch.tensor and scales two of its
+# entries in place; the TorchScript tracer holds the matrix as a constant by reference, so the
+# file's constant is already scaled and the graph scales it again.
+SCALED = '''
+import torch
+dynamo = False
+opset_version = 17
+
+class Normalise(torch.nn.Module):
+    def forward(self, points):
+        h, w = points.shape[-2:]
+        tr_mat = torch.tensor([[1.0, 0.0, -1.0], [0.0, 1.0, -1.0], [0.0, 0.0, 1.0]])
+        tr_mat[0, 0] = tr_mat[0, 0] * 2.0 / (w - 1.0)
+        tr_mat[1, 1] = tr_mat[1, 1] * 2.0 / (h - 1.0)
+        return points.flatten(2)[..., :3] @ tr_mat
+
+def get_model():
+    return Normalise(), (torch.rand(1, 2, 4, 5),)
+'''
+
+
+@pytest.mark.slow
+def test_writes_into_a_tensor_built_from_data_are_named_and_the_clone_is_verified(tmp_path: Path) -> None:
+    script = tmp_path / "scaled.py"
+    script.write_text(SCALED)
+    # With every fix tried: the dynamo exporter, which keeps the writes, passes too.
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, all_fixes=True))
+    finding = next(f for f in diagnosis.findings if f.code == "OD601")
+    frozen = next(f for f in diagnosis.findings if f.code == "OD210")
+    assert frozen.source == "scaled.py:9", frozen.source  # the tracer's warning, at the user's line
+    fix = next(f for f in finding.fixes if f.kind == "cloned_constants")
+    assert "scaled.py:9" in fix.title, fix.title
+    assert "torch.tensor([[1.0, 0.0, -1.0], [0.0, 1.0, -1.0], [0.0, 0.0, 1.0]]).clone()" in fix.snippet, fix.snippet
+    assert fix.verified is True, fix.check
+
+
+@pytest.mark.slow
+def test_a_tensor_built_from_data_and_never_written_gets_no_clone_fix(tmp_path: Path) -> None:
+    # The same matrix scaled out of place: the export matches, and nothing is proposed.
+    script = tmp_path / "unwritten.py"
+    script.write_text(SCALED.replace("        tr_mat[0, 0] = tr_mat[0, 0] * 2.0 / (w - 1.0)\n", "")
+                      .replace("tr_mat[1, 1] = tr_mat[1, 1] * 2.0 / (h - 1.0)",
+                               "tr_mat = tr_mat * torch.tensor([2.0 / (w - 1.0), 2.0 / (h - 1.0), 1.0])"))
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    assert not [f for f in diagnosis.findings if f.severity.value == "error"], diagnosis.findings
