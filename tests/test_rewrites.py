@@ -397,6 +397,12 @@ CASES: dict[str, Case] = {
                    torch.triangular_solve(a[..., :1].exp(), a, upper=True)[0]),
         (_g(2, 3, 3, seed=6) + 3 * torch.eye(3),),
     ),
+    "aten::cholesky_solve": Case(
+        lambda a: (torch.cholesky_solve(a[..., :2] * 2, torch.linalg.cholesky(a)),
+                   torch.cholesky_solve(a, torch.linalg.cholesky(a, upper=True), upper=True),
+                   torch.cholesky_inverse(torch.linalg.cholesky(a))),
+        (_spd(4),),
+    ),
     "aten::adaptive_avg_pool3d": Case(
         lambda x: (torch.nn.functional.adaptive_avg_pool3d(x, (2, 3, 2)), torch.nn.functional.adaptive_avg_pool3d(x, 1)),
         (_g(1, 2, 3, 5, 4), _g(2, 1, 2, 2, 7, seed=1)),

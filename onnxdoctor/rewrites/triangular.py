@@ -36,6 +36,20 @@ def triangular_solve(B, A, upper=True, transpose=False, unitriangular=False):
     return X, A.clone()
 '''
 
+CHOLESKY_SOLVE = SOLVE_TRIANGULAR + r'''
+
+def cholesky_solve(B, L, upper=False):
+    """torch.cholesky_solve(B, L): A X = B where A = L L^T (or U^T U), as two substitutions."""
+    if upper:
+        return _substitute(L, _substitute(L.transpose(-2, -1), B, False, False), True, False)
+    return _substitute(L.transpose(-2, -1), _substitute(L, B, False, False), True, False)
+
+
+def cholesky_inverse(L, upper=False):
+    """torch.cholesky_inverse(L): A^-1 from A's Cholesky factor, solved against the identity."""
+    return cholesky_solve(torch.eye(L.shape[-1], dtype=L.dtype, device=L.device).expand_as(L), L, upper)
+'''
+
 REWRITES = (
     Rewrite(
         op="aten::linalg_solve_triangular",
@@ -49,5 +63,18 @@ REWRITES = (
         limits="the graph grows as n^2 / 2 for an n x n matrix (fine up to a few dozen); only the "
         "triangle named is read, as in torch; a zero on the diagonal gives inf/NaN as torch does",
         reported_as=("aten::triangular_solve",),
+    ),
+    Rewrite(
+        op="aten::cholesky_solve",
+        family="linalg",
+        targets=("aten.cholesky_solve.default", "aten.cholesky_inverse.default"),
+        functions=("cholesky_solve", "cholesky_inverse"),
+        function="cholesky_solve",
+        source=CHOLESKY_SOLVE,
+        exactness=Exactness.ROUNDING,
+        error="the two triangular substitutions LAPACK's potrs makes, summed in another order (rounding only)",
+        limits="the graph grows as n^2 for an n x n factor (fine up to a few dozen); only the triangle "
+        "named is read, as in torch",
+        reported_as=("aten::cholesky_inverse", "aten::_cholesky_solve_helper"),
     ),
 )
