@@ -55,3 +55,43 @@ def test_a_tensor_built_from_data_and_never_written_gets_no_clone_fix(tmp_path: 
                                "tr_mat = tr_mat * torch.tensor([2.0 / (w - 1.0), 2.0 / (h - 1.0), 1.0])"))
     (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
     assert not [f for f in diagnosis.findings if f.severity.value == "error"], diagnosis.findings
+
+
+# hpc203/license-plate-detect-recoginition-opencv#1: LPRNet's global context divides each kept
+# feature map by `mean(f ** 2).item()`, after convolutions whose batch norms the exporter folds.
+DIVISOR = '''
+import torch
+from torch import nn
+dynamo = False
+opset_version = 11
+
+class Context(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        f = self.stem(x)
+        f = torch.div(f, torch.mean(f ** 2).item())
+        return self.head(f)
+
+def get_model():
+    torch.manual_seed(0)
+    model = Context().eval()
+    with torch.no_grad():
+        model.stem[1].running_mean.uniform_(-0.5, 0.5)
+        model.stem[1].running_var.uniform_(0.5, 2.0)
+    return model, (torch.rand(1, 3, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_number_taken_out_of_a_tensor_names_the_conversion_and_the_node_where_it_shows(tmp_path: Path) -> None:
+    script = tmp_path / "divisor.py"
+    script.write_text(DIVISOR)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False, fix=False))
+    finding = next(f for f in diagnosis.findings if f.code == "OD210")
+    # Not the first convolution (its node holds the folded batch norm the trace's call lacks).
+    assert (finding.op, finding.source) == ("aten::item", "divisor.py:15"), (finding.op, finding.source)
+    assert finding.node is not None and finding.node.endswith("Div"), finding.node

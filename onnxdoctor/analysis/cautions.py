@@ -140,6 +140,14 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         # call its constant reaches.
         second = {k: v for k, v in second.items() if k != "diverging_call"}
     op, node = _frozen_op(export, second, source)
+    conversion = _CONVERTING.search(warned)
+    call = second.get("diverging_call") if isinstance(second, dict) else None
+    if (conversion and conversion.group(1) in _NUMBERS and isinstance(call, dict) and source
+            and str(call.get("source") or "").endswith(source)):
+        # The value differs first in the call on the very line that took the number out of a
+        # tensor (`torch.div(f, f_mean.item())`): the conversion is what froze it; the node
+        # stays the one where it shows.
+        op = _CONVERSIONS[conversion.group(1)]
     baked = _constant_maker(frozen, second, base_dir)
     if baked is not None:
         # The differing output is a constant in the file: the call that made the constant tensor
@@ -272,6 +280,10 @@ _CONVERTING = re.compile(r"Converting a tensor to a (Python number|Python intege
                          r"Python list|NumPy array)")
 _CONVERSIONS = {"Python number": "aten::item", "Python integer": "aten::Int", "Python float": "aten::Float",
                 "Python boolean": "aten::Bool", "Python list": "aten::tolist", "NumPy array": "aten::numpy"}
+
+
+# Conversions to a Python number, whose value the graph then holds as a constant.
+_NUMBERS = ("Python number", "Python integer", "Python float")
 
 
 # The tracer's warning for a tensor made from Python values ("torch.as_tensor results are
