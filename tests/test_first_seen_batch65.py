@@ -95,3 +95,39 @@ def test_a_number_taken_out_of_a_tensor_names_the_conversion_and_the_node_where_
     # Not the first convolution (its node holds the folded batch norm the trace's call lacks).
     assert (finding.op, finding.source) == ("aten::item", "divisor.py:15"), (finding.op, finding.source)
     assert finding.node is not None and finding.node.endswith("Div"), finding.node
+
+
+# pytorch#110866: a Hamiltonian network returning the vector field of its energy, computed with
+# torch.func's vmap(jacrev(H)) in forward(); jacrev's basis is written in place (diagonal_scatter).
+HAMILTONIAN = '''
+import torch
+from torch import nn
+from torch.func import jacrev, vmap
+dynamo = True
+
+class Hamiltonian(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
+
+    def energy(self, qp):
+        return self.net(qp).squeeze(-1)
+
+    def forward(self, qp):
+        grad = vmap(jacrev(self.energy))(qp)
+        return self.energy(qp), torch.stack([grad[:, 1], -grad[:, 0]], -1)
+
+def get_model():
+    torch.manual_seed(0)
+    return Hamiltonian().eval(), (torch.randn(5, 2),)
+'''
+
+
+@pytest.mark.slow
+def test_a_jacobian_from_torch_func_in_forward_is_traced_below_autograd_and_verified(tmp_path: Path) -> None:
+    script = tmp_path / "hamiltonian.py"
+    script.write_text(HAMILTONIAN)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    fix = next(f for f in finding.fixes if f.kind == "autograd_traced")
+    assert fix.verified is True, (finding.code, fix.check)

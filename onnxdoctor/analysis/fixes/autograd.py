@@ -22,9 +22,26 @@ CODES = ("OD201", "OD202", "OD203", "OD204", "OD205", "OD211", "OD299", "OD601",
 
 TRACE = '''from torch.fx.experimental.proxy_tensor import make_fx
 
+
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    # src on input's diagonal by a mask and one-hot products: torch's own version writes in
+    # place, which the exporter refuses (torch.func's Jacobians build their basis with it).
+    x = input.movedim((dim1, dim2), (-2, -1))
+    steps = torch.arange(src.shape[-1], device=x.device)
+    rows = (steps.unsqueeze(1) + max(-offset, 0) == torch.arange(x.shape[-2], device=x.device)).to(x.dtype)
+    cols = (steps.unsqueeze(1) + max(offset, 0) == torch.arange(x.shape[-1], device=x.device)).to(x.dtype)
+    placed = (rows.mT * src.unsqueeze(-2)) @ cols
+    return torch.where((rows.mT @ cols) > 0, placed, x).movedim((-2, -1), (dim1, dim2))
+
+
 # make_fx runs forward() once below autograd and records every aten op it reaches, those of the
-# gradient it computes included, as a plain graph the dynamo exporter can take.
-traced = make_fx(model)(*example_inputs)
+# gradient it computes included, as a plain graph the dynamo exporter can take; functionalize
+# makes the in-place writes in it (torch.func's) values.
+try:
+    traced = make_fx(torch.func.functionalize(model, remove="mutations"),
+                     decomposition_table={torch.ops.aten.diagonal_scatter.default: diagonal_scatter})(*example_inputs)
+except RuntimeError:  # forward() calls requires_grad_(), which functionalize refuses
+    traced = make_fx(model)(*example_inputs)
 # The same numbers as your model at the example inputs (with gradients on: forward() needs them).
 torch.testing.assert_close(traced(*example_inputs), model(*example_inputs))
 model = traced
