@@ -1209,6 +1209,10 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
         return self.detach()
 
     _replace(torch.Tensor, "numpy", numpy, None, undo)
+    # The caller's `torch.from_numpy(model(x))` then receives the tensor: passed on as it is.
+    original_from_numpy = torch.from_numpy
+    torch.from_numpy = lambda data: data if isinstance(data, torch.Tensor) else original_from_numpy(data)
+    undo.append(lambda: setattr(torch, "from_numpy", original_from_numpy))
     # `.cpu().data.numpy()`: the tracer records `.data` as the example's constant, without a
     # warning; `detach()` is the same value for a forward pass and stays data flow.
     _replace(torch.Tensor, "data", property(lambda self: self.detach(), data.__set__), None, undo)

@@ -14,10 +14,12 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, LoadCode, Recipe
 
-CODES = ("OD211", "OD299")
+CODES = ("OD211", "OD299", "OD210")
 
 # The TorchScript exporter flattening outputs that hold numpy arrays: "Here, received an input of
 # unsupported type: numpy.ndarray"; the dynamo exporter names the type as it meets it.
+# The tracer's warning for a tensor converted to a NumPy array.
+_TO_NUMPY = re.compile(r"Converting a tensor to a NumPy array")
 NUMPY_OUTPUT = re.compile(r"unsupported type: numpy\.ndarray|<class 'numpy\.ndarray'>")
 # classify's OD299 for an object forward() returns to the TorchScript exporter.
 _RETURNED_OBJECT = re.compile(r"^forward\(\) returns a (\w+) object")
@@ -77,6 +79,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     for numpy arrays among the outputs (OD299), the arrays kept tensors."""
     if ctx.target_kind != "script":
         return []
+    if finding.code == "OD210":
+        # forward() converts its results to NumPy and the caller wraps them back (mmaction2's
+        # test forward returns `output.data.cpu().numpy()`): the graph is the example's constant.
+        if any(_TO_NUMPY.search(e) for e in finding.evidence):
+            return _numpy_outputs(finding, ctx, converted=True)
+        return []
     if finding.code == "OD299":
         load = ctx.facts_of(Stage.LOAD)
         # Text beside tensors (labels made from logits); text alone (a bitstream) has nothing to keep.
@@ -124,11 +132,12 @@ def _tensors_only(title: str, cost: str) -> Fix:
     )
 
 
-def _numpy_outputs(finding: Finding, ctx: FixContext) -> list[Fix]:
+def _numpy_outputs(finding: Finding, ctx: FixContext, *, converted: bool = False) -> list[Fix]:
     """forward() hands its results over as numpy arrays (`.cpu().numpy()` at its end): exported
-    with `Tensor.numpy()` giving the tensor, the arithmetic after it stays in the graph."""
+    with `Tensor.numpy()` giving the tensor, the arithmetic after it stays in the graph.
+    `converted`: the tracer warned of the conversion (the arrays were made tensors again)."""
     text = f"{finding.message} {ctx.export_error}"
-    if not NUMPY_OUTPUT.search(text):
+    if not converted and not NUMPY_OUTPUT.search(text):
         return []
     return [Fix(
         kind="numpy_outputs",
