@@ -47,3 +47,45 @@ def test_results_converted_to_numpy_and_back_are_kept_tensors_and_verified(tmp_p
     finding = next(f for f in diagnosis.findings if f.code == "OD210")
     fix = next(f for f in finding.fixes if f.kind == "numpy_outputs")
     assert fix.verified is True, fix.check
+
+
+# pytorch#135197: an eager-mode QAT model converted with an LSTM inside: convert() swaps in
+# torch's statically quantized LSTM, whose cell the TorchScript symbolics refuse (a Sigmoid on a
+# quantized tensor).
+STATIC_LSTM = '''
+import torch
+from torch import nn
+dynamo = False
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = torch.ao.quantization.QuantStub()
+        self.lstm = nn.LSTM(6, 6, batch_first=True)
+        self.out = nn.Linear(6, 3)
+        self.dequant = torch.ao.quantization.DeQuantStub()
+
+    def forward(self, x):
+        x, _ = self.lstm(self.quant(x))
+        return self.dequant(self.out(x))
+
+def get_model():
+    torch.manual_seed(0)
+    torch.backends.quantized.engine = "x86"
+    model = Tagger().train()
+    model.qconfig = torch.ao.quantization.get_default_qat_qconfig("x86")
+    torch.ao.quantization.prepare_qat(model, inplace=True)
+    for _ in range(3):
+        model(torch.randn(4, 5, 6))
+    return torch.ao.quantization.convert(model.eval()), (torch.randn(1, 5, 6),)
+'''
+
+
+@pytest.mark.slow
+def test_a_statically_quantized_lstm_is_rebuilt_as_float_and_verified(tmp_path: Path) -> None:
+    script = tmp_path / "static_lstm.py"
+    script.write_text(STATIC_LSTM)
+    (diagnosis,) = diagnose(str(script), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    fix = next(f for f in finding.fixes if f.kind == "quantized")
+    assert fix.verified is True, (finding.code, finding.message, fix.check)

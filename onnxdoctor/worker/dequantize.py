@@ -141,6 +141,16 @@ def _converters() -> dict[type, Callable[[Any], Any]]:
         # Float output: a quantized embedding dequantizes the rows it looks up.
         return nn.Embedding.from_pretrained(module.weight().dequantize(), freeze=True)
 
+    def static_lstm(module: Any) -> Any:
+        # A statically quantized LSTM is torch's quantizable LSTM run on quantized tensors: the
+        # same module, that class again, with its quantized gates (Linear, QFunctional) rebuilt.
+        module.__class__ = torch.ao.nn.quantizable.LSTM
+        for name, inner in quantized_modules(module):
+            if name and type(inner) in table:
+                parent, _, child = name.rpartition(".")
+                setattr(module.get_submodule(parent) if parent else module, child, table[type(inner)](inner))
+        return module
+
     table: dict[type, Callable[[Any], Any]] = {
         nnq.Quantize: lambda m: fake_quantize(m.scale, m.zero_point, m.dtype),
         nnq.DeQuantize: lambda m: nn.Identity(),
@@ -161,6 +171,7 @@ def _converters() -> dict[type, Callable[[Any], Any]]:
         nniq.ConvReLU2d: rounded(then(conv(nn.Conv2d), lambda m: nn.ReLU())),
         nniq.ConvReLU3d: rounded(then(conv(nn.Conv3d), lambda m: nn.ReLU())),
         nnqd.LSTM: recurrent(nn.LSTM),
+        nnq.LSTM: static_lstm,
         nnqd.GRU: recurrent(nn.GRU),
         nnq.BatchNorm2d: rounded(norm(nn.BatchNorm2d)), nnq.BatchNorm3d: rounded(norm(nn.BatchNorm3d)),
         nnq.LayerNorm: rounded(norm(nn.LayerNorm)), nnq.GroupNorm: rounded(norm(nn.GroupNorm)),
