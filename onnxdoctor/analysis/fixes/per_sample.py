@@ -26,9 +26,33 @@ onnx.save(per_sample_loop(onnx.load('model.onnx'), inputs={positions}), 'model.o
 """
 
 
+CODES = ("OD801", "OD802", "OD803", "OD804")
+
+# The ops a Python loop over a tensor's rows is traced as (`for clip in clips:`).
+_ROW_OPS = ("aten::unbind", "aten::split", "aten::chunk", "aten::split_with_sizes")
+
+
+def walks_the_batch(finding: Finding) -> bool:
+    """Whether the code that froze the size walks it in Python: a `range()` of a size in forward(),
+    or a loop over a tensor's rows (traced as unbind/split). Every exporter unrolls such a loop;
+    a `len()` alone, strict capture may keep symbolic."""
+    detail = finding.detail
+    lines = detail.lines if isinstance(detail, FrozenSize) else ()
+    return any(kind == "range" for _s, kind, _t in lines) or finding.torch_op in _ROW_OPS
+
+
+def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """Where forward() walks the batch in Python, the per-sample export first of the size fixes:
+    the loop is what a batched graph cannot keep. Otherwise the `shapes` family proposes it after
+    the fixes that keep the batched graph."""
+    if not walks_the_batch(finding):
+        return []
+    fix = per_sample_fix(finding, ctx)
+    return [fix] if fix is not None else []
+
+
 def per_sample_fix(finding: Finding, ctx: FixContext) -> Fix | None:
-    """The model exported at one sample and looped over the batch, where dim 0 is what froze
-    (proposed by the `shapes` family, after the fixes that keep the batched graph)."""
+    """The model exported at one sample and looped over the batch, where dim 0 is what froze."""
     detail = finding.detail
     if not isinstance(detail, FrozenSize) or ctx.target_kind != "script":
         return None

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.analysis.fixes.per_sample import per_sample_fix
+from onnxdoctor.analysis.fixes.per_sample import per_sample_fix, walks_the_batch
 from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
 from onnxdoctor.recipe import (
     DeclareDynamic,
@@ -77,7 +77,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                   "by a guard there too"),
             recipe=Recipe("exporter", (UseExporter(other), declare)),
         ))
-        looped = per_sample_fix(finding, ctx)
+        looped = None if walks_the_batch(finding) else per_sample_fix(finding, ctx)  # else proposed first
         if looped is not None:
             fixes.append(looped)
         fixes.append(_strict_capture(detail, declare, params, axes))
