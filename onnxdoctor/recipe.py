@@ -375,6 +375,13 @@ class RewriteOnnx:
     reference: Reference | None = None
 
 
+def ordered_rewrites(rewrites: list[RewriteOnnx]) -> list[RewriteOnnx]:
+    """A fix's file rewrites in the order they apply: running the graph per sample moves its
+    nodes into a Loop body, where the other rewrites (which walk the graph's own nodes) would not
+    find them, so PerSampleLoop goes last."""
+    return sorted(rewrites, key=lambda r: isinstance(r.transform, PerSampleLoop))
+
+
 @dataclass(frozen=True)
 class RuntimeKernels:
     """Kernels ONNX Runtime needs for custom domains.

@@ -119,3 +119,32 @@ def test_samples_that_interact_are_not_called_verified(tmp_path: Path) -> None:
     finding = next(f for f in diagnosis.findings if f.code == "OD802")
     fix = next(f for f in finding.fixes if f.kind == "per_sample")
     assert fix.check is not None and fix.verified is False, fix.check
+
+
+def test_outputs_that_are_inputs_or_listed_constants_and_taken_names_still_check() -> None:
+    from onnx import TensorProto, helper
+
+    # x passed through as an output, a constant output whose initializer is also listed as an
+    # input (keep_initializers_as_inputs), and a value already named like the transform's helper.
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["sample_row_index"]), helper.make_node("Neg", ["sample_row_index"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 2])],
+        initializer=[helper.make_tensor("c", TensorProto.FLOAT, [1, 2], [1.0, 2.0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    looped = per_sample_loop(model, (0,))
+    onnx.checker.check_model(looped, full_check=True)
+    session = ort.InferenceSession(looped.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    same, y, c = session.run(None, {"x": x})
+    np.testing.assert_array_equal(same, x)
+    np.testing.assert_array_equal(y, -np.maximum(x, 0))
+    np.testing.assert_array_equal(c, np.tile([[1.0, 2.0]], (4, 1)))
+    twice = helper.make_graph(graph.node, "g", list(graph.input)[:1], [graph.output[1], graph.output[1]])
+    with pytest.raises(TransformError, match="listed twice"):
+        per_sample_loop(helper.make_model(twice, opset_imports=[helper.make_opsetid("", 17)]), (0,))

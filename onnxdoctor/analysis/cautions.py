@@ -143,7 +143,7 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     conversion = _CONVERTING.search(warned)
     call = second.get("diverging_call") if isinstance(second, dict) else None
     if (conversion and conversion.group(1) in _NUMBERS and isinstance(call, dict) and source
-            and str(call.get("source") or "").endswith(source)):
+            and str(call.get("source") or "").rsplit("/", 1)[-1] == source):
         # The value differs first in the call on the very line that took the number out of a
         # tensor (`torch.div(f, f_mean.item())`): the conversion is what froze it; the node
         # stays the one where it shows.

@@ -1025,30 +1025,40 @@ def per_sample_loop(model: onnx.ModelProto, inputs: tuple[int, ...]) -> onnx.Mod
         if not output.type.HasField("tensor_type") or (ranked and not dims) or (
                 dims and dims[0].HasField("dim_value") and dims[0].dim_value != 1):
             raise TransformError(f"output {output.name} has no dim 0 of one sample to stack the samples along")
+    if len({o.name for o in graph.output}) != len(graph.output):
+        raise TransformError("an output is listed twice: the Loop cannot give one value two names")
     taken = ({v for n in _all_nodes(graph) for v in (*n.input, *n.output)} | constants
              | {i.name for i in graph.input} | {o.name for o in graph.output})
     renames: dict[str, str] = {}
+    batched_names = {i.name for i in batched}
     for output in graph.output:
         if output.name in constants:
-            # A constant output (folded by the exporter): the Loop's output takes its name.
+            # A constant output (folded by the exporter): the Loop's output takes its name. An
+            # initializer also listed as an input (keep_initializers_as_inputs) goes from there.
             renames[output.name] = _fresh(f"{output.name}_constant", taken)
             next(t for t in graph.initializer if t.name == output.name).name = renames[output.name]
+            listed = [i for i in graph.input if i.name == output.name]
+            for entry in listed:
+                graph.input.remove(entry)
             _rename(graph, output.name, renames[output.name], outputs=False)
-        elif output.name in {i.name for i in real} and output.name not in {i.name for i in batched}:
+        elif output.name in {i.name for i in real} and output.name not in batched_names:
             raise TransformError(f"output {output.name} is an input that is not batched")
+    # An output that is a batched input is the whole batch already: it stays the input.
+    stacked = [o for o in graph.output if o.name not in batched_names]
     opset = _default_opset(fixed)
     index, keep_going = _fresh("sample_index", taken), _fresh("loop_condition", taken)
     row, zero, axes = _fresh("sample_row", taken), _fresh("batch_axis", taken), _fresh("stack_axes", taken)
+    row_index = _fresh("sample_row_index", taken)
     body = onnx.GraphProto(name="per_sample")
     body.node.extend([
         helper.make_node("Constant", [], [row], value=helper.make_tensor("shape_1", onnx.TensorProto.INT64, [1], [1])),
-        helper.make_node("Reshape", [index, row], [f"{row}_index"]),
+        helper.make_node("Reshape", [index, row], [row_index]),
     ])
     for source in batched:
         sample = _fresh(f"{source.name}_sample", taken)
         renames[source.name] = sample
         # x[i:i+1]: one row, the dim kept, as the graph was exported at.
-        body.node.append(helper.make_node("Gather", [source.name, f"{row}_index"], [sample], axis=0))
+        body.node.append(helper.make_node("Gather", [source.name, row_index], [sample], axis=0))
     traced = onnx.GraphProto()
     traced.node.extend(graph.node)
     for node in _all_nodes(traced):
@@ -1059,7 +1069,7 @@ def per_sample_loop(model: onnx.ModelProto, inputs: tuple[int, ...]) -> onnx.Mod
     body_outputs = [helper.make_tensor_value_info(_fresh("continue", taken), onnx.TensorProto.BOOL, [])]
     body.node.append(helper.make_node("Identity", [keep_going], [body_outputs[0].name]))
     produced = {v for n in graph.node for v in n.output}
-    for output in graph.output:
+    for output in stacked:
         squeezed = _fresh(f"{output.name}_row", taken)
         source = renames.get(output.name, output.name)
         if source in produced:
@@ -1081,9 +1091,9 @@ def per_sample_loop(model: onnx.ModelProto, inputs: tuple[int, ...]) -> onnx.Mod
         helper.make_node("Shape", [batched[0].name], [shape]),
         helper.make_node("Constant", [], [zero], value=helper.make_tensor("zero", onnx.TensorProto.INT64, [], [0])),
         helper.make_node("Gather", [shape, zero], [count], axis=0),
-        helper.make_node("Loop", [count, ""], [o.name for o in graph.output], body=body),
+        helper.make_node("Loop", [count, ""], [o.name for o in stacked], body=body),
     ])
-    for value in (*batched, *graph.output):
+    for value in (*batched, *stacked):
         dims = value.type.tensor_type.shape.dim
         if dims:
             dims[0].Clear()

@@ -30,6 +30,7 @@ from onnxdoctor.recipe import (
     QuantizeOnnx,
     RewriteOnnx,
     StateCheck,
+    ordered_rewrites,
 )
 
 # A quantized fix's snippet (and its fix.py) imports float_model_of from here.
@@ -331,7 +332,7 @@ def rewrite_file(path: str | Path, rewrites: list[RewriteOnnx]) -> None:
     from onnxdoctor.onnxkit.transforms import apply_transform
 
     model = onnx.load(str(path))
-    for rewrite in rewrites:
+    for rewrite in ordered_rewrites(rewrites):
         model = apply_transform(model, rewrite.transform)
     onnx.save(model, str(path))
 
@@ -443,7 +444,7 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
         if step.forced_branches:
             _force_branches(step.forced_branches, undo)
         if step.tensor_outputs:
-            _keep_tensor_outputs(undo)
+            _keep_tensor_outputs(loaded, undo)
         if step.seeded_noise:
             _seeded_noise(loaded, step.seeded_noise, undo)
         if step.every_candidate:
@@ -463,7 +464,7 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
         if step.inplace_operators:
             _inplace_operators(undo)
         if step.cloned_constants:
-            _cloned_constants(undo)
+            _cloned_constants(loaded, undo)
         if step.frozen_weights:
             _frozen_weights(loaded.model, undo)
         if step.int_sizes:
@@ -518,7 +519,7 @@ def _inplace_operators(undo: list[Callable[[], None]]) -> None:
         undo.append(lambda name=augmented, saved=original: setattr(torch.Tensor, name, saved))
 
 
-def _cloned_constants(undo: list[Callable[[], None]]) -> None:
+def _cloned_constants(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """Until `undo` runs, `torch.tensor`, `torch.as_tensor` and `torch.from_numpy` of Python or
     NumPy data give a clone while traced (recipe.EagerExport.cloned_constants): the tracer holds
     what they built as a constant, and in-place writes land on the clone, a traced value."""
@@ -535,9 +536,7 @@ def _cloned_constants(undo: list[Callable[[], None]]) -> None:
         return made
 
     for name in ("tensor", "as_tensor", "from_numpy"):
-        original = getattr(torch, name)
-        setattr(torch, name, cloning(original))
-        undo.append(lambda name=name, original=original: setattr(torch, name, original))
+        _replace(torch, name, cloning(getattr(torch, name)), loaded, undo)
 
 
 def _int_sizes(undo: list[Callable[[], None]]) -> None:
@@ -1194,7 +1193,16 @@ def _seeded_noise(loaded: LoadedModel, mode: str, undo: list[Callable[[], None]]
                 _replace(owner, name, drawing(original, owner is torch.Tensor and name.endswith("_")), loaded, undo)
 
 
-def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
+def _passing_tensors(from_numpy: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """torch.from_numpy that passes a tensor on as it is (the array a patch kept a tensor)."""
+    import torch
+
+    def passed(data: Any) -> Any:
+        return data if isinstance(data, torch.Tensor) else from_numpy(data)
+    return passed
+
+
+def _keep_tensor_outputs(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """`Tensor.numpy()` and `Tensor.data` return the tensor detached until `undo` runs.
 
     A forward() that ends in `flow.permute(0, 2, 3, 1).cpu().numpy() * scale` hands its results
@@ -1210,9 +1218,7 @@ def _keep_tensor_outputs(undo: list[Callable[[], None]]) -> None:
 
     _replace(torch.Tensor, "numpy", numpy, None, undo)
     # The caller's `torch.from_numpy(model(x))` then receives the tensor: passed on as it is.
-    original_from_numpy = torch.from_numpy
-    torch.from_numpy = lambda data: data if isinstance(data, torch.Tensor) else original_from_numpy(data)
-    undo.append(lambda: setattr(torch, "from_numpy", original_from_numpy))
+    _replace(torch, "from_numpy", _passing_tensors(torch.from_numpy), loaded, undo)
     # `.cpu().data.numpy()`: the tracer records `.data` as the example's constant, without a
     # warning; `detach()` is the same value for a forward pass and stays data flow.
     _replace(torch.Tensor, "data", property(lambda self: self.detach(), data.__set__), None, undo)
@@ -1305,8 +1311,7 @@ def _keep_tensor_values(undo: list[Callable[[], None]]) -> None:
 
     array, asarray = of_sizes(original_array), of_sizes(original_asarray)
 
-    def from_numpy(data: Any) -> Any:
-        return data if isinstance(data, torch.Tensor) else original_from_numpy(data)
+    from_numpy = _passing_tensors(original_from_numpy)
 
     # `top_x.tolist()` used to index (`hidden[top_x_list]`, Mixtral's MoE before transformers
     # #29858): a tensor indexes as its list does, and the tracer records it as data. Only the
@@ -1605,6 +1610,8 @@ def one_sample(loaded: LoadedModel, step: PerSample, args: tuple[Any, ...],
     """
     import torch
 
+    if not step.inputs:
+        raise ValueError("no batched argument to cut to one sample")
     cut = list(args)
     for i in range(max(step.inputs) + 1):
         if i >= len(cut) or not isinstance(cut[i], torch.Tensor):

@@ -271,6 +271,10 @@ def warned_at(caller: Any, call: Callable[..., Any], *args: Any, **kwargs: Any) 
     return value
 
 
+# onnxdoctor's own files (a fix's patches build tensors while traced too).
+_OURS = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
 @contextlib.contextmanager
 def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     """Wrap `GraphContext.op`, the naming pass, `Tensor.__bool__` and `Tensor.data` (when no fix
@@ -356,11 +360,10 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
             frame = sys._getframe(1)
             tensor = warned_at(frame, make, data, *args, **kwargs)
             with contextlib.suppress(Exception):
+                # The user's code or a library's (kornia's normal_transform_pixel), not torch's own.
                 name = frame.f_code.co_filename
-                if name not in mine:
-                    mine[name] = Path(name).resolve().parent == folder
-                if (torch._C._get_tracing_state() is not None and mine[name] and tensor is not data
-                        and not isinstance(data, torch.Tensor)):
+                if (torch._C._get_tracing_state() is not None and not name.startswith((torch_folder, _OURS))
+                        and tensor is not data and not isinstance(data, torch.Tensor)):
                     site = f"{os.path.basename(name)}:{frame.f_lineno}"
                     recorder._built.append((site, tensor, tensor._version))
             return tensor

@@ -52,6 +52,7 @@ from onnxdoctor.recipe import (
     Unoptimized,
     UseExporter,
     UseOpset,
+    ordered_rewrites,
 )
 from onnxdoctor.worker.facts import (
     aliased_inputs,
@@ -492,7 +493,7 @@ class Runner:
 
         state["original_model"] = model
         fixed = model
-        for rewrite in rewrites:
+        for rewrite in ordered_rewrites(rewrites):
             try:
                 fixed = apply_transform(fixed, rewrite.transform)
             except TransformError as exc:

@@ -10,6 +10,7 @@ land on a traced value (recipe.EagerExport.cloned_constants).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from onnxdoctor.analysis.fixes._context import FixContext
@@ -17,6 +18,8 @@ from onnxdoctor.analysis.sources import source_lines
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
 
+# `name = <call>`: one name bound to what the line builds (not a tuple, not a comparison).
+_ONE_ASSIGNMENT = re.compile(r"^[\w.]+\s*=(?!=)")
 # Wrong numbers, at the example or at other inputs and sizes.
 CODES = ("OD601", "OD603", "OD210", "OD802", "OD803")
 
@@ -29,11 +32,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     where = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
     return [Fix(
         kind="cloned_constants",
-        title=f"Clone the tensor built from Python data that forward() writes into ({where})",
+        title=f"Clone the tensor built from Python data that forward() writes into in place ({where})",
         snippet=(
             f"# {where}: the TorchScript tracer keeps a tensor made from Python data as a constant by\n"
-            "# reference, so writing into it afterwards changes the constant too and the graph applies\n"
-            "# the write twice. Clone it where it is built (or build it without in-place writes):\n"
+            "# reference, so writing into it afterwards changes the constant too, and the graph may\n"
+            "# apply the write a second time. Clone it where it is built (or build it without\n"
+            "# in-place writes):\n"
             + "".join(f"{line}\n" for line in _cloned_lines(sites, ctx))
         ),
         applicability=Applicability.SAFE,
@@ -51,6 +55,8 @@ def _cloned_lines(sites: list[str], ctx: FixContext) -> list[str]:
     for site in sites[:3]:
         found = source_lines(site, folder)
         line = found[0].strip() if found else ""
-        if "=" in line and line.rstrip().endswith(")") and "#" not in line:
+        # One assignment of one built tensor: `.clone()` after it is the edit.
+        if _ONE_ASSIGNMENT.match(line) and line.endswith(")") and "#" not in line:
             lines.append(f"{line}.clone()  # {site}")
-    return lines or ["t = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).clone()", "t[0, 0] = 2.0 / w  # a traced write now"]
+    return lines or ["# for example:", "t = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).clone()",
+                     "t[0, 0] = 2.0 / w  # a write into the clone, which the graph records"]

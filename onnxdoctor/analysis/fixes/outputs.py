@@ -16,10 +16,10 @@ from onnxdoctor.recipe import EagerExport, LoadCode, Recipe
 
 CODES = ("OD211", "OD299", "OD210")
 
+# The tracer's warning for a tensor converted to a NumPy array.
+_TO_NUMPY = "Converting a tensor to a NumPy array"
 # The TorchScript exporter flattening outputs that hold numpy arrays: "Here, received an input of
 # unsupported type: numpy.ndarray"; the dynamo exporter names the type as it meets it.
-# The tracer's warning for a tensor converted to a NumPy array.
-_TO_NUMPY = re.compile(r"Converting a tensor to a NumPy array")
 NUMPY_OUTPUT = re.compile(r"unsupported type: numpy\.ndarray|<class 'numpy\.ndarray'>")
 # classify's OD299 for an object forward() returns to the TorchScript exporter.
 _RETURNED_OBJECT = re.compile(r"^forward\(\) returns a (\w+) object")
@@ -82,7 +82,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD210":
         # forward() converts its results to NumPy and the caller wraps them back (mmaction2's
         # test forward returns `output.data.cpu().numpy()`): the graph is the example's constant.
-        if any(_TO_NUMPY.search(e) for e in finding.evidence):
+        if any(_TO_NUMPY in e for e in finding.evidence):
             return _numpy_outputs(finding, ctx, converted=True)
         return []
     if finding.code == "OD299":

@@ -18,7 +18,7 @@ from onnxdoctor.recipe import DeclareDynamic, PerSample, PerSampleLoop, Recipe, 
 SNIPPET = """import onnx
 from onnxdoctor.onnxkit.transforms import per_sample_loop
 
-# Export one sample (dim 0 of {names} cut to one row, not declared dynamic):
+# Export one sample (dim 0 of {names} cut to one row, not declared dynamic{others}):
 one = {cut}
 torch.onnx.export(model, one, 'model.onnx', dynamo={dynamo})
 # Then run that graph once per sample: an ONNX Loop over dim 0, the outputs stacked again.
@@ -62,14 +62,17 @@ def per_sample_fix(finding: Finding, ctx: FixContext) -> Fix | None:
     if not positions:
         return None
     exporter = detail.exporter or ctx.exporter or "dynamo"
-    names = ", ".join(order[p] for p in positions)
+    batched = [order[p] for p in positions]
+    names = ", ".join(batched)
+    kept = [f"{name} dim {dim}" for name, dim, *_ in detail.dims if not (dim == 0 and name in batched)]
+    others = f"; declare {', '.join(kept)} dynamic as before" if kept else ""
     last = max(positions) + 1
     cut = ("(" + ", ".join(f"example_inputs[{p}][:1]" if p in positions else f"example_inputs[{p}]" for p in range(last))
            + f", *example_inputs[{last}:])")
     return Fix(
         kind="per_sample",
         title=f"Export one sample and run it once per sample of the batch (an ONNX Loop over dim 0 of {names})",
-        snippet=SNIPPET.format(names=names, cut=cut, dynamo=exporter == "dynamo", positions=positions),
+        snippet=SNIPPET.format(names=names, cut=cut, dynamo=exporter == "dynamo", positions=positions, others=others),
         applicability=Applicability.SAFE,
         cost=("the samples run one after another (no batched kernels); right only if they do not interact, "
               "which the check at every batch size shows"),
