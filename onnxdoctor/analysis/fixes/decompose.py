@@ -33,7 +33,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     overload = f"torch.ops.{ctx.namespace}.{ctx.op_name}.default"
     impl = schema.get("python_impl_name")
     # The torch.library op object is not its body: decomposing the op into itself recurses.
-    body = f"{impl}._init_fn" if impl else f"torch._library.custom_ops.OPDEFS[{ctx.op!r}]._init_fn"
+    # The function's name in the script is the op object where custom_op decorated it, and the
+    # plain function where the script called custom_op(name, function) and kept the result apart.
+    body = (f"getattr({impl}, '_init_fn', {impl})" if impl
+            else f"torch._library.custom_ops.OPDEFS[{ctx.op!r}]._init_fn")
     program_code = (
         "import torch\n\n"
         "program = torch.export.export(model, example_inputs)\n"
