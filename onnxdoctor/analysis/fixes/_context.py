@@ -170,6 +170,14 @@ class FixContext:
         """What one stage recorded ({} when it did not run)."""
         return next((o.facts for o in self.outcomes if o.stage is stage), {})
 
+    def traced_sites(self, fact: str) -> tuple[list[str], str]:
+        """The user's lines a TorchScript export recorded under `fact` (`data_sites`,
+        `written_constants`) and how a title names them; none where the export was another."""
+        if self.target_kind != "script" or self.export_facts.get("exporter") != "torchscript":
+            return [], ""
+        sites = [str(s) for s in self.export_facts.get(fact) or ()]
+        return sites, ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+
     @property
     def export_error(self) -> str:
         """Every message of the failed export's error, chained ones too ("" when it passed)."""

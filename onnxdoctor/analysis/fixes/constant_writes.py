@@ -26,10 +26,9 @@ CODES = ("OD601", "OD603", "OD210", "OD802", "OD803")
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The TorchScript export with the tensors forward() builds from data and writes into cloned."""
-    sites = [str(s) for s in ctx.export_facts.get("written_constants") or ()]
-    if ctx.target_kind != "script" or not sites or ctx.export_facts.get("exporter") != "torchscript":
+    sites, where = ctx.traced_sites("written_constants")
+    if not sites:
         return []
-    where = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
     return [Fix(
         kind="cloned_constants",
         title=f"Clone the tensor built from Python data that forward() writes into in place ({where})",

@@ -18,10 +18,9 @@ CODES = ("OD601", "OD603", "OD210", "OD802", "OD803")
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The TorchScript export with `.data` traced, where forward() read or assigned it while traced."""
-    sites = [str(s) for s in ctx.export_facts.get("data_sites") or ()]
-    if ctx.target_kind != "script" or not sites or ctx.export_facts.get("exporter") != "torchscript":
+    sites, where = ctx.traced_sites("data_sites")
+    if not sites:
         return []
-    where = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
     return [Fix(
         kind="traced_data",
         title=f"Drop `.data` where forward() uses it ({where}): the tracer does not record it",
