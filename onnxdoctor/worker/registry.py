@@ -277,8 +277,16 @@ def custom_op_schema(op: str) -> dict[str, Any] | None:
         "returns": [_schema_type(r.type) for r in schema.returns],
         "python_impl": op in custom_ops.OPDEFS,
         "python_impl_name": getattr(getattr(custom_ops.OPDEFS.get(op), "_init_fn", None), "__name__", None),
+        # Whether that name, in the function's own module, is the op (custom_op as a decorator)
+        # or the plain function (custom_op(name, function), the op kept under another name).
+        "python_impl_decorated": _decorated(custom_ops.OPDEFS.get(op)),
         "has_fake": op in custom_ops.OPDEFS and custom_ops.OPDEFS[op]._abstract_fn is not None,
     }
+
+
+def _decorated(definition: Any) -> bool:
+    function = getattr(definition, "_init_fn", None)
+    return function is not None and getattr(function, "__globals__", {}).get(function.__name__) is definition
 
 
 def _schema_type(kind: Any) -> str:

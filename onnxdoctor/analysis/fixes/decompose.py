@@ -35,8 +35,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     # The torch.library op object is not its body: decomposing the op into itself recurses.
     # The function's name in the script is the op object where custom_op decorated it, and the
     # plain function where the script called custom_op(name, function) and kept the result apart.
-    body = (f"getattr({impl}, '_init_fn', {impl})" if impl
-            else f"torch._library.custom_ops.OPDEFS[{ctx.op!r}]._init_fn")
+    body = (f"torch._library.custom_ops.OPDEFS[{ctx.op!r}]._init_fn" if not impl
+            else f"{impl}._init_fn" if schema.get("python_impl_decorated", True) else impl)
     program_code = (
         "import torch\n\n"
         "program = torch.export.export(model, example_inputs)\n"

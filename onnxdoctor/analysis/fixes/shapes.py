@@ -77,10 +77,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                   "by a guard there too"),
             recipe=Recipe("exporter", (UseExporter(other), declare)),
         ))
-        looped = None if walks_the_batch(finding) else per_sample_fix(finding, ctx)  # else proposed first
+        fixes.append(_strict_capture(detail, declare, params, axes))
+        # The samples run one by one: after the fixes that keep the batched graph (where forward()
+        # walks the batch in Python, the per_sample family proposes it first instead).
+        looped = None if walks_the_batch(finding) else per_sample_fix(finding, ctx)
         if looped is not None:
             fixes.append(looped)
-        fixes.append(_strict_capture(detail, declare, params, axes))
         if load.get("builds_tensors", True):  # the model's code puts values in tensors somewhere
             fixes.append(_symbolic_sizes(detail, declare, params, axes))
     pools = global_pool_fix(finding, ctx)
