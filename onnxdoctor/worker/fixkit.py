@@ -525,7 +525,7 @@ def _cloned_constants(loaded: LoadedModel, undo: list[Callable[[], None]]) -> No
     what they built as a constant, and in-place writes land on the clone, a traced value."""
     import torch
 
-    from onnxdoctor.worker.provenance import warned_at
+    from onnxdoctor.worker.provenance import DATA_MAKERS, warned_at
 
     def cloning(make: Callable[..., Any]) -> Callable[..., Any]:
         def made(data: Any, *args: Any, **kwargs: Any) -> Any:
@@ -535,7 +535,7 @@ def _cloned_constants(loaded: LoadedModel, undo: list[Callable[[], None]]) -> No
             return tensor.clone()
         return made
 
-    for name in ("tensor", "as_tensor", "from_numpy"):
+    for name in DATA_MAKERS:
         _replace(torch, name, cloning(getattr(torch, name)), loaded, undo)
 
 
@@ -1624,9 +1624,8 @@ def one_sample(loaded: LoadedModel, step: PerSample, args: tuple[Any, ...],
     params = forward_parameters(loaded)
     shapes = kwargs.get("dynamic_shapes")
     if isinstance(shapes, dict):
-        shapes = {k: _without_dim0(v) if k in {params[i] for i in step.inputs if i < len(params)} else v
-                  for k, v in shapes.items()}
-        kwargs["dynamic_shapes"] = shapes
+        keys = {params[i] for i in step.inputs if i < len(params)}
+        kwargs["dynamic_shapes"] = {k: _without_dim0(v) if k in keys else v for k, v in shapes.items()}
     elif isinstance(shapes, (list, tuple)):
         kwargs["dynamic_shapes"] = type(shapes)(_without_dim0(v) if i in step.inputs else v for i, v in enumerate(shapes))
     axes = kwargs.get("dynamic_axes")

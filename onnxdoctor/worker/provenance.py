@@ -271,6 +271,9 @@ def warned_at(caller: Any, call: Callable[..., Any], *args: Any, **kwargs: Any) 
     return value
 
 
+# The torch functions that build a tensor from Python or NumPy data, which the TorchScript tracer
+# holds as a constant (recipe.EagerExport.cloned_constants).
+DATA_MAKERS = ("tensor", "as_tensor", "from_numpy")
 # onnxdoctor's own files (a fix's patches build tensors while traced too).
 _OURS = str(Path(__file__).resolve().parent.parent) + os.sep
 
@@ -363,13 +366,13 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
                 # The user's code or a library's (kornia's normal_transform_pixel), not torch's own.
                 name = frame.f_code.co_filename
                 if (torch._C._get_tracing_state() is not None and not name.startswith((torch_folder, _OURS))
-                        and tensor is not data and not isinstance(data, torch.Tensor)):
+                        and not isinstance(data, torch.Tensor)):
                     site = f"{os.path.basename(name)}:{frame.f_lineno}"
                     recorder._built.append((site, tensor, tensor._version))
             return tensor
         return built
 
-    makers = {name: getattr(torch, name) for name in ("tensor", "as_tensor", "from_numpy")}
+    makers = {name: getattr(torch, name) for name in DATA_MAKERS}
     for name, make in makers.items():
         setattr(torch, name, building(make))
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]

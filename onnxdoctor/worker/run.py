@@ -675,8 +675,9 @@ class Runner:
             facts["branch_values"] = dict(recorder.branch_values)
         if recorder is not None and recorder.data_sites:
             facts["data_sites"] = list(recorder.data_sites)
-        if recorder is not None and recorder.written_constants:
-            facts["written_constants"] = recorder.written_constants
+        constants_written = recorder.written_constants if recorder is not None else []
+        if constants_written:
+            facts["written_constants"] = constants_written
         if recorder is not None and recorder.loop_exits:
             facts["loop_exits"] = list(recorder.loop_exits)
         if recorder is not None and recorder.size_branches:

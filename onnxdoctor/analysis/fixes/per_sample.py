@@ -15,6 +15,11 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
 from onnxdoctor.recipe import DeclareDynamic, PerSample, PerSampleLoop, Recipe, UseExporter
 
+CODES = ("OD801", "OD802", "OD803", "OD804")
+
+# The ops a Python loop over a tensor's rows is traced as (`for clip in clips:`).
+_ROW_OPS = ("aten::unbind", "aten::split", "aten::chunk", "aten::split_with_sizes")
+
 SNIPPET = """import onnx
 from onnxdoctor.onnxkit.transforms import per_sample_loop
 
@@ -24,12 +29,6 @@ torch.onnx.export(model, one, 'model.onnx', dynamo={dynamo})
 # Then run that graph once per sample: an ONNX Loop over dim 0, the outputs stacked again.
 onnx.save(per_sample_loop(onnx.load('model.onnx'), inputs={positions}), 'model.onnx')
 """
-
-
-CODES = ("OD801", "OD802", "OD803", "OD804")
-
-# The ops a Python loop over a tensor's rows is traced as (`for clip in clips:`).
-_ROW_OPS = ("aten::unbind", "aten::split", "aten::chunk", "aten::split_with_sizes")
 
 
 def walks_the_batch(finding: Finding) -> bool:
