@@ -68,3 +68,14 @@ def test_forces_from_autograd_grad_export_through_make_fx() -> None:
     best = finding.fixes[0]
     assert best.kind == "autograd_traced" and best.verified is True, best.check
     assert best.check is not None and best.check.max_abs_diff is not None and best.check.max_abs_diff < 1e-5
+
+
+def test_a_scripted_model_that_needs_gradients_is_exported_as_scripted() -> None:
+    # The reference call runs forward() with gradients through a wrapper; the exporters read a
+    # ScriptModule's code off model.forward, so the wrapper must not hide it (pytorch#105838).
+    diagnosis = diagnose(str(CORPUS / "grad_scripted_forces_nequip_style_potential_opset18_pytorch_105838.py"),
+                         DiagnoseOptions(fix=False))[0]
+    load = next(o for o in diagnosis.stages if o.stage is Stage.LOAD)
+    assert load.facts["forward_needs_gradients"] is True
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::grad"), finding.message

@@ -304,6 +304,11 @@ def with_gradients(loaded: LoadedModel) -> None:
             return result  # an export records forward's own graph
         return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach(), result)
 
+    if isinstance(loaded.model, torch.jit.ScriptModule):
+        # Both exporters take a scripted module's code from `model.forward.graph` (then compile
+        # from the module itself): without it they stop at "'forward' method must be a script
+        # method" instead of the user's own error (aten::grad has no ONNX op).
+        forward_with_gradients.graph = forward.graph  # type: ignore[attr-defined]
     loaded.model.forward = forward_with_gradients
 
 
