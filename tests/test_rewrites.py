@@ -48,6 +48,34 @@ def _spd(n: int, batch: int = 2) -> torch.Tensor:
     return a @ a.mT + n * torch.eye(n)
 
 
+# Seeded outside the calls: a generator inside forward() would be captured by torch.export.
+_LAYER_WEIGHTS = [_g(*shape, seed=s, scale=0.3) for s, shape in enumerate(
+    [(24, 8), (24,), (8, 8), (8,), (8,), (8,), (8,), (8,), (16, 8), (16,), (8, 16), (8,)])]
+_HEAD_MASK = _g(2, 2, 5, 5, seed=9) > 0.8
+
+def _encoder_layer(x: torch.Tensor, gelu: bool, norm_first: bool, mask_type: int | None) -> torch.Tensor:
+    """torch's fast-path encoder layer on `x` (batch, length, 8) with seeded weights, the mask of
+    `mask_type` (1: the second sample's last two positions padded; 0: causal; 2: per head)."""
+    e, n = x.shape[-1], x.shape[1]
+    w = _LAYER_WEIGHTS
+    mask = {None: None, 0: torch.ones(n, n, dtype=torch.bool).triu(1),
+            1: torch.arange(n).expand(x.shape[0], n) >= torch.tensor([[n], [n - 2]]),
+            2: _HEAD_MASK}[mask_type]
+    return torch._transformer_encoder_layer_fwd(x, e, 2, w[0], w[1], w[2], w[3], gelu, norm_first, 1e-5, w[4] + 1,
+                                                w[5], w[6] + 1, w[7], w[8], w[9], w[10], w[11], mask, mask_type)
+
+
+def _multi_head_attention(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """torch's fast-path attention, self and cross (keys from `x` reversed), weights averaged or not."""
+    e, n = x.shape[-1], x.shape[1]
+    w = _LAYER_WEIGHTS[:4]
+    padded = torch.arange(n).expand(x.shape[0], n) >= torch.tensor([[n], [n - 1]])
+    mha = torch._native_multi_head_attention
+    return (*mha(x, x, x, e, 2, *w, padded, True, True, 1),
+            *mha(x, x.flip(1), x.flip(1), e, 4, *w, None, True, False),
+            mha(x, x, x, e, 2, *w, torch.ones(n, n, dtype=torch.bool).triu(1), False, True, 0)[0])
+
+
 def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """torch.complex, complex unsqueeze/squeeze/matmul, complex exp, products with a Python complex
     number, a complex alias and zero padding (the real matmul, exp, products and pads go through
@@ -397,6 +425,12 @@ CASES: dict[str, Case] = {
                    torch.triangular_solve(a[..., :1].exp(), a, upper=True)[0]),
         (_g(2, 3, 3, seed=6) + 3 * torch.eye(3),),
     ),
+    "aten::_transformer_encoder_layer_fwd": Case(
+        lambda x: (_encoder_layer(x, False, False, None), _encoder_layer(x, True, True, 1),
+                   _encoder_layer(x, False, False, 0), _encoder_layer(x, True, False, 2)),
+        (_g(2, 5, 8, seed=3),),
+    ),
+    "aten::_native_multi_head_attention": Case(_multi_head_attention, (_g(2, 4, 8, seed=4),)),
     "aten::cholesky_solve": Case(
         lambda a: (torch.cholesky_solve(a[..., :2] * 2, torch.linalg.cholesky(a)),
                    torch.cholesky_solve(a, torch.linalg.cholesky(a, upper=True), upper=True),

@@ -28,6 +28,7 @@ def _load() -> tuple[Rewrite, ...]:
     from onnxdoctor.rewrites import (
         activation,
         angles,
+        attention,
         bitwise,
         complex_pairs,
         cumulative,
@@ -56,7 +57,7 @@ def _load() -> tuple[Rewrite, ...]:
     found: list[Rewrite] = []
     for module in (sorting, cumulative, linalg, special, elementwise, pooling, distance, bitwise, complex_pairs,
                    scatter, unique, histogram, eig, triangular, pooling3d, activation, window, resize,
-                   sampling, losses, quantize, sparse, reduction, shift, angles):
+                   sampling, losses, quantize, sparse, reduction, shift, angles, attention):
         found.extend(module.REWRITES)
     return tuple(found)
 
