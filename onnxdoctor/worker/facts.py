@@ -406,10 +406,18 @@ def sparse_tensors(model: Any) -> list[str]:
     """
     import torch
 
+    def held(name: str, value: Any) -> list[tuple[str, Any]]:
+        # Tensors in plain lists, tuples and dicts too (DCRNN's `self.supports = [S, S.t()]`).
+        if isinstance(value, (list, tuple)):
+            return [pair for n, item in enumerate(value[:64]) for pair in held(f"{name}[{n}]", item)]
+        if isinstance(value, dict):
+            return [pair for key, item in list(value.items())[:64] for pair in held(f"{name}[{key!r}]", item)]
+        return [(name, value)]
+
     found: list[str] = []
     for prefix, module in model.named_modules():
         for name, value in vars(module).items():
-            values = value.items() if isinstance(value, dict) and name in ("_parameters", "_buffers") else [(name, value)]
+            values = value.items() if isinstance(value, dict) and name in ("_parameters", "_buffers") else held(name, value)
             for key, tensor in values:
                 if isinstance(tensor, torch.Tensor) and tensor.layout is not torch.strided:
                     found.append(f"{prefix}.{key}" if prefix else str(key))
