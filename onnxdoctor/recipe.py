@@ -250,7 +250,10 @@ class EagerExport:
     `cloned_constants`: under the TorchScript tracer, a tensor built from Python data
     (`torch.tensor`, `torch.as_tensor`, `torch.from_numpy`) is a clone of what they build, so
     writes into it in place change the clone and not the graph's constant, which the tracer holds
-    by reference (and the graph would apply the writes to it a second time).
+    by reference (and the graph would apply the writes to it a second time); `torch_symbolics`:
+    torch ops (`aten::grid_sampler`) whose symbolic the script registered with
+    `register_custom_op_symbolic` are exported by the exporter's own symbolic instead (mmcv's
+    extra symbolics write them as nodes of a domain only mmcv's runtime library has).
     """
 
     functions: tuple[str, ...] = ()
@@ -276,6 +279,7 @@ class EagerExport:
     frozen_weights: bool = False
     inplace_operators: bool = False
     cloned_constants: bool = False
+    torch_symbolics: tuple[str, ...] = ()
 
     def merged(self, later: EagerExport) -> EagerExport:
         """Both sets of changes in one export: a switch either turns on is on, the listed sites

@@ -40,3 +40,44 @@ def test_sparse_supports_held_in_a_list_are_exported_dense() -> None:
     finding = diagnosis.findings[0]
     best = finding.fixes[0]
     assert best.kind == "dense_sparse" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
+
+
+# open-mmlab/mmagic#1004: mmcv's extra symbolic for aten::grid_sampler writes mmcv::grid_sampler.
+MMCV_GRID_SAMPLER = CORPUS / "mmcv_grid_sampler_symbolic_flow_warp_basicvsr_pp_propagation_mmagic_1004.py"
+
+
+def _node_domains(model: torch.nn.Module, path: Path) -> set[str]:
+    import onnx
+
+    torch.onnx.export(model, (torch.randn(2, 3),), str(path), dynamo=False, opset_version=13)
+    return {node.domain for node in onnx.load(str(path)).graph.node}
+
+
+def test_a_symbolic_registered_for_a_torch_op_is_set_aside_for_the_export_only(tmp_path: Path) -> None:
+    from onnxdoctor.recipe import EagerExport
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    def custom_selu(g: object, x: object) -> object:
+        return g.op("acme::Selu", x)  # type: ignore[attr-defined]
+
+    model = torch.nn.SELU()
+    torch.onnx.register_custom_op_symbolic("::selu", custom_selu, 11)
+    try:
+        assert _node_domains(model, tmp_path / "registered.onnx") == {"acme"}
+        with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(torch_symbolics=("aten::selu",))):
+            assert _node_domains(model, tmp_path / "aside.onnx") == {""}  # torch's own Selu
+        assert _node_domains(model, tmp_path / "again.onnx") == {"acme"}  # the user's registration is back
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("::selu", 11)
+
+
+@pytest.mark.slow
+def test_a_torch_op_written_in_a_custom_domain_is_exported_with_torchs_own_symbolic() -> None:
+    (diagnosis,) = diagnose(str(MMCV_GRID_SAMPLER), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD401", "mmcv::grid_sampler")
+    best = finding.fixes[0]
+    # Opset 11 has no GridSample: the fix exports at 16, the first opset torch's symbolic has.
+    assert best.kind == "torch_symbolic" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
+    assert "opset 16" in best.title and "unregister_custom_op_symbolic('::grid_sampler'" in best.snippet

@@ -486,6 +486,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             from onnxdoctor.worker.branch_select import slice_bounds
 
             slice_bounds(loaded, step.slice_sites, undo)
+        if step.torch_symbolics:
+            _registered_symbolics_aside(step.torch_symbolics, undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -501,6 +503,24 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
     finally:
         for restore in reversed(undo):
             restore()
+
+
+def _registered_symbolics_aside(names: tuple[str, ...], undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, the symbolics registered with `register_custom_op_symbolic` for these
+    torch ops are set aside, at every opset they were registered for, so the TorchScript exporter
+    writes the ops with its own symbolic (or refuses them at this opset, naming the one that has
+    them)."""
+    import torch
+    from torch.onnx._internal.torchscript_exporter import registration
+
+    for name in names:
+        group = registration.registry.get_function_group(name)
+        versions = group._functions if group is not None else {}  # an OverrideDict: built-in and registered
+        for opset in [v for v in versions if versions.overridden(v)]:
+            saved = versions[opset]
+            torch.onnx.unregister_custom_op_symbolic(name, opset)
+            undo.append(lambda name=name, saved=saved, opset=opset:
+                        torch.onnx.register_custom_op_symbolic(name, saved, opset))
 
 
 # Augmented assignment operators with no TorchScript symbolic, and the operator each computes.

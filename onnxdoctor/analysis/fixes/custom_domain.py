@@ -28,7 +28,7 @@ from onnxdoctor.protocol import (
     NodeArgument,
     NodeProvenance,
 )
-from onnxdoctor.recipe import EagerExport, Recipe, RuntimeKernels, UseExporter
+from onnxdoctor.recipe import EagerExport, Recipe, RuntimeKernels, UseExporter, UseOpset
 
 # OD205/OD299: an autograd.Function's own `symbolic` failed during the export (the exporter's call
 # into it did not fit its signature, a g.op in it got a graph value for an attribute).
@@ -56,6 +56,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         fixes += [_function_forward(ctx, row, in_script), _function_dynamo(ctx, row)]
     if row is not None and row.emitter == ONNX_OPS_SYMBOLIC:
         fixes.append(eager_branch_fix(f"the {ctx.op} node", row.source))
+    if row is not None and row.emitter == REGISTERED_SYMBOLIC and row.torch_op.startswith("aten::"):
+        fixes += _torch_symbolic(ctx, row, facts)
     if facts.get("torch_op"):
         fixes += _torch_op_body(finding, ctx, facts)
     kernel = _python_kernel(ctx, row, in_script) if row is not None else None
@@ -110,6 +112,45 @@ def _function_forward(ctx: FixContext, row: NodeProvenance, in_script: bool) -> 
         cost=f"none at run time: the graph holds {name}.forward's ops instead of one {ctx.op} node",
         recipe=Recipe("function_forward", (UseExporter("torchscript"), EagerExport(functions=(row.function_class,)))),
     )
+
+
+def _torch_symbolic(ctx: FixContext, row: NodeProvenance, facts: dict) -> list[Fix]:
+    """A symbolic the script registered for one of torch's own ops (mmcv's extra symbolics write
+    aten::grid_sampler as mmcv::grid_sampler, open-mmlab/mmagic#1004): the export without it, so
+    torch's symbolic writes the op in standard ONNX (at the first opset it has one, where the
+    requested opset is older), or the dynamo exporter, which never reads registered symbolics."""
+    op = row.torch_op
+    built_in = (facts.get("torch_op_facts") or {}).get("torchscript_registrations") or []
+    requested = ctx.requested_opset if isinstance(ctx.requested_opset, int) else None
+    later = min((v for v in built_in if requested is not None and v > requested), default=None)
+    opset = later if later is not None and requested is not None and requested < min(built_in) else None
+    where = f" ({row.function.split(' ')[0]})" if row.function else ""
+    snippet = (
+        "import torch\n\n"
+        f"# Your symbolic for {op}{where}, registered with register_custom_op_symbolic, writes\n"
+        f"# {ctx.op}, which ONNX Runtime has no kernel for. Without that registration torch's own\n"
+        f"# symbolic writes {op} in standard ONNX ops.\n"
+        f"torch.onnx.unregister_custom_op_symbolic('::{op.split('::', 1)[1]}', opset_version_you_registered_it_for)\n"
+        "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False"
+        + (f", opset_version={opset})\n" if opset else ")\n"))
+    steps: tuple = (UseExporter("torchscript"), EagerExport(torch_symbolics=(op,)))
+    return [
+        Fix(kind="torch_symbolic",
+            title=f"Export {op} with torch's own symbolic instead of the registered one that writes {ctx.op}"
+                  + (f", at opset {opset} (its first)" if opset else "") + ": no custom kernel needed",
+            snippet=snippet,
+            applicability=Applicability.SAFE,
+            cost=f"none at run time: standard ONNX ops instead of one {ctx.op} node"
+                 + (f"; the runtime must support opset {opset}" if opset else ""),
+            recipe=Recipe("torch_symbolic", (*steps, UseOpset(opset)) if opset else steps)),
+        Fix(kind="function_dynamo",
+            title=f"Export with the dynamo exporter, which writes {op} itself (symbolics registered for the "
+                  "TorchScript exporter are not read)",
+            snippet="torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+            applicability=Applicability.SAFE,
+            cost=f"none at run time: standard ONNX ops instead of one {ctx.op} node",
+            recipe=Recipe("function_dynamo", (UseExporter("dynamo"),))),
+    ]
 
 
 def _refused_symbolic(ctx: FixContext) -> list[Fix]:
