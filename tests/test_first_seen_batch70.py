@@ -81,3 +81,16 @@ def test_a_torch_op_written_in_a_custom_domain_is_exported_with_torchs_own_symbo
     # Opset 11 has no GridSample: the fix exports at 16, the first opset torch's symbolic has.
     assert best.kind == "torch_symbolic" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
     assert "opset 16" in best.title and "unregister_custom_op_symbolic('::grid_sampler'" in best.snippet
+
+
+# yangxy/GPEN#66: FusedLeakyReLUFunction calls a compiled extension; the modulated convolution
+# after it is where the TorchScript exporter stops ("convolution for kernel of unknown shape").
+GPEN = CORPUS / "python_op_fused_leaky_relu_function_gpen_full_generator_gpen_66.py"
+
+
+def test_a_function_that_leaves_a_shapeless_node_is_named_where_a_later_symbolic_refuses() -> None:
+    (diagnosis,) = diagnose(str(GPEN), DiagnoseOptions(fix=False, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op, finding.torch_op) == (
+        "OD299", "FusedLeakyReLUFunction", "gpen_fused::fused_bias_act"), finding.message
+    assert "convolution for kernel of unknown shape" in finding.message

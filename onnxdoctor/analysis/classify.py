@@ -455,6 +455,16 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                                  f"opset {newer[0]} registers another symbolic for it", op=by)
         return make(code, message, op=by)
 
+    shapeless = facts.get("shapeless_function")
+    if facts.get("inner_ops") and shapeless and not COULD_NOT_EXPORT_PYTHON.search(text):
+        # A symbolic after the Function refused the shapeless value its node leaves (the worker's
+        # shapeless_function_facts): the Function is what stopped the export.
+        reason = _SYMBOLIC_VALUE_ERROR.match(error.message)
+        refusal = first_line(normalize_message(reason.group(1) if reason else error.message, base_dir=base_dir))
+        message = (f"autograd.Function {shapeless} cannot be exported: its forward calls {facts['inner_ops'][0]}, "
+                   "which has no ONNX export, so the TorchScript exporter left it as a node of unknown shape "
+                   f"and the next op's symbolic refused it ({refusal})")
+        return [replace(make("OD299", message, op=shapeless)[0], torch_op=str(facts["inner_ops"][0]))]
     match = _NO_FAKE_KERNEL.search(text)
     if match:
         name = match.group(1) or match.group(2)

@@ -17,6 +17,7 @@ from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
 from onnxdoctor.worker.tracebacks import (
     error_info,
     exception_chain,
+    exception_text,
     find_custom_symbolics,
     find_symbolic_frame,
     locate_op,
@@ -407,6 +408,27 @@ def function_frame_op(exc: BaseException) -> str | None:
                 if named:
                     return named
     return None
+
+
+# A symbolic refusing a value whose shape or rank the graph does not know.
+_UNKNOWN_SHAPE = re.compile(r"of unknown shape|unknown rank|for unknown channel|input size not accessible")
+
+
+def shapeless_function_facts(exc: BaseException, inlined: list[dict[str, str]], loaded: Any,
+                             facts: dict[str, Any]) -> dict[str, Any]:
+    """Where a symbolic refused a value of unknown shape and an autograd.Function could not be
+    inlined: the Function (`shapeless_function`) and the extension ops its forward calls
+    (`inner_ops`). Its node carries no output shape, so the first symbolic after it that needs
+    one stops the export there (GPEN's FusedLeakyReLUFunction before a modulated convolution,
+    yangxy/GPEN#66): the Function is the failure, not the convolution."""
+    if "inner_ops" in facts or not _UNKNOWN_SHAPE.search(exception_text(exc)):
+        return {}
+    name = inlined[0]["function"]
+    with contextlib.suppress(Exception):
+        inner = function_inner_ops(loaded, name=name)
+        if inner:
+            return {"shapeless_function": name, "inner_ops": inner}
+    return {}
 
 
 def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = None) -> list[str]:

@@ -81,7 +81,12 @@ from onnxdoctor.worker.facts import (
     uses_flex_attention,
     with_suggested_dims,
 )
-from onnxdoctor.worker.failures import export_failure_facts, extension_build_facts, torch_op_behind
+from onnxdoctor.worker.failures import (
+    export_failure_facts,
+    extension_build_facts,
+    shapeless_function_facts,
+    torch_op_behind,
+)
 from onnxdoctor.worker.fixkit import (
     apply_load_code,
     entry_methods,
@@ -626,6 +631,7 @@ class Runner:
             inlined = not_inlined(stderr.text) if stderr is not None else []
             if inlined:
                 facts["not_inlined"] = inlined  # why a Function's forward could not stand in for it
+                facts.update(shapeless_function_facts(exc, inlined, loaded, facts))
             if branch["export_branch"]:
                 facts["export_branch"] = True
             if recorder is not None and recorder.failure:
