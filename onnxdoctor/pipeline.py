@@ -455,18 +455,25 @@ class _Verifier:
         return searched
 
     def _chains_for(self, finding: Finding) -> list[Fix]:
-        # Each path remembers the problems met along it: a chain that comes back to one is a loop.
-        frontier = [([fix], {(finding.code, finding.op)}) for fix in finding.fixes
+        # Each path remembers the problems met along it, with the exporter it met them under: a
+        # chain that comes back to one is a loop. (The same op refused by the other exporter is
+        # not: a step that got the dynamo exporter past a data-dependent branch makes the op's
+        # rewrite, which needs torch.export, possible.) A chain that answers a problem about other
+        # inputs along the way (a branch decided for torch.export) is judged at other inputs too.
+        frontier = [([fix], {(finding.code, finding.op, None)}, about_other_inputs(finding)) for fix in finding.fixes
                     if fix.recipe and fix.check and not fix.check.works]
         found: list[Fix] = []
         tried: set[str] = set(self.runs)
         for _length in range(2, MAX_CHAIN + 1):
-            deeper: list[tuple[list[Fix], set[tuple[str, str | None]]]] = []
-            for steps, met in frontier:
+            deeper: list[tuple[list[Fix], set[tuple[str, str | None, str | None]], bool]] = []
+            for steps, met, wide in frontier:
                 so_far = steps[0] if len(steps) == 1 else chain(steps)
                 left = self._left_behind(so_far)
-                if left is None or (left.code, left.op) in met:
+                chosen = so_far.recipe.first(UseExporter) if so_far.recipe else None
+                problem = (left.code, left.op, chosen.exporter if chosen else None) if left else None
+                if problem is None or problem in met:
                     continue
+                wide = wide or about_other_inputs(left)
                 for _index, then in to_try(left, self.options):
                     candidate = chain([*steps, then])
                     if not chainable(so_far, then) or candidate.recipe is None or candidate.recipe.key() in tried:
@@ -475,7 +482,7 @@ class _Verifier:
                         return found
                     tried.add(candidate.recipe.key())
                     self.progress(f"verifying fix chain: {candidate.title}")
-                    result = self._run(apply_fix=candidate.recipe, other_inputs=about_other_inputs(finding))
+                    result = self._run(apply_fix=candidate.recipe, other_inputs=wide)
                     self.runs[candidate.recipe.key()] = (result, "main")
                     candidate = replace(candidate, check=fix_check(result, "main", self.target))
                     if candidate.verified:
@@ -483,7 +490,7 @@ class _Verifier:
                         if not self.options.all_fixes:
                             return found
                     else:
-                        deeper.append(([*steps, then], met | {(left.code, left.op)}))
+                        deeper.append(([*steps, then], met | {problem}, wide))
                         if self.options.all_fixes:  # every tried chain is reported, failed ones too
                             found.append(candidate)
             frontier = deeper

@@ -94,3 +94,22 @@ def test_a_function_that_leaves_a_shapeless_node_is_named_where_a_later_symbolic
     assert (finding.code, finding.op, finding.torch_op) == (
         "OD299", "FusedLeakyReLUFunction", "gpen_fused::fused_bias_act"), finding.message
     assert "convolution for kernel of unknown shape" in finding.message
+
+
+# vitoplantamura/OnnxStream#59: fairseq's encoder layer calls the fast-path kernel itself, and only
+# when `encoder_padding_mask.any()` (a data-dependent branch torch.export stops at).
+FAIRSEQ_FAST_PATH = CORPUS / "transformer_encoder_layer_fwd_bt_fastpath_fairseq_encoder_onnxstream_59.py"
+
+
+@pytest.mark.slow
+def test_a_chain_goes_on_where_the_other_exporter_meets_the_same_op_and_is_judged_at_other_inputs() -> None:
+    # TorchScript refuses the kernel; the dynamo exporter stops at the branch; with the branch
+    # decided it refuses the same kernel, which is no loop: the rewrite then exports it. The
+    # decided branch makes the chain a claim about other inputs, so it is checked there too.
+    (diagnosis,) = diagnose(str(FAIRSEQ_FAST_PATH), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::_transformer_encoder_layer_fwd")
+    best = finding.fixes[0]
+    assert best.kind == "chain" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
+    assert best.steps == ("forced_branch", "rewrite"), best.steps
+    assert best.check is not None and "input sets" in best.check.detail, best.check.detail
