@@ -113,3 +113,43 @@ def test_a_chain_goes_on_where_the_other_exporter_meets_the_same_op_and_is_judge
     assert best.kind == "chain" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
     assert best.steps == ("forced_branch", "rewrite"), best.steps
     assert best.check is not None and "input sets" in best.check.detail, best.check.detail
+
+
+class _ColumnPool(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # mmocr's SAR encoder: each column pooled whole, the kernel read from the traced size
+        return torch.nn.functional.max_pool2d(x, kernel_size=(x.size(2), 1), stride=1, padding=0)
+
+
+def test_a_pool_over_one_whole_dim_is_a_reduction_that_follows_the_size(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from onnxdoctor.recipe import EagerExport
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    model, path = _ColumnPool(), tmp_path / "pool.onnx"
+    with pytest.raises(Exception, match="not constant"):  # the exporter refuses the traced kernel
+        torch.onnx.export(model, (torch.randn(1, 2, 4, 6),), str(tmp_path / "refused.onnx"), dynamo=False,
+                          opset_version=11, input_names=["x"], dynamic_axes={"x": {2: "h", 3: "w"}})
+    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(global_pools=True)):
+        torch.onnx.export(model, (torch.randn(1, 2, 4, 6),), str(path), dynamo=False, opset_version=11,
+                          input_names=["x"], dynamic_axes={"x": {2: "h", 3: "w"}})
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.randn(1, 2, 7, 5)
+    (got,) = session.run(None, {"x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), model(x))  # another height and width
+    assert got.shape == (1, 2, 1, 5)
+
+
+# open-mmlab/mmocr#317: SAR's encoder pools with kernel (feat.size(2), 1) under dynamic axes.
+SAR = CORPUS / "max_pool2d_shape_kernel_sar_parallel_decoder_mmocr_317.py"
+
+
+@pytest.mark.slow
+def test_a_pool_kernel_the_exporter_refuses_as_not_constant_is_exported_as_a_reduction() -> None:
+    (diagnosis,) = diagnose(str(SAR), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD299", "aten::max_pool2d")
+    best = finding.fixes[0]
+    assert best.kind == "global_pool" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]

@@ -646,7 +646,8 @@ def _affine_norms(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
 
 def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """F.avg_pool1d/2d and F.max_pool1d/2d whose kernel covers the whole input are a mean/amax over
-    those dims, until `undo` runs (the script's own names for them too).
+    those dims, until `undo` runs (the script's own names for them too); so is a kernel that
+    covers some dims whole and is 1 (stride 1) in the others (mmocr's SAR: `(feat.size(2), 1)`).
 
     The kernel is read from the input's size (`F.avg_pool2d(x, x.size()[2:])`, GeM pooling), and
     the tracer stores it as a number: AveragePool[kernel_shape=[16, 18]] pools only a corner of a
@@ -655,27 +656,35 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     and inputs says whether it holds."""
     import torch.nn.functional as F
 
-    def covering(x: Any, kernel: Any, stride: Any, padding: Any, rank: int) -> bool:
-        size = [int(d) for d in x.shape[-rank:]]
-        kernel = [int(k) for k in (kernel if isinstance(kernel, (list, tuple)) else [kernel] * rank)]
-        pads = padding if isinstance(padding, (list, tuple)) else [padding] * rank
-        strides = kernel if stride in (None, [], ()) else (
-            stride if isinstance(stride, (list, tuple)) else [stride] * rank)
-        return kernel == size and all(int(p) == 0 for p in pads) and [int(s) for s in strides] == kernel
+    def covered(x: Any, kernel: Any, stride: Any, padding: Any, rank: int, dilation: Any = 1) -> tuple[int, ...]:
+        """The dims (negative) a kernel spans whole, where it is 1 with stride 1 in every other
+        (`(x.size(2), 1)` pools each column whole); () when the pool is anything else."""
+        def each(value: Any) -> list[int]:
+            return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value] * rank)]
+
+        size, kernels = [int(d) for d in x.shape[-rank:]], each(kernel)
+        strides = kernels if stride in (None, [], ()) else each(stride)
+        if any(p != 0 for p in each(padding)) or any(d != 1 for d in each(dilation)):
+            return ()
+        dims = tuple(i - rank for i in range(rank) if kernels[i] == size[i] and size[i] > 1)
+        rest_identity = all(kernels[i] == 1 and strides[i] == 1 for i in range(rank) if i - rank not in dims)
+        return dims if dims and rest_identity else ()
 
     def averaging(original: Any, rank: int) -> Any:
         def pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
                  count_include_pad: bool = True, *rest: Any, **kwargs: Any) -> Any:
-            if not rest and kwargs.get("divisor_override") is None and covering(x, kernel_size, stride, padding, rank):
-                return x.mean(dim=tuple(range(-rank, 0)), keepdim=True)
+            dims = covered(x, kernel_size, stride, padding, rank)
+            if not rest and kwargs.get("divisor_override") is None and dims:
+                return x.mean(dim=dims, keepdim=True)
             return original(x, kernel_size, stride, padding, ceil_mode, count_include_pad, *rest, **kwargs)
         return pool
 
     def maximum(original: Any, rank: int) -> Any:
         def pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
                  ceil_mode: bool = False, return_indices: bool = False) -> Any:
-            if not return_indices and covering(x, kernel_size, stride, padding, rank):
-                return x.amax(dim=tuple(range(-rank, 0)), keepdim=True)
+            dims = covered(x, kernel_size, stride, padding, rank, dilation)
+            if not return_indices and dims:
+                return x.amax(dim=dims, keepdim=True)
             return original(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
         return pool
 

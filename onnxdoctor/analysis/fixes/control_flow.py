@@ -32,7 +32,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if where_fix is not None:
         return [where_fix]
     if finding.code == "OD299":
-        return []
+        pools = global_pool_fix(finding, ctx)
+        return [pools] if pools else []
     if script_module(ctx) is not None or _quantized(ctx):
         # torch.export refused a ScriptModule or quantized modules, not a branch (their families answer)
         return []
