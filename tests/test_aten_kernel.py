@@ -188,3 +188,30 @@ def test_a_call_s_own_dtype_keyword_reaches_the_kernel(exporter: str, tmp_path: 
     for out, expected in zip(got, model(*example_inputs), strict=True):
         assert out.dtype == expected.numpy().dtype
         np.testing.assert_allclose(out, expected.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_torchscript_bridge_gives_a_list_result_its_outputs(tmp_path: Path) -> None:
+    from torch.onnx import unregister_custom_op_symbolic
+
+    # The exporter asks a list-returning op's symbolic for `_outputs` values (LSTMCell's gates,
+    # unsafe_chunk in SpeechBrain's Tacotron2, pytorch/pytorch#97861).
+    class Gates(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            i, f, g = x.unsafe_chunk(3, 1)
+            return torch.sigmoid(i) * torch.tanh(g) + f
+
+    model, example_inputs = Gates(), (torch.randn(2, 6, generator=torch.Generator().manual_seed(2)),)
+    scope: dict[str, object] = {"model": model, "example_inputs": example_inputs}
+    code = _bridge_code("aten::unsafe_chunk", "aten_kernel_torchscript")
+    try:
+        exec(compile(code, "<bridge>", "exec"), scope)  # noqa: S102 - the fix's own code
+        path = tmp_path / "gates.onnx"
+        torch.onnx.export(model, example_inputs, str(path), dynamo=False, opset_version=17,
+                          custom_opsets={"onnxdoctor": 1})
+    finally:
+        for opset in range(9, 21):
+            unregister_custom_op_symbolic("aten::unsafe_chunk", opset)
+    (out,) = _run_bridged(path, example_inputs)
+    np.testing.assert_allclose(out, model(*example_inputs).numpy(), rtol=1e-6, atol=1e-6)
+    _serve(code.split(aten_kernel.SERVING_ENDS)[0], path, example_inputs, tmp_path)

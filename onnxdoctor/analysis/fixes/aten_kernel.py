@@ -298,7 +298,8 @@ def _traced_call(node):
     raise ValueError(f"no schema of {node.kind()} fits this call's constant arguments")
 
 
-def bridge_symbolic(g, *args):
+def bridge_symbolic(g, *args, _outputs=None):
+    # `_outputs`: the length of a list result (chunk, split, unbind), which the exporter unpacks.
     node = g.original_node
     overload, arguments, call = _traced_call(node)
     tensors, spec_args, spec_kwargs = [], [], {}
@@ -314,12 +315,19 @@ def bridge_symbolic(g, *args):
         else:
             spec_args.append(literal)
     inputs = [_ONNX_TYPES[t.type().scalarType()] for t in tensors]
-    outputs = [_ONNX_TYPES[o.type().scalarType()] for o in node.outputs()]
+    if _outputs is not None:
+        # A list of tensors of the input's type (the list's own type names no dtype).
+        outputs = [inputs[0]] * _outputs
+    else:
+        outputs = [_ONNX_TYPES[o.type().scalarType()] for o in node.outputs()]
     op_type = _register_kernel(overload, inputs, outputs)
     attributes = _node_attributes(overload, inputs, outputs, {"args": spec_args, "kwargs": spec_kwargs})
     made = g.op(f"onnxdoctor::{op_type}", *tensors, **{f"{k}_s": v for k, v in attributes.items()},
-                outputs=node.outputsSize())
-    for value, original in zip([made] if node.outputsSize() == 1 else made, node.outputs()):
+                outputs=len(outputs))
+    values = [made] if len(outputs) == 1 else list(made)
+    if _outputs is not None:
+        return values
+    for value, original in zip(values, node.outputs()):
         value.setType(original.type())
     return made
 
