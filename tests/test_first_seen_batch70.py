@@ -153,3 +153,26 @@ def test_a_pool_kernel_the_exporter_refuses_as_not_constant_is_exported_as_a_red
     assert (finding.code, finding.op) == ("OD299", "aten::max_pool2d")
     best = finding.fixes[0]
     assert best.kind == "global_pool" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
+
+
+def test_one_element_integer_inputs_are_moved_by_one_in_a_fourth_input_set() -> None:
+    from onnxdoctor.worker.parity import MOVED_SCALARS, derived_input_sets
+
+    image, index, first, ids = torch.rand(1, 3, 4, 4), torch.tensor(2), torch.tensor([0]), torch.tensor([3, 1])
+    sets = derived_input_sets((image, index), {"style": first, "ids": ids, "flag": torch.tensor(True)})
+    assert [name for name, _a, _k in sets][3:] == [MOVED_SCALARS]
+    _name, (same_image, lower), kwargs = sets[3]
+    assert torch.equal(same_image, image) and int(lower) == 1  # one lower; 0 goes one up
+    assert kwargs["style"].tolist() == [1] and torch.equal(kwargs["ids"], ids) and bool(kwargs["flag"])
+    assert len(derived_input_sets((image, ids), {})) == 3  # no scalar: no fourth set
+
+
+# ailia-ai/ailia-models#1126: Bark's codebook index, a 0-d tensor the tracer turned into an int.
+BARK = CORPUS / "frozen_pred_idx_tensor_index_bark_fine_gpt_ailia_models_1126.py"
+
+
+def test_an_index_input_the_trace_froze_is_found_at_the_index_moved_by_one() -> None:
+    (diagnosis,) = diagnose(str(BARK), DiagnoseOptions(fix=False, check_shapes=False))
+    (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
+    assert frozen.severity.value == "error" and not diagnosis.healthy, frozen.message
+    assert "integer scalars moved by one" in frozen.message

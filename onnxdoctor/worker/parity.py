@@ -704,7 +704,8 @@ def derived_input_sets(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
       so `.all()`, `.any()` and thresholds go the other way.
 
     Integer and bool tensors (indices, lengths, masks), python numbers and float tensors
-    holding inf or nan keep their values.
+    holding inf or nan keep their values there. A fourth set, where the example has one-element
+    integer tensors, moves each by one (MOVED_SCALARS).
     """
     import torch
 
@@ -733,7 +734,33 @@ def derived_input_sets(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
 
         sets.append((_DERIVED + name, tuple(_nested(derived, a) for a in args),
                      {k: _nested(derived, v) for k, v in (kwargs or {}).items()}))
+
+    def moved(value: Any) -> Any:
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+                and not value.is_complex() and value.dtype is not torch.bool):
+            return value
+        return value - 1 if int(value.reshape(())) > 0 else value + 1
+
+    scalars = [leaf for leaf in tensor_leaves_of((args, kwargs)) if moved(leaf) is not leaf]
+    if scalars:
+        # An index, a step or an id fed as a one-element integer tensor (Bark's codebook index,
+        # ailia-models#1126): the tracer turns it into a Python int without a word when it slices
+        # or picks a module, and the float sets above never move it. One lower (one higher from
+        # 0) stays in range where an index does; PyTorch refusing it leaves the set unjudged.
+        sets.append((MOVED_SCALARS, tuple(_nested(moved, a) for a in args),
+                     {k: _nested(moved, v) for k, v in (kwargs or {}).items()}))
     return sets
+
+
+# The fourth derived set's name (derived_input_sets).
+MOVED_SCALARS = "the example's integer scalars moved by one"
+
+
+def tensor_leaves_of(value: Any) -> list[Any]:
+    """Every leaf of tuples, lists and dicts (example inputs may nest), in order."""
+    leaves: list[Any] = []
+    _nested(leaves.append, value)
+    return leaves
 
 
 def _nested(fn: Any, value: Any) -> Any:
