@@ -176,3 +176,15 @@ def test_an_index_input_the_trace_froze_is_found_at_the_index_moved_by_one() -> 
     (frozen,) = [f for f in diagnosis.findings if f.code == "OD210"]
     assert frozen.severity.value == "error" and not diagnosis.healthy, frozen.message
     assert "integer scalars moved by one" in frozen.message
+
+
+# microsoft/onnxruntime#20582: dilated Conv1d with padding='same' fails in the kernel ONNX
+# Runtime fused with the ReLU after it.
+FUSED_CONV = CORPUS / "conv1d_dilation_same_padding_autopad_raw_audio_kws_onnxruntime_20582.py"
+
+
+def test_a_runtime_failure_in_a_fused_kernel_names_the_node_s_own_op() -> None:
+    (diagnosis,) = diagnose(str(FUSED_CONV), DiagnoseOptions(fix=False, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD501" and finding.op == "FusedConv", finding
+    assert (finding.onnx_op, finding.torch_op) == ("Conv", "aten::_convolution_mode")

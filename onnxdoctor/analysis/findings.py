@@ -147,7 +147,10 @@ def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | N
     else from `op` where its spelling says which world it is from (a custom domain's `acme::Op`
     could be either, and is left alone)."""
     op = finding.op or ""
-    if row is not None and op and op not in (row.op, row.torch_op) and _bare(op) != _bare(row.torch_op):
+    # ONNX Runtime names the kernel it ran, which its graph optimizer may have fused from the
+    # node ("running FusedConv node. Name:'/f1/Conv'"): the named node's own row says its op.
+    fused = finding.stage is Stage.ORT_RUN and row is not None and op.startswith("Fused")
+    if row is not None and op and op not in (row.op, row.torch_op) and _bare(op) != _bare(row.torch_op) and not fused:
         row = None  # the node is where the finding shows, not the op it is about (a Function)
     onnx_op = finding.onnx_op or (row.op if row is not None else None)
     torch_op = finding.torch_op or (row.torch_op if row is not None and row.torch_op else None)
