@@ -253,7 +253,11 @@ class EagerExport:
     by reference (and the graph would apply the writes to it a second time); `torch_symbolics`:
     torch ops (`aten::grid_sampler`) whose symbolic the script registered with
     `register_custom_op_symbolic` are exported by the exporter's own symbolic instead (mmcv's
-    extra symbolics write them as nodes of a domain only mmcv's runtime library has).
+    extra symbolics write them as nodes of a domain only mmcv's runtime library has);
+    `selected_modules`: an nn.ModuleList indexed with a one-element tensor while traced
+    (`self.norms[style_id](x)`) gives a module that runs every module of the list and selects the
+    result with the tensor (a Gather in the graph), where the tracer would read the index as the
+    example's number.
     """
 
     functions: tuple[str, ...] = ()
@@ -280,6 +284,7 @@ class EagerExport:
     inplace_operators: bool = False
     cloned_constants: bool = False
     torch_symbolics: tuple[str, ...] = ()
+    selected_modules: bool = False
 
     def merged(self, later: EagerExport) -> EagerExport:
         """Both sets of changes in one export: a switch either turns on is on, the listed sites

@@ -188,3 +188,47 @@ def test_a_runtime_failure_in_a_fused_kernel_names_the_node_s_own_op() -> None:
     finding = diagnosis.findings[0]
     assert finding.code == "OD501" and finding.op == "FusedConv", finding
     assert (finding.onnx_op, finding.torch_op) == ("Conv", "aten::_convolution_mode")
+
+
+class _Styled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norms = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        return self.norms[style](x) * 2
+
+
+def test_a_module_list_indexed_by_a_tensor_runs_every_module_and_selects_while_traced(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from onnxdoctor.recipe import EagerExport
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    torch.manual_seed(0)
+    model, x, path = _Styled().eval(), torch.randn(2, 4), tmp_path / "styled.onnx"
+    own = torch.nn.ModuleList.__getitem__
+    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(selected_modules=True)):
+        assert model.norms[0] is model.norms[torch.tensor(0)]  # outside a trace: the list's own
+        torch.onnx.export(model, (x, torch.tensor(1)), str(path), dynamo=False, input_names=["x", "style"])
+    assert torch.nn.ModuleList.__getitem__ is own
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for style in (0, 2, -1):
+        (got,) = session.run(None, {"x": x.numpy(), "style": torch.tensor(style).numpy()})
+        torch.testing.assert_close(torch.from_numpy(got), model(x, torch.tensor(style)))
+
+
+# kewellcjj/pytorch-multiple-style-transfer#5: the style's InstanceNorm picked by a tensor input.
+STYLES = CORPUS / ("modulelist_index_frozen_style_id_conditional_instance_norm_multi_style_transfer_"
+                   "pytorch_multiple_style_transfer_5.py")
+
+
+@pytest.mark.slow
+def test_a_module_picked_by_a_frozen_index_is_exported_as_a_selection() -> None:
+    (diagnosis,) = diagnose(str(STYLES), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD210" and finding.severity.value == "error"
+    best = finding.fixes[0]
+    assert best.kind == "selected_modules" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
+    assert best.check is not None and "integer scalars moved by one" in best.check.detail

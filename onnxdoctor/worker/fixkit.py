@@ -488,6 +488,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             slice_bounds(loaded, step.slice_sites, undo)
         if step.torch_symbolics:
             _registered_symbolics_aside(step.torch_symbolics, undo)
+        if step.selected_modules:
+            _selected_modules(undo)
         for name in step.functions:
             cls = function_class(name, loaded)
             owner = next(c for c in cls.__mro__ if "symbolic" in c.__dict__)
@@ -503,6 +505,36 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
     finally:
         for restore in reversed(undo):
             restore()
+
+
+def _selected_modules(undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, an nn.ModuleList indexed with a one-element integer tensor while traced
+    gives a callable that runs every module on the arguments and selects the result with that
+    tensor (recipe.EagerExport.selected_modules); any other index is the list's own."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    original = torch.nn.ModuleList.__getitem__
+
+    def select(modules: list[Any], index: Any) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            results = [module(*args, **kwargs) for module in modules]
+            leaves = [pytree.tree_flatten(r) for r in results]
+            spec = leaves[0][1]
+            # Negative indices count from the end, as the list's own do.
+            position = index.reshape(()).long() % len(modules)
+            picked = [torch.stack([flat[i] for flat, _spec in leaves])[position] for i in range(len(leaves[0][0]))]
+            return pytree.tree_unflatten(picked, spec)
+        return call
+
+    def item(self: Any, idx: Any) -> Any:
+        if (isinstance(idx, torch.Tensor) and idx.numel() == 1 and not idx.is_floating_point()
+                and idx.dtype is not torch.bool and torch._C._get_tracing_state() is not None and len(self)):
+            return select(list(self), idx)
+        return original(self, idx)
+
+    torch.nn.ModuleList.__getitem__ = item  # type: ignore[method-assign,assignment]
+    undo.append(lambda: setattr(torch.nn.ModuleList, "__getitem__", original))
 
 
 def _registered_symbolics_aside(names: tuple[str, ...], undo: list[Callable[[], None]]) -> None:

@@ -90,6 +90,10 @@ class TorchScriptRecorder:
     # constant by reference, so writing into it later (`t[0, 0] = 2 / w`) changes the constant
     # too, and the graph applies the write again (kornia's normal_transform_pixel).
     _built: list[tuple[str, Any, int]] = field(default_factory=list)
+    # The user's lines that picked a module from an nn.ModuleList with a tensor while traced
+    # (`self.norms[style_id](x)`): the tracer reads the index as the example's number, with no
+    # warning, and the graph holds that module for every input (recipe.EagerExport.selected_modules).
+    module_indices: list[str] = field(default_factory=list)
 
     @property
     def written_constants(self) -> list[str]:
@@ -372,9 +376,21 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
             return tensor
         return built
 
+    original_item = torch.nn.ModuleList.__getitem__
+
+    def item(self: Any, idx: Any) -> Any:
+        with contextlib.suppress(Exception):
+            if isinstance(idx, torch.Tensor) and torch._C._get_tracing_state() is not None:
+                frame = sys._getframe(1)
+                site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+                if site not in recorder.module_indices:
+                    recorder.module_indices.append(site)
+        return original_item(self, idx)
+
     makers = {name: getattr(torch, name) for name in DATA_MAKERS}
     for name, make in makers.items():
         setattr(torch, name, building(make))
+    torch.nn.ModuleList.__getitem__ = item  # type: ignore[method-assign,assignment]
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]
     torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = naming
     torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
@@ -387,6 +403,7 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         recorder._frame = None
         for name, make in makers.items():
             setattr(torch, name, make)
+        torch.nn.ModuleList.__getitem__ = original_item  # type: ignore[method-assign]
         jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
         torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming
         torch.Tensor.__bool__ = original_truth  # type: ignore[method-assign]

@@ -681,6 +681,8 @@ class Runner:
             facts["branch_values"] = dict(recorder.branch_values)
         if recorder is not None and recorder.data_sites:
             facts["data_sites"] = list(recorder.data_sites)
+        if recorder is not None and recorder.module_indices:
+            facts["module_indices"] = list(recorder.module_indices)
         constants_written = recorder.written_constants if recorder is not None else []
         if constants_written:
             facts["written_constants"] = constants_written

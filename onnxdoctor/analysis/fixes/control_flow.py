@@ -47,6 +47,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     values = _tensor_values(finding, ctx)
     pools = global_pool_fix(finding, ctx) if finding.code == "OD210" else None
     return [
+        *_selected_modules(ctx),  # a module picked from a ModuleList by a tensor: all run, one selected
         *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
         *_traced_slices(finding, ctx),  # slice bounds int() took out of tensors: kept tensors
         *([values] if values else []),
@@ -265,6 +266,32 @@ def _where_branches(finding: Finding, ctx: FixContext) -> list[Fix]:
              "at the example and at other inputs",
         recipe=Recipe("where_branch", (EagerExport(where_branches=tuple((n, ln) for n, ln, _ in edits)),
                                        UseExporter(exporter)), isolated=True),
+    )]
+
+
+def _selected_modules(ctx: FixContext) -> list[Fix]:
+    """A module picked from an nn.ModuleList with a tensor (`self.norms[style_id](x)`, a style id
+    or a codebook index fed as an input): the tracer reads the index as the example's number with
+    no warning, so the graph holds that one module. Exported with every module of the list run
+    and the result selected with the tensor (recipe.EagerExport.selected_modules)."""
+    sites = ctx.facts_of(Stage.EXPORT).get("module_indices") or []
+    if ctx.target_kind != "script" or ctx.exporter != "torchscript" or not sites:
+        return []
+    named = ", ".join(sites[:3])
+    return [Fix(
+        kind="selected_modules",
+        title=f"Run every module of the list indexed with a tensor at {named} and select the result with "
+              "that tensor, so the graph follows the index",
+        snippet=(
+            f"# {named}: indexing an nn.ModuleList with a tensor reads it as the example's number while\n"
+            "# traced. Run every module and select the result with the tensor (outputs of one shape):\n"
+            "# before:  x = self.norms[style_id](x)\n"
+            "x = torch.stack([norm(x) for norm in self.norms])[style_id.reshape(()).long()]\n"
+        ),
+        applicability=Applicability.SAFE,
+        cost="every module of the list runs for every input (the graph computes them all and keeps one)",
+        recipe=Recipe("selected_modules", (EagerExport(selected_modules=True), UseExporter("torchscript")),
+                      isolated=True),
     )]
 
 
