@@ -232,3 +232,19 @@ def test_a_module_picked_by_a_frozen_index_is_exported_as_a_selection() -> None:
     best = finding.fixes[0]
     assert best.kind == "selected_modules" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
     assert best.check is not None and "integer scalars moved by one" in best.check.detail
+
+
+# pytorch/pytorch#170054: the dynamo exporter writes FEDformer's complex zeros as a complex64
+# initializer that a Concat mixes with the float pairs of the other complex values.
+FEDFORMER = CORPUS / "complex64_initializer_zeros_fourier_block_fedformer_dynamo_pytorch_170054.py"
+
+
+@pytest.mark.slow
+def test_complex_values_the_checker_refuses_are_rewritten_as_real_pairs() -> None:
+    (diagnosis,) = diagnose(str(FEDFORMER), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    # Inference names no node for the type it cannot reconcile; the Concat mixing them is found.
+    assert (finding.code, finding.node, finding.torch_op) == ("OD304", "node_cat", "aten::cat"), finding
+    assert "float and complex64" in finding.message
+    best = finding.fixes[0]
+    assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]

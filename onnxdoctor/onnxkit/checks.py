@@ -523,6 +523,37 @@ class _Checker:
                 "OD304", f"shape inference failed: {self._clean(str(exc))}", None, evidence=str(exc)
             )
 
+    def _mixed_types(self) -> tuple[onnx.NodeProto, list[str]] | None:
+        """The first standard node whose inputs bound to one type parameter have different element
+        types, from the types the graph declares (initializers, inputs, value_info), with them."""
+        import onnx.defs
+        from onnx import TensorProto
+
+        graph = self.model.graph
+        types = {i.name: i.data_type for i in graph.initializer}
+        for value in [*graph.input, *graph.value_info, *graph.output]:
+            if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
+                types.setdefault(value.name, value.type.tensor_type.elem_type)
+        opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), None)
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx") or opset is None:
+                continue
+            try:
+                formals = onnx.defs.get_schema(node.op_type, opset, "").inputs
+            except onnx.defs.SchemaError:
+                continue
+            if not formals:
+                continue
+            bound: dict[str, set[int]] = {}
+            for index, name in enumerate(node.input):
+                formal = formals[min(index, len(formals) - 1)]  # the last one may be variadic
+                if name in types and not formal.type_str.startswith("tensor("):
+                    bound.setdefault(formal.type_str, set()).add(types[name])
+            held = next((sorted(v) for v in bound.values() if len(v) > 1), None)
+            if held is not None:
+                return node, [TensorProto.DataType.Name(t).lower() for t in held]
+        return None
+
     def _extreme_constants(self) -> onnx.NodeProto | None:
         """The first node fed a small integer constant near the int64 limits (|v| >= 2**40): the
         likely reason shape inference with data propagation ran out of memory."""
@@ -561,6 +592,16 @@ class _Checker:
                 detail = line
             detail = re.sub(r"^\[(?:Shape|Type)InferenceError\]\s*", "", detail.strip())
             detail = re.sub(r"^Inference error\(s\):\s*", "", detail)
+            if path is None and _TYPE_DIFFERS.search(detail):
+                # Inference names no node for a type it cannot reconcile: the node whose inputs
+                # of one type parameter hold two types (a complex64 initializer beside floats
+                # in a Concat, pytorch#170054) is where the types meet.
+                mixed = self._mixed_types()
+                if mixed is not None:
+                    node, held = mixed
+                    op_type, name = safe_text(node.op_type), safe_text(node.name)
+                    path = self._resolve(name, op_type)
+                    detail += f" ({op_type}'s inputs of one type parameter hold {' and '.join(held)})"
             if "No opset import for domain" in detail:
                 if not self.model.opset_import or any(
                     lf.finding.code == "OD302" for lf in self.found
@@ -603,6 +644,9 @@ class _Checker:
                        f"{'their' if len(lost) > 1 else 'its'} input types with it ({shown})")
             self.found[cause] = LocatedFinding(replace(located.finding, message=message), located.path)
 
+
+# Inference meeting a value whose element type differs from the one the graph declares for it.
+_TYPE_DIFFERS = re.compile(r"Inferred elem type differs from existing elem type")
 
 # Shape inference's words for a node whose input got no type because inference failed before it.
 _LOST_TYPE = re.compile(r"Input \d+ expected to have type but instead is null")

@@ -14,7 +14,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.dynamic_shapes import axes_as_shapes
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import ExportCode, LoadCode, Recipe, Step, UseExporter, UseOpset
-from onnxdoctor.rewrites import Exactness, Rewrite, find_rewrites
+from onnxdoctor.rewrites import REWRITES, Exactness, Rewrite, find_rewrites
 from onnxdoctor.rewrites.entry import decomposing
 
 # Any finding that names an op: no exporter maps it (OD202), not at this opset (OD201), a
@@ -61,11 +61,17 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         symbolic = _symbolic_rewrite(ctx)
         if symbolic is not None and ctx.op not in _WITH_LIBRARY:
             return [symbolic]
-        if not any(not r.mismatch_only for r in find_rewrites(ctx.op)):
+        # Complex values the exporter wrote as such (a complex64 initializer one node mixes with
+        # the float pairs it writes for other complex tensors, pytorch#170054): the complex entry
+        # rewrites the computation as a whole, whichever op the failure names.
+        complex_values = tuple(r for r in REWRITES if r.family == "complex") if (
+            finding.stage is Stage.CHECK and _COMPLEX.search(finding.message)) else ()
+        if not any(not r.mismatch_only for r in find_rewrites(ctx.op)) and not complex_values:
             return [symbolic] if symbolic is not None else []
         # The worker lists every op the exporter has no function for; one program rewrites them all.
         ops = [ctx.op, *(u.get("op") for u in ctx.export_facts.get("unsupported_ops") or () if isinstance(u, dict))]
-        rewrites = tuple(dict.fromkeys(r for op in ops for r in find_rewrites(op) if not r.mismatch_only))
+        rewrites = tuple(dict.fromkeys([*(r for op in ops for r in find_rewrites(op) if not r.mismatch_only),
+                                        *complex_values]))
         # The complex family replaces common ops (mul, exp, split) only where complex values are
         # involved: for a failure that has none it would be the dynamo exporter under another name.
         text = f"{finding.message} {ctx.export_error}"
