@@ -121,7 +121,7 @@ def _diagnose(
         findings = prepare_findings(outcomes, tool_findings, target, options, exporter, shapes)
         if options.fix:
             planned = verifier.planned(result) if run_id == "main" else None
-            findings = verifier.search_chains(verifier.verify(findings, planned))
+            findings = verifier.search_chains(verifier.verify(findings, planned), exporter)
         targets: tuple[Any, ...] = ()
         if run_id == "main":
             targets = _timed_out_targets(_targets(options, outcomes, result.events, target), result,
@@ -437,7 +437,7 @@ class _Verifier:
             for f in verified
         ]
 
-    def search_chains(self, findings: list[Finding]) -> list[Finding]:
+    def search_chains(self, findings: list[Finding], exporter: str | None = None) -> list[Finding]:
         """Fix chains for the error findings no single fix solved.
 
         A tried fix that got further but stopped at a new finding is continued with that
@@ -449,18 +449,18 @@ class _Verifier:
         searched: list[Finding] = []
         for finding in findings:
             if finding.severity is Severity.ERROR and _wants_chain(finding) and not self._out_of_time():
-                found = self._chains_for(finding)
+                found = self._chains_for(finding, exporter)
                 finding = replace(finding, fixes=(*finding.fixes, *found))
             searched.append(finding)
         return searched
 
-    def _chains_for(self, finding: Finding) -> list[Fix]:
+    def _chains_for(self, finding: Finding, exporter: str | None) -> list[Fix]:
         # Each path remembers the problems met along it, with the exporter it met them under: a
         # chain that comes back to one is a loop. (The same op refused by the other exporter is
         # not: a step that got the dynamo exporter past a data-dependent branch makes the op's
         # rewrite, which needs torch.export, possible.) A chain that answers a problem about other
         # inputs along the way (a branch decided for torch.export) is judged at other inputs too.
-        frontier = [([fix], {(finding.code, finding.op, None)}, about_other_inputs(finding)) for fix in finding.fixes
+        frontier = [([fix], {(finding.code, finding.op, exporter)}, about_other_inputs(finding)) for fix in finding.fixes
                     if fix.recipe and fix.check and not fix.check.works]
         found: list[Fix] = []
         tried: set[str] = set(self.runs)
@@ -468,10 +468,9 @@ class _Verifier:
             deeper: list[tuple[list[Fix], set[tuple[str, str | None, str | None]], bool]] = []
             for steps, met, wide in frontier:
                 so_far = steps[0] if len(steps) == 1 else chain(steps)
-                left = self._left_behind(so_far)
-                chosen = so_far.recipe.first(UseExporter) if so_far.recipe else None
-                problem = (left.code, left.op, chosen.exporter if chosen else None) if left else None
-                if problem is None or problem in met:
+                left, used = self._left_behind(so_far)
+                problem = (left.code, left.op, used) if left else None
+                if left is None or problem in met:
                     continue
                 wide = wide or about_other_inputs(left)
                 for _index, then in to_try(left, self.options):
@@ -496,19 +495,20 @@ class _Verifier:
             frontier = deeper
         return found
 
-    def _left_behind(self, fix: Fix) -> Finding | None:
-        """The first error a tried fix's run still had, with its own fixes; None if it crashed."""
+    def _left_behind(self, fix: Fix) -> tuple[Finding | None, str | None]:
+        """The first error a tried fix's run still had, with its own fixes (None if it crashed),
+        and the exporter that run used."""
         run = self.runs.get(fix.recipe.key()) if fix.recipe else None
         if run is None:
-            return None
+            return None, None
         result, run_id = run
         outcomes, tool = outcomes_for_run(result, run_id, self.target, first_run=False)
         if tool:
-            return None
+            return None, None
         exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
         findings = prepare_findings(outcomes, tool, self.target, self.options, exporter,
                                     shapes_outcome(result, run_id))
-        return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None)
+        return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None), exporter
 
 
 # Findings about other inputs than the example: a fix for one is judged at those inputs too.

@@ -80,7 +80,8 @@ def test_a_torch_op_written_in_a_custom_domain_is_exported_with_torchs_own_symbo
     best = finding.fixes[0]
     # Opset 11 has no GridSample: the fix exports at 16, the first opset torch's symbolic has.
     assert best.kind == "torch_symbolic" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
-    assert "opset 16" in best.title and "unregister_custom_op_symbolic('::grid_sampler'" in best.snippet
+    # The registration's own opset is what unregister_custom_op_symbolic takes.
+    assert "opset 16" in best.title and "unregister_custom_op_symbolic('::grid_sampler', 11)" in best.snippet
 
 
 # yangxy/GPEN#66: FusedLeakyReLUFunction calls a compiled extension; the modulated convolution
@@ -217,6 +218,36 @@ def test_a_module_list_indexed_by_a_tensor_runs_every_module_and_selects_while_t
     for style in (0, 2, -1):
         (got,) = session.run(None, {"x": x.numpy(), "style": torch.tensor(style).numpy()})
         torch.testing.assert_close(torch.from_numpy(got), model(x, torch.tensor(style)))
+
+
+class _AddsInPlace(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.add_(10)
+
+
+class _Picked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.branches = torch.nn.ModuleList([_AddsInPlace(), torch.nn.Identity()])
+
+    def forward(self, x: torch.Tensor, which: torch.Tensor) -> torch.Tensor:
+        return self.branches[which](x * 1)
+
+
+def test_each_module_of_a_selection_gets_its_own_copy_of_the_inputs(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from onnxdoctor.recipe import EagerExport
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    model, x, path = _Picked(), torch.zeros(2), tmp_path / "picked.onnx"
+    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(selected_modules=True)):
+        torch.onnx.export(model, (x, torch.tensor(1)), str(path), dynamo=False, input_names=["x", "which"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for which in (0, 1):  # the in-place add must not reach the Identity's input
+        (got,) = session.run(None, {"x": x.numpy(), "which": torch.tensor(which).numpy()})
+        assert got.tolist() == model(x, torch.tensor(which)).tolist() == ([10.0, 10.0] if which == 0 else [0.0, 0.0])
 
 
 # kewellcjj/pytorch-multiple-style-transfer#5: the style's InstanceNorm picked by a tensor input.

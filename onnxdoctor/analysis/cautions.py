@@ -81,7 +81,9 @@ def _opset_cautions(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
 def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
     export = by_stage.get(Stage.EXPORT)
     frozen = [w for w in (export.warnings if export else ()) if "might cause the trace to be incorrect" in w]
-    if not (export and export.status is Status.PASSED and frozen):
+    # A module picked from an nn.ModuleList with a tensor: frozen as the example's, unwarned.
+    indexed = bool(export.facts.get("module_indices")) if export else False
+    if not (export and export.status is Status.PASSED and (frozen or indexed)):
         return []
     parity = by_stage.get(Stage.PARITY)
     second = (parity.facts.get("second_inputs") if parity else None) or {}
@@ -133,8 +135,9 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
                                  _warning_source(w, base_dir) in sizes))
     diverging = second.get("diverging") if isinstance(second, dict) else None
     inside = [w for w in mine if _in_class(_warning_source(w, base_dir), (diverging or {}).get("module_class"), base_dir)]
-    warned = (inside or mine or frozen)[0]
-    source = _warning_source(warned, base_dir)
+    warned = (inside or mine or frozen or [""])[0]
+    # Unwarned (a module picked by a tensor): the line that indexed the list.
+    source = _warning_source(warned, base_dir) if warned else str((export.facts.get("module_indices") or [""])[0]) or None
     if any("NumPy array" in w for w in frozen) and isinstance(second, dict):
         # A value computed outside torch: the code that computed it is named below, not the first
         # call its constant reaches.
@@ -184,7 +187,7 @@ def _frozen_trace(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         node=node,
         source=source,
         evidence=tuple(normalize_message(w, base_dir=base_dir, limit=500)
-                       for w in [warned, *(w for w in frozen if w is not warned)][:2]),
+                       for w in [warned, *(w for w in frozen if w is not warned)][:2] if w),
         detail=detail,
     )
     found = replace(found, severity=severity)
@@ -204,7 +207,8 @@ def _other_inputs(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
         why = second.get("message") or "the check at other inputs could not run"
         return [make_finding("OD803", Stage.SHAPES, f"not checked at other inputs ({why}), where the "
                              "finding this fix answers is")]
-    if export is not None and any("might cause the trace to be incorrect" in w for w in export.warnings):
+    if export is not None and (any("might cause the trace to be incorrect" in w for w in export.warnings)
+                               or export.facts.get("module_indices")):
         return []  # _frozen_trace reports it, with the frozen value as the cause
     if second.get("matched") is not False or second.get("unchecked"):
         return []

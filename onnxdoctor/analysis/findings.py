@@ -149,7 +149,8 @@ def _op_names(finding: Finding, row: NodeProvenance | None) -> dict[str, str | N
     op = finding.op or ""
     # ONNX Runtime names the kernel it ran, which its graph optimizer may have fused from the
     # node ("running FusedConv node. Name:'/f1/Conv'"): the named node's own row says its op.
-    fused = finding.stage is Stage.ORT_RUN and row is not None and op.startswith("Fused")
+    fused = (finding.stage is Stage.ORT_RUN and row is not None and op.startswith("Fused")
+             and f"running {op} node" in finding.message)
     if row is not None and op and op not in (row.op, row.torch_op) and _bare(op) != _bare(row.torch_op) and not fused:
         row = None  # the node is where the finding shows, not the op it is about (a Function)
     onnx_op = finding.onnx_op or (row.op if row is not None else None)

@@ -28,9 +28,9 @@ def _fast_path_attention(query, key, value, embed_dim, num_heads, qkv_weight, qk
         # The kernels' mask types: 0 a (target, source) mask, 1 a (batch, source) padding mask,
         # 2 one that broadcasts to the scores. True marks a position left out.
         mask = mask.to(torch.bool)
-        if mask_type == 0:
+        if mask_type == 0 and mask.dim() == 2:
             mask = mask.reshape(1, 1, mask.shape[-2], mask.shape[-1])
-        elif mask_type == 1:
+        elif mask_type == 1 and mask.dim() == 2:
             mask = mask.reshape(mask.shape[0], 1, 1, mask.shape[-1])
         scores = scores.masked_fill(mask, float("-inf"))
     weights = torch.softmax(scores, -1)
@@ -99,6 +99,6 @@ REWRITES = (
         error="the same attention from linear, matmul and softmax; the fused kernel sums in another "
         "order (rounding only)",
         limits="dense (not nested) batch-first inputs; weights not asked for come back as an empty "
-        "tensor (the kernel returns none); a row with every position masked gives NaN, as the kernel does",
+        "tensor (the kernel returns none); a row with every position masked gives NaN, as the CPU kernel does",
     ),
 )

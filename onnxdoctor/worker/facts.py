@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -406,12 +407,15 @@ def sparse_tensors(model: Any) -> list[str]:
     """
     import torch
 
-    def held(name: str, value: Any) -> list[tuple[str, Any]]:
-        # Tensors in plain lists, tuples and dicts too (DCRNN's `self.supports = [S, S.t()]`).
-        if isinstance(value, (list, tuple)):
-            return [pair for n, item in enumerate(value[:64]) for pair in held(f"{name}[{n}]", item)]
-        if isinstance(value, dict):
-            return [pair for key, item in list(value.items())[:64] for pair in held(f"{name}[{key!r}]", item)]
+    def held(name: str, value: Any, depth: int = 0) -> list[tuple[str, Any]]:
+        # Tensors in plain lists, tuples and dicts too (DCRNN's `self.supports = [S, S.t()]`), two
+        # levels deep and 64 items each (a vocabulary dict is not walked whole).
+        if isinstance(value, (list, tuple)) and depth < 2:
+            return [pair for n, item in enumerate(itertools.islice(value, 64))
+                    for pair in held(f"{name}[{n}]", item, depth + 1)]
+        if isinstance(value, dict) and depth < 2:
+            return [pair for key, item in itertools.islice(value.items(), 64)
+                    for pair in held(f"{name}[{key!r}]", item, depth + 1)]
         return [(name, value)]
 
     found: list[str] = []

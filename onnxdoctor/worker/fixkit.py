@@ -509,27 +509,32 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
 
 def _selected_modules(undo: list[Callable[[], None]]) -> None:
     """Until `undo` runs, an nn.ModuleList indexed with a one-element integer tensor while traced
-    gives a callable that runs every module on the arguments and selects the result with that
-    tensor (recipe.EagerExport.selected_modules); any other index is the list's own."""
+    gives a callable (not a module: no attribute of the picked module is reached through it) that
+    runs every module on its own copy of the arguments and selects each tensor of the results
+    with that tensor (recipe.EagerExport.selected_modules); any other index is the list's own."""
     import torch
     import torch.utils._pytree as pytree
+
+    from onnxdoctor.worker.provenance import selecting_index
 
     original = torch.nn.ModuleList.__getitem__
 
     def select(modules: list[Any], index: Any) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            results = [module(*args, **kwargs) for module in modules]
-            leaves = [pytree.tree_flatten(r) for r in results]
-            spec = leaves[0][1]
-            # Negative indices count from the end, as the list's own do.
+            # A copy each: a module that writes its input in place must not feed the next one.
+            results = [module(*pytree.tree_map_only(torch.Tensor, torch.clone, args),
+                              **pytree.tree_map_only(torch.Tensor, torch.clone, kwargs)) for module in modules]
+            flat = [pytree.tree_flatten(r)[0] for r in results]
+            # Negative indices count from the end as the list's own do; one past the end wraps
+            # around where the list would raise (the graph has no error to raise).
             position = index.reshape(()).long() % len(modules)
-            picked = [torch.stack([flat[i] for flat, _spec in leaves])[position] for i in range(len(leaves[0][0]))]
-            return pytree.tree_unflatten(picked, spec)
+            picked = [torch.stack([leaves[i] for leaves in flat])[position] if isinstance(first, torch.Tensor)
+                      else first for i, first in enumerate(flat[0])]
+            return pytree.tree_unflatten(picked, pytree.tree_flatten(results[0])[1])
         return call
 
     def item(self: Any, idx: Any) -> Any:
-        if (isinstance(idx, torch.Tensor) and idx.numel() == 1 and not idx.is_floating_point()
-                and idx.dtype is not torch.bool and torch._C._get_tracing_state() is not None and len(self)):
+        if selecting_index(idx) and torch._C._get_tracing_state() is not None and len(self):
             return select(list(self), idx)
         return original(self, idx)
 
@@ -698,6 +703,9 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         strides = kernels if stride in (None, [], ()) else each(stride)
         if any(p != 0 for p in each(padding)) or any(d != 1 for d in each(dilation)):
             return ()
+        if kernels == size:
+            return tuple(range(-rank, 0))  # the whole input (a 1x1 map included)
+        # Else a dim the kernel spans whole; a size-1 dim with kernel 1 is the identity's.
         dims = tuple(i - rank for i in range(rank) if kernels[i] == size[i] and size[i] > 1)
         rest_identity = all(kernels[i] == 1 and strides[i] == 1 for i in range(rank) if i - rank not in dims)
         return dims if dims and rest_identity else ()

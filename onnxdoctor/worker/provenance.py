@@ -275,6 +275,15 @@ def warned_at(caller: Any, call: Callable[..., Any], *args: Any, **kwargs: Any) 
     return value
 
 
+def selecting_index(idx: Any) -> bool:
+    """Whether a ModuleList index is a one-element integer tensor (the one kind `selected_modules`
+    answers: a style id, a codebook index)."""
+    import torch
+
+    return (isinstance(idx, torch.Tensor) and idx.numel() == 1 and not idx.is_floating_point()
+            and not idx.is_complex() and idx.dtype is not torch.bool)
+
+
 # The torch functions that build a tensor from Python or NumPy data, which the TorchScript tracer
 # holds as a constant (recipe.EagerExport.cloned_constants).
 DATA_MAKERS = ("tensor", "as_tensor", "from_numpy")
@@ -380,9 +389,11 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
 
     def item(self: Any, idx: Any) -> Any:
         with contextlib.suppress(Exception):
-            if isinstance(idx, torch.Tensor) and torch._C._get_tracing_state() is not None:
-                frame = sys._getframe(1)
-                site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+            frame = sys._getframe(1)
+            name = frame.f_code.co_filename
+            if (selecting_index(idx) and torch._C._get_tracing_state() is not None
+                    and not name.startswith((torch_folder, _OURS))):
+                site = f"{os.path.basename(name)}:{frame.f_lineno}"
                 if site not in recorder.module_indices:
                     recorder.module_indices.append(site)
         return original_item(self, idx)

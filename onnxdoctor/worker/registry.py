@@ -35,6 +35,14 @@ def torchscript_registrations(op: str) -> list[int]:
     return sorted(v for v in base if isinstance(v, int))
 
 
+def registered_overrides(op: str) -> list[int]:
+    """The opsets at which a symbolic was registered with `register_custom_op_symbolic` for `op`
+    (replacing torch's own there): what `unregister_custom_op_symbolic` takes."""
+    group = _torchscript_registry().get_function_group(op)
+    overrides = getattr(getattr(group, "_functions", None), "_overrides", None) or {}
+    return sorted(v for v in overrides if isinstance(v, int))
+
+
 def refuses_always(op: str) -> bool:
     """Whether every symbolic torch registers for `op` is a bare refusal: a body that only
     returns or raises `_onnx_unsupported(...)` (aten::_standard_gamma), so no opset and no
@@ -314,6 +322,7 @@ def op_facts(op: str, exporter: str) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             facts["torchscript_opsets"] = torchscript_opsets(op)
             facts["torchscript_registrations"] = torchscript_registrations(op)
+            facts["registered_overrides"] = registered_overrides(op)
     return facts
 
 

@@ -288,6 +288,7 @@ class Runner:
                     hook.detach()  # the exporters trace forward(): no hook of ours in the graph
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
                 state[f"{name}_warnings"] = records[-1].warnings
+                state[f"{name}_facts"] = records[-1].facts
                 if name == "export" and "pristine" in state:
                     state["pristine"]()
                 if hook is not None:
@@ -986,8 +987,10 @@ class Runner:
                     encoder = self.workdir / f"encoder-{os.getpid()}-{time.monotonic_ns()}.onnx"
                     report["decode"] = check_decoding(state["session"], state["loaded"].model, step,
                                                       self.request.atol, self.request.rtol, encoder)
+        # A module picked from a list by a tensor is frozen too, and the tracer does not warn.
         frozen = (state.get("exporter") == "torchscript"
-                  and any(FROZEN_TRACE in w for w in state.get("export_warnings", ())))
+                  and (any(FROZEN_TRACE in w for w in state.get("export_warnings", ()))
+                       or bool(state.get("export_facts", {}).get("module_indices"))))
         if self.request.other_inputs:
             report["other_inputs_required"] = True  # a fix for a finding there: unchecked is not verified
         loaded = state.get("loaded")

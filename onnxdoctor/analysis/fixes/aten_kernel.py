@@ -316,8 +316,9 @@ def bridge_symbolic(g, *args, _outputs=None):
             spec_args.append(literal)
     inputs = [_ONNX_TYPES[t.type().scalarType()] for t in tensors]
     if _outputs is not None:
-        # A list of tensors of the input's type (the list's own type names no dtype).
-        outputs = [inputs[0]] * _outputs
+        # A list of tensors of the input's type (the list's own type names no dtype: chunk and
+        # split give the input's; the bridge offers no list op of another type).
+        outputs = [inputs[0] if inputs else torch.float32] * _outputs
     else:
         outputs = [_ONNX_TYPES[o.type().scalarType()] for o in node.outputs()]
     op_type = _register_kernel(overload, inputs, outputs)

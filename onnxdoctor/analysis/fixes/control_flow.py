@@ -47,7 +47,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     values = _tensor_values(finding, ctx)
     pools = global_pool_fix(finding, ctx) if finding.code == "OD210" else None
     return [
-        *_selected_modules(ctx),  # a module picked from a ModuleList by a tensor: all run, one selected
+        # a module picked from a ModuleList by a tensor: all run, one selected
+        *(_selected_modules(ctx) if finding.code == "OD210" else []),
         *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
         *_traced_slices(finding, ctx),  # slice bounds int() took out of tensors: kept tensors
         *([values] if values else []),

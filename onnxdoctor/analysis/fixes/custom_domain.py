@@ -16,6 +16,7 @@ torch.onnx.ops.symbolic behind `torch.onnx.is_in_onnx_export()`. The routes, che
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from onnxdoctor.analysis.fixes import decompose
 from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext
@@ -28,7 +29,7 @@ from onnxdoctor.protocol import (
     NodeArgument,
     NodeProvenance,
 )
-from onnxdoctor.recipe import EagerExport, Recipe, RuntimeKernels, UseExporter, UseOpset
+from onnxdoctor.recipe import EagerExport, Recipe, RuntimeKernels, Step, UseExporter, UseOpset
 
 # OD205/OD299: an autograd.Function's own `symbolic` failed during the export (the exporter's call
 # into it did not fit its signature, a g.op in it got a graph value for an attribute).
@@ -114,26 +115,40 @@ def _function_forward(ctx: FixContext, row: NodeProvenance, in_script: bool) -> 
     )
 
 
-def _torch_symbolic(ctx: FixContext, row: NodeProvenance, facts: dict) -> list[Fix]:
+def _torch_symbolic(ctx: FixContext, row: NodeProvenance, facts: dict[str, Any]) -> list[Fix]:
     """A symbolic the script registered for one of torch's own ops (mmcv's extra symbolics write
     aten::grid_sampler as mmcv::grid_sampler, open-mmlab/mmagic#1004): the export without it, so
     torch's symbolic writes the op in standard ONNX (at the first opset it has one, where the
     requested opset is older), or the dynamo exporter, which never reads registered symbolics."""
     op = row.torch_op
-    built_in = (facts.get("torch_op_facts") or {}).get("torchscript_registrations") or []
+    dynamo = Fix(
+        kind="function_dynamo",
+        title=f"Export with the dynamo exporter, which writes {op} itself (symbolics registered for the "
+              "TorchScript exporter are not read)",
+        snippet="torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
+        applicability=Applicability.SAFE,
+        cost=f"none at run time: standard ONNX ops instead of one {ctx.op} node",
+        recipe=Recipe("function_dynamo", (UseExporter("dynamo"),)))
+    op_facts = facts.get("torch_op_facts") or {}
+    built_in = op_facts.get("torchscript_registrations") or []
+    if not built_in:
+        return [dynamo]  # torch has no symbolic of its own for the op: nothing to fall back on
     requested = ctx.requested_opset if isinstance(ctx.requested_opset, int) else None
     later = min((v for v in built_in if requested is not None and v > requested), default=None)
     opset = later if later is not None and requested is not None and requested < min(built_in) else None
     where = f" ({row.function.split(' ')[0]})" if row.function else ""
+    name = op.split("::", 1)[1]
+    unregister = "".join(f"torch.onnx.unregister_custom_op_symbolic('::{name}', {v})\n"
+                         for v in op_facts.get("registered_overrides") or [requested or "opset_version"])
     snippet = (
         "import torch\n\n"
         f"# Your symbolic for {op}{where}, registered with register_custom_op_symbolic, writes\n"
         f"# {ctx.op}, which ONNX Runtime has no kernel for. Without that registration torch's own\n"
         f"# symbolic writes {op} in standard ONNX ops.\n"
-        f"torch.onnx.unregister_custom_op_symbolic('::{op.split('::', 1)[1]}', opset_version_you_registered_it_for)\n"
-        "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False"
+        + unregister
+        + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False"
         + (f", opset_version={opset})\n" if opset else ")\n"))
-    steps: tuple = (UseExporter("torchscript"), EagerExport(torch_symbolics=(op,)))
+    steps: tuple[Step, ...] = (UseExporter("torchscript"), EagerExport(torch_symbolics=(op,)))
     return [
         Fix(kind="torch_symbolic",
             title=f"Export {op} with torch's own symbolic instead of the registered one that writes {ctx.op}"
@@ -143,13 +158,7 @@ def _torch_symbolic(ctx: FixContext, row: NodeProvenance, facts: dict) -> list[F
             cost=f"none at run time: standard ONNX ops instead of one {ctx.op} node"
                  + (f"; the runtime must support opset {opset}" if opset else ""),
             recipe=Recipe("torch_symbolic", (*steps, UseOpset(opset)) if opset else steps)),
-        Fix(kind="function_dynamo",
-            title=f"Export with the dynamo exporter, which writes {op} itself (symbolics registered for the "
-                  "TorchScript exporter are not read)",
-            snippet="torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
-            applicability=Applicability.SAFE,
-            cost=f"none at run time: standard ONNX ops instead of one {ctx.op} node",
-            recipe=Recipe("function_dynamo", (UseExporter("dynamo"),))),
+        dynamo,
     ]
 
 
