@@ -279,3 +279,25 @@ def test_complex_values_the_checker_refuses_are_rewritten_as_real_pairs() -> Non
     assert "float and complex64" in finding.message
     best = finding.fixes[0]
     assert best.kind == "rewrite" and best.verified is True, [(f.kind, f.verified) for f in finding.fixes]
+
+
+class _WholePool(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(x, x.size()[2:])  # GeM-style: the whole map
+
+
+@pytest.mark.parametrize("example", [(1, 2, 1, 5), (1, 2, 1, 1)])
+def test_a_pool_over_the_whole_input_stays_a_reduction_when_a_dim_is_1(example: tuple[int, ...], tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from onnxdoctor.recipe import EagerExport
+    from onnxdoctor.worker.fixkit import eager_export
+    from onnxdoctor.worker.loader import LoadedModel
+
+    model, path = _WholePool(), tmp_path / "whole.onnx"
+    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(global_pools=True)):
+        torch.onnx.export(model, (torch.randn(*example),), str(path), dynamo=False, input_names=["x"],
+                          dynamic_axes={"x": {2: "h", 3: "w"}})
+    x = torch.randn(1, 2, 7, 3)
+    (got,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), model(x))  # (1, 2, 1, 1) at another size
