@@ -57,10 +57,12 @@ class CastAround:
 
 @dataclass(frozen=True)
 class PromoteInputs:
-    """Cast the inputs of the node named `node` to the type PyTorch promotes them to (a Concat
-    the dynamo exporter writes for `torch.stack` of mixed dtypes; onnxkit.transforms.promote_inputs)."""
+    """Cast the inputs of the node named `node` (with `every`, of every node like it) to the type
+    PyTorch promotes them to, per type parameter (a Concat the dynamo exporter writes for
+    `torch.stack` of mixed dtypes, int32 Slice bounds; onnxkit.transforms.promote_inputs)."""
 
     node: str
+    every: bool = False
 
 
 @dataclass(frozen=True)

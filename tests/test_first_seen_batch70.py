@@ -301,3 +301,29 @@ def test_a_pool_over_the_whole_input_stays_a_reduction_when_a_dim_is_1(example: 
     x = torch.randn(1, 2, 7, 3)
     (got,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), model(x))  # (1, 2, 1, 1) at another size
+
+
+def test_promotion_casts_each_type_parameter_on_its_own_and_every_node_like_it() -> None:
+    from onnx import TensorProto, helper
+
+    from onnxdoctor.onnxkit.checks import check_model
+    from onnxdoctor.onnxkit.transforms import TransformError, promote_inputs
+
+    # Qwen2-VL's int32 cu_seqlens as Slice bounds beside int64 axes, in two Slices
+    # (transformers#34852): promoting the data with the bounds would make it float64.
+    bounds = [helper.make_tensor_value_info(n, TensorProto.INT32, [1]) for n in ("start", "end")]
+    nodes = [helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("a", TensorProto.INT64, [1], [0])),
+             helper.make_node("Slice", ["x", "start", "end", "axes"], ["s0"], name="slice0"),
+             helper.make_node("Slice", ["s0", "start", "end", "axes"], ["y"], name="slice1")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8]), *bounds],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert any(f.code == "OD304" for f in check_model(model))
+    one = promote_inputs(model, "slice0")
+    assert [f.node for f in check_model(one) if f.code == "OD304"] == ["slice1"]  # the next one fails
+    every = promote_inputs(model, "slice0", every=True)
+    assert not [f for f in check_model(every) if f.severity.value == "error"]
+    casts = [n for n in every.graph.node if n.op_type == "Cast"]
+    assert {a.i for n in casts for a in n.attribute} == {TensorProto.INT64} and len(casts) == 4  # data untouched
+    with pytest.raises(TransformError, match="no node's inputs"):
+        promote_inputs(every, "slice0", every=True)

@@ -587,49 +587,93 @@ def _formal_types(schema: Any, formals: list[Any], index: int) -> set[str] | Non
     return constraints.get(formal.type_str) or {formal.type_str}
 
 
-def promote_inputs(model: onnx.ModelProto, node_name: str) -> onnx.ModelProto:
-    """The node named `node_name` with every input cast to the type numpy's (and PyTorch's)
-    promotion gives its inputs' types: float16 with float32 is float32, uint8 with int8 is int16.
+def promote_inputs(model: onnx.ModelProto, node_name: str, every: bool = False) -> onnx.ModelProto:
+    """The node named `node_name` (with `every`, also every other node like it) with the inputs of
+    each type parameter cast to the type numpy's (and PyTorch's) promotion gives their types:
+    float16 with float32 is float32, int32 with int64 is int64. A node with no schema has all its
+    inputs in one group.
 
     The dynamo exporter writes `torch.stack` of tensors of different dtypes as one Concat over
     them as they are, which the schema refuses ("inputs has inconsistent type"); PyTorch promotes.
+    The TorchScript exporter writes int32 bounds (Qwen2-VL's `cu_seqlens`) beside int64 axes in
+    every Slice that reads them (transformers#34852): one node fixed leaves the next.
 
     Raises:
-        TransformError: no such node, or an input whose type the model does not say.
+        TransformError: no such node, an input of it whose type the model does not say, or (with
+        `every`) no node whose inputs of one type parameter differ.
     """
-    import numpy as np
-
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
-    position = next((i for i, n in enumerate(fixed.graph.node) if n.name == node_name), None)
-    if position is None:
+    if not any(n.name == node_name for n in fixed.graph.node):
         raise TransformError(f"the model has no node named {node_name}")
-    node = fixed.graph.node[position]
     types = _value_types(fixed)
-    inputs = [(i, name) for i, name in enumerate(node.input) if name]
-    unknown = [name for _, name in inputs if not (name in types and types[name].tensor_type.elem_type)]
-    if unknown:
-        raise TransformError(f"the type of {unknown[0]}, an input of {node_name}, is unknown")
-    elems = {name: types[name].tensor_type.elem_type for _, name in inputs}
-    target = onnx.helper.np_dtype_to_tensor_dtype(
-        np.result_type(*(onnx.helper.tensor_dtype_to_np_dtype(e) for e in elems.values())))
+    opset = next((o.version for o in fixed.opset_import if o.domain in ("", "ai.onnx")), None)
     taken = {o for n in _all_nodes(fixed.graph) for o in n.output} | {i.name for i in fixed.graph.input}
-    casts = []
-    for index, name in inputs:
-        if elems[name] == target:
-            continue
-        cast_output = _fresh(f"{name}_promoted", taken)
-        taken.add(cast_output)
-        casts.append(onnx.helper.make_node("Cast", [name], [cast_output], to=target,
-                                           name=_fresh(f"{node_name}_promote_{index}", taken)))
-        node.input[index] = cast_output
-    nodes = list(fixed.graph.node)
+    nodes: list[onnx.NodeProto] = []
+    changed = False
+    for node in list(fixed.graph.node):
+        named = node.name == node_name
+        if named or every:
+            casts = _promoted(node, _type_groups(node, opset), types, taken, strict=named)
+            changed = changed or bool(casts)
+            nodes.extend(casts)
+        nodes.append(node)
+    if every and not changed:
+        raise TransformError("no node's inputs of one type parameter differ in type")
     fixed.graph.ClearField("node")
-    fixed.graph.node.extend(nodes[:position] + casts + nodes[position:])
-    # The node's output, and what follows from it, is of the promoted type now: the exporter's
-    # declared intermediate types are dropped for shape inference to derive again.
+    fixed.graph.node.extend(nodes)
+    # A promoted node's output, and what follows from it, may be of the promoted type now: the
+    # exporter's declared intermediate types are dropped for shape inference to derive again.
     fixed.graph.ClearField("value_info")
     return fixed
+
+
+def _type_groups(node: onnx.NodeProto, opset: int | None) -> list[list[tuple[int, str]]]:
+    """A node's inputs (position, name) grouped by the type parameter its schema binds them to
+    (Slice: the data; starts, ends, axes and steps); one group for a node with no schema."""
+    inputs = [(i, name) for i, name in enumerate(node.input) if name]
+    try:
+        formals = onnx.defs.get_schema(node.op_type, opset or 1, node.domain or "").inputs if opset else []
+    except onnx.defs.SchemaError:
+        formals = []
+    if not formals:
+        return [inputs]
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for index, name in inputs:
+        formal = formals[min(index, len(formals) - 1)]  # the last one may be variadic
+        if not formal.type_str.startswith("tensor("):  # a fixed type: nothing to promote
+            groups.setdefault(formal.type_str, []).append((index, name))
+    return list(groups.values())
+
+
+def _promoted(node: onnx.NodeProto, groups: list[list[tuple[int, str]]], types: dict[str, onnx.TypeProto],
+              taken: set[str], strict: bool) -> list[onnx.NodeProto]:
+    """Casts that give each group of the node's inputs one type (their promotion), the node's
+    inputs renamed to them; `strict`: an input of unknown type is an error, else the group is left."""
+    import numpy as np
+
+    casts = []
+    for group in groups:
+        unknown = [name for _, name in group if not (name in types and types[name].tensor_type.elem_type)]
+        if unknown:
+            if strict:
+                raise TransformError(f"the type of {unknown[0]}, an input of {node.name}, is unknown")
+            continue
+        elems = {name: types[name].tensor_type.elem_type for _, name in group}
+        if len(set(elems.values())) < 2:
+            continue
+        target = onnx.helper.np_dtype_to_tensor_dtype(
+            np.result_type(*(onnx.helper.tensor_dtype_to_np_dtype(e) for e in elems.values())))
+        for index, name in group:
+            if elems[name] == target:
+                continue
+            cast_output = _fresh(f"{name}_promoted", taken)
+            taken.add(cast_output)
+            cast_name = _fresh(f"{node.name}_promote_{index}", taken)
+            taken.add(cast_name)
+            casts.append(onnx.helper.make_node("Cast", [name], [cast_output], to=target, name=cast_name))
+            node.input[index] = cast_output
+    return casts
 
 
 def cast_outputs(model: onnx.ModelProto, casts: tuple[tuple[int, str], ...]) -> onnx.ModelProto:
@@ -1108,8 +1152,8 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return expand_for_target(model, op, target) if target else expand_function(model, op)
         case CastAround(op=op, to=to, integers=integers):
             return cast_around(model, op, to, integers=integers)
-        case PromoteInputs(node=node):
-            return promote_inputs(model, node)
+        case PromoteInputs(node=node, every=every):
+            return promote_inputs(model, node, every)
         case SetIrVersion(ir_version=version):
             return set_ir_version(model, version)
         case ToFloat32(source=source):

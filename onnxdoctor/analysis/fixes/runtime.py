@@ -218,12 +218,13 @@ def _promote_fix(node: str, op: str, ctx: FixContext) -> Fix:
         "import onnx\n"
         "from onnxdoctor.onnxkit.transforms import promote_inputs\n\n"
         f"{load}"
-        f"# {node}'s inputs differ in type; PyTorch promotes them (numpy's rule) before it computes:\n"
-        f"onnx.save(promote_inputs(model, {node!r}), {saved!r})\n"
-        "# or in the model: cast them to one dtype before torch.stack / torch.cat\n"
+        f"# {node}'s inputs differ in type; PyTorch promotes them (numpy's rule) before it computes.\n"
+        "# The same value often reaches other nodes the same way: every such node is promoted.\n"
+        f"onnx.save(promote_inputs(model, {node!r}, every=True), {saved!r})\n"
+        "# or in the model: cast them to one dtype before torch.stack / torch.cat / slicing\n"
     )
     return Fix(kind="promote_inputs",
-               title=f"Cast the inputs of {node} ({op})"
+               title=f"Cast the inputs of {node} ({op}), and of every node whose inputs differ in type the same way,"
                      + (f" in the {ctx.exporter} exporter's model" if ctx.target_kind == "script" and ctx.exporter else "")
                      + " to the type PyTorch promotes them to",
                snippet=snippet, applicability=Applicability.SAFE,
@@ -231,7 +232,7 @@ def _promote_fix(node: str, op: str, ctx: FixContext) -> Fix:
                # The node's name is the export's: the same exporter, or no such node.
                recipe=Recipe("promote_inputs", (*((UseExporter(ctx.exporter),) if ctx.target_kind == "script"
                                                    and ctx.exporter else ()),
-                                                 RewriteOnnx(PromoteInputs(node), reference))))
+                                                 RewriteOnnx(PromoteInputs(node, every=True), reference))))
 
 
 def _cast_files(ctx: FixContext) -> tuple[Reference | None, str, str]:
