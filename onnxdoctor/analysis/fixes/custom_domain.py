@@ -121,14 +121,8 @@ def _torch_symbolic(ctx: FixContext, row: NodeProvenance, facts: dict[str, Any])
     torch's symbolic writes the op in standard ONNX (at the first opset it has one, where the
     requested opset is older), or the dynamo exporter, which never reads registered symbolics."""
     op = row.torch_op
-    dynamo = Fix(
-        kind="function_dynamo",
-        title=f"Export with the dynamo exporter, which writes {op} itself (symbolics registered for the "
-              "TorchScript exporter are not read)",
-        snippet="torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
-        applicability=Applicability.SAFE,
-        cost=f"none at run time: standard ONNX ops instead of one {ctx.op} node",
-        recipe=Recipe("function_dynamo", (UseExporter("dynamo"),)))
+    dynamo = _dynamo_fix(f"writes {op} itself (symbolics registered for the TorchScript exporter are not read)",
+                         f"standard ONNX ops instead of one {ctx.op} node")
     op_facts = facts.get("torch_op_facts") or {}
     built_in = op_facts.get("torchscript_registrations") or []
     if not built_in:
@@ -190,13 +184,19 @@ def _refused_symbolic(ctx: FixContext) -> list[Fix]:
 
 def _function_dynamo(ctx: FixContext, row: NodeProvenance) -> Fix:
     _imports, name = _class_reference(row)
+    return _dynamo_fix(f"traces {name}.forward (a Function's `symbolic` is read only by the TorchScript exporter)",
+                       f"the graph holds {name}.forward's ops instead of one {ctx.op} node")
+
+
+def _dynamo_fix(what: str, instead: str) -> Fix:
+    """The dynamo exporter, which reads none of the TorchScript exporter's symbolics: `what` it does
+    with the code that wrote the custom node, and what the graph holds `instead` of the node."""
     return Fix(
         kind="function_dynamo",
-        title=f"Export with the dynamo exporter, which traces {name}.forward (a Function's `symbolic` "
-              "is read only by the TorchScript exporter)",
+        title=f"Export with the dynamo exporter, which {what}",
         snippet="torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
         applicability=Applicability.SAFE,
-        cost=f"none at run time: the graph holds {name}.forward's ops instead of one {ctx.op} node",
+        cost=f"none at run time: {instead}",
         recipe=Recipe("function_dynamo", (UseExporter("dynamo"),)),
     )
 
