@@ -505,7 +505,8 @@ class _Verifier:
         outcomes, tool = outcomes_for_run(result, run_id, self.target, first_run=False)
         if tool:
             return None, None
-        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None)
+        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None) or next(
+            (e.get("exporter") for e in result.events if e.get("event") == "exporter" and e.get("run") == run_id), None)
         findings = prepare_findings(outcomes, tool, self.target, self.options, exporter,
                                     shapes_outcome(result, run_id))
         return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None), exporter

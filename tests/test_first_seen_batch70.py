@@ -327,3 +327,17 @@ def test_promotion_casts_each_type_parameter_on_its_own_and_every_node_like_it()
     assert {a.i for n in casts for a in n.attribute} == {TensorProto.INT64} and len(casts) == 4  # data untouched
     with pytest.raises(TransformError, match="no node's inputs"):
         promote_inputs(every, "slice0", every=True)
+
+
+def test_only_inputs_that_must_share_a_type_are_promoted_together() -> None:
+    import onnx.defs
+
+    from onnxdoctor.onnxkit.transforms import promotable
+
+    loop = onnx.defs.get_schema("Loop", 17, "").inputs
+    assert not promotable(loop[2])  # v_initial: carried values of any types each
+    slice_ = onnx.defs.get_schema("Slice", 17, "").inputs
+    assert promotable(slice_[0]) and promotable(slice_[1])  # T (data), Tind (bounds)
+    concat = onnx.defs.get_schema("Concat", 17, "").inputs
+    assert promotable(concat[0])  # one T for every input
+    assert not promotable(onnx.defs.get_schema("Reshape", 17, "").inputs[1])  # tensor(int64)

@@ -529,6 +529,8 @@ class _Checker:
         import onnx.defs
         from onnx import TensorProto
 
+        from onnxdoctor.onnxkit.transforms import promotable
+
         graph = self.model.graph
         types = {i.name: i.data_type for i in graph.initializer}
         for value in [*graph.input, *graph.value_info, *graph.output]:
@@ -547,7 +549,7 @@ class _Checker:
             bound: dict[str, set[int]] = {}
             for index, name in enumerate(node.input):
                 formal = formals[min(index, len(formals) - 1)]  # the last one may be variadic
-                if name in types and not formal.type_str.startswith("tensor("):
+                if name in types and promotable(formal):
                     bound.setdefault(formal.type_str, set()).add(types[name])
             held = next((sorted(v) for v in bound.values() if len(v) > 1), None)
             if held is not None:

@@ -588,15 +588,18 @@ def _formal_types(schema: Any, formals: list[Any], index: int) -> set[str] | Non
 
 
 def promote_inputs(model: onnx.ModelProto, node_name: str, every: bool = False) -> onnx.ModelProto:
-    """The node named `node_name` (with `every`, also every other node like it) with the inputs of
-    each type parameter cast to the type numpy's (and PyTorch's) promotion gives their types:
-    float16 with float32 is float32, int32 with int64 is int64. A node with no schema has all its
-    inputs in one group.
+    """The nodes named `node_name` (with `every`, also every other top-level node of a standard
+    op whose inputs of one type parameter differ) with the inputs of each type parameter cast to
+    the type PyTorch promotes them to: the widest float where a float is among them (float16
+    with int64 is float16), numpy's rule otherwise (int32 with int64 is int64). A named node with
+    no schema has all its inputs in one group.
 
     The dynamo exporter writes `torch.stack` of tensors of different dtypes as one Concat over
     them as they are, which the schema refuses ("inputs has inconsistent type"); PyTorch promotes.
     The TorchScript exporter writes int32 bounds (Qwen2-VL's `cu_seqlens`) beside int64 axes in
-    every Slice that reads them (transformers#34852): one node fixed leaves the next.
+    every Slice that reads them (transformers#34852): one node fixed leaves the next. A promoted
+    node's output may take the wider type, so the pass repeats (a few times at most) with the
+    types inferred again.
 
     Raises:
         TransformError: no such node, an input of it whose type the model does not say, or (with
@@ -606,44 +609,60 @@ def promote_inputs(model: onnx.ModelProto, node_name: str, every: bool = False) 
     fixed.CopyFrom(model)
     if not any(n.name == node_name for n in fixed.graph.node):
         raise TransformError(f"the model has no node named {node_name}")
-    types = _value_types(fixed)
-    opset = next((o.version for o in fixed.opset_import if o.domain in ("", "ai.onnx")), None)
+    versions = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in fixed.opset_import}
     taken = {o for n in _all_nodes(fixed.graph) for o in n.output} | {i.name for i in fixed.graph.input}
-    nodes: list[onnx.NodeProto] = []
-    changed = False
-    for node in list(fixed.graph.node):
-        named = node.name == node_name
-        if named or every:
-            casts = _promoted(node, _type_groups(node, opset), types, taken, strict=named)
-            changed = changed or bool(casts)
-            nodes.extend(casts)
-        nodes.append(node)
-    if every and not changed:
+    changed_any = False
+    for round_ in range(4 if every else 1):
+        types = _value_types(fixed)
+        nodes: list[onnx.NodeProto] = []
+        changed = False
+        for node in list(fixed.graph.node):
+            named = node.name == node_name and round_ == 0
+            if named or every:
+                casts = _promoted(node, _type_groups(node, versions, named), types, taken, strict=named)
+                changed = changed or bool(casts)
+                nodes.extend(casts)
+            nodes.append(node)
+        fixed.graph.ClearField("node")
+        fixed.graph.node.extend(nodes)
+        # A promoted node's output, and what follows from it, may be of the promoted type now:
+        # the exporter's declared intermediate types are dropped for inference to derive again.
+        fixed.graph.ClearField("value_info")
+        changed_any = changed_any or changed
+        if not changed:
+            break
+    if every and not changed_any:
         raise TransformError("no node's inputs of one type parameter differ in type")
-    fixed.graph.ClearField("node")
-    fixed.graph.node.extend(nodes)
-    # A promoted node's output, and what follows from it, may be of the promoted type now: the
-    # exporter's declared intermediate types are dropped for shape inference to derive again.
-    fixed.graph.ClearField("value_info")
     return fixed
 
 
-def _type_groups(node: onnx.NodeProto, opset: int | None) -> list[list[tuple[int, str]]]:
+def _type_groups(node: onnx.NodeProto, versions: dict[str, int], named: bool) -> list[list[tuple[int, str]]]:
     """A node's inputs (position, name) grouped by the type parameter its schema binds them to
-    (Slice: the data; starts, ends, axes and steps); one group for a node with no schema."""
+    (Slice: the data; starts, ends, axes and steps). Variadic inputs of mixed types (Loop's and
+    Scan's carried values) and fixed types are left out; a node with no schema is one group when
+    it is the named node, else none (a custom op's float data and int64 indices differ on purpose)."""
     inputs = [(i, name) for i, name in enumerate(node.input) if name]
+    domain = node.domain if node.domain != "ai.onnx" else ""
     try:
-        formals = onnx.defs.get_schema(node.op_type, opset or 1, node.domain or "").inputs if opset else []
+        formals = onnx.defs.get_schema(node.op_type, versions[domain], domain).inputs if domain in versions else []
     except onnx.defs.SchemaError:
         formals = []
     if not formals:
-        return [inputs]
+        return [inputs] if named else []
     groups: dict[str, list[tuple[int, str]]] = {}
     for index, name in inputs:
         formal = formals[min(index, len(formals) - 1)]  # the last one may be variadic
-        if not formal.type_str.startswith("tensor("):  # a fixed type: nothing to promote
+        if promotable(formal):
             groups.setdefault(formal.type_str, []).append((index, name))
     return list(groups.values())
+
+
+def promotable(formal: onnx.defs.OpSchema.FormalParameter) -> bool:
+    """Whether a schema's inputs bound to this formal parameter must share one type: a type
+    parameter (not a fixed type), and not a variadic of mixed types (Loop's `v_initial`)."""
+    heterogeneous = (formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+                     and not formal.is_homogeneous)
+    return not formal.type_str.startswith("tensor(") and not heterogeneous
 
 
 def _promoted(node: onnx.NodeProto, groups: list[list[tuple[int, str]]], types: dict[str, onnx.TypeProto],
@@ -662,8 +681,10 @@ def _promoted(node: onnx.NodeProto, groups: list[list[tuple[int, str]]], types: 
         elems = {name: types[name].tensor_type.elem_type for _, name in group}
         if len(set(elems.values())) < 2:
             continue
-        target = onnx.helper.np_dtype_to_tensor_dtype(
-            np.result_type(*(onnx.helper.tensor_dtype_to_np_dtype(e) for e in elems.values())))
+        dtypes = [onnx.helper.tensor_dtype_to_np_dtype(e) for e in elems.values()]
+        floats = [d for d in dtypes if np.issubdtype(d, np.floating)]
+        # PyTorch keeps a float's type beside integers (float16 with int64 is float16).
+        target = onnx.helper.np_dtype_to_tensor_dtype(np.result_type(*floats) if floats else np.result_type(*dtypes))
         for index, name in group:
             if elems[name] == target:
                 continue

@@ -703,8 +703,8 @@ def _global_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
         strides = kernels if stride in (None, [], ()) else each(stride)
         if any(p != 0 for p in each(padding)) or any(d != 1 for d in each(dilation)):
             return ()
-        if kernels == size:
-            return tuple(range(-rank, 0))  # the whole input (a 1x1 map included)
+        if kernels == size and strides == kernels:
+            return tuple(range(-rank, 0))  # the whole input, one window (a 1x1 map included)
         # Else a dim the kernel spans whole; a size-1 dim with kernel 1 is the identity's.
         dims = tuple(i - rank for i in range(rank) if kernels[i] == size[i] and size[i] > 1)
         rest_identity = all(kernels[i] == 1 and strides[i] == 1 for i in range(rank) if i - rank not in dims)

@@ -711,7 +711,6 @@ def derived_input_sets(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
     """
     import torch
 
-    from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.provenance import selecting_index
 
     generator = torch.Generator().manual_seed(1)
@@ -747,7 +746,9 @@ def derived_input_sets(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
         # 2 -> 1, 1 -> 2, 0 -> 1, -1 -> -2.
         return value + 1 if int(value.reshape(())) in (0, 1) else value - 1
 
-    if any(moved(leaf) is not leaf for leaf in tensor_leaves((args, kwargs))):
+    found: list[bool] = []
+    _nested(lambda leaf: found.append(moved(leaf) is not leaf), (args, dict(kwargs or {})))
+    if any(found):
         # An index, a step or an id fed as a one-element integer tensor (Bark's codebook index,
         # ailia-models#1126): the tracer turns it into a Python int without a word when it slices
         # or picks a module, and the float sets above never move it. PyTorch refusing the moved

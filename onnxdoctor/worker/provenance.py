@@ -388,15 +388,17 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     original_item = torch.nn.ModuleList.__getitem__
 
     def item(self: Any, idx: Any) -> Any:
+        picked = original_item(self, idx)
         with contextlib.suppress(Exception):
             frame = sys._getframe(1)
             name = frame.f_code.co_filename
-            if (selecting_index(idx) and torch._C._get_tracing_state() is not None
+            # (A fix's selection answers the index: it gives a callable, not the example's module.)
+            if (selecting_index(idx) and isinstance(picked, torch.nn.Module) and torch._C._get_tracing_state() is not None
                     and not name.startswith((torch_folder, _OURS))):
                 site = f"{os.path.basename(name)}:{frame.f_lineno}"
                 if site not in recorder.module_indices:
                     recorder.module_indices.append(site)
-        return original_item(self, idx)
+        return picked
 
     makers = {name: getattr(torch, name) for name in DATA_MAKERS}
     for name, make in makers.items():

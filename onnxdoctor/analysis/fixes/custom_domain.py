@@ -125,15 +125,15 @@ def _torch_symbolic(ctx: FixContext, row: NodeProvenance, facts: dict[str, Any])
                          f"standard ONNX ops instead of one {ctx.op} node")
     op_facts = facts.get("torch_op_facts") or {}
     built_in = op_facts.get("torchscript_registrations") or []
-    if not built_in:
+    if "torchscript_registrations" in op_facts and not built_in:
         return [dynamo]  # torch has no symbolic of its own for the op: nothing to fall back on
     requested = ctx.requested_opset if isinstance(ctx.requested_opset, int) else None
     later = min((v for v in built_in if requested is not None and v > requested), default=None)
-    opset = later if later is not None and requested is not None and requested < min(built_in) else None
+    opset = later if later is not None and requested is not None and built_in and requested < min(built_in) else None
     where = f" ({row.function.split(' ')[0]})" if row.function else ""
     name = op.split("::", 1)[1]
     unregister = "".join(f"torch.onnx.unregister_custom_op_symbolic('::{name}', {v})\n"
-                         for v in op_facts.get("registered_overrides") or [requested or "opset_version"])
+                         for v in op_facts.get("registered_overrides") or ["opset_version_you_registered_it_for"])
     snippet = (
         "import torch\n\n"
         f"# Your symbolic for {op}{where}, registered with register_custom_op_symbolic, writes\n"
