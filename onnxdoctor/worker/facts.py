@@ -399,6 +399,15 @@ def aliased_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[i
     return [group for group in groups.values() if len(group) > 1]
 
 
+def selecting_index(idx: Any) -> bool:
+    """Whether a ModuleList index is a one-element integer tensor (the one kind `selected_modules`
+    answers: a style id, a codebook index)."""
+    import torch
+
+    return (isinstance(idx, torch.Tensor) and idx.numel() == 1 and not idx.is_floating_point()
+            and not idx.is_complex() and idx.dtype is not torch.bool)
+
+
 def sparse_tensors(model: Any) -> list[str]:
     """The sparse tensors the model's modules hold (parameters, buffers or plain attributes), named.
 

@@ -515,7 +515,7 @@ def _selected_modules(undo: list[Callable[[], None]]) -> None:
     import torch
     import torch.utils._pytree as pytree
 
-    from onnxdoctor.worker.provenance import selecting_index
+    from onnxdoctor.worker.facts import selecting_index
 
     original = torch.nn.ModuleList.__getitem__
 

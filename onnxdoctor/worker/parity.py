@@ -711,7 +711,7 @@ def derived_input_sets(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
     """
     import torch
 
-    from onnxdoctor.worker.provenance import selecting_index
+    from onnxdoctor.worker.facts import selecting_index
 
     generator = torch.Generator().manual_seed(1)
 

@@ -35,7 +35,7 @@ from onnxdoctor.protocol import (
     NodeArgument,
     NodeProvenance,
 )
-from onnxdoctor.worker.facts import scalar_dtype, torch_scalar
+from onnxdoctor.worker.facts import scalar_dtype, selecting_index, torch_scalar
 from onnxdoctor.worker.tracebacks import torchscript_user_line
 
 # Rows kept per export: every custom-domain node, then the others up to this many.
@@ -273,15 +273,6 @@ def warned_at(caller: Any, call: Callable[..., Any], *args: Any, **kwargs: Any) 
                                module=caller.f_globals.get("__name__"),
                                registry=caller.f_globals.setdefault("__warningregistry__", {}))
     return value
-
-
-def selecting_index(idx: Any) -> bool:
-    """Whether a ModuleList index is a one-element integer tensor (the one kind `selected_modules`
-    answers: a style id, a codebook index)."""
-    import torch
-
-    return (isinstance(idx, torch.Tensor) and idx.numel() == 1 and not idx.is_floating_point()
-            and not idx.is_complex() and idx.dtype is not torch.bool)
 
 
 # The torch functions that build a tensor from Python or NumPy data, which the TorchScript tracer

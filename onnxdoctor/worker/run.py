@@ -288,7 +288,8 @@ class Runner:
                     hook.detach()  # the exporters trace forward(): no hook of ours in the graph
                 records.append(self.stage(name, lambda name=name: self._stage_for(name)(state), run_id))
                 state[f"{name}_warnings"] = records[-1].warnings
-                state[f"{name}_facts"] = records[-1].facts
+                if name == "export":
+                    state["export_facts"] = records[-1].facts  # what the recorder noted (module_indices)
                 if name == "export" and "pristine" in state:
                     state["pristine"]()
                 if hook is not None:
