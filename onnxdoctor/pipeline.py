@@ -115,8 +115,7 @@ def _diagnose(
         if run_id != "main" and not any(e.get("run") == run_id for e in result.events):
             continue  # the main run never got past LOAD: there is no second run to report
         outcomes, tool_findings = outcomes_for_run(result, run_id, target, first_run=run_id == "main")
-        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None) or next(
-            (e.get("exporter") for e in result.events if e.get("event") == "exporter" and e.get("run") == run_id), None)
+        exporter = _run_exporter(outcomes, result, run_id)
         shapes = shapes_outcome(result, run_id)
         findings = prepare_findings(outcomes, tool_findings, target, options, exporter, shapes)
         if options.fix:
@@ -505,11 +504,16 @@ class _Verifier:
         outcomes, tool = outcomes_for_run(result, run_id, self.target, first_run=False)
         if tool:
             return None, None
-        exporter = next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None) or next(
-            (e.get("exporter") for e in result.events if e.get("event") == "exporter" and e.get("run") == run_id), None)
+        exporter = _run_exporter(outcomes, result, run_id)
         findings = prepare_findings(outcomes, tool, self.target, self.options, exporter,
                                     shapes_outcome(result, run_id))
         return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None), exporter
+
+
+def _run_exporter(outcomes: list[StageOutcome], result: WorkerResult, run_id: str) -> str | None:
+    """The exporter a run used: its EXPORT stage says, else the worker's event for the run."""
+    return next((o.facts.get("exporter") for o in outcomes if o.stage is Stage.EXPORT), None) or next(
+        (e.get("exporter") for e in result.events if e.get("event") == "exporter" and e.get("run") == run_id), None)
 
 
 # Findings about other inputs than the example: a fix for one is judged at those inputs too.

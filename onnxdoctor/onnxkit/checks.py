@@ -526,34 +526,21 @@ class _Checker:
     def _mixed_types(self) -> tuple[onnx.NodeProto, list[str]] | None:
         """The first standard node whose inputs bound to one type parameter have different element
         types, from the types the graph declares (initializers, inputs, value_info), with them."""
-        import onnx.defs
         from onnx import TensorProto
 
-        from onnxdoctor.onnxkit.transforms import promotable
+        from onnxdoctor.onnxkit.transforms import domain_versions, type_groups
 
         graph = self.model.graph
         types = {i.name: i.data_type for i in graph.initializer}
         for value in [*graph.input, *graph.value_info, *graph.output]:
             if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
                 types.setdefault(value.name, value.type.tensor_type.elem_type)
-        opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), None)
+        versions = domain_versions(self.model)
         for node in graph.node:
-            if node.domain not in ("", "ai.onnx") or opset is None:
-                continue
-            try:
-                formals = onnx.defs.get_schema(node.op_type, opset, "").inputs
-            except onnx.defs.SchemaError:
-                continue
-            if not formals:
-                continue
-            bound: dict[str, set[int]] = {}
-            for index, name in enumerate(node.input):
-                formal = formals[min(index, len(formals) - 1)]  # the last one may be variadic
-                if name in types and promotable(formal):
-                    bound.setdefault(formal.type_str, set()).add(types[name])
-            held = next((sorted(v) for v in bound.values() if len(v) > 1), None)
-            if held is not None:
-                return node, [TensorProto.DataType.Name(t).lower() for t in held]
+            for group in type_groups(node, versions, named=False):
+                held = sorted({types[name] for _, name in group if name in types})
+                if len(held) > 1:
+                    return node, [TensorProto.DataType.Name(t).lower() for t in held]
         return None
 
     def _extreme_constants(self) -> onnx.NodeProto | None:

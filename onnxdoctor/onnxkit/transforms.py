@@ -609,7 +609,7 @@ def promote_inputs(model: onnx.ModelProto, node_name: str, every: bool = False) 
     fixed.CopyFrom(model)
     if not any(n.name == node_name for n in fixed.graph.node):
         raise TransformError(f"the model has no node named {node_name}")
-    versions = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in fixed.opset_import}
+    versions = domain_versions(fixed)
     taken = {o for n in _all_nodes(fixed.graph) for o in n.output} | {i.name for i in fixed.graph.input}
     changed_any = False
     for round_ in range(4 if every else 1):
@@ -619,7 +619,7 @@ def promote_inputs(model: onnx.ModelProto, node_name: str, every: bool = False) 
         for node in list(fixed.graph.node):
             named = node.name == node_name and round_ == 0
             if named or every:
-                casts = _promoted(node, _type_groups(node, versions, named), types, taken, strict=named)
+                casts = _promoted(node, type_groups(node, versions, named), types, taken, strict=named)
                 changed = changed or bool(casts)
                 nodes.extend(casts)
             nodes.append(node)
@@ -636,7 +636,12 @@ def promote_inputs(model: onnx.ModelProto, node_name: str, every: bool = False) 
     return fixed
 
 
-def _type_groups(node: onnx.NodeProto, versions: dict[str, int], named: bool) -> list[list[tuple[int, str]]]:
+def domain_versions(model: onnx.ModelProto) -> dict[str, int]:
+    """The model's opset per domain, the default domain as "" (however the model spells it)."""
+    return {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
+
+
+def type_groups(node: onnx.NodeProto, versions: dict[str, int], named: bool) -> list[list[tuple[int, str]]]:
     """A node's inputs (position, name) grouped by the type parameter its schema binds them to
     (Slice: the data; starts, ends, axes and steps). Variadic inputs of mixed types (Loop's and
     Scan's carried values) and fixed types are left out; a node with no schema is one group when

@@ -548,13 +548,11 @@ def _registered_symbolics_aside(names: tuple[str, ...], undo: list[Callable[[], 
     writes the ops with its own symbolic (or refuses them at this opset, naming the one that has
     them)."""
     import torch
-    from torch.onnx._internal.torchscript_exporter import registration
+
+    from onnxdoctor.worker.registry import registered_symbolics
 
     for name in names:
-        group = registration.registry.get_function_group(name)
-        versions = group._functions if group is not None else {}  # an OverrideDict: built-in and registered
-        for opset in [v for v in versions if versions.overridden(v)]:
-            saved = versions[opset]
+        for opset, saved in registered_symbolics(name).items():
             torch.onnx.unregister_custom_op_symbolic(name, opset)
             undo.append(lambda name=name, saved=saved, opset=opset:
                         torch.onnx.register_custom_op_symbolic(name, saved, opset))

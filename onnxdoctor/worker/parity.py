@@ -739,23 +739,24 @@ def derived_input_sets(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tu
         sets.append((_DERIVED + name, tuple(_nested(derived, a) for a in args),
                      {k: _nested(derived, v) for k, v in (kwargs or {}).items()}))
 
+    moves: list[Any] = []
+
     def moved(value: Any) -> Any:
         if not selecting_index(value) or value.dtype is torch.uint8:
             return value
+        moves.append(value)
         # The sign kept and 0 avoided (0 often means "none", and 1 "the first"), a step each:
         # 2 -> 1, 1 -> 2, 0 -> 1, -1 -> -2.
         return value + 1 if int(value.reshape(())) in (0, 1) else value - 1
 
-    found: list[bool] = []
-    _nested(lambda leaf: found.append(moved(leaf) is not leaf), (args, dict(kwargs or {})))
-    if any(found):
-        # An index, a step or an id fed as a one-element integer tensor (Bark's codebook index,
-        # ailia-models#1126): the tracer turns it into a Python int without a word when it slices
-        # or picks a module, and the float sets above never move it. PyTorch refusing the moved
-        # value, ONNX Runtime failing on it and an output of another shape leave the set
-        # unjudged (second_input_check): a length moved by one legitimately changes a shape.
-        sets.append((MOVED_SCALARS, tuple(_nested(moved, a) for a in args),
-                     {k: _nested(moved, v) for k, v in (kwargs or {}).items()}))
+    # An index, a step or an id fed as a one-element integer tensor (Bark's codebook index,
+    # ailia-models#1126): the tracer turns it into a Python int without a word when it slices or
+    # picks a module, and the float sets above never move it. PyTorch refusing the moved value,
+    # ONNX Runtime failing on it and an output of another shape leave the set unjudged
+    # (second_input_check): a length moved by one legitimately changes a shape.
+    shifted = (tuple(_nested(moved, a) for a in args), {k: _nested(moved, v) for k, v in (kwargs or {}).items()})
+    if moves:
+        sets.append((MOVED_SCALARS, *shifted))
     return sets
 
 

@@ -35,12 +35,17 @@ def torchscript_registrations(op: str) -> list[int]:
     return sorted(v for v in base if isinstance(v, int))
 
 
-def registered_overrides(op: str) -> list[int]:
-    """The opsets at which a symbolic was registered with `register_custom_op_symbolic` for `op`
-    (replacing torch's own there): what `unregister_custom_op_symbolic` takes."""
+def registered_symbolics(op: str) -> dict[int, Any]:
+    """The symbolics registered with `register_custom_op_symbolic` for `op` (replacing torch's own
+    there), by opset."""
     group = _torchscript_registry().get_function_group(op)
     overrides = getattr(getattr(group, "_functions", None), "_overrides", None) or {}
-    return sorted(v for v in overrides if isinstance(v, int))
+    return {v: f for v, f in overrides.items() if isinstance(v, int)}
+
+
+def registered_overrides(op: str) -> list[int]:
+    """The opsets `op`'s registered symbolics are at: what `unregister_custom_op_symbolic` takes."""
+    return sorted(registered_symbolics(op))
 
 
 def refuses_always(op: str) -> bool:
