@@ -4,15 +4,31 @@ seventieth first-seen batches (fixtures/corpus/first_seen_2026-12-07i.txt, first
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import onnxruntime as ort
 import pytest
 import torch
 
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import EagerExport
 from onnxdoctor.worker.facts import sparse_tensors
+from onnxdoctor.worker.fixkit import eager_export
+from onnxdoctor.worker.loader import LoadedModel
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+
+
+def _patched(model: torch.nn.Module, **step: Any) -> Any:
+    """The fix's patches (recipe.EagerExport) around an export of `model`, as the worker applies them."""
+    return eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(**step))
+
+
+def _session(path: Path) -> Any:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
 # pytorch/pytorch#71786 in DCRNN's shape: the diffusion convolution's supports are sparse
 # matrices held in a plain list attribute.
 DCRNN = CORPUS / "sparse_mm_diffusion_conv_dcgru_dcrnn_pytorch_71786.py"
@@ -54,9 +70,6 @@ def _node_domains(model: torch.nn.Module, path: Path) -> set[str]:
 
 
 def test_a_symbolic_registered_for_a_torch_op_is_set_aside_for_the_export_only(tmp_path: Path) -> None:
-    from onnxdoctor.recipe import EagerExport
-    from onnxdoctor.worker.fixkit import eager_export
-    from onnxdoctor.worker.loader import LoadedModel
 
     def custom_selu(g: object, x: object) -> object:
         return g.op("acme::Selu", x)  # type: ignore[attr-defined]
@@ -65,7 +78,7 @@ def test_a_symbolic_registered_for_a_torch_op_is_set_aside_for_the_export_only(t
     torch.onnx.register_custom_op_symbolic("::selu", custom_selu, 11)
     try:
         assert _node_domains(model, tmp_path / "registered.onnx") == {"acme"}
-        with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(torch_symbolics=("aten::selu",))):
+        with _patched(model, torch_symbolics=("aten::selu",)):
             assert _node_domains(model, tmp_path / "aside.onnx") == {""}  # torch's own Selu
         assert _node_domains(model, tmp_path / "again.onnx") == {"acme"}  # the user's registration is back
     finally:
@@ -123,20 +136,15 @@ class _ColumnPool(torch.nn.Module):
 
 
 def test_a_pool_over_one_whole_dim_is_a_reduction_that_follows_the_size(tmp_path: Path) -> None:
-    import onnxruntime as ort
-
-    from onnxdoctor.recipe import EagerExport
-    from onnxdoctor.worker.fixkit import eager_export
-    from onnxdoctor.worker.loader import LoadedModel
 
     model, path = _ColumnPool(), tmp_path / "pool.onnx"
     with pytest.raises(Exception, match="not constant"):  # the exporter refuses the traced kernel
         torch.onnx.export(model, (torch.randn(1, 2, 4, 6),), str(tmp_path / "refused.onnx"), dynamo=False,
                           opset_version=11, input_names=["x"], dynamic_axes={"x": {2: "h", 3: "w"}})
-    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(global_pools=True)):
+    with _patched(model, global_pools=True):
         torch.onnx.export(model, (torch.randn(1, 2, 4, 6),), str(path), dynamo=False, opset_version=11,
                           input_names=["x"], dynamic_axes={"x": {2: "h", 3: "w"}})
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = _session(path)
     x = torch.randn(1, 2, 7, 5)
     (got,) = session.run(None, {"x": x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), model(x))  # another height and width
@@ -201,20 +209,15 @@ class _Styled(torch.nn.Module):
 
 
 def test_a_module_list_indexed_by_a_tensor_runs_every_module_and_selects_while_traced(tmp_path: Path) -> None:
-    import onnxruntime as ort
-
-    from onnxdoctor.recipe import EagerExport
-    from onnxdoctor.worker.fixkit import eager_export
-    from onnxdoctor.worker.loader import LoadedModel
 
     torch.manual_seed(0)
     model, x, path = _Styled().eval(), torch.randn(2, 4), tmp_path / "styled.onnx"
     own = torch.nn.ModuleList.__getitem__
-    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(selected_modules=True)):
+    with _patched(model, selected_modules=True):
         assert model.norms[0] is model.norms[torch.tensor(0)]  # outside a trace: the list's own
         torch.onnx.export(model, (x, torch.tensor(1)), str(path), dynamo=False, input_names=["x", "style"])
     assert torch.nn.ModuleList.__getitem__ is own
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = _session(path)
     for style in (0, 2, -1):
         (got,) = session.run(None, {"x": x.numpy(), "style": torch.tensor(style).numpy()})
         torch.testing.assert_close(torch.from_numpy(got), model(x, torch.tensor(style)))
@@ -235,16 +238,11 @@ class _Picked(torch.nn.Module):
 
 
 def test_each_module_of_a_selection_gets_its_own_copy_of_the_inputs(tmp_path: Path) -> None:
-    import onnxruntime as ort
-
-    from onnxdoctor.recipe import EagerExport
-    from onnxdoctor.worker.fixkit import eager_export
-    from onnxdoctor.worker.loader import LoadedModel
 
     model, x, path = _Picked(), torch.zeros(2), tmp_path / "picked.onnx"
-    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(selected_modules=True)):
+    with _patched(model, selected_modules=True):
         torch.onnx.export(model, (x, torch.tensor(1)), str(path), dynamo=False, input_names=["x", "which"])
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = _session(path)
     for which in (0, 1):  # the in-place add must not reach the Identity's input
         (got,) = session.run(None, {"x": x.numpy(), "which": torch.tensor(which).numpy()})
         assert got.tolist() == model(x, torch.tensor(which)).tolist() == ([10.0, 10.0] if which == 0 else [0.0, 0.0])
@@ -288,18 +286,13 @@ class _WholePool(torch.nn.Module):
 
 @pytest.mark.parametrize("example", [(1, 2, 1, 5), (1, 2, 1, 1)])
 def test_a_pool_over_the_whole_input_stays_a_reduction_when_a_dim_is_1(example: tuple[int, ...], tmp_path: Path) -> None:
-    import onnxruntime as ort
-
-    from onnxdoctor.recipe import EagerExport
-    from onnxdoctor.worker.fixkit import eager_export
-    from onnxdoctor.worker.loader import LoadedModel
 
     model, path = _WholePool(), tmp_path / "whole.onnx"
-    with eager_export(LoadedModel(model=model, args=(), kwargs={}), EagerExport(global_pools=True)):
+    with _patched(model, global_pools=True):
         torch.onnx.export(model, (torch.randn(*example),), str(path), dynamo=False, input_names=["x"],
                           dynamic_axes={"x": {2: "h", 3: "w"}})
     x = torch.randn(1, 2, 7, 3)
-    (got,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    (got,) = _session(path).run(None, {"x": x.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), model(x))  # (1, 2, 1, 1) at another size
 
 
