@@ -79,3 +79,42 @@ def test_a_scripted_model_that_needs_gradients_is_exported_as_scripted() -> None
     assert load.facts["forward_needs_gradients"] is True
     finding = diagnosis.findings[0]
     assert (finding.code, finding.op) == ("OD202", "aten::grad"), finding.message
+
+
+class InputGradient(torch.nn.Module):
+    """Forces with respect to an input the caller made require grad (NequIP's convention), through
+    SiLU, whose backward op the dynamo exporter does not map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.energy = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1))
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        energy = self.energy(pos).sum()
+        return -torch.autograd.grad([energy], [pos])[0]
+
+
+def test_an_input_that_requires_grad_is_traced_and_backward_ops_are_decomposed() -> None:
+    # functionalize's wrapped inputs no longer require grad: the trace falls back to plain make_fx,
+    # and silu_backward is written as the forward ops it is defined with.
+    torch.manual_seed(0)
+    model, pos = InputGradient().eval(), torch.randn(5, 3).requires_grad_(True)
+    scope = {"torch": torch, "model": model, "example_inputs": (pos,)}
+    exec(TRACE, scope)  # noqa: S102 -- the fix's own code, as the worker runs it
+    traced = scope["model"]
+    targets = {str(n.target) for n in traced.graph.nodes if n.op == "call_function"}
+    assert not any("backward" in t for t in targets), targets
+    torch.testing.assert_close(traced(pos), model(pos))
+
+
+@pytest.mark.slow
+def test_a_scripted_potential_gets_its_eager_class_traced_below_autograd() -> None:
+    # The eager class is compared with the scripted model with gradients on, then traced by make_fx
+    # (pytorch#105838): a two-step chain with no kernel.
+    diagnosis = diagnose(str(CORPUS / "grad_scripted_forces_nequip_style_potential_opset18_pytorch_105838.py"),
+                         DiagnoseOptions(fix=True))[0]
+    best = diagnosis.findings[0].fixes[0]
+    assert best.verified is True, best.check
+    assert best.recipe is not None and [s.__class__.__name__ for s in best.recipe.steps].count("RuntimeKernels") == 0
+    assert "scripted_eager" in best.recipe.key() and "autograd_traced" in best.recipe.key(), best.recipe.key()
+    assert "with torch.enable_grad():" in best.snippet

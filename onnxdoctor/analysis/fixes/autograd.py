@@ -38,14 +38,21 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
 
 # make_fx runs forward() once below autograd and records every aten op it reaches, those of the
 # gradient it computes included, as a plain graph the dynamo exporter can take; functionalize
-# makes the in-place writes in it (torch.func's) values.
+# makes the in-place writes in it (torch.func's) values. The backward ops (silu_backward, ...)
+# are written as the forward ops torch defines them with, which the exporter maps.
+from torch._decomp import decomposition_table
+
+decompositions = {op: rule for op, rule in decomposition_table.items() if op.name().endswith("_backward")}
+decompositions[torch.ops.aten.diagonal_scatter.default] = diagonal_scatter
 try:
     traced = make_fx(torch.func.functionalize(model, remove="mutations"),
-                     decomposition_table={torch.ops.aten.diagonal_scatter.default: diagonal_scatter})(*example_inputs)
+                     decomposition_table=decompositions)(*example_inputs)
 except RuntimeError as error:
-    if "functorch transform" not in str(error):
+    if "functorch transform" not in str(error) and "does not require grad" not in str(error):
         raise
-    traced = make_fx(model)(*example_inputs)  # forward() calls requires_grad_(), which functionalize refuses
+    # forward() calls requires_grad_(), which functionalize refuses, or differentiates with
+    # respect to an input that requires grad, which functionalize's wrapped inputs no longer do.
+    traced = make_fx(model, decomposition_table=decompositions)(*example_inputs)
 # The same numbers as your model at the example inputs (with gradients on: forward() needs them).
 torch.testing.assert_close(traced(*example_inputs), model(*example_inputs))
 model = traced

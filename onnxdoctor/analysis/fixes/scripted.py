@@ -43,13 +43,15 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
+    load = next((o.facts for o in ctx.outcomes if o.stage is Stage.LOAD), {})
+    gradients = bool(load.get("forward_needs_gradients"))  # the comparison must keep them on
     if finding.stage is not Stage.EXPORT:
         # The ScriptModule exported but computes otherwise (the exporter leaves out what only the
         # scripted module runs, e.g. its own forward hooks), or wrote what the checker or the
         # runtime refuses: the eager class, traced.
-        return [_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")))] if eager else []
+        return [_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")), gradients)] if eager else []
     if eager:
-        fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks"))))
+        fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")), gradients))
         if ctx.exporter == "torchscript":
             # Scripted, the model could take the TorchScript exporter only; eager, it can take the
             # dynamo exporter too, which maps ops the TorchScript symbolics refuse (a complex stft).
@@ -108,7 +110,7 @@ for path, module in eager.named_modules():
 """
 
 
-def _eager_class(name: str, subclass: bool = False, hooks: bool = False) -> Fix:
+def _eager_class(name: str, subclass: bool = False, hooks: bool = False, gradients: bool = False) -> Fix:
     build = f"eager_twin({name})()" if subclass else f"{name}()"
     code = (
         (EAGER_TWIN if subclass else "")
@@ -121,7 +123,9 @@ def _eager_class(name: str, subclass: bool = False, hooks: bool = False) -> Fix:
         + (HOOKS if hooks else "")
         + "eager.train(model.training)\n"
         "if not model.training:  # the same numbers as the scripted model at the example inputs\n"
-        "    with torch.no_grad():\n"
+        + ("    with torch.enable_grad():  # forward() takes gradients itself\n" if gradients else
+           "    with torch.no_grad():\n")
+        +
         "        torch.testing.assert_close(eager(*example_inputs), model(*example_inputs))\n"
         "model = eager\n"
     )
