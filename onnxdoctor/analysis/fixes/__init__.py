@@ -20,6 +20,7 @@ from onnxdoctor.analysis.fixes import (
     aten_fallback,
     aten_kernel,
     autograd,
+    batch_axis,
     causal_hint,
     complex_outputs,
     constant_writes,
@@ -92,6 +93,7 @@ FAMILIES = (
     traced_sizes,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,
+    batch_axis,
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
 

@@ -1,0 +1,58 @@
+"""General mechanisms for failures not seen before (issue 22), written after the seventy-sixth
+first-seen batch (fixtures/corpus/first_seen_2026-12-07p.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+
+# One image without its batch axis: Conv2d takes it unbatched, BatchNorm2d then refuses 3-D input.
+UNBATCHED = '''import torch
+import torch.nn as nn
+
+
+def get_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval()
+    return model, (torch.randn(3, 16, 16),)
+'''
+
+# A linear layer whose input size disagrees with what feeds it (a model pruned on one side): no
+# batch axis helps, and the fix must say it failed.
+MISMATCHED = '''import torch
+import torch.nn as nn
+
+
+def get_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten(), nn.Linear(100, 4)).eval()
+    return model, (torch.randn(1, 3, 16, 16),)
+'''
+
+
+@pytest.mark.slow
+def test_an_example_without_its_batch_axis_gets_one_and_is_verified(tmp_path: Path) -> None:
+    script = tmp_path / "unbatched.py"
+    script.write_text(UNBATCHED, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD108", finding.message
+    best = finding.fixes[0]
+    assert best.kind == "batch_axis" and best.verified is True, best.check
+    assert "(3, 16, 16)" in best.title and "(1, 3, 16, 16)" in best.title
+
+
+@pytest.mark.slow
+def test_a_batch_axis_does_not_mend_sizes_that_disagree(tmp_path: Path) -> None:
+    script = tmp_path / "mismatched.py"
+    script.write_text(MISMATCHED, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD108", finding.message
+    tried = [f for f in finding.fixes if f.kind == "batch_axis"]
+    assert tried and tried[0].check is not None and tried[0].verified is False, tried
