@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from onnxdoctor.model import DiagnoseOptions
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.worker.loader import LoadedModel
+from onnxdoctor.worker.registry import decomposed_origin
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 
@@ -56,3 +59,17 @@ def test_a_batch_axis_does_not_mend_sizes_that_disagree(tmp_path: Path) -> None:
     assert finding.code == "OD108", finding.message
     tried = [f for f in finding.fixes if f.kind == "batch_axis"]
     assert tried and tried[0].check is not None and tried[0].verified is False, tried
+
+
+class _Transmittance(torch.nn.Module):
+    def forward(self, alpha: torch.Tensor) -> torch.Tensor:
+        return torch.cumprod(1.0 - alpha, -1)
+
+
+def test_a_prims_op_is_named_by_the_aten_op_it_was_decomposed_from(tmp_path: Path) -> None:
+    # torch.cumprod reaches the dynamo exporter as prims.prod, which several aten ops decompose to
+    # (tt-forge-onnx#1481): the decomposed graph's record of each node's original op names it.
+    loaded = LoadedModel(model=_Transmittance(), args=(torch.rand(2, 5),), kwargs={})
+    origin = decomposed_origin(loaded, "prims::prod", tmp_path / "model.py")
+    assert origin["op"] == "aten::cumprod", origin
+    assert decomposed_origin(loaded, "prims::erf_inv", tmp_path / "model.py") == {}

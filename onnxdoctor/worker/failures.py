@@ -247,6 +247,17 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 if called:
                     facts["prims_op"], op = op, called
                     facts["op"] = op
+            if "prims_op" not in facts and loaded is not None:
+                # Several aten ops decompose to this prims op (prod: prod, cumprod, ...) or the
+                # line does not name one: the decomposed graph records which op each node came from.
+                with contextlib.suppress(Exception):
+                    from onnxdoctor.worker.registry import decomposed_origin
+
+                    origin = decomposed_origin(loaded, op, target)
+                    if origin:
+                        facts["prims_op"], op = op, origin["op"]
+                        facts["op"] = op
+                        facts["source"] = origin.get("source") or facts.get("source")
         custom = op.split("::", 1)[0] not in ("aten", "prims")
         # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
         if gather or custom:

@@ -340,14 +340,10 @@ def unsupported_ops(loaded: Any, target: Any) -> list[dict[str, Any]]:
     source line.
     """
     import torch
-    from torch.onnx._internal.exporter import _decomp, _registration
 
     from onnxdoctor.worker.tracebacks import user_line_from_trace
 
-    registry = _registration.ONNXRegistry.from_torchlib()
-    program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
-    table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
-    program = program.run_decompositions(table)
+    _captured, program, registry = _decomposed_program(loaded)
     found: dict[str, dict[str, Any]] = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -359,6 +355,44 @@ def unsupported_ops(loaded: Any, target: Any) -> list[dict[str, Any]]:
             source = user_line_from_trace(node.meta.get("stack_trace") or "", target)
             found[name] = {"op": name, "source": source}
     return list(found.values())
+
+
+def _decomposed_program(loaded: Any) -> tuple[Any, Any, Any]:
+    """The model as torch.export captures it, and decomposed the way the dynamo exporter
+    decomposes it (its ONNX-friendly table), with the exporter's registry."""
+    import torch
+    from torch.onnx._internal.exporter import _decomp, _registration
+
+    registry = _registration.ONNXRegistry.from_torchlib()
+    program = torch.export.export(loaded.model, loaded.args, kwargs=loaded.kwargs or None, strict=False)
+    table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
+    return program, program.run_decompositions(table), registry
+
+
+def decomposed_origin(loaded: Any, op: str, target: Any) -> dict[str, Any]:
+    """The aten op whose decomposition wrote `op` (a prims op the dynamo exporter stopped at:
+    `prims::prod` from `torch.cumprod`) and the user's line that calls it, from the decomposed
+    graph's own record of each node's original op; {} when the graph has no such node."""
+    from onnxdoctor.worker.tracebacks import user_line_from_trace
+
+    captured, program, _registry = _decomposed_program(loaded)
+    origin = next((original.name().split(".")[0] for node in program.graph.nodes
+                   if node.op == "call_function" and (original := node.meta.get("original_aten")) is not None
+                   and _op_name(node) == op and original.name().split(".")[0] != op), None)
+    if origin is None:
+        return {}
+    # The decomposed nodes keep forward()'s frame only; the captured graph's node of the original
+    # op has the whole trace, down to the line that calls it.
+    traces = (node.meta.get("stack_trace") or "" for node in captured.graph.nodes
+              if node.op == "call_function" and _op_name(node) == origin)
+    source = next((line for trace in traces if (line := user_line_from_trace(trace, target))), None)
+    return {"op": origin, **({"source": source} if source else {})}
+
+
+def _op_name(node: Any) -> str | None:
+    """An FX node's op as `namespace::name` (None for a node that calls no op overload)."""
+    name_of = getattr(node.target, "name", None)
+    return name_of().split(".")[0] if callable(name_of) else None
 
 
 def observe_calls(loaded: Any, op: str, limit: int = 4) -> list[dict[str, Any]]:
