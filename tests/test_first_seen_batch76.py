@@ -73,3 +73,34 @@ def test_a_prims_op_is_named_by_the_aten_op_it_was_decomposed_from(tmp_path: Pat
     origin = decomposed_origin(loaded, "prims::prod", tmp_path / "model.py")
     assert origin["op"] == "aten::cumprod", origin
     assert decomposed_origin(loaded, "prims::erf_inv", tmp_path / "model.py") == {}
+
+
+SORTFORMER = CORPUS / "scripted_concat_and_pad_slice_rank_streaming_sortformer_diarizer_nemo_15077.py"
+
+
+def test_a_slice_bound_read_from_a_tensor_in_scripted_code_exports_with_the_symbolic(tmp_path: Path) -> None:
+    # NVIDIA-NeMo/Speech#15077: `emb[b, :length[b]]` in a torch.jit.script function; the built-in
+    # symbolic refuses the bound's unknown rank, the registered one reshapes it to one element.
+    import onnxruntime as ort
+
+    from onnxdoctor.analysis.fixes.rewrite import _SLICE_BOUNDS
+    from onnxdoctor.worker.fixkit import run_code
+    from onnxdoctor.worker.loader import load_script
+
+    loaded = load_script(SORTFORMER, None)
+    names = loaded.settings["input_names"]
+    path = tmp_path / "sortformer.onnx"
+    with pytest.raises(Exception, match="Rank must be 0 or 1"):
+        torch.onnx.export(loaded.model, loaded.args, str(path), dynamo=False, opset_version=17)
+    run_code(_SLICE_BOUNDS, loaded, "slice_bounds", tmp_path)
+    try:
+        torch.onnx.export(loaded.model, loaded.args, str(path), dynamo=False, opset_version=17, input_names=names)
+    finally:
+        for opset in range(10, 21):
+            torch.onnx.unregister_custom_op_symbolic("aten::slice", opset)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {n: a.numpy() for n, a in zip(names, loaded.args, strict=True)})
+    with torch.no_grad():
+        expected = loaded.model(*loaded.args)
+    for want, have in zip(expected, got, strict=True):
+        torch.testing.assert_close(torch.from_numpy(have), want, atol=1e-5, rtol=1e-5)

@@ -58,7 +58,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         if not rewrites:
             return []
     else:
-        symbolic = _symbolic_rewrite(ctx)
+        symbolic = _symbolic_rewrite(finding, ctx)
         if symbolic is not None and ctx.op not in _WITH_LIBRARY:
             return [symbolic]
         # Complex values the exporter wrote as such (a complex64 initializer one node mixes with
@@ -348,6 +348,36 @@ _COL2IM_ENTRY = (
     9,
 )
 
+# A bound of aten::slice read from a tensor in scripted code (`emb[b, :length[b]]` in a
+# torch.jit.script function, NeMo's Sortformer, flair's embeddings): the opset-10 symbolic needs its
+# rank and refuses one it cannot infer ("Rank must be 0 or 1, not None"), though the schema makes
+# every bound an int. Reshaped to one element, each bound is the 1-D input Slice takes.
+_SLICE_BOUNDS = """import torch
+from torch.onnx._internal.torchscript_exporter import symbolic_helper, symbolic_opset10
+
+
+def _bound(g, value):
+    # A bound read from a tensor in scripted code reaches the symbolic with no known rank; it is
+    # one number (aten::slice takes ints), so as a one-element vector it is what Slice takes.
+    if not isinstance(value, torch._C.Value) or symbolic_helper._is_none(value) \\
+            or symbolic_helper._get_tensor_rank(value) is not None:
+        return value
+    vector = g.op("Reshape", value, g.op("Constant", value_t=torch.tensor([1], dtype=torch.int64)))
+    vector.setType(value.type().with_sizes([1]))
+    return vector
+
+
+def slice_scalar_bounds(g, self, *args):
+    if len(args) == 4:  # aten::slice(Tensor self, int dim, int? start, int? end, int step)
+        dim, start, end, step = args
+        return symbolic_opset10.slice(g, self, dim, _bound(g, start), _bound(g, end), _bound(g, step))
+    return symbolic_opset10.slice(g, self, *args)
+
+
+for opset in range(10, 21):
+    torch.onnx.register_custom_op_symbolic('aten::slice', slice_scalar_bounds, opset)
+"""
+
 _TORCHSCRIPT_SYMBOLICS = {
     "aten::one_hot": _ONE_HOT_ENTRY,
     "OneHot": _ONE_HOT_ENTRY,  # the checker's finding names the node
@@ -365,7 +395,17 @@ _TORCHSCRIPT_SYMBOLICS = {
     "aten::fake_quantize_per_tensor_affine": _FAKE_QUANTIZE_ENTRY,
     **{f"aten::{name}": _BITWISE_ENTRY for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "__and_", "__or_",
                                                      "__xor_", "__and__", "__or__", "__xor__")},
+    "aten::slice": (
+        Exactness.EXACT,
+        ("start, end and step are one number each (as aten::slice's schema has them); other refusals of "
+         "the slice symbolic (a step other than 1 before opset 10) are not this one"),
+        _SLICE_BOUNDS,
+        "a Slice whose bounds are reshaped to one element each (opset 10 or later)",
+        10,
+    ),
 }
+# Entries for one refusal of an op's symbolic only: the words the refusal has.
+_REFUSALS = {"aten::slice": re.compile(r"Rank must be 0 or 1")}
 # An ONNX node a check names, by the torch op whose symbolic wrote it.
 _TORCH_OP_OF = {"OneHot": "aten::one_hot"}
 # The ops whose symbolic is offered before the library's rewrite rather than instead of it (the
@@ -373,10 +413,13 @@ _TORCH_OP_OF = {"OneHot": "aten::one_hot"}
 _WITH_LIBRARY = frozenset(op for op, entry in _TORCHSCRIPT_SYMBOLICS.items() if entry is _BITWISE_ENTRY)
 
 
-def _symbolic_rewrite(ctx: FixContext) -> Fix | None:
+def _symbolic_rewrite(finding: Finding, ctx: FixContext) -> Fix | None:
     """A short TorchScript symbolic for an op the run_decompositions route cannot reach."""
     entry = _TORCHSCRIPT_SYMBOLICS.get(ctx.op or "")
     if entry is None or ctx.exporter != "torchscript":
+        return None
+    refusal = _REFUSALS.get(ctx.op or "")
+    if refusal is not None and not refusal.search(f"{finding.message} {ctx.export_error}"):
         return None
     exactness, limits, code, mapped_to, lowest = entry
     opset = max(ctx.requested_opset or 13, lowest)
