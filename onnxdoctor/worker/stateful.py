@@ -178,6 +178,46 @@ def consecutive_calls(state: dict[str, Any], atol: float, rtol: float) -> dict[s
     return None
 
 
+def one_call_later(state: dict[str, Any], atol: float, rtol: float) -> bool:
+    """Whether ONNX Runtime's outputs, which differ from PyTorch's first call, are PyTorch's second
+    call at the example: forward() rebinds its state (`self.buf = cat(...)`), the TorchScript
+    tracer's own call of forward() left the new value on the model, and the export wrote that as
+    the initializer, so the ONNX model starts from the state one call leaves."""
+    import torch
+
+    from onnxdoctor.worker.facts import tensor_leaves
+    from onnxdoctor.worker.parity import compare_outputs
+
+    loaded, hook, restore = state["loaded"], state.get("state_hook"), state["pristine"]
+    if hook is not None:
+        hook.paused = True
+    try:
+        restore()
+        with torch.no_grad():
+            outputs: list[Any] = []
+            for _call in range(2):
+                torch.manual_seed(0)
+                outputs = tensor_leaves(loaded.model(*loaded.args, **(loaded.kwargs or {})))
+        return compare_outputs(state["ort_outputs"], outputs, atol, rtol)["code"] is None
+    finally:
+        restore()
+        if hook is not None:
+            hook.paused = False
+
+
+def one_call_later_message(writes: list[dict[str, Any]], report: dict[str, Any]) -> str:
+    """OD601's message for an export that starts from the state after the tracer's call."""
+    first = writes[0]
+    what = f"{first['kind']} `{first['name']}`" + (f" of {first['owner']}" if first.get("owner") else "")
+    where = f" ({first['source']})" if first.get("source") else ""
+    worst = report.get("max_abs_diff")
+    figure = f" (max abs error {worst:.3g})" if isinstance(worst, float) else ""
+    return (f"ONNX Runtime's outputs for the example are PyTorch's second call, not its first{figure}: "
+            f"forward() writes the {what}{where}, the tracer's own call of forward() during the export "
+            "left the new value on the model, and the export wrote that value as a constant; an ONNX graph "
+            "keeps no state between runs, so the ONNX model always starts one call later")
+
+
 def _shuffled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The example's values in a seeded random order (parity.derived_input_sets' "shuffled" set:
     the same shapes and distribution), the calls in between that give the state other inputs leave."""

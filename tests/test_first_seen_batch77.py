@@ -1,0 +1,28 @@
+"""General mechanisms for failures not seen before (issue 22), written after the seventy-seventh
+first-seen batch (fixtures/corpus/first_seen_2026-12-07q.txt)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onnxdoctor.model import DiagnoseOptions, Stage
+from onnxdoctor.pipeline import diagnose
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+
+# pytorch/pytorch#70280: a queue kept in a buffer that forward() rebinds; the tracer's own call
+# leaves the new queue on the model, and the export writes it as the initializer.
+FIFO = CORPUS / "fifo_buffer_rebind_state_lost_streaming_wav_buffer_pytorch_70280.py"
+
+
+@pytest.mark.slow
+def test_an_export_that_starts_one_call_later_is_named_stateful_and_fixed_by_carrying_the_state() -> None:
+    diagnosis = diagnose(str(FIFO), DiagnoseOptions(fix=True))[0]
+    finding = diagnosis.findings[0]
+    assert finding.code == "OD601" and "PyTorch's second call, not its first" in finding.message, finding.message
+    parity = next(o for o in diagnosis.stages if o.stage is Stage.PARITY)
+    assert parity.facts["stateful"]["tensor_state"] == ["wavbuf"] and parity.facts["stateful"]["call"] == 1
+    best = finding.fixes[0]
+    assert best.kind == "state_io" and best.verified is True, best.check
