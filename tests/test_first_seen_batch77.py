@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from onnxdoctor.model import DiagnoseOptions, Stage
 from onnxdoctor.pipeline import diagnose
@@ -26,3 +27,33 @@ def test_an_export_that_starts_one_call_later_is_named_stateful_and_fixed_by_car
     assert parity.facts["stateful"]["tensor_state"] == ["wavbuf"] and parity.facts["stateful"]["call"] == 1
     best = finding.fixes[0]
     assert best.kind == "state_io" and best.verified is True, best.check
+
+
+# microsoft/onnxruntime#11085: a GRU's hidden state kept in an nn.Parameter (no gradient) whose
+# `.data` forward() replaces.
+GRU_STATE = CORPUS / "gru_state_parameter_update_lost_online_aec_onnxruntime_11085.py"
+
+
+def test_a_parameter_whose_data_forward_replaces_is_state() -> None:
+    from onnxdoctor.worker.fixkit import python_state
+    from onnxdoctor.worker.loader import load_script
+    from onnxdoctor.worker.stateful import describe_writes
+
+    loaded = load_script(GRU_STATE, None)
+    state = python_state(loaded.model)
+    weight = loaded.model.fc_in.weight.detach().clone()
+    with torch.no_grad():
+        loaded.model(*loaded.args)
+    assert state.written() == ["hidden"]
+    described = describe_writes(loaded.model, ["hidden"])[0]
+    assert described["kind"] == "parameter" and described["source"].endswith(":48"), described
+    state()
+    assert not loaded.model.hidden.abs().sum() and torch.equal(loaded.model.fc_in.weight, weight)
+
+
+@pytest.mark.slow
+def test_state_held_in_a_parameter_is_carried_through_the_graph() -> None:
+    finding = diagnose(str(GRU_STATE), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD601" and "second call" in finding.message, finding.message
+    best = finding.fixes[0]
+    assert best.verified is True and "state_io" in (best.steps or (best.kind,)), (best.title, best.check)

@@ -131,6 +131,7 @@ def reference_call(loaded: LoadedModel, written: list[str] | None = None) -> Any
 # cache the size of a model), and so are buffers past _STATE_TOTAL bytes in all.
 _STATE_BYTES = 16 * 2**20
 _STATE_TOTAL = 256 * 2**20
+_STATE_PARAMETER_BYTES = 64 * 2**10
 
 
 class ModelState:
@@ -152,27 +153,33 @@ class ModelState:
         import torch
 
         self._attributes: list[tuple[Any, str, str, Any, Any]] = []
-        self._buffers: list[list[Any]] = []  # [module, name, path, buffer, its _version, copy]
+        self._buffers: list[list[Any]] = []  # [module, name, path, tensor, its _version, copy, store]
         total = 0
-        named = model.named_modules() if isinstance(model, torch.nn.Module) else ()
-        for path, module in named:
-            if isinstance(module, torch.jit.ScriptModule):
-                continue
-            prefix = f"{path}." if path else ""
+        modules = [(f"{path}." if path else "", module) for path, module in model.named_modules()
+                   if not isinstance(module, torch.jit.ScriptModule)] if isinstance(model, torch.nn.Module) else []
+        tensors: list[tuple[Any, str, str, str, Any]] = []
+        for prefix, module in modules:
             for name, value in list(vars(module).items()):
                 size = _plain_state(value)
                 if name.startswith("_") or name == "training" or size is None or size > _STATE_BYTES:
                     continue
                 with contextlib.suppress(Exception):  # a value that cannot be copied stays as it is
                     self._attributes.append((module, name, prefix + name, value, copy.deepcopy(value)))
-            for name, buffer in list(module._buffers.items()):
-                size = buffer.numel() * buffer.element_size() if isinstance(buffer, torch.Tensor) else None
-                if size is None or size > _STATE_BYTES or total + size > _STATE_TOTAL or buffer.is_meta:
-                    continue
-                with contextlib.suppress(Exception):  # an inference-mode tensor keeps no version
-                    self._buffers.append([module, name, prefix + name, buffer, buffer._version,
-                                          buffer.detach().clone()])
-                    total += size
+            tensors += [(module, "_buffers", prefix, name, value) for name, value in module._buffers.items()]
+        # Then small parameters that take no gradient: state kept in an nn.Parameter whose `.data`
+        # forward() replaces (a GRU's hidden state, onnxruntime#11085); a frozen weight is larger.
+        tensors += [(module, "_parameters", prefix, name, value) for prefix, module in modules
+                    for name, value in module._parameters.items()
+                    if isinstance(value, torch.Tensor) and not value.requires_grad
+                    and value.numel() * value.element_size() <= _STATE_PARAMETER_BYTES]
+        for module, store, prefix, name, buffer in tensors:
+            size = buffer.numel() * buffer.element_size() if isinstance(buffer, torch.Tensor) else None
+            if size is None or size > _STATE_BYTES or total + size > _STATE_TOTAL or buffer.is_meta:
+                continue
+            with contextlib.suppress(Exception):  # an inference-mode tensor keeps no version
+                self._buffers.append([module, name, prefix + name, buffer, buffer._version,
+                                      buffer.detach().clone(), store])
+                total += size
 
     def written(self) -> list[str]:
         """The state a call since this was made rebound or changed (`layer.cache`, `step`)."""
@@ -186,8 +193,8 @@ class ModelState:
         its values differ from the copy (batch norm's kernel updates running statistics in
         place without moving the counter)."""
 
-        module, name, _path, original, version, copied = entry
-        if module._buffers.get(name) is not original or _version(original) != version:
+        module, name, _path, original, version, copied, store = entry
+        if getattr(module, store).get(name) is not original or _version(original) != version:
             return True
         with contextlib.suppress(Exception):
             return compare and not (original.shape == copied.shape and _equal_nan(original, copied))
@@ -210,13 +217,16 @@ class ModelState:
         # No comparison of values while a tracer records: it would be recorded too.
         compare = torch._C._get_tracing_state() is None and not torch.compiler.is_compiling()
         for entry in self._buffers:
-            module, name, path, original, _version_then, copied = entry
+            module, name, path, original, _version_then, copied, store = entry
             if (only is not None and path not in only) or not self._changed(entry, compare):
                 continue
             with contextlib.suppress(Exception):
-                module._buffers[name] = original
+                getattr(module, store)[name] = original
                 with torch.no_grad():
-                    original.copy_(copied)
+                    if original.shape == copied.shape:
+                        original.copy_(copied)
+                    else:  # `.data` replaced by a tensor of another shape
+                        original.data = copied.clone()
                 entry[4] = original._version
 
 

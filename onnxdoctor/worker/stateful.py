@@ -49,7 +49,8 @@ def describe_writes(model: Any, names: list[str]) -> list[dict[str, Any]]:
         value = getattr(owner, attr, None)
         row: dict[str, Any] = {
             "name": name,
-            "kind": "buffer" if attr in getattr(owner, "_buffers", {}) else "attribute",
+            "kind": ("buffer" if attr in getattr(owner, "_buffers", {}) else
+                     "parameter" if attr in getattr(owner, "_parameters", {}) else "attribute"),
             "owner": type(owner).__qualname__,
             "tensor": isinstance(value, torch.Tensor),
         }
@@ -87,6 +88,8 @@ def _writes(node: ast.AST, attr: str) -> bool:
     def is_self_attr(target: ast.AST) -> bool:
         while isinstance(target, ast.Subscript):
             target = target.value
+        if isinstance(target, ast.Attribute) and target.attr == "data":
+            target = target.value  # `self.hidden.data = h` replaces the tensor's values
         return (isinstance(target, ast.Attribute) and target.attr == attr
                 and isinstance(target.value, ast.Name) and target.value.id == "self")
 

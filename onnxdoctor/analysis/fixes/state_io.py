@@ -48,7 +48,13 @@ class StateAsInputs(torch.nn.Module):
 
     def set_state(self, name, value):
         owner, attribute = self._owner(name)
-        setattr(owner, attribute, value)  # a buffer stays a buffer (nn.Module.__setattr__)
+        if attribute in owner._parameters and not isinstance(value, torch.nn.Parameter):
+            # State kept in a Parameter: a buffer while the wrapper gives it (a Parameter takes
+            # no other tensor); putting the Parameter back makes it one again.
+            del owner._parameters[attribute]
+            owner.register_buffer(attribute, value)
+        else:
+            setattr(owner, attribute, value)  # a buffer stays a buffer (nn.Module.__setattr__)
 
     def forward(self, *args, **kwargs):
         count = len(args) - len(self.state_names)
