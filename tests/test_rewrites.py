@@ -78,8 +78,8 @@ def _multi_head_attention(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """torch.complex, complex unsqueeze/squeeze/matmul, complex exp, products with a Python complex
-    number, a complex alias and zero padding (the real matmul, exp, products and pads go through
-    the table too)."""
+    number, a complex alias, zero padding, select and stack (the real matmul, exp, products and
+    pads go through the table too)."""
     z = torch.complex(x, x.flip(-1))
     y = (z @ z.mT.unsqueeze(0)).squeeze(0)
     spectrum = torch.exp(x) * torch.exp(torch.sin(x) * 1j)  # magnitude * exp(phase * 1j), MB-iSTFT-VITS2#3
@@ -93,7 +93,9 @@ def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             torch.nn.functional.pad(x, (2, 1)),
             # A Fourier layer's per-mode weights (PhysicsNeMo's FNO), and a real einsum beside them.
             torch.view_as_real(torch.einsum("ij,kj->ik", z, z.flip(0))), torch.einsum("ij,kj->ik", x, x),
-            torch.view_as_real(_low_modes(z)))
+            torch.view_as_real(_low_modes(z)),
+            # A complex recurrence's steps and states (an LRU, pytorch#137864): select and stack.
+            torch.view_as_real(torch.stack([z[:, 0], z[:, 1] * (0.5 + 1j) + z.select(-1, 2)], dim=-1)))
 
 
 def _low_modes(z: torch.Tensor) -> torch.Tensor:

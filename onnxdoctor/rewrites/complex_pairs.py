@@ -153,6 +153,26 @@ def mul_scalar(x, other):
     return torch.view_as_complex(torch.stack([re, im], -1))
 
 
+def select(x, dim, index):
+    """select of a complex tensor (one step of a recurrence, `Bu[:, t]`): the pair selected on
+    the same dim, its trailing (re, im) dim whole."""
+    if not x.is_complex():
+        return NotImplemented
+    d = dim if dim >= 0 else dim - 1
+    return torch.view_as_complex(torch.view_as_real(x).select(d, index))
+
+
+def stack(tensors, dim=0):
+    """stack of complex tensors (a recurrence's states): the pairs stacked before their trailing
+    (re, im) dim."""
+    tensors = list(tensors)
+    if not any(t.is_complex() for t in tensors):
+        return NotImplemented
+    d = dim if dim >= 0 else dim + tensors[0].dim() + 1
+    return torch.view_as_complex(torch.stack([torch.view_as_real(t.to(torch.promote_types(t.dtype, torch.complex64)))
+                                              for t in tensors], d))
+
+
 def alias(x):
     """alias of a complex tensor (slicing a complex spectrum whole, FourCastNet's AFNO filter,
     pytorch/pytorch#81075): the same values through the pair."""
@@ -184,9 +204,10 @@ REWRITES = (
                  "aten.exp.default", "aten.mul.Scalar", "aten.mul.Tensor", "aten.split.Tensor",
                  "aten.split_with_sizes.default", "aten.repeat.default", "aten.alias.default",
                  "aten.constant_pad_nd.default", "aten.pad.default", "aten.einsum.default", "aten.copy.default",
-                 "aten.slice_scatter.default", "aten.zeros.default"),
+                 "aten.slice_scatter.default", "aten.zeros.default", "aten.select.int", "aten.stack.default"),
         functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar", "split",
-                   "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad", "einsum", "copy", "slice_scatter", "zeros"),
+                   "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad", "einsum", "copy", "slice_scatter", "zeros",
+                   "select", "stack"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
@@ -198,6 +219,6 @@ REWRITES = (
         "values with zeros only; einsum of two operands only; conj is not covered",
         reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul", "aten::split",
                      "aten::chunk", "aten::repeat", "aten::alias", "aten::constant_pad_nd", "aten::pad",
-                     "aten::einsum", "aten::copy", "aten::slice_scatter", "aten::zeros"),
+                     "aten::einsum", "aten::copy", "aten::slice_scatter", "aten::zeros", "aten::select", "aten::stack"),
     ),
 )
