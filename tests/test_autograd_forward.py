@@ -97,8 +97,12 @@ class InputGradient(torch.nn.Module):
 def test_an_input_that_requires_grad_is_traced_and_backward_ops_are_decomposed() -> None:
     # functionalize's wrapped inputs no longer require grad: the trace falls back to plain make_fx,
     # and silu_backward is written as the forward ops it is defined with.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     torch.manual_seed(0)
     model, pos = InputGradient().eval(), torch.randn(5, 3).requires_grad_(True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        make_fx(torch.func.functionalize(model, remove="mutations"))(pos)  # what the fallback is for
     scope = {"torch": torch, "model": model, "example_inputs": (pos,)}
     exec(TRACE, scope)  # noqa: S102 -- the fix's own code, as the worker runs it
     traced = scope["model"]

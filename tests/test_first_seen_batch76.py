@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.analysis.fixes.batch_axis import _SHAPE_ERROR, BATCHED
+from onnxdoctor.analysis.fixes.rewrite import _REFUSALS
+from onnxdoctor.model import DiagnoseOptions, Finding
 from onnxdoctor.pipeline import diagnose
 from onnxdoctor.worker.loader import LoadedModel
 from onnxdoctor.worker.registry import decomposed_origin
@@ -40,25 +42,47 @@ def get_model():
 '''
 
 
-@pytest.mark.slow
-def test_an_example_without_its_batch_axis_gets_one_and_is_verified(tmp_path: Path) -> None:
-    script = tmp_path / "unbatched.py"
-    script.write_text(UNBATCHED, "utf-8")
+def _forward_failed(tmp_path: Path, source: str) -> Finding:
+    script = tmp_path / "model.py"
+    script.write_text(source, "utf-8")
     finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
     assert finding.code == "OD108", finding.message
-    best = finding.fixes[0]
+    return finding
+
+
+@pytest.mark.slow
+def test_an_example_without_its_batch_axis_gets_one_and_is_verified(tmp_path: Path) -> None:
+    best = _forward_failed(tmp_path, UNBATCHED).fixes[0]
     assert best.kind == "batch_axis" and best.verified is True, best.check
     assert "(3, 16, 16)" in best.title and "(1, 3, 16, 16)" in best.title
 
 
 @pytest.mark.slow
 def test_a_batch_axis_does_not_mend_sizes_that_disagree(tmp_path: Path) -> None:
-    script = tmp_path / "mismatched.py"
-    script.write_text(MISMATCHED, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert finding.code == "OD108", finding.message
-    tried = [f for f in finding.fixes if f.kind == "batch_axis"]
+    tried = [f for f in _forward_failed(tmp_path, MISMATCHED).fixes if f.kind == "batch_axis"]
     assert tried and tried[0].check is not None and tried[0].verified is False, tried
+
+
+def test_the_batch_axis_reaches_nested_and_keyword_tensors_and_leaves_scalars() -> None:
+    scope = {"torch": torch, "example_inputs": ([torch.zeros(3, 4), torch.tensor(2.0)], torch.zeros(5)),
+             "example_kwargs": {"mask": torch.ones(4, dtype=torch.bool)}}
+    exec(BATCHED, scope)  # noqa: S102 -- the fix's own code, as the worker runs it
+    (pair, flat), keywords = scope["example_inputs"], scope["example_kwargs"]
+    assert [tuple(t.shape) for t in pair] == [(1, 3, 4), ()] and tuple(flat.shape) == (1, 5)
+    assert tuple(keywords["mask"].shape) == (1, 4) and keywords["mask"].dtype == torch.bool
+
+
+@pytest.mark.parametrize(("error", "answered"), [
+    ("running_mean should contain 12 elements not 128", True),
+    ("Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [12, 12]", True),
+    ("mat1 and mat2 shapes cannot be multiplied (1x48 and 192x10)", True),
+    ("not enough values to unpack (expected 4, got 3)", True),
+    ("index out of range in self", False),
+    ("'NoneType' object has no attribute 'float'", False),
+    ("expected scalar type Float but found Half", False),
+])
+def test_the_batch_axis_answers_errors_about_sizes_only(error: str, answered: bool) -> None:
+    assert bool(_SHAPE_ERROR.search(error)) is answered
 
 
 class _Transmittance(torch.nn.Module):
@@ -92,8 +116,8 @@ def test_a_slice_bound_read_from_a_tensor_in_scripted_code_exports_with_the_symb
     path = tmp_path / "sortformer.onnx"
     with pytest.raises(Exception, match="Rank must be 0 or 1"):
         torch.onnx.export(loaded.model, loaded.args, str(path), dynamo=False, opset_version=17)
-    run_code(_SLICE_BOUNDS, loaded, "slice_bounds", tmp_path)
     try:
+        run_code(_SLICE_BOUNDS, loaded, "slice_bounds", tmp_path)
         torch.onnx.export(loaded.model, loaded.args, str(path), dynamo=False, opset_version=17, input_names=names)
     finally:
         for opset in range(10, 21):
@@ -104,3 +128,9 @@ def test_a_slice_bound_read_from_a_tensor_in_scripted_code_exports_with_the_symb
         expected = loaded.model(*loaded.args)
     for want, have in zip(expected, got, strict=True):
         torch.testing.assert_close(torch.from_numpy(have), want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_slice_symbolic_answers_the_rank_refusal_only() -> None:
+    gate = _REFUSALS["aten::slice"]
+    assert gate.search("the TorchScript exporter's symbolic for aten::slice refuses this call: Rank must be 0 or 1, not None")
+    assert not gate.search("the TorchScript exporter's symbolic for aten::slice refuses this call: step!=1 is currently not supported")

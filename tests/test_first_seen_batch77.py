@@ -46,7 +46,9 @@ def test_a_parameter_whose_data_forward_replaces_is_state() -> None:
         loaded.model(*loaded.args)
     assert state.written() == ["hidden"]
     described = describe_writes(loaded.model, ["hidden"])[0]
-    assert described["kind"] == "parameter" and described["source"].endswith(":48"), described
+    line = int(described["source"].rpartition(":")[2])
+    assert described["kind"] == "parameter", described
+    assert "self.hidden.data =" in GRU_STATE.read_text("utf-8").splitlines()[line - 1]
     state()
     assert not loaded.model.hidden.abs().sum() and torch.equal(loaded.model.fc_in.weight, weight)
 
@@ -57,3 +59,39 @@ def test_state_held_in_a_parameter_is_carried_through_the_graph() -> None:
     assert finding.code == "OD601" and "second call" in finding.message, finding.message
     best = finding.fixes[0]
     assert best.verified is True and "state_io" in (best.steps or (best.kind,)), (best.title, best.check)
+
+
+class _AliasedState(torch.nn.Module):
+    """State in a parameter whose `.data` forward() points at the output it returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = torch.nn.Parameter(torch.zeros(3), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.h + x
+        self.h.data = h
+        return h
+
+
+def test_putting_state_back_leaves_the_outputs_that_share_its_memory() -> None:
+    from onnxdoctor.worker.fixkit import reference_call
+    from onnxdoctor.worker.loader import LoadedModel
+
+    loaded = LoadedModel(model=_AliasedState().eval(), args=(torch.ones(3),), kwargs={})
+    written: list[str] = []
+    out = reference_call(loaded, written)
+    assert written == ["h"]
+    torch.testing.assert_close(out, torch.ones(3))  # not the zeros the state went back to
+    assert not loaded.model.h.abs().sum()
+
+
+def test_a_write_to_an_attribute_named_data_is_still_a_write() -> None:
+    import ast
+
+    from onnxdoctor.worker.stateful import _writes
+
+    for line in ("self.data = x", "self.data[0] = 1", "self.data.add_(1)", "self.hidden.data = h"):
+        node = ast.parse(line).body[0]
+        target = "hidden" if "hidden" in line else "data"
+        assert _writes(node.value if isinstance(node, ast.Expr) else node, target), line

@@ -4,9 +4,10 @@ The dynamo exporter represents a complex tensor as a real one with a trailing di
 lowers the FFT ops, `view_as_real` and `view_as_complex` that way, but not `torch.complex`, a
 complex `unsqueeze`/`squeeze`, a complex `matmul` (pytorch/pytorch#126972: rfft, a complex
 matmul per bin, irfft), a complex `exp`, `split` or `repeat`, a complex `alias` or zero padding,
-a product with a Python complex number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3), or a
+a product with a Python complex number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3), a
 complex einsum of two operands and the copy and slice_scatter of a complex slice assignment (a
-Fourier layer's per-mode weights written into the low modes). These functions write each of
+Fourier layer's per-mode weights written into the low modes), or a complex select and stack (a
+linear recurrence's steps and states, pytorch#137864). These functions write each of
 those on the `view_as_real` pair, so the complex values only ever pass through ops the exporter
 lowers. A table entry replaces the op for
 real tensors too, so the real branch is the same op spelled without calling itself (reshape for

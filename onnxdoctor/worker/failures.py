@@ -257,7 +257,8 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                     if origin:
                         facts["prims_op"], op = op, origin["op"]
                         facts["op"] = op
-                        facts["source"] = origin.get("source") or facts.get("source")
+                        if origin.get("source"):
+                            facts["source"] = origin["source"]
         custom = op.split("::", 1)[0] not in ("aten", "prims")
         # A custom op's facts are its schema (cheap): fix runs need them too, to continue a chain.
         if gather or custom:

@@ -10,6 +10,7 @@ PyTorch's outputs (`check`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
@@ -131,16 +132,17 @@ def reference_call(loaded: LoadedModel, written: list[str] | None = None) -> Any
 # cache the size of a model), and so are buffers past _STATE_TOTAL bytes in all.
 _STATE_BYTES = 16 * 2**20
 _STATE_TOTAL = 256 * 2**20
-_STATE_PARAMETER_BYTES = 64 * 2**10
 
 
 class ModelState:
-    """What the model's modules hold besides parameters and submodules, as it was when made: the
-    call puts back each value a call changed, rebound or changed in place; `written()` names them.
+    """What the model's modules hold besides their weights and submodules, as it was when made:
+    the call puts back each value a call changed, rebound or changed in place; `written()` names
+    them.
 
-    That is the buffers (a streaming layer's history kept with register_buffer, pytorch#60828)
-    and plain attributes (a scheduler's list of past outputs, a step counter, a tensor kept from
-    the last call). A forward() that advances such state gives another result at each call
+    That is the buffers (a streaming layer's history kept with register_buffer, pytorch#60828),
+    plain attributes (a scheduler's list of past outputs, a step counter, a tensor kept from the
+    last call) and parameters without gradient that a method writes (a hidden state kept in an
+    nn.Parameter; one left requiring grad is taken for a weight). A forward() that advances such state gives another result at each call
     (diffusers' PNDM scheduler appends to `self.ets` and counts steps, pytorch#93159): the
     export, which calls forward() again, would trace the state the reference call left, and the
     comparison would be between two different calls. With the state put back, every call starts
@@ -153,7 +155,8 @@ class ModelState:
         import torch
 
         self._attributes: list[tuple[Any, str, str, Any, Any]] = []
-        self._buffers: list[list[Any]] = []  # [module, name, path, tensor, its _version, copy, store]
+        # [module, name, path, tensor, its _version, copy, store ("_buffers"/"_parameters"), data_ptr]
+        self._buffers: list[list[Any]] = []
         total = 0
         modules = [(f"{path}." if path else "", module) for path, module in model.named_modules()
                    if not isinstance(module, torch.jit.ScriptModule)] if isinstance(model, torch.nn.Module) else []
@@ -166,19 +169,20 @@ class ModelState:
                 with contextlib.suppress(Exception):  # a value that cannot be copied stays as it is
                     self._attributes.append((module, name, prefix + name, value, copy.deepcopy(value)))
             tensors += [(module, "_buffers", prefix, name, value) for name, value in module._buffers.items()]
-        # Then small parameters that take no gradient: state kept in an nn.Parameter whose `.data`
-        # forward() replaces (a GRU's hidden state, onnxruntime#11085); a frozen weight is larger.
+        # Then parameters that take no gradient and that a method of their module's class writes:
+        # state kept in an nn.Parameter whose `.data` forward() replaces (a GRU's hidden state,
+        # onnxruntime#11085). Frozen weights no method writes are not copied at every call.
         tensors += [(module, "_parameters", prefix, name, value) for prefix, module in modules
                     for name, value in module._parameters.items()
                     if isinstance(value, torch.Tensor) and not value.requires_grad
-                    and value.numel() * value.element_size() <= _STATE_PARAMETER_BYTES]
+                    and _written_by(type(module), name)]
         for module, store, prefix, name, buffer in tensors:
             size = buffer.numel() * buffer.element_size() if isinstance(buffer, torch.Tensor) else None
             if size is None or size > _STATE_BYTES or total + size > _STATE_TOTAL or buffer.is_meta:
                 continue
             with contextlib.suppress(Exception):  # an inference-mode tensor keeps no version
                 self._buffers.append([module, name, prefix + name, buffer, buffer._version,
-                                      buffer.detach().clone(), store])
+                                      buffer.detach().clone(), store, buffer.data_ptr()])
                 total += size
 
     def written(self) -> list[str]:
@@ -193,8 +197,10 @@ class ModelState:
         its values differ from the copy (batch norm's kernel updates running statistics in
         place without moving the counter)."""
 
-        module, name, _path, original, version, copied, store = entry
+        module, name, _path, original, version, copied, store, address = entry
         if getattr(module, store).get(name) is not original or _version(original) != version:
+            return True
+        if original.data_ptr() != address:  # `.data` replaced: another tensor's memory now
             return True
         with contextlib.suppress(Exception):
             return compare and not (original.shape == copied.shape and _equal_nan(original, copied))
@@ -217,17 +223,19 @@ class ModelState:
         # No comparison of values while a tracer records: it would be recorded too.
         compare = torch._C._get_tracing_state() is None and not torch.compiler.is_compiling()
         for entry in self._buffers:
-            module, name, path, original, _version_then, copied, store = entry
+            module, name, path, original, _version_then, copied, store, address = entry
             if (only is not None and path not in only) or not self._changed(entry, compare):
                 continue
             with contextlib.suppress(Exception):
                 getattr(module, store)[name] = original
                 with torch.no_grad():
-                    if original.shape == copied.shape:
+                    if original.data_ptr() == address:
                         original.copy_(copied)
-                    else:  # `.data` replaced by a tensor of another shape
+                    else:
+                        # `.data = h` made the tensor share h's memory, and h may be an output
+                        # the caller holds: the old values go into memory of their own.
                         original.data = copied.clone()
-                entry[4] = original._version
+                entry[4], entry[7] = original._version, original.data_ptr()
 
 
 def _equal_nan(a: Any, b: Any) -> bool:
@@ -246,6 +254,18 @@ def _same_state_safe(a: Any, b: Any) -> bool:
         return _same_state(a, b)
     except Exception:
         return True
+
+
+@functools.cache
+def _written_by(cls: type, attribute: str) -> bool:
+    """Whether a method of `cls` (or of a base class of the script's) other than __init__ writes
+    `self.<attribute>` (stateful.write_site)."""
+    from onnxdoctor.worker.stateful import write_site
+
+    try:
+        return write_site(cls, attribute) is not None
+    except Exception:  # a class whose source cannot be read or parsed writes nothing we can see
+        return False
 
 
 def _version(tensor: Any) -> int | None:

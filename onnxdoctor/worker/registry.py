@@ -372,7 +372,8 @@ def _decomposed_program(loaded: Any) -> tuple[Any, Any, Any]:
 def decomposed_origin(loaded: Any, op: str, target: Any) -> dict[str, Any]:
     """The aten op whose decomposition wrote `op` (a prims op the dynamo exporter stopped at:
     `prims::prod` from `torch.cumprod`) and the user's line that calls it, from the decomposed
-    graph's own record of each node's original op; {} when the graph has no such node."""
+    graph's own record of each node's original op; {} when the graph has no such node. The first
+    such node in graph order answers, as the exporter stops at the first it cannot translate."""
     from onnxdoctor.worker.tracebacks import user_line_from_trace
 
     captured, program, _registry = _decomposed_program(loaded)

@@ -64,8 +64,8 @@ def describe_writes(model: Any, names: list[str]) -> list[dict[str, Any]]:
 
 def write_site(cls: type, attr: str) -> str | None:
     """`file.py:line` of the first statement outside `__init__` of `cls` (or a base class of
-    the script's) that writes `self.<attr>`: assigns it, an item or slice of it, augments it,
-    or calls an in-place method on it (`self.count.add_(1)`)."""
+    the script's) that writes `self.<attr>`: assigns it, an item or slice of it or its `.data`,
+    augments it, or calls an in-place method on it (`self.count.add_(1)`)."""
     for klass in cls.__mro__:
         if klass.__module__ in ("builtins",) or klass.__module__.startswith("torch."):
             continue
@@ -88,7 +88,7 @@ def _writes(node: ast.AST, attr: str) -> bool:
     def is_self_attr(target: ast.AST) -> bool:
         while isinstance(target, ast.Subscript):
             target = target.value
-        if isinstance(target, ast.Attribute) and target.attr == "data":
+        if isinstance(target, ast.Attribute) and target.attr == "data" and isinstance(target.value, ast.Attribute):
             target = target.value  # `self.hidden.data = h` replaces the tensor's values
         return (isinstance(target, ast.Attribute) and target.attr == attr
                 and isinstance(target.value, ast.Name) and target.value.id == "self")
@@ -209,16 +209,18 @@ def one_call_later(state: dict[str, Any], atol: float, rtol: float) -> bool:
 
 
 def one_call_later_message(writes: list[dict[str, Any]], report: dict[str, Any]) -> str:
-    """OD601's message for an export that starts from the state after the tracer's call."""
-    first = writes[0]
+    """OD601's message for an export whose first call is PyTorch's second."""
+    tensors = [w for w in writes if w.get("tensor")] or writes
+    first = tensors[0]
     what = f"{first['kind']} `{first['name']}`" + (f" of {first['owner']}" if first.get("owner") else "")
     where = f" ({first['source']})" if first.get("source") else ""
+    more = f" and {len(tensors) - 1} more" if len(tensors) > 1 else ""
     worst = report.get("max_abs_diff")
     figure = f" (max abs error {worst:.3g})" if isinstance(worst, float) else ""
     return (f"ONNX Runtime's outputs for the example are PyTorch's second call, not its first{figure}: "
-            f"forward() writes the {what}{where}, the tracer's own call of forward() during the export "
-            "left the new value on the model, and the export wrote that value as a constant; an ONNX graph "
-            "keeps no state between runs, so the ONNX model always starts one call later")
+            f"forward() writes the {what}{where}{more}, and the ONNX model starts from the value one call "
+            "leaves, which is what an export gives when its own call of forward() (the tracer's) leaves the "
+            "new state on the model and it is written as a constant; an ONNX graph keeps no state between runs")
 
 
 def _shuffled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:

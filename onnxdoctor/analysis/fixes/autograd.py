@@ -38,11 +38,12 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
 
 # make_fx runs forward() once below autograd and records every aten op it reaches, those of the
 # gradient it computes included, as a plain graph the dynamo exporter can take; functionalize
-# makes the in-place writes in it (torch.func's) values. The backward ops (silu_backward, ...)
-# are written as the forward ops torch defines them with, which the exporter maps.
+# makes the in-place writes in it (torch.func's) values. The backward ops (silu_backward,
+# _softmax_backward_data, ...) are written as the forward ops torch defines them with, which the
+# exporter maps.
 from torch._decomp import decomposition_table
 
-decompositions = {op: rule for op, rule in decomposition_table.items() if op.name().endswith("_backward")}
+decompositions = {op: rule for op, rule in decomposition_table.items() if "_backward" in op.name()}
 decompositions[torch.ops.aten.diagonal_scatter.default] = diagonal_scatter
 try:
     traced = make_fx(torch.func.functionalize(model, remove="mutations"),

@@ -22,18 +22,18 @@ from onnxdoctor.recipe import LoadCode, Recipe
 CODES = ("OD108",)
 
 # What forward() raises when an axis is missing: sizes and ranks that disagree. An error about
-# anything else (a missing key, a None, a dtype) is not answered by adding an axis.
+# anything else (a missing key, a None, a dtype, an index out of range) is not answered by adding
+# an axis, and each proposal costs a run.
 _SHAPE_ERROR = re.compile(
-    r"size|shape|dimension|dimensional|\bdims?\b|\d+D\b|elements not|to unpack|out of range|channels",
+    r"size mismatch|sizes? of tensors?|input of size|shape|dimension out of range|dimensional|\bdims?\b|"
+    r"\d+D\b|elements not|to unpack|channels",
     re.IGNORECASE,
 )
 
+# Every tensor of the example, nested ones too, given a leading axis (0-d tensors stay scalars).
 BATCHED = '''# The example, each tensor input given a leading batch axis of 1: forward() takes a batch.
-example_inputs = tuple(t.unsqueeze(0) if isinstance(t, torch.Tensor) and t.dim() else t for t in example_inputs)
-'''
-
-BATCHED_KWARGS = '''example_kwargs = {k: v.unsqueeze(0) if isinstance(v, torch.Tensor) and v.dim() else v
-                  for k, v in example_kwargs.items()}
+example_inputs, example_kwargs = torch.utils._pytree.tree_map_only(
+    torch.Tensor, lambda t: t.unsqueeze(0) if t.dim() else t, (tuple(example_inputs), dict(globals().get("example_kwargs") or {})))
 '''
 
 
@@ -43,22 +43,26 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     error = next((o.error for o in ctx.outcomes if o.stage is Stage.LOAD and o.error is not None), None)
     text = error.all_text() if error is not None else finding.message
     inputs = [i for i in load.get("inputs") or () if isinstance(i, dict) and i.get("shape")]
+    settings = load.get("settings") or {}
     if ctx.target_kind != "script" or not inputs or not _SHAPE_ERROR.search(text):
         return []
+    if settings.get("dynamic_axes") or settings.get("dynamic_shapes"):
+        return []  # the dims they declare would move by one: the user's to renumber
     tree = load.get("input_tree")
     keywords = isinstance(tree, list) and len(tree) == 2 and isinstance(tree[1], dict) and bool(tree[1])
-    code = BATCHED + (BATCHED_KWARGS if keywords else "")
     shapes = ", ".join(_shape(i["shape"]) for i in inputs[:3]) + (", ..." if len(inputs) > 3 else "")
     batched = ", ".join(_shape([1, *i["shape"]]) for i in inputs[:3]) + (", ..." if len(inputs) > 3 else "")
+    export = ("torch.onnx.export(model, example_inputs, 'model.onnx'"
+              + (", kwargs=example_kwargs" if keywords else "") + ")\n")
     return [Fix(
         kind="batch_axis",
-        title=f"The example looks like one sample without its batch axis ({shapes}): give each tensor input "
-              f"a leading batch axis of 1 ({batched}) and export that",
-        snippet="import torch\n\n" + code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+        title=f"If the example is one sample without its batch axis ({shapes}), give each tensor input a "
+              f"leading batch axis of 1 ({batched}) and export that",
+        snippet="import torch\n\n" + BATCHED + export,
         applicability=Applicability.UNSAFE,
         cost="the ONNX model takes batched inputs (declare the batch axis dynamic to take more than one "
              "sample); this is the example changed, not the model",
-        recipe=Recipe("batch_axis", (LoadCode(code),), isolated=True),
+        recipe=Recipe("batch_axis", (LoadCode(BATCHED),), isolated=True),
     )]
 
 

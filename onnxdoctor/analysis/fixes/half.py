@@ -1,4 +1,5 @@
-"""A half-precision model (float16, bfloat16) the runtime's CPU kernels do not cover: run it in float32.
+"""A half-precision model (float16, bfloat16) the runtime's CPU kernels do not cover, or compute
+otherwise: run it in float32.
 
 ONNX Runtime's CPU provider has few bfloat16 kernels (Where, Mul, Add refuse it) and its Python
 API cannot even hand a bfloat16 output back as an array, so a model exported in bfloat16 stops
@@ -14,7 +15,10 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe
 
-CODES = ("OD299", "OD303", "OD304", "OD402", "OD501")
+# OD601: ONNX Runtime's half-precision kernels round otherwise than PyTorch's (which compute in
+# float32 and round each result), and an argmin over near-ties turns that into other indices
+# (onnxruntime#18227).
+CODES = ("OD299", "OD303", "OD304", "OD402", "OD501", "OD601")
 
 HALF = ("float16", "bfloat16")
 
@@ -38,9 +42,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     half = next((d for d in HALF if d in dtypes or d in said), None)
     if half is None:
         return []
+    why = (f"ONNX Runtime's {half} arithmetic can round otherwise than PyTorch's" if finding.code == "OD601"
+           else f"ONNX Runtime's CPU kernels do not cover {half}")
     return [Fix(
         kind="float",
-        title=f"Export the model in float32 (ONNX Runtime's CPU kernels do not cover {half})",
+        title=f"Export the model in float32 ({why})",
         snippet=FLOAT32 + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
         applicability=Applicability.UNSAFE,
         cost=(f"the ONNX model computes in float32: twice the memory of {half} weights, and its numbers are "

@@ -360,10 +360,11 @@ def _bound(g, value):
     # A bound read from a tensor in scripted code reaches the symbolic with no known rank; it is
     # one number (aten::slice takes ints), so as a one-element vector it is what Slice takes.
     if not isinstance(value, torch._C.Value) or symbolic_helper._is_none(value) \\
-            or symbolic_helper._get_tensor_rank(value) is not None:
+            or not isinstance(value.type(), torch._C.TensorType) or symbolic_helper._get_tensor_rank(value) is not None:
         return value
     vector = g.op("Reshape", value, g.op("Constant", value_t=torch.tensor([1], dtype=torch.int64)))
-    vector.setType(value.type().with_sizes([1]))
+    vector = g.op("Cast", vector, to_i=7)  # int64, as Slice's other bounds are
+    vector.setType(torch._C.TensorType.create_from_tensor(torch.zeros(1, dtype=torch.int64)))
     return vector
 
 

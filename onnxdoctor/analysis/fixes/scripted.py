@@ -43,15 +43,15 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
-    load = next((o.facts for o in ctx.outcomes if o.stage is Stage.LOAD), {})
-    gradients = bool(load.get("forward_needs_gradients"))  # the comparison must keep them on
+    gradients = bool(ctx.facts_of(Stage.LOAD).get("forward_needs_gradients"))  # the comparison must keep them on
+    built = _eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")), gradients)
     if finding.stage is not Stage.EXPORT:
         # The ScriptModule exported but computes otherwise (the exporter leaves out what only the
         # scripted module runs, e.g. its own forward hooks), or wrote what the checker or the
         # runtime refuses: the eager class, traced.
-        return [_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")), gradients)] if eager else []
+        return [built] if eager else []
     if eager:
-        fixes.append(_eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")), gradients))
+        fixes.append(built)
         if ctx.exporter == "torchscript":
             # Scripted, the model could take the TorchScript exporter only; eager, it can take the
             # dynamo exporter too, which maps ops the TorchScript symbolics refuse (a complex stft).
