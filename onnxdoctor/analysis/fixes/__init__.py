@@ -50,6 +50,7 @@ from onnxdoctor.analysis.fixes import (
     inplace_operators,
     llm_cache,
     named_inputs,
+    norm_rank,
     object_inputs,
     onnx_file,
     opset,
@@ -93,6 +94,7 @@ FAMILIES = (
     traced_sizes,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,
+    norm_rank,
     batch_axis,
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
