@@ -170,6 +170,12 @@ class FixContext:
         """What one stage recorded ({} when it did not run)."""
         return next((o.facts for o in self.outcomes if o.stage is stage), {})
 
+    def load_error_text(self, finding: Finding) -> str:
+        """The whole text of what forward() raised at LOAD (its causes too), else the finding's
+        message: what the fixes for OD108 read the failure from."""
+        error = next((o.error for o in self.outcomes if o.stage is Stage.LOAD and o.error is not None), None)
+        return error.all_text() if error is not None else finding.message
+
     def traced_sites(self, fact: str) -> tuple[list[str], str]:
         """The user's lines a TorchScript export recorded under `fact` (`data_sites`,
         `written_constants`) and how a title names them; none where the export was another."""

@@ -33,15 +33,15 @@ _SHAPE_ERROR = re.compile(
 # Every tensor of the example, nested ones too, given a leading axis (0-d tensors stay scalars).
 BATCHED = '''# The example, each tensor input given a leading batch axis of 1: forward() takes a batch.
 example_inputs, example_kwargs = torch.utils._pytree.tree_map_only(
-    torch.Tensor, lambda t: t.unsqueeze(0) if t.dim() else t, (tuple(example_inputs), dict(globals().get("example_kwargs") or {})))
+    torch.Tensor, lambda t: t.unsqueeze(0) if t.dim() else t,
+    (tuple(example_inputs), dict(globals().get("example_kwargs") or {})))
 '''
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The example with a batch axis, where forward() raised about sizes at the example."""
     load = ctx.facts_of(Stage.LOAD)
-    error = next((o.error for o in ctx.outcomes if o.stage is Stage.LOAD and o.error is not None), None)
-    text = error.all_text() if error is not None else finding.message
+    text = ctx.load_error_text(finding)
     inputs = [i for i in load.get("inputs") or () if isinstance(i, dict) and i.get("shape")]
     settings = load.get("settings") or {}
     if ctx.target_kind != "script" or not inputs or not _SHAPE_ERROR.search(text):

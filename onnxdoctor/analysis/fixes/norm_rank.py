@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import LoadCode, Recipe
 
 CODES = ("OD108",)
@@ -34,8 +34,7 @@ for _module in model.modules():
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """Batch norm layers that take any rank, where one refused the rank it was given."""
-    error = next((o.error for o in ctx.outcomes if o.stage is Stage.LOAD and o.error is not None), None)
-    text = error.all_text() if error is not None else finding.message
+    text = ctx.load_error_text(finding)
     match = _RANK_REFUSED.search(text)
     if ctx.target_kind != "script" or match is None:
         return []

@@ -48,8 +48,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """A wrapper passing the tensor as the tuple forward() unpacks, where the raising line
     unpacks one of forward()'s own arguments."""
     load = ctx.facts_of(Stage.LOAD)
-    error = next((o.error for o in ctx.outcomes if o.stage is Stage.LOAD and o.error is not None), None)
-    match = _UNPACK.search(error.all_text() if error is not None else finding.message)
+    match = _UNPACK.search(ctx.load_error_text(finding))
     if ctx.target_kind != "script" or match is None or not finding.source or not ctx.target_path:
         return []
     size = int(match.group(1) or match.group(2))
