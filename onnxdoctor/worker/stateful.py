@@ -210,17 +210,21 @@ def one_call_later(state: dict[str, Any], atol: float, rtol: float) -> bool:
 
 def one_call_later_message(writes: list[dict[str, Any]], report: dict[str, Any]) -> str:
     """OD601's message for an export whose first call is PyTorch's second."""
-    tensors = [w for w in writes if w.get("tensor")] or writes
-    first = tensors[0]
-    what = f"{first['kind']} `{first['name']}`" + (f" of {first['owner']}" if first.get("owner") else "")
-    where = f" ({first['source']})" if first.get("source") else ""
-    more = f" and {len(tensors) - 1} more" if len(tensors) > 1 else ""
     worst = report.get("max_abs_diff")
     figure = f" (max abs error {worst:.3g})" if isinstance(worst, float) else ""
     return (f"ONNX Runtime's outputs for the example are PyTorch's second call, not its first{figure}: "
-            f"forward() writes the {what}{where}{more}, and the ONNX model starts from the value one call "
-            "leaves, which is what an export gives when its own call of forward() (the tracer's) leaves the "
-            "new state on the model and it is written as a constant; an ONNX graph keeps no state between runs")
+            f"forward() writes the {_written([w for w in writes if w.get('tensor')] or writes)}, and the "
+            "ONNX model starts from the value one call leaves, which is what an export gives when its own "
+            "call of forward() (the tracer's) leaves the new state on the model and it is written as a "
+            "constant; an ONNX graph keeps no state between runs")
+
+
+def _written(writes: list[dict[str, Any]]) -> str:
+    """The first write as a message names it: its kind, name, owner and line, and how many more."""
+    first = writes[0]
+    what = f"{first['kind']} `{first['name']}`" + (f" of {first['owner']}" if first.get("owner") else "")
+    where = f" ({first['source']})" if first.get("source") else ""
+    return what + where + (f" and {len(writes) - 1} more" if len(writes) > 1 else "")
 
 
 def _shuffled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -233,16 +237,12 @@ def _shuffled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any,
 
 def stateful_message(writes: list[dict[str, Any]], found: dict[str, Any]) -> str:
     """OD601's message for state a second call reads."""
-    first = writes[0]
-    what = f"{first['kind']} `{first['name']}`" + (f" of {first['owner']}" if first.get("owner") else "")
-    where = f" ({first['source']})" if first.get("source") else ""
-    more = f" and {len(writes) - 1} more" if len(writes) > 1 else ""
     worst = found.get("max_abs_diff")
     figure = f"max abs error {worst:.3g} at" if isinstance(worst, float) else "at"
     nth = {3: "third", 4: "fourth"}.get(found.get("call", 3), f"call {found.get('call')}")
     return (f"PyTorch's outputs for the example inputs change from call to call ({figure} the {nth} call "
             f"in a row, after one with other values) and ONNX Runtime's do not: forward() writes the "
-            f"{what}{where}{more}, and each call reads what the last left; an ONNX graph keeps no state "
+            f"{_written(writes)}, and each call reads what the last left; an ONNX graph keeps no state "
             "between runs, and the export wrote the value it held then as a constant, so the ONNX model "
             "repeats the first call")
 
