@@ -77,7 +77,10 @@ def test_the_batch_axis_reaches_nested_and_keyword_tensors_and_leaves_scalars() 
     ("Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [12, 12]", True),
     ("mat1 and mat2 shapes cannot be multiplied (1x48 and 192x10)", True),
     ("not enough values to unpack (expected 4, got 3)", True),
+    ("too many indices for tensor of dimension 2", True),
+    ("For unbatched 2-D input, hx should also be 2-D but got 3-D tensor", True),
     ("index out of range in self", False),
+    ("forward() got an unexpected keyword argument 'dim'", False),
     ("'NoneType' object has no attribute 'float'", False),
     ("expected scalar type Float but found Half", False),
 ])

@@ -95,3 +95,34 @@ def test_a_write_to_an_attribute_named_data_is_still_a_write() -> None:
         node = ast.parse(line).body[0]
         target = "hidden" if "hidden" in line else "data"
         assert _writes(node.value if isinstance(node, ast.Expr) else node, target), line
+
+
+class _Cell(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = torch.nn.Parameter(torch.zeros(3), requires_grad=False)
+
+
+class _Parent(torch.nn.Module):
+    """A child's hidden state written by its parent, and a frozen weight too large to be state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = _Cell()
+        self.big = torch.nn.Parameter(torch.zeros(128, 256), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cell.h.data = self.cell.h + x
+        return self.cell.h * 2
+
+
+def test_a_small_frozen_parameter_is_state_whoever_writes_it() -> None:
+    from onnxdoctor.worker.fixkit import python_state
+
+    model = _Parent().eval()
+    state = python_state(model)
+    with torch.no_grad():
+        model(torch.ones(3))
+    assert state.written() == ["cell.h"]  # the 128 KiB frozen weight is not copied as state
+    state()
+    assert not model.cell.h.abs().sum()

@@ -35,3 +35,28 @@ def test_a_batch_norm_of_another_rank_takes_the_rank_it_is_given(tmp_path: Path)
     best = finding.fixes[0]
     assert best.kind == "norm_rank" and best.verified is True, best.check
     assert "5-D" in best.title and "4-D" in best.title
+
+
+
+# One image without its batch axis where the image's height equals the channel count: a batch norm
+# let take 3-D input would run, normalising over the height; the batch axis is the answer.
+UNBATCHED_SQUARE = '''import torch
+import torch.nn as nn
+
+
+def get_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+    return model.eval(), (torch.randn(3, 16, 16),)
+'''
+
+
+@pytest.mark.slow
+def test_an_unbatched_example_gets_the_batch_axis_before_any_rank_change(tmp_path: Path) -> None:
+    script = tmp_path / "unbatched_square.py"
+    script.write_text(UNBATCHED_SQUARE, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD108" and "expected 4D input (got 3D input)" in finding.message, finding.message
+    assert finding.fixes[0].kind == "batch_axis" and finding.fixes[0].verified is True, finding.fixes[0].check

@@ -10,7 +10,6 @@ PyTorch's outputs (`check`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import re
@@ -132,6 +131,8 @@ def reference_call(loaded: LoadedModel, written: list[str] | None = None) -> Any
 # cache the size of a model), and so are buffers past _STATE_TOTAL bytes in all.
 _STATE_BYTES = 16 * 2**20
 _STATE_TOTAL = 256 * 2**20
+# Frozen parameters as state: a hidden state of a few thousand floats, not a frozen weight matrix.
+_STATE_PARAMETER_BYTES = 64 * 2**10
 
 
 class ModelState:
@@ -141,8 +142,8 @@ class ModelState:
 
     That is the buffers (a streaming layer's history kept with register_buffer, pytorch#60828),
     plain attributes (a scheduler's list of past outputs, a step counter, a tensor kept from the
-    last call) and parameters without gradient that a method writes (a hidden state kept in an
-    nn.Parameter; one left requiring grad is taken for a weight). A forward() that advances such
+    last call) and small parameters without gradient (a hidden state kept in an nn.Parameter;
+    one left requiring grad is taken for a weight). A forward() that advances such
     state gives another result at each call (diffusers' PNDM scheduler appends to `self.ets` and
     counts steps, pytorch#93159): the export, which calls forward() again, would trace the state
     the reference call left, and the comparison would be between two different calls. With the state put back, every call starts
@@ -169,20 +170,20 @@ class ModelState:
                 with contextlib.suppress(Exception):  # a value that cannot be copied stays as it is
                     self._attributes.append((module, name, prefix + name, value, copy.deepcopy(value)))
             tensors += [(module, "_buffers", prefix, name, value) for name, value in module._buffers.items()]
-        # Then parameters that take no gradient and that a method of their module's class writes:
-        # state kept in an nn.Parameter whose `.data` forward() replaces (a GRU's hidden state,
-        # onnxruntime#11085). Frozen weights no method writes are not copied at every call.
+        # Then small parameters that take no gradient: state kept in an nn.Parameter whose `.data`
+        # forward() replaces (a GRU's hidden state, onnxruntime#11085), written from the module
+        # or from its parent. A hidden state is small; larger frozen weights are not copied.
         tensors += [(module, "_parameters", prefix, name, value) for prefix, module in modules
                     for name, value in module._parameters.items()
                     if isinstance(value, torch.Tensor) and not value.requires_grad
-                    and _written_by(type(module), name)]
+                    and value.numel() * value.element_size() <= _STATE_PARAMETER_BYTES]
         for module, store, prefix, name, buffer in tensors:
             size = buffer.numel() * buffer.element_size() if isinstance(buffer, torch.Tensor) else None
             if size is None or size > _STATE_BYTES or total + size > _STATE_TOTAL or buffer.is_meta:
                 continue
             with contextlib.suppress(Exception):  # an inference-mode tensor keeps no version
                 self._buffers.append([module, name, prefix + name, buffer, buffer._version,
-                                      buffer.detach().clone(), store, buffer.data_ptr()])
+                                      buffer.detach().clone(), store, _address(buffer)])
                 total += size
 
     def written(self) -> list[str]:
@@ -200,7 +201,7 @@ class ModelState:
         module, name, _path, original, version, copied, store, address = entry
         if getattr(module, store).get(name) is not original or _version(original) != version:
             return True
-        if original.data_ptr() != address:  # `.data` replaced: another tensor's memory now
+        if address is not None and _address(original) != address:  # `.data` replaced: other memory now
             return True
         with contextlib.suppress(Exception):
             return compare and not (original.shape == copied.shape and _equal_nan(original, copied))
@@ -229,13 +230,13 @@ class ModelState:
             with contextlib.suppress(Exception):
                 getattr(module, store)[name] = original
                 with torch.no_grad():
-                    if original.data_ptr() == address:
+                    if _address(original) == address:
                         original.copy_(copied)
                     else:
                         # `.data = h` made the tensor share h's memory, and h may be an output
                         # the caller holds: the old values go into memory of their own.
                         original.data = copied.clone()
-                entry[4], entry[7] = original._version, original.data_ptr()
+                entry[4], entry[7] = original._version, _address(original)
 
 
 def _equal_nan(a: Any, b: Any) -> bool:
@@ -256,16 +257,11 @@ def _same_state_safe(a: Any, b: Any) -> bool:
         return True
 
 
-@functools.cache
-def _written_by(cls: type, attribute: str) -> bool:
-    """Whether a method of `cls` (or of a base class of the script's) other than __init__ writes
-    `self.<attribute>` (stateful.write_site)."""
-    from onnxdoctor.worker.stateful import write_site
+def _address(tensor: Any) -> int | None:
+    """Where a strided tensor's values are (None for a sparse or other layout, which has none)."""
+    import torch
 
-    try:
-        return write_site(cls, attribute) is not None
-    except Exception:  # a class whose source cannot be read or parsed writes nothing we can see
-        return False
+    return tensor.data_ptr() if tensor.layout is torch.strided else None
 
 
 def _version(tensor: Any) -> int | None:

@@ -919,11 +919,10 @@ class Runner:
                 later = one_call_later(state, atol, rtol)
             if later:
                 where = next((w["source"] for w in tensors if w.get("source")), None)
-                # "call": PyTorch's call that differs (the first); ONNX Runtime's matches the second.
+                # "call": PyTorch's call that differs (the first; ONNX Runtime's matches the second).
                 raise StageFailed(one_call_later_message(writes, report), "OD601",
                                   **({"source": where} if where else {}),
-                                  stateful={"writes": writes, "tensor_state": [w["name"] for w in tensors], "call": 1,
-                                            "onnx_matches_call": 2},
+                                  stateful={"writes": writes, "tensor_state": [w["name"] for w in tensors], "call": 1},
                                   max_abs_diff=report.get("max_abs_diff"), max_rel_diff=report.get("max_rel_diff"),
                                   outputs=report.get("outputs") or [])
         if report["code"] is None and writes and "ort_outputs" in state:

@@ -94,8 +94,8 @@ FAMILIES = (
     traced_sizes,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,
-    norm_rank,
     batch_axis,
+    norm_rank,  # after batch_axis: an unbatched example reads one axis short too
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
 

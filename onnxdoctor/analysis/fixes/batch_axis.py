@@ -25,8 +25,8 @@ CODES = ("OD108",)
 # anything else (a missing key, a None, a dtype, an index out of range) is not answered by adding
 # an axis, and each proposal costs a run.
 _SHAPE_ERROR = re.compile(
-    r"size mismatch|sizes? of tensors?|input of size|shape|dimension out of range|dimensional|\bdims?\b|"
-    r"\d+D\b|elements not|to unpack|channels",
+    r"size mismatch|sizes? of tensors?|input of size|shape|dimension out of range|dimensional|"
+    r"tensor of dimension|too many indices|\d+-?D\b|hidden\[\d\] size|elements not|to unpack|channels",
     re.IGNORECASE,
 )
 
@@ -48,12 +48,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     if settings.get("dynamic_axes") or settings.get("dynamic_shapes"):
         return []  # the dims they declare would move by one: the user's to renumber
-    tree = load.get("input_tree")
-    keywords = isinstance(tree, list) and len(tree) == 2 and isinstance(tree[1], dict) and bool(tree[1])
     shapes = ", ".join(_shape(i["shape"]) for i in inputs[:3]) + (", ..." if len(inputs) > 3 else "")
     batched = ", ".join(_shape([1, *i["shape"]]) for i in inputs[:3]) + (", ..." if len(inputs) > 3 else "")
-    export = ("torch.onnx.export(model, example_inputs, 'model.onnx'"
-              + (", kwargs=example_kwargs" if keywords else "") + ")\n")
+    export = "torch.onnx.export(model, example_inputs, 'model.onnx', kwargs=example_kwargs)\n"
     return [Fix(
         kind="batch_axis",
         title=f"If the example is one sample without its batch axis ({shapes}), give each tensor input a "

@@ -2,10 +2,13 @@
 
 Deployment scripts that replace SyncBatchNorm (which a CPU export cannot run) have long swapped
 in one fixed class for every layer, BatchNorm3d or BatchNorm1d, whatever the feature maps' rank
-(mmpose's pytorch2onnx, Poseur#13: "expected 5D input (got 4D input)"). Only the class's own
-`_check_input_dim` refuses: batch norm normalises each channel over every other axis the same way
-at any rank (F.batch_norm, ONNX BatchNormalization). The route lets those layers take the rank they
-are given, the computation unchanged; whether that is all that stood in the way, the run decides.
+(mmpose's pytorch2onnx, Poseur#13: "expected 5D input (got 4D input)"). The class's own
+`_check_input_dim` refuses; batch norm normalises each channel (axis 1) over every other axis the
+same way at any rank (F.batch_norm, ONNX BatchNormalization). The route lets those layers take the
+rank they are given; whether that is all that stood in the way, the run decides. An example
+without its batch axis gives the same words one axis short, and there axis 1 is not the channels:
+F.batch_norm refuses it unless that axis happens to match the channel count, and `batch_axis`,
+tried first, answers that case.
 """
 
 from __future__ import annotations
@@ -24,11 +27,17 @@ _RANK_REFUSED = re.compile(r"expected (\d)D(?: or (\d)D)? input \(got (\d)D inpu
 
 ANY_RANK = '''import torch
 
-# The batch norm layers of the model take the rank they are given: their classes check the rank
-# only (BatchNorm1d/2d/3d compute the same per-channel normalisation at any rank).
+
+def _any_rank(input):
+    # BatchNorm1d/2d/3d compute the same per-channel normalisation at any rank of two or more.
+    if input.dim() < 2:
+        raise ValueError(f"expected 2D or more input (got {input.dim()}D input)")
+
+
+# The batch norm layers of the model take the rank they are given (their classes check it only).
 for _module in model.modules():
     if isinstance(_module, torch.nn.modules.batchnorm._BatchNorm):
-        _module._check_input_dim = lambda input: None
+        _module._check_input_dim = _any_rank
 '''
 
 
@@ -41,11 +50,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     expected = " or ".join(f"{d}-D" for d in match.groups()[:2] if d)
     return [Fix(
         kind="norm_rank",
-        title=f"A batch norm layer checks for {expected} input and was given {match.group(3)}-D (as when SyncBatchNorm is "
-              "replaced with one class for every layer): let the batch norm layers take the rank they are given",
+        title=f"A norm layer checks for {expected} input and was given {match.group(3)}-D (as when SyncBatchNorm is "
+              "replaced with one batch norm class for every layer): let the batch norm layers take the rank they "
+              "are given",
         snippet=ANY_RANK + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
-        applicability=Applicability.SAFE,
-        cost="none: batch norm computes the same per-channel normalisation at any rank; better, replace "
-             "SyncBatchNorm with the class for the feature maps' rank (BatchNorm2d for images)",
+        applicability=Applicability.UNSAFE,
+        cost="the batch norm layers normalise over axis 1 whatever the rank, which is right where axis 1 holds "
+             "the channels; better, replace SyncBatchNorm with the class for the feature maps' rank "
+             "(BatchNorm2d for images)",
         recipe=Recipe("norm_rank", (LoadCode(ANY_RANK),), isolated=True),
     )]

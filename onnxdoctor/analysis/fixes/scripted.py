@@ -44,13 +44,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
     gradients = bool(ctx.facts_of(Stage.LOAD).get("forward_needs_gradients"))  # the comparison must keep them on
-    built = _eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")), gradients)
+    built = _eager_class(str(eager), bool(facts.get("script_subclass")), bool(facts.get("hooks")),
+                         gradients) if eager else None
     if finding.stage is not Stage.EXPORT:
         # The ScriptModule exported but computes otherwise (the exporter leaves out what only the
         # scripted module runs, e.g. its own forward hooks), or wrote what the checker or the
         # runtime refuses: the eager class, traced.
-        return [built] if eager else []
-    if eager:
+        return [built] if built else []
+    if built:
         fixes.append(built)
         if ctx.exporter == "torchscript":
             # Scripted, the model could take the TorchScript exporter only; eager, it can take the
