@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.model import DiagnoseOptions, Finding
 from onnxdoctor.pipeline import diagnose
 
 # A SyncBatchNorm replaced with BatchNorm3d in a network of 2-D feature maps (Poseur#13's
@@ -26,12 +26,17 @@ def get_model():
 '''
 
 
+def _forward_failed(tmp_path: Path, source: str, refusal: str) -> Finding:
+    script = tmp_path / "model.py"
+    script.write_text(source, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD108" and refusal in finding.message, finding.message
+    return finding
+
+
 @pytest.mark.slow
 def test_a_batch_norm_of_another_rank_takes_the_rank_it_is_given(tmp_path: Path) -> None:
-    script = tmp_path / "wrong_rank.py"
-    script.write_text(WRONG_RANK, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert finding.code == "OD108" and "expected 5D input (got 4D input)" in finding.message, finding.message
+    finding = _forward_failed(tmp_path, WRONG_RANK, "expected 5D input (got 4D input)")
     best = finding.fixes[0]
     assert best.kind == "norm_rank" and best.verified is True, best.check
     assert "5-D" in best.title and "4-D" in best.title
@@ -55,8 +60,5 @@ def get_model():
 
 @pytest.mark.slow
 def test_an_unbatched_example_gets_the_batch_axis_before_any_rank_change(tmp_path: Path) -> None:
-    script = tmp_path / "unbatched_square.py"
-    script.write_text(UNBATCHED_SQUARE, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert finding.code == "OD108" and "expected 4D input (got 3D input)" in finding.message, finding.message
+    finding = _forward_failed(tmp_path, UNBATCHED_SQUARE, "expected 4D input (got 3D input)")
     assert finding.fixes[0].kind == "batch_axis" and finding.fixes[0].verified is True, finding.fixes[0].check
