@@ -66,6 +66,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
     )
 
     info = error_info(exc)
+    programs: tuple[Any, Any, Any] | None = None  # the decomposed program, made once for its readers
     op = extract_op("\n".join([info["message"], *info["chain_messages"]]))
     facts: dict[str, Any] = {"source": user_frame(exc, target)}
     if op in (None, "prim::Constant") and "has kind 'prim::Constant'" in info["message"]:
@@ -251,9 +252,10 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 # Several aten ops decompose to this prims op (prod: prod, cumprod, ...) or the
                 # line does not name one: the decomposed graph records which op each node came from.
                 with contextlib.suppress(Exception):
-                    from onnxdoctor.worker.registry import decomposed_origin
+                    from onnxdoctor.worker.registry import decomposed_origin, decomposed_programs
 
-                    origin = decomposed_origin(loaded, op, target)
+                    programs = decomposed_programs(loaded)  # unsupported_ops below reads them too
+                    origin = decomposed_origin(loaded, op, target, programs)
                     if origin:
                         facts["prims_op"], op = op, origin["op"]
                         facts["op"] = op
@@ -284,7 +286,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             with contextlib.suppress(Exception):
                 from onnxdoctor.worker.registry import unsupported_ops
 
-                facts["unsupported_ops"] = [row for row in unsupported_ops(loaded, target)
+                facts["unsupported_ops"] = [row for row in unsupported_ops(loaded, target, programs)
                                             if row.get("op") != facts.get("prims_op")]  # the same call
     return facts
 

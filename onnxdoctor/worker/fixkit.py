@@ -143,12 +143,12 @@ class ModelState:
     That is the buffers (a streaming layer's history kept with register_buffer, pytorch#60828),
     plain attributes (a scheduler's list of past outputs, a step counter, a tensor kept from the
     last call) and small parameters without gradient (a hidden state kept in an nn.Parameter;
-    one left requiring grad is taken for a weight). A forward() that advances such
-    state gives another result at each call (diffusers' PNDM scheduler appends to `self.ets` and
-    counts steps, pytorch#93159): the export, which calls forward() again, would trace the state
-    the reference call left, and the comparison would be between two different calls. With the state put back, every call starts
-    where the first did; whether the state matters across calls is PARITY's own check
-    (parity.consecutive_calls)."""
+    one left requiring grad is taken for a weight). A forward() that advances such state gives
+    another result at each call (diffusers' PNDM scheduler appends to `self.ets` and counts steps,
+    pytorch#93159): the export, which calls forward() again, would trace the state the reference
+    call left, and the comparison would be between two different calls. With the state put back,
+    every call starts where the first did; whether the state matters across calls is PARITY's own
+    check (stateful.consecutive_calls)."""
 
     def __init__(self, model: Any) -> None:
         import copy

@@ -331,33 +331,33 @@ def op_facts(op: str, exporter: str) -> dict[str, Any]:
     return facts
 
 
-def unsupported_ops(loaded: Any, target: Any) -> list[dict[str, Any]]:
+def unsupported_ops(loaded: Any, target: Any, programs: tuple[Any, Any, Any] | None = None) -> list[dict[str, Any]]:
     """Every op of the model the dynamo exporter has no ONNX function for, in graph order.
 
     The exporter stops at the first op it cannot translate; tracing the model once more and
     decomposing it the way the exporter does (its ONNX-friendly decomposition table) lists the
     rest, so one run names them all. Each entry: the op and, where the trace has it, the user's
-    source line.
+    source line. `programs`: decomposed_programs(loaded), where the caller has made them already.
     """
     import torch
 
     from onnxdoctor.worker.tracebacks import user_line_from_trace
 
-    _captured, program, registry = _decomposed_program(loaded)
+    _captured, program, registry = programs or decomposed_programs(loaded)
     found: dict[str, dict[str, Any]] = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if registry.is_registered(node.target):
             continue
-        name = node.target.name().split(".")[0]
+        name = _op_name(node)
         if name not in found:
             source = user_line_from_trace(node.meta.get("stack_trace") or "", target)
             found[name] = {"op": name, "source": source}
     return list(found.values())
 
 
-def _decomposed_program(loaded: Any) -> tuple[Any, Any, Any]:
+def decomposed_programs(loaded: Any) -> tuple[Any, Any, Any]:
     """The model as torch.export captures it, and decomposed the way the dynamo exporter
     decomposes it (its ONNX-friendly table), with the exporter's registry."""
     import torch
@@ -369,14 +369,16 @@ def _decomposed_program(loaded: Any) -> tuple[Any, Any, Any]:
     return program, program.run_decompositions(table), registry
 
 
-def decomposed_origin(loaded: Any, op: str, target: Any) -> dict[str, Any]:
+def decomposed_origin(loaded: Any, op: str, target: Any,
+                      programs: tuple[Any, Any, Any] | None = None) -> dict[str, Any]:
     """The aten op whose decomposition wrote `op` (a prims op the dynamo exporter stopped at:
     `prims::prod` from `torch.cumprod`) and the user's line that calls it, from the decomposed
     graph's own record of each node's original op; {} when the graph has no such node. The first
-    such node in graph order answers, as the exporter stops at the first it cannot translate."""
+    such node in graph order answers, as the exporter stops at the first it cannot translate.
+    `programs`: decomposed_programs(loaded), where the caller has made them already."""
     from onnxdoctor.worker.tracebacks import user_line_from_trace
 
-    captured, program, _registry = _decomposed_program(loaded)
+    captured, program, _registry = programs or decomposed_programs(loaded)
     origin = next((original.name().split(".")[0] for node in program.graph.nodes
                    if node.op == "call_function" and (original := node.meta.get("original_aten")) is not None
                    and _op_name(node) == op and original.name().split(".")[0] != op), None)

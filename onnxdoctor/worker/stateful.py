@@ -21,6 +21,7 @@ import ast
 import contextlib
 import inspect
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,37 +149,45 @@ def consecutive_calls(state: dict[str, Any], atol: float, rtol: float) -> dict[s
     from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.parity import compare_outputs
 
-    loaded, hook, restore = state["loaded"], state.get("state_hook"), state["pristine"]
+    loaded = state["loaded"]
     example = (tuple(loaded.args), dict(loaded.kwargs or {}))
     other = _shuffled(*example)
+    with _from_the_first_call(state), torch.no_grad():
+        for call, (args, kwargs) in enumerate((example, other, example, example), 1):
+            torch.manual_seed(0)
+            try:
+                outputs = tensor_leaves(loaded.model(*args, **kwargs))
+            except Exception:
+                if call != 2:
+                    raise
+                # The model refuses the shuffled values (a check on their order): the example.
+                outputs = tensor_leaves(loaded.model(*loaded.args, **loaded.kwargs))
+            if call < 3:
+                continue
+            # Against PyTorch's own first call, which ONNX Runtime matched: a graph that draws
+            # random numbers never repeats PyTorch's draws, and this is about PyTorch's calls.
+            report = compare_outputs(outputs, state["torch_outputs"], atol, rtol)
+            if report["code"] is not None:
+                return {"call": call, "max_abs_diff": report.get("max_abs_diff"),
+                        "max_rel_diff": report.get("max_rel_diff"), "message": report["message"],
+                        "outputs": report.get("outputs") or []}
+    return None
+
+
+@contextlib.contextmanager
+def _from_the_first_call(state: dict[str, Any]) -> Iterator[None]:
+    """The model's state as the reference call found it for the block, with the hook that puts it
+    back before every call paused (the block's calls follow one another), and put back after."""
+    hook, restore = state.get("state_hook"), state["pristine"]
     if hook is not None:
         hook.paused = True
     try:
         restore()
-        with torch.no_grad():
-            for call, (args, kwargs) in enumerate((example, other, example, example), 1):
-                torch.manual_seed(0)
-                try:
-                    outputs = tensor_leaves(loaded.model(*args, **kwargs))
-                except Exception:
-                    if call != 2:
-                        raise
-                    # The model refuses the shuffled values (a check on their order): the example.
-                    outputs = tensor_leaves(loaded.model(*loaded.args, **loaded.kwargs))
-                if call < 3:
-                    continue
-                # Against PyTorch's own first call, which ONNX Runtime matched: a graph that draws
-                # random numbers never repeats PyTorch's draws, and this is about PyTorch's calls.
-                report = compare_outputs(outputs, state["torch_outputs"], atol, rtol)
-                if report["code"] is not None:
-                    return {"call": call, "max_abs_diff": report.get("max_abs_diff"),
-                            "max_rel_diff": report.get("max_rel_diff"), "message": report["message"],
-                            "outputs": report.get("outputs") or []}
+        yield
     finally:
         restore()
         if hook is not None:
             hook.paused = False
-    return None
 
 
 def one_call_later(state: dict[str, Any], atol: float, rtol: float) -> bool:
@@ -191,21 +200,13 @@ def one_call_later(state: dict[str, Any], atol: float, rtol: float) -> bool:
     from onnxdoctor.worker.facts import tensor_leaves
     from onnxdoctor.worker.parity import compare_outputs
 
-    loaded, hook, restore = state["loaded"], state.get("state_hook"), state["pristine"]
-    if hook is not None:
-        hook.paused = True
-    try:
-        restore()
-        with torch.no_grad():
-            outputs: list[Any] = []
-            for _call in range(2):
-                torch.manual_seed(0)
-                outputs = tensor_leaves(loaded.model(*loaded.args, **(loaded.kwargs or {})))
-        return compare_outputs(state["ort_outputs"], outputs, atol, rtol)["code"] is None
-    finally:
-        restore()
-        if hook is not None:
-            hook.paused = False
+    loaded = state["loaded"]
+    outputs: list[Any] = []
+    with _from_the_first_call(state), torch.no_grad():
+        for _call in range(2):
+            torch.manual_seed(0)
+            outputs = tensor_leaves(loaded.model(*loaded.args, **(loaded.kwargs or {})))
+    return compare_outputs(state["ort_outputs"], outputs, atol, rtol)["code"] is None
 
 
 def one_call_later_message(writes: list[dict[str, Any]], report: dict[str, Any]) -> str:
