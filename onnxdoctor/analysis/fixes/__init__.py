@@ -70,6 +70,7 @@ from onnxdoctor.analysis.fixes import (
     scripted,
     shape_annotations,
     shapes,
+    size_multiple,
     sparse_dense,
     split_sizes,
     state_io,
@@ -96,6 +97,7 @@ FAMILIES = (
     tuple_inputs,
     batch_axis,
     norm_rank,  # after batch_axis: an unbatched example reads one axis short too
+    size_multiple,
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
 

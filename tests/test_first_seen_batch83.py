@@ -1,0 +1,123 @@
+"""General mechanisms for failures not seen before (issue 22), written after the eighty-third
+first-seen batch (fixtures/corpus/first_seen_2026-12-07w.txt) and the earlier batches' misses it
+shares a cause with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from onnxdoctor.analysis.fixes.size_multiple import _SIZES_DISAGREE, ROUNDED
+from onnxdoctor.model import DiagnoseOptions, Finding
+from onnxdoctor.pipeline import diagnose
+
+# A U-Net with two poolings and an upsampling that doubles: at 20x18 the second level's 9 pools
+# to 4 and comes back as 8, and the skip connection's add refuses; at multiples of 4 it runs.
+SMALL_UNET = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class UNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down1, self.down2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.up1, self.up2 = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 2, 3, padding=1)
+
+    def forward(self, x):
+        a = torch.relu(self.down1(x))
+        b = torch.relu(self.down2(F.max_pool2d(a, 2)))
+        c = F.max_pool2d(b, 2)
+        b = b + F.interpolate(c, scale_factor=2.0)
+        return self.up2(a + F.interpolate(torch.relu(self.up1(b)), scale_factor=2.0))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return UNet().eval(), (torch.rand(1, 3, 20, 18),)
+'''
+
+# Sizes that disagree whatever the input size: one branch always drops a column.
+ALWAYS_SHORT = '''import torch
+import torch.nn as nn
+
+
+class Short(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x) + x[..., :-1]
+
+
+def get_model():
+    return Short().eval(), (torch.rand(1, 3, 8, 8),)
+'''
+
+
+def _forward_failed(tmp_path: Path, source: str) -> Finding:
+    script = tmp_path / "model.py"
+    script.write_text(source, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD108", finding.message
+    return finding
+
+
+@pytest.mark.slow
+def test_a_network_that_divides_its_maps_is_exported_at_the_next_multiple_it_runs_at(tmp_path: Path) -> None:
+    # bearpaw/pytorch-pose#124, MIC-DKFZ/nnUNet#692: the skip connection refuses an odd size.
+    tried = {f.kind: f for f in _forward_failed(tmp_path, SMALL_UNET).fixes}
+    assert tried["size_multiple"].verified is True, tried["size_multiple"].check
+    assert "20x18" in tried["size_multiple"].title
+
+
+@pytest.mark.slow
+def test_sizes_that_disagree_at_every_size_are_not_called_a_size_multiple(tmp_path: Path) -> None:
+    tried = {f.kind: f for f in _forward_failed(tmp_path, ALWAYS_SHORT).fixes}
+    assert tried["size_multiple"].verified is False
+    check = tried["size_multiple"].check
+    assert check is not None and "every size rounded up" in check.detail, check
+
+
+class _Counting(torch.nn.Module):
+    """A model that keeps state: trying sizes must leave it as it was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.BatchNorm2d(3)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if x.shape[-1] % 8:
+            raise RuntimeError("The size of tensor a (3) must match the size of tensor b (2)")
+        return self.norm(x)
+
+
+def test_the_rounded_example_keeps_the_values_and_leaves_the_model_as_it_was() -> None:
+    model = _Counting().train()
+    image, mask = torch.rand(1, 3, 6, 13), torch.ones(1, 6, 13, dtype=torch.bool)
+    scope = {"model": model, "example_inputs": (image, mask), "example_kwargs": {"scale": torch.zeros(2, 1, 5)}}
+    exec(ROUNDED, scope)  # noqa: S102 -- the fix's own code, as the worker runs it
+    (rounded, same_mask), keywords = scope["example_inputs"], scope["example_kwargs"]
+    assert tuple(rounded.shape) == (1, 3, 8, 16) and torch.equal(rounded[..., :6, :13], image)
+    assert torch.equal(rounded[..., 7, :13], image[..., 5, :])  # the edge repeated
+    assert same_mask is mask  # not floating point: left as it was
+    # A placeholder of one value gets values around it; its rounded shape is what was asked for.
+    assert tuple(keywords["scale"].shape) == (2, 1, 8) and float(keywords["scale"].std()) > 0.1
+    assert model.training and float(model.calls) == 0 and float(model.norm.running_mean.abs().sum()) == 0
+
+
+def test_a_multiple_is_tried_only_where_sizes_disagree() -> None:
+    for error in ("The size of tensor a (3) must match the size of tensor b (2) at non-singleton dimension 3",
+                  "Sizes of tensors must match except in dimension 1. Expected size 16 but got size 15 for tensor "
+                  "number 1 in the list.",
+                  "shape '[1, 3, 7, 4, 7, 4]' is invalid for input of size 2400"):
+        assert _SIZES_DISAGREE.search(error), error
+    for error in ("mat1 and mat2 shapes cannot be multiplied (1x48 and 192x10)",
+                  "Given groups=1, weight of size [8, 3, 3, 3], expected input[1, 4, 8, 8] to have 3 channels",
+                  "index out of range in self"):
+        assert not _SIZES_DISAGREE.search(error), error
