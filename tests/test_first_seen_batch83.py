@@ -121,3 +121,53 @@ def test_a_multiple_is_tried_only_where_sizes_disagree() -> None:
                   "Given groups=1, weight of size [8, 3, 3, 3], expected input[1, 4, 8, 8] to have 3 channels",
                   "index out of range in self"):
         assert not _SIZES_DISAGREE.search(error), error
+
+
+# A length beside the tokens, and a loop the tracer unrolls to the example's length: at another
+# length eager PyTorch runs only where `lengths` says the same (ming024/FastSpeech2#139).
+LENGTH_INPUT = '''import torch
+import torch.nn as nn
+
+dynamo = False
+input_names = ["tokens", "lengths"]
+output_names = ["out"]
+dynamic_axes = {"tokens": {1: "n"}, "out": {1: "n"}}
+
+
+class Regulator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 4)
+
+    def forward(self, tokens, lengths):
+        x = self.emb(tokens)
+        mask = torch.arange(x.shape[1])[None] < lengths[:, None]
+        rows = [x[:, i] * (i + 1) for i in range(int(lengths[0]))]
+        return torch.stack(rows, 1) * mask[..., None]
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Regulator().eval(), (torch.randint(0, 20, (1, 6)), torch.tensor([6]))
+'''
+
+
+def test_an_input_holding_a_length_follows_the_length_at_other_sizes(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(LENGTH_INPUT, "utf-8")
+    report = diagnose(str(script), DiagnoseOptions(fix=False))[0]
+    frozen = [f for f in report.findings if f.code == "OD802"]
+    assert frozen and "tokens dim 1" in frozen[0].message, [(f.code, f.message) for f in report.findings]
+
+
+def test_only_a_small_integer_input_holding_a_moved_size_follows_it() -> None:
+    from onnxdoctor.worker.shapes import _moved_sizes, _size_valued
+
+    moved = _moved_sizes({"tokens": [1, 10], "lengths": [1]}, {"tokens": [1, 13]})
+    assert moved == {10: 13}
+    assert _size_valued(torch.tensor([10]), [1], moved).tolist() == [13]
+    assert _size_valued(torch.tensor(10), [], moved).tolist() == 13
+    assert _size_valued(torch.tensor([10, 7]), [2], moved) is None  # not one value
+    assert _size_valued(torch.tensor([10.0]), [1], moved) is None  # a float is not a length
+    assert _size_valued(torch.full((1, 100), 10), [1, 100], moved) is None  # token ids, not a length
+    assert _moved_sizes({"a": [4, 4]}, {"a": [5, 6]}) == {}  # one size moved two ways

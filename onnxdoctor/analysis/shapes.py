@@ -36,9 +36,9 @@ def size_checks(outcome: StageOutcome | None) -> tuple[SizeCheck, ...]:
 
 
 def size_label(inputs: dict[str, list[int]] | tuple[tuple[str, tuple[int, ...]], ...]) -> str:
-    """`x=4x3x16 mask=4x16`: a size set as one short token per input."""
+    """`x=4x3x16 mask=4x16 n=scalar`: a size set as one short token per input."""
     items = inputs.items() if isinstance(inputs, dict) else inputs
-    return " ".join(f"{n}={'x'.join(str(v) for v in shape)}" for n, shape in items)
+    return " ".join(f"{n}={'x'.join(str(v) for v in shape) or 'scalar'}" for n, shape in items)
 
 
 def classify_shapes(shapes: StageOutcome | None, outcomes: list[StageOutcome]) -> list[Finding]:

@@ -88,8 +88,12 @@ def check_sizes(
         new = list(leaves)
         tensors = []
         generator = torch.Generator().manual_seed(seed)
+        moved = _moved_sizes(example_shapes, shapes)
         for name, position, example in zip(names, tensor_positions, examples):
-            tensor = _like(example, shapes.get(name, list(example.shape)), generator)
+            shape = shapes.get(name, list(example.shape))
+            tensor = _size_valued(example, shape, moved)
+            if tensor is None:
+                tensor = _like(example, shape, generator)
             new[position] = tensor
             tensors.append(tensor)
         args, kwargs = pytree.tree_unflatten(new, spec)
@@ -170,6 +174,38 @@ def check_sizes(
 
 class _OutOfTime(Exception):
     """The stage's time budget ran out: no further size is started."""
+
+
+def _moved_sizes(example: dict[str, list[int]], shapes: dict[str, list[int]]) -> dict[int, int]:
+    """Each size of the example that the set moves, to the one size it moves to (a size moved to
+    two different ones, or a size of 1, is left out: no value could follow it)."""
+    moved: dict[int, set[int]] = {}
+    for name, old in example.items():
+        for a, b in zip(old, shapes.get(name, old)):
+            if a != b:
+                moved.setdefault(a, set()).add(b)
+    return {a: next(iter(b)) for a, b in moved.items() if len(b) == 1 and a > 1}
+
+
+def _size_valued(example: Any, shape: list[int], moved: dict[int, int]) -> Any | None:
+    """A small integer input that holds a size the set moves (`text_lens`, `max_len`), holding the
+    new size; None for any other input.
+
+    Such inputs say how long another input is: drawn at random (or kept), they disagree with the
+    new length, and eager PyTorch refuses every other size (FastSpeech2#139: `src_lens` and
+    `max_src_len` beside the phonemes).
+    """
+    import torch
+
+    if example.is_floating_point() or example.is_complex() or example.dtype == torch.bool:
+        return None
+    if not 0 < example.numel() <= 64:
+        return None
+    values = set(example.flatten().tolist())
+    if len(values) != 1:
+        return None
+    value = values.pop()
+    return torch.full(shape, moved[value], dtype=example.dtype) if value in moved else None
 
 
 def _like(example: Any, shape: list[int], generator: Any) -> Any:
