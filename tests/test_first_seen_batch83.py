@@ -171,3 +171,51 @@ def test_only_a_small_integer_input_holding_a_moved_size_follows_it() -> None:
     assert _size_valued(torch.tensor([10.0]), [1], moved) is None  # a float is not a length
     assert _size_valued(torch.full((1, 100), 10), [1, 100], moved) is None  # token ids, not a length
     assert _moved_sizes({"a": [4, 4]}, {"a": [5, 6]}) == {}  # one size moved two ways
+
+
+# A node written only while exporting (detectron2's alias(): `_caffe2::AliasWithName`, an
+# identity with a string argument, under `if torch.onnx.is_in_onnx_export()`).
+EXPORT_ONLY_NODE = '''import torch
+import torch.nn as nn
+
+dynamo = False
+opset_version = 13
+
+_LIB = torch.library.Library("odtest_alias", "FRAGMENT")
+_LIB.define("Alias(Tensor input, str name) -> Tensor")
+_LIB.impl("Alias", lambda x, name: x.clone(), "CompositeExplicitAutograd")
+
+
+@torch.onnx.symbolic_helper.parse_args("v", "s")
+def _alias(g, x, name):
+    return g.op("odtest_alias::Alias", x, name_s=name).setType(x.type())
+
+
+torch.onnx.register_custom_op_symbolic("odtest_alias::Alias", _alias, 1)
+
+
+class Named(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if torch.onnx.is_in_onnx_export():
+            y = torch.ops.odtest_alias.Alias(y, "features")
+        return y.relu()
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Named().eval(), (torch.rand(1, 3, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_custom_node_written_only_for_the_export_is_answered_by_the_eager_branch(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(EXPORT_ONLY_NODE, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD401" and "Alias" in (finding.op or ""), (finding.code, finding.message)
+    assert finding.fixes[0].kind == "eager_branch" and finding.fixes[0].verified is True, finding.fixes[0].check
