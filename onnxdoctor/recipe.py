@@ -159,6 +159,13 @@ class ArraysAsTensors:
 
 
 @dataclass(frozen=True)
+class ScriptingOff:
+    """TorchScript compilation off from before the script is imported, as PYTORCH_JIT=0 leaves
+    it: torch.jit.script and @torch.jit.script_method return the Python code they are given, and
+    torch.jit.ScriptModule is a plain nn.Module, so the exporters trace through every part."""
+
+
+@dataclass(frozen=True)
 class LoadCode:
     """Code run at LOAD, before the reference outputs; the `model` it leaves is the one exported."""
 
@@ -490,12 +497,12 @@ class PrefixParity:
     would have skipped, which the caller cuts (at the end-of-sequence token)."""
 
 
-Step = (EvalMode | ArraysAsTensors | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
+Step = (EvalMode | ArraysAsTensors | ScriptingOff | LoadCode | UseExporter | UseOpset | ExportCode | CustomOpsets | OperatorExportType | Unoptimized
         | StrictCapture | DynamicShapes | DeclareDynamic | RewriteOnnx | RuntimeKernels | EagerExport | QuantizeOnnx | DecodeCheck
         | SessionConfig | PrefixParity | TrailingDict | StateCheck | PerSample)
 
 # Steps of which a recipe holds at most one: a later one replaces an earlier one when chaining.
-_SINGLE = (ArraysAsTensors, UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
+_SINGLE = (ArraysAsTensors, ScriptingOff, UseExporter, UseOpset, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes, DeclareDynamic, QuantizeOnnx, DecodeCheck, SessionConfig,
            PrefixParity, TrailingDict, StateCheck, PerSample)
 # Steps written for one exporter: they mean nothing (or something else) to the other.
 _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, StrictCapture, DynamicShapes)
@@ -505,7 +512,7 @@ _CLASSES: dict[str, type] = {
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
                 CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, DropShapeAnnotations, PerSampleLoop,
                 Reference,
-                EvalMode, ArraysAsTensors, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
+                EvalMode, ArraysAsTensors, ScriptingOff, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,
                 DynamicShapes, DeclareDynamic, RewriteOnnx, RuntimeKernels, EagerExport, QuantizeOnnx, DecodeCheck, SessionConfig,
                 PrefixParity, TrailingDict, StateCheck, PerSample)
@@ -534,7 +541,7 @@ class Recipe:
         loaded model or its example (LoadCode, EvalMode), which a worker checking several fixes
         one after another would carry into the next (or not see, where the example was read
         before)."""
-        return self.isolated or any(isinstance(s, (LoadCode, EvalMode)) for s in self.steps)
+        return self.isolated or any(isinstance(s, (LoadCode, EvalMode, ScriptingOff)) for s in self.steps)
 
     def first(self, cls: type[S]) -> S | None:
         """The recipe's first step of that type, if any."""
@@ -555,7 +562,7 @@ class Recipe:
     def acts_on(self) -> int:
         """Where the fix acts, in the order a user applies fixes: 0 the model, 1 the export, 2 the
         exported file, 3 the runtime."""
-        if any(isinstance(s, (EvalMode, ArraysAsTensors, LoadCode)) for s in self.steps):
+        if any(isinstance(s, (EvalMode, ArraysAsTensors, ScriptingOff, LoadCode)) for s in self.steps):
             return 0
         if any(isinstance(s, RewriteOnnx) for s in self.steps):
             return 2

@@ -113,8 +113,8 @@ def test_the_rounded_example_keeps_the_values_and_leaves_the_model_as_it_was() -
 
 def test_a_multiple_is_tried_only_where_sizes_disagree() -> None:
     for error in ("The size of tensor a (3) must match the size of tensor b (2) at non-singleton dimension 3",
-                  "Sizes of tensors must match except in dimension 1. Expected size 16 but got size 15 for tensor "
-                  "number 1 in the list.",
+                  ("Sizes of tensors must match except in dimension 1. Expected size 16 but got size 15 for tensor "
+                  "number 1 in the list."),
                   "shape '[1, 3, 7, 4, 7, 4]' is invalid for input of size 2400"):
         assert _SIZES_DISAGREE.search(error), error
     for error in ("mat1 and mat2 shapes cannot be multiplied (1x48 and 192x10)",
@@ -219,3 +219,68 @@ def test_a_custom_node_written_only_for_the_export_is_answered_by_the_eager_bran
     finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
     assert finding.code == "OD401" and "Alias" in (finding.op or ""), (finding.code, finding.message)
     assert finding.fixes[0].kind == "eager_branch" and finding.fixes[0].verified is True, finding.fixes[0].check
+
+
+# A torch.jit.ScriptModule subclass inside a traced model (YOLACT's FPN with use_jit on).
+SCRIPTED_PART = '''from typing import List
+
+import torch
+import torch.nn as nn
+
+dynamo = False
+
+
+class Pyramid(torch.jit.ScriptModule):
+    def __init__(self):
+        super().__init__()
+        self.lateral = nn.ModuleList([nn.Conv2d(4, 4, 1), nn.Conv2d(4, 4, 1)])
+
+    @torch.jit.script_method
+    def forward(self, levels: List[torch.Tensor]):
+        out = []
+        for i, layer in enumerate(self.lateral):
+            out.append(layer(levels[i]))
+        return out
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.pyramid = Pyramid()
+
+    def forward(self, x):
+        x = self.stem(x)
+        a, b = self.pyramid([x, x[..., ::2, ::2]])
+        return a.mean() + b
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.rand(1, 3, 8, 8),)
+'''
+
+
+@pytest.mark.slow
+def test_a_scripted_part_the_tracer_refuses_is_exported_with_torchscript_off(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(SCRIPTED_PART, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert finding.code == "OD299" and "active trace" in finding.message, (finding.code, finding.message)
+    tried = {f.kind: f for f in finding.fixes}
+    assert tried["scripting_off"].verified is True, tried["scripting_off"].check
+    assert "1 scripted part " in tried["scripting_off"].title
+
+
+def _plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+def test_the_outermost_scripted_parts_are_counted() -> None:
+    from onnxdoctor.worker.scripted import scripted_parts
+
+    model = torch.nn.Sequential(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())),
+                                torch.nn.Linear(2, 2))
+    scripted = torch.jit.script(_plus_one)
+    assert scripted_parts(model, {"helper": scripted, "other": _plus_one}) == 2
+    assert scripted_parts(torch.nn.Linear(2, 2), {}) == 0

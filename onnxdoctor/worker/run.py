@@ -45,6 +45,7 @@ from onnxdoctor.recipe import (
     Recipe,
     RewriteOnnx,
     RuntimeKernels,
+    ScriptingOff,
     SessionConfig,
     StateCheck,
     StrictCapture,
@@ -126,6 +127,8 @@ from onnxdoctor.worker.scripted import (
     recurrent_facts,
     reparametrized_facts,
     script_module_facts,
+    scripted_parts,
+    turn_scripting_off,
 )
 from onnxdoctor.worker.stateful import (
     FirstCallHook,
@@ -325,6 +328,8 @@ class Runner:
         from onnxdoctor.worker.loader import ProtocolError, ScriptExited, load_script
 
         torch.manual_seed(0)
+        if state["recipe"].first(ScriptingOff) is not None:
+            turn_scripting_off()  # before the script's classes and decorators are made
         try:
             loaded = load_script(self.target, self.request.factory,
                                  arrays_as_tensors=state["recipe"].first(ArraysAsTensors) is not None)
@@ -409,6 +414,8 @@ class Runner:
         with contextlib.suppress(Exception):
             facts["input_tree"] = input_tree((list(loaded.args), dict(loaded.kwargs or {})))
         facts.update(script_module_facts(model, loaded))  # a torch.jit.script / jit.load model
+        with contextlib.suppress(Exception):
+            facts["scripted_parts"] = scripted_parts(model, loaded.namespace)
         helpers = [name for name, value in loaded.namespace.items()
                    if callable(value) and getattr(value, "__script_if_tracing_wrapper", False)]
         if helpers:

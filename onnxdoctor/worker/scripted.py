@@ -50,6 +50,42 @@ def script_module_facts(model: Any, loaded: Any) -> dict[str, Any]:
     }}
 
 
+def scripted_parts(model: Any, namespace: dict[str, Any]) -> int:
+    """How many parts of the model TorchScript compiled: ScriptModules among its modules (the
+    model itself included) and scripted functions the script defines."""
+    import torch
+
+    modules = 0
+    if isinstance(model, torch.nn.Module):
+        named = dict(model.named_modules())
+        # The outermost ones: a scripted FPN's scripted convolutions are one part with it.
+        modules = sum(isinstance(m, torch.jit.ScriptModule)
+                      and not (path and isinstance(named.get(path.rpartition(".")[0]), torch.jit.ScriptModule))
+                      for path, m in named.items())
+    functions = sum(isinstance(v, torch.jit.ScriptFunction) for v in namespace.values())
+    return modules + functions
+
+
+def turn_scripting_off() -> None:
+    """What PYTORCH_JIT=0 does, in a worker that imported torch before the script: torch.jit.script
+    and script_method give back what they are given (they read the flag at each call), and
+    torch.jit.ScriptModule is torch's own stand-in under that setting, a plain nn.Module (the class
+    is chosen when torch is imported, so it is swapped here). For the rest of this worker's life:
+    the recipe runs in a worker of its own."""
+    import torch
+    import torch.jit._script as jit_script
+    from torch.jit._state import _enabled
+
+    class ScriptModule(torch.nn.Module):
+        """torch.jit.ScriptModule as torch defines it under PYTORCH_JIT=0."""
+
+        def __init__(self, arg: Any = None) -> None:
+            super().__init__()
+
+    _enabled.enabled = False
+    torch.jit.ScriptModule = jit_script.ScriptModule = ScriptModule  # type: ignore[misc]
+
+
 def _needs_arguments(cls: type) -> bool:
     try:
         signature = inspect.signature(cls.__init__)

@@ -73,6 +73,9 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
         "import torch\n",
         "from onnxdoctor.recipe import *  # noqa: F403 (the recipe's step types)",
         "from onnxdoctor.worker import fixkit\n",
+        *(["from onnxdoctor.worker.scripted import turn_scripting_off\n",
+           "turn_scripting_off()  # TorchScript off before your script is imported, as PYTORCH_JIT=0 does\n"]
+          if recipe.first(steps.ScriptingOff) else []),
         f"loaded = fixkit.load({target!r}, {factory!r}"
         + (", arrays_as_tensors=True)" if recipe.first(steps.ArraysAsTensors) else ")"),
     ]

@@ -16,7 +16,7 @@ from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import EagerExport, ExportCode, LoadCode, Recipe, UseExporter
+from onnxdoctor.recipe import EagerExport, ExportCode, LoadCode, Recipe, ScriptingOff, UseExporter
 
 # OD303/OD304/OD4xx/OD501: what the exporter wrote from the scripted IR (a list of ints as a
 # sequence, SplitToSequence's split) refused downstream; the eager class, traced, writes it otherwise.
@@ -39,8 +39,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if helpers is not None:
         return [helpers]
     facts = script_module(ctx)
-    if ctx.target_kind != "script" or facts is None:
+    if ctx.target_kind != "script":
         return []
+    if facts is None:
+        # Scripted parts inside an eager model (a ScriptModule submodule, a scripted function):
+        # the tracer refuses some ("Tried to trace <__torch__.FPN> but it is not part of the
+        # active trace"), the exporter others; with TorchScript off they are Python it traces.
+        return [_scripting_off(ctx)] if ctx.facts_of(Stage.LOAD).get("scripted_parts") else []
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
     gradients = bool(ctx.facts_of(Stage.LOAD).get("forward_needs_gradients"))  # the comparison must keep them on
@@ -61,7 +66,37 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if wrapper is not None:
         fixes.append(wrapper)
     fixes.append(_converter())
+    fixes.append(_scripting_off(ctx))
     return fixes
+
+
+SCRIPTING_OFF = """\
+# TorchScript off in the process that exports, set before torch is imported (in a shell:
+# PYTORCH_JIT=0 python export.py): torch.jit.script and @torch.jit.script_method then return the
+# Python code they are given, torch.jit.ScriptModule is a plain nn.Module, and the exporter traces
+# through every part of the model.
+import os
+
+os.environ["PYTORCH_JIT"] = "0"
+
+import torch
+
+"""
+
+
+def _scripting_off(ctx: FixContext) -> Fix:
+    parts = ctx.facts_of(Stage.LOAD).get("scripted_parts") or 1
+    return Fix(
+        kind="scripting_off",
+        title=f"Export with TorchScript off (PYTORCH_JIT=0): the model's {parts} scripted "
+              f"part{'s' if parts != 1 else ''} (torch.jit.script, torch.jit.ScriptModule) stay Python the "
+              "exporter traces",
+        snippet=SCRIPTING_OFF + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+        applicability=Applicability.SAFE,
+        cost="none at run time; control flow inside the scripted parts is traced for the example (check "
+             "other inputs, or declare the sizes dynamic)",
+        recipe=Recipe("scripting_off", (ScriptingOff(),), isolated=True),
+    )
 
 
 # The class rebuilt on nn.Module: torch.jit.ScriptModule's metaclass scripts every instance after
