@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fix_programs import run_fix_program
 
 from onnxdoctor.analysis.fixes.size_multiple import _SIZES_DISAGREE, ROUNDED
 from onnxdoctor.model import DiagnoseOptions, Finding
@@ -79,7 +80,7 @@ def test_sizes_that_disagree_at_every_size_are_not_called_a_size_multiple(tmp_pa
     tried = {f.kind: f for f in _forward_failed(tmp_path, ALWAYS_SHORT).fixes}
     assert tried["size_multiple"].verified is False
     check = tried["size_multiple"].check
-    assert check is not None and "every size rounded up" in check.detail, check
+    assert check is not None and "not a matter of the input size" in check.detail, check
 
 
 class _Counting(torch.nn.Module):
@@ -90,7 +91,7 @@ class _Counting(torch.nn.Module):
         self.norm = torch.nn.BatchNorm2d(3)
         self.register_buffer("calls", torch.zeros(()))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor, strip: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         if x.shape[-1] % 8:
             raise RuntimeError("The size of tensor a (3) must match the size of tensor b (2)")
@@ -100,15 +101,19 @@ class _Counting(torch.nn.Module):
 def test_the_rounded_example_keeps_the_values_and_leaves_the_model_as_it_was() -> None:
     model = _Counting().train()
     image, mask = torch.rand(1, 3, 6, 13), torch.ones(1, 6, 13, dtype=torch.bool)
-    scope = {"model": model, "example_inputs": (image, mask), "example_kwargs": {"scale": torch.zeros(2, 1, 5)}}
+    scope = {"model": model, "example_inputs": (image, mask),
+             "example_kwargs": {"scale": torch.zeros(2, 1, 5), "strip": torch.rand(1, 2, 1, 13)}}
     exec(ROUNDED, scope)  # noqa: S102 -- the fix's own code, as the worker runs it
-    (rounded, same_mask), keywords = scope["example_inputs"], scope["example_kwargs"]
+    (rounded, rounded_mask), keywords = scope["example_inputs"], scope["example_kwargs"]
     assert tuple(rounded.shape) == (1, 3, 8, 16) and torch.equal(rounded[..., :6, :13], image)
     assert torch.equal(rounded[..., 7, :13], image[..., 5, :])  # the edge repeated
-    assert same_mask is mask  # not floating point: left as it was
+    # The mask over the image's sizes grows with it, the new border masked out.
+    assert rounded_mask.dtype == torch.bool and tuple(rounded_mask.shape) == (1, 8, 16)
+    assert bool(rounded_mask[:, :6, :13].all()) and not bool(rounded_mask[:, 6:].any())
     # A placeholder of one value gets values around it; its rounded shape is what was asked for.
     assert tuple(keywords["scale"].shape) == (2, 1, 8) and float(keywords["scale"].std()) > 0.1
-    assert model.training and float(model.calls) == 0 and float(model.norm.running_mean.abs().sum()) == 0
+    assert tuple(keywords["strip"].shape) == (1, 2, 1, 16)  # an axis of 1 stays 1
+    assert model.training and float(model.calls) == 0
 
 
 def test_a_multiple_is_tried_only_where_sizes_disagree() -> None:
@@ -270,6 +275,8 @@ def test_a_scripted_part_the_tracer_refuses_is_exported_with_torchscript_off(tmp
     tried = {f.kind: f for f in finding.fixes}
     assert tried["scripting_off"].verified is True, tried["scripting_off"].check
     assert "1 scripted part " in tried["scripting_off"].title
+    # fix.py turns TorchScript off before the script is imported, as the check did.
+    run_fix_program(tried["scripting_off"], script, tmp_path / "fix")
 
 
 def _plus_one(x: torch.Tensor) -> torch.Tensor:
@@ -284,3 +291,37 @@ def test_the_outermost_scripted_parts_are_counted() -> None:
     scripted = torch.jit.script(_plus_one)
     assert scripted_parts(model, {"helper": scripted, "other": _plus_one}) == 2
     assert scripted_parts(torch.nn.Linear(2, 2), {}) == 0
+
+
+# A speaker id that happens to equal the example's length: moved with the length, it would leave
+# the embedding's range and eager would refuse every other size.
+SPEAKER_LIKE_LENGTH = '''import torch
+import torch.nn as nn
+
+dynamo = False
+input_names = ["tokens", "speaker"]
+output_names = ["out"]
+dynamic_axes = {"tokens": {1: "n"}, "out": {1: "n"}}
+
+
+class Voice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.speakers = nn.Embedding(20, 4), nn.Embedding(7, 4)
+
+    def forward(self, tokens, speaker):
+        return self.tokens(tokens) + self.speakers(speaker)[:, None]
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Voice().eval(), (torch.randint(0, 20, (1, 6)), torch.tensor([6]))
+'''
+
+
+def test_a_value_that_only_equals_a_size_is_drawn_as_before_where_moving_it_fails(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(SPEAKER_LIKE_LENGTH, "utf-8")
+    report = diagnose(str(script), DiagnoseOptions(fix=False))[0]
+    checked = [c for c in report.shapes if dict(c.inputs)["tokens"] != (1, 6)]
+    assert checked and all(c.status == "passed" for c in checked), report.shapes

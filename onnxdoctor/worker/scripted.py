@@ -69,9 +69,10 @@ def scripted_parts(model: Any, namespace: dict[str, Any]) -> int:
 def turn_scripting_off() -> None:
     """What PYTORCH_JIT=0 does, in a worker that imported torch before the script: torch.jit.script
     and script_method give back what they are given (they read the flag at each call), and
-    torch.jit.ScriptModule is torch's own stand-in under that setting, a plain nn.Module (the class
-    is chosen when torch is imported, so it is swapped here). For the rest of this worker's life:
-    the recipe runs in a worker of its own."""
+    torch.jit.ScriptModule and torch.jit.Attribute are torch's own stand-ins under that setting (a
+    plain nn.Module, the value itself: chosen when torch is imported, so swapped here). Compiled
+    TorchScript files are left alone (torch.jit.load of a saved module needs the variable unset).
+    For the rest of this worker's life: the recipe runs in a worker of its own."""
     import torch
     import torch.jit._script as jit_script
     from torch.jit._state import _enabled
@@ -82,8 +83,12 @@ def turn_scripting_off() -> None:
         def __init__(self, arg: Any = None) -> None:
             super().__init__()
 
+    def attribute(value: Any, type: Any) -> Any:
+        return value  # as torch defines it under PYTORCH_JIT=0
+
     _enabled.enabled = False
     torch.jit.ScriptModule = jit_script.ScriptModule = ScriptModule  # type: ignore[misc]
+    torch.jit.Attribute = jit_script.Attribute = attribute  # type: ignore[assignment]
 
 
 def _needs_arguments(cls: type) -> bool:

@@ -70,8 +70,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # forward() asked whether it is being exported and was told yes (detectron2's alias(),
         # which writes _caffe2::AliasWithName only then): its eager branch is what PyTorch
         # computes, whatever wrote the node, and the cheapest route to try.
-        fixes.insert(0, eager_branch_fix(f"the branch forward() takes for the export (where the {ctx.op} "
-                                         "node comes from)", finding.source))
+        fixes.insert(0, eager_branch_fix(f"the branch forward() takes for the export (which may write the "
+                                         f"{ctx.op} node)", finding.source))
     fixes.append(_native_kernel(ctx, row, facts, script=True))
     return fixes
 

@@ -45,6 +45,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # Scripted parts inside an eager model (a ScriptModule submodule, a scripted function):
         # the tracer refuses some ("Tried to trace <__torch__.FPN> but it is not part of the
         # active trace"), the exporter others; with TorchScript off they are Python it traces.
+        # (A scripted model itself takes the routes below: with TorchScript off it would be
+        # another class than the one diagnosed, and a ScriptModule subclass stays one the
+        # exporters refuse.)
         return [_scripting_off(ctx)] if ctx.facts_of(Stage.LOAD).get("scripted_parts") else []
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
@@ -66,7 +69,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if wrapper is not None:
         fixes.append(wrapper)
     fixes.append(_converter())
-    fixes.append(_scripting_off(ctx))
     return fixes
 
 
@@ -76,7 +78,9 @@ SCRIPTING_OFF = """\
 # Python code they are given, torch.jit.ScriptModule is a plain nn.Module, and the exporter traces
 # through every part of the model.
 import os
+import sys
 
+assert "torch" not in sys.modules, "PYTORCH_JIT is read when torch is imported: set it first"
 os.environ["PYTORCH_JIT"] = "0"
 
 import torch
@@ -91,7 +95,8 @@ def _scripting_off(ctx: FixContext) -> Fix:
         title=f"Export with TorchScript off (PYTORCH_JIT=0): the model's {parts} scripted "
               f"part{'s' if parts != 1 else ''} (torch.jit.script, torch.jit.ScriptModule) stay Python the "
               "exporter traces",
-        snippet=SCRIPTING_OFF + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+        snippet=SCRIPTING_OFF + "torch.onnx.export(model, example_inputs, 'model.onnx'"
+                + (f", dynamo={ctx.exporter == 'dynamo'})\n" if ctx.exporter else ")\n"),
         applicability=Applicability.SAFE,
         cost="none at run time; control flow inside the scripted parts is traced for the example (check "
              "other inputs, or declare the sizes dynamic)",

@@ -35,36 +35,50 @@ ROUNDED = '''import math
 import torch
 import torch.nn.functional as F
 
+# (Module level, where the script defines example_inputs and example_kwargs.)
+
+
 # The spatial sizes of the example (each axis after the channels of a floating-point input with
-# three to five axes) rounded up to a multiple; the border is the edge repeated, as a pipeline's
-# padding would add it. None where every size already is one.
+# three to five axes; axes of 1 stay) rounded up to a multiple, the border the edge repeated as a
+# pipeline's padding adds it; a bool or integer mask whose last axes are such an input's sizes is
+# padded with zeros to match. None where every size already is one.
 def _rounded(tensors, multiple):
-    grown, too_large = [], []
+    grown, too_large, extras = [], [], {}
+    leaves = torch.utils._pytree.tree_leaves(tensors)
+    for t in leaves:
+        if torch.is_tensor(t) and t.is_floating_point() and 3 <= t.dim() <= 5:
+            sizes = tuple(t.shape[2:])
+            extras[sizes] = [0 if size == 1 else (-size) % multiple for size in sizes]
 
     def pad(t):
-        if not (t.is_floating_point() and 3 <= t.dim() <= 5):
-            return t
-        extra = [(-size) % multiple for size in t.shape[2:]]
-        if not any(extra):
-            return t
-        if math.prod(s + e for s, e in zip(t.shape[2:], extra)) > max(8 * math.prod(t.shape[2:]), 1 << 20):
-            too_large.append(t)  # a size many times the example's is no longer the example
-        grown.append("x".join(str(size + e) for size, e in zip(t.shape[2:], extra)))
-        padded = F.pad(t, [p for e in reversed(extra) for p in (0, e)], mode="replicate")
-        if t.numel() and bool(t.min() == t.max()):
-            # An example of one value (torch.zeros) carries a shape, not an image: normalisation
-            # layers divide its nothing-but-rounding deviations by sqrt(eps), and no two
-            # runtimes round alike. Values drawn around it (seeded) check the model instead.
-            noise = torch.randn(padded.shape, generator=torch.Generator().manual_seed(0))
-            padded = padded + noise.to(padded.dtype)
-        return padded
+        if t.is_floating_point() and 3 <= t.dim() <= 5:
+            sizes = tuple(t.shape[2:])
+            extra = extras[sizes]
+            if not any(extra):
+                return t
+            if math.prod(s + e for s, e in zip(sizes, extra)) > max(8 * math.prod(sizes), 1 << 20):
+                too_large.append(t)  # a size many times the example's is no longer the example
+            grown.append("x".join(str(size + e) for size, e in zip(sizes, extra)))
+            padded = F.pad(t, [p for e in reversed(extra) for p in (0, e)], mode="replicate")
+            if t.numel() and bool(t.min() == t.max()):
+                # An example of one value (torch.zeros) carries a shape, not an image: normalisation
+                # layers divide its nothing-but-rounding deviations by sqrt(eps), and no two
+                # runtimes round alike. Values drawn around it (seeded) check the model instead.
+                noise = torch.randn(padded.shape, generator=torch.Generator().manual_seed(0))
+                padded = padded + noise.to(device=padded.device, dtype=padded.dtype)
+            return padded
+        for sizes, extra in extras.items():
+            if any(extra) and t.dim() >= len(sizes) and tuple(t.shape[-len(sizes):]) == sizes:
+                widths = [p for e in reversed(extra) for p in (0, e)]
+                return F.pad(t.to(torch.uint8), widths).to(t.dtype) if t.dtype == torch.bool else F.pad(t, widths)
+        return t
     rounded = torch.utils._pytree.tree_map_only(torch.Tensor, pad, tensors)
     return (rounded, grown) if grown and not too_large else None
 
 
 def _runs(model, args, kwargs):
-    # Tried in eval mode without gradients, the buffers put back after: trying a size must not
-    # move a batch norm's running statistics or any state forward() keeps.
+    # Tried in eval mode without gradients, training flags and buffers put back after: trying a
+    # size must not move a batch norm's running statistics.
     modes = [(m, m.training) for m in model.modules()]
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     model.eval()
@@ -84,16 +98,22 @@ def _runs(model, args, kwargs):
 
 
 # A network that halves its maps k times needs 2**k: the smallest multiple that runs, first.
-_example = (tuple(example_inputs), dict(globals().get("example_kwargs") or {}))
+_positional = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+_example = (tuple(_positional), dict(globals().get("example_kwargs") or {}))
+_tried = []
 for _multiple in (2, 4, 8, 16, 32, 64, 128, 256):
     _candidate = _rounded(_example, _multiple)
-    if _candidate is not None and _runs(model, *_candidate[0]):
-        (example_inputs, example_kwargs), _sizes = _candidate
-        print(f"The model runs at sizes that are multiples of {_multiple}: exported at {', '.join(_sizes)}.")
-        break
+    if _candidate is not None:
+        _tried.append(_multiple)
+        if _runs(model, *_candidate[0]):
+            (example_inputs, example_kwargs), _sizes = _candidate
+            print(f"The model runs at sizes that are multiples of {_multiple}: exported at {', '.join(_sizes)}.")
+            break
 else:
-    raise RuntimeError("forward() raises at every size rounded up to a multiple of 2 to 256: "
-                       "the sizes that disagree are not a matter of the input size")
+    raise RuntimeError(
+        "forward() raises with the floating-point inputs' spatial sizes rounded up to a multiple of "
+        + ", ".join(map(str, _tried)) + ": the sizes that disagree are not a matter of the input size"
+        if _tried else "no multiple up to 256 changes the example's spatial sizes (already multiples, or too large)")
 '''
 
 
