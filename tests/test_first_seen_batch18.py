@@ -16,11 +16,12 @@ CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
 @pytest.mark.slow
 def test_a_torch_op_failing_inside_a_function_names_the_extension_op_beside_it() -> None:
     # basicsr's FusedLeakyReLUFunction: `input.new_empty(0)` is what the exporter names, the
-    # compiled fused_bias_act beside it is what the export cannot do without (pytorch#116182).
+    # compiled fused_bias_act beside it is what the export cannot do without (pytorch#116182),
+    # and the Function is what the user wrote.
     (diagnosis,) = diagnose(str(CORPUS / "fused_bias_act_extension_stylegan2_gfpganv1_pytorch_116182.py"),
                             DiagnoseOptions(fix=False))
     finding = diagnosis.findings[0]
-    assert finding.op == "aten::new_empty"
+    assert finding.op == "FusedLeakyReLUFunction" and "aten::new_empty" in finding.message
     assert finding.torch_op == "basicsr_ops::fused_bias_act" and "basicsr_ops::fused_bias_act" in finding.message
 
 

@@ -325,3 +325,55 @@ def test_a_value_that_only_equals_a_size_is_drawn_as_before_where_moving_it_fail
     report = diagnose(str(script), DiagnoseOptions(fix=False))[0]
     checked = [c for c in report.shapes if dict(c.inputs)["tokens"] != (1, 6)]
     assert checked and all(c.status == "passed" for c in checked), report.shapes
+
+
+# An autograd.Function without a symbolic whose forward casts (`.int()`) beside an extension op:
+# the TorchScript exporter inlines it and stops at `aten::to` (BEVDet's QuickCumsumCuda,
+# tt-forge-onnx#1092).
+FUNCTION_BESIDE_EXTENSION = '''import torch
+import torch.nn as nn
+
+dynamo = False
+opset_version = 13
+
+
+@torch.library.custom_op("odtest_pool::pool", mutates_args=())
+def pool(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return x * 2 + idx.float().mean()
+
+
+@pool.register_fake
+def _(x, idx):
+    return torch.empty_like(x)
+
+
+class Pooling(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, idx):
+        idx = idx.int()
+        return torch.ops.odtest_pool.pool(x.contiguous().float(), idx)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x, idx):
+        return Pooling.apply(self.conv(x), idx).relu()
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.rand(1, 3, 8, 8), torch.tensor([1, 2, 3]))
+'''
+
+
+@pytest.mark.slow
+def test_a_function_the_exporter_inlined_and_stopped_in_is_named(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(FUNCTION_BESIDE_EXTENSION, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
+    assert (finding.code, finding.op, finding.torch_op) == ("OD299", "Pooling", "odtest_pool::pool"), finding.message
+    assert "aten::to" in finding.message
+    assert any(f.verified for f in finding.fixes), [(f.kind, f.check) for f in finding.fixes]

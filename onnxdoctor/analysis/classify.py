@@ -613,6 +613,14 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         # The finding's op stays what the exporter named (a Function's fixes answer it); what
         # stopped the export is the extension op the Function's forward calls.
         inner = str(facts["inner_ops"][0])
+        function = str(facts.get("inner_function") or "")
+        if python_op is None and function:
+            # The exporter named a torch op of the Function's inlined forward (`aten::to` of a
+            # `.int()` beside the kernel): the Function is what the user wrote and what its
+            # fixes (the kernel bridge, the op's own body) answer.
+            message = (f"autograd.Function {function} cannot be exported: the TorchScript exporter inlined its "
+                       f"forward and stopped at {op} beside the extension op {inner}, which has no ONNX export")
+            return [replace(make("OD299", message, op=function)[0], torch_op=inner)]
         message = (f"autograd.Function {python_op.group(1)} cannot be exported: its forward calls {inner}, which "
                    "has no ONNX export (the TorchScript exporter could not inline it)" if python_op else
                    f"{op} cannot be exported inside an autograd.Function whose forward also calls the extension "

@@ -240,6 +240,8 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 inner = function_inner_ops(loaded, line=facts.get("source"))
                 if inner:
                     facts["inner_ops"] = inner
+                    # The Function itself: what the user wrote, named in the finding.
+                    facts["inner_function"] = function_owners(line=facts.get("source"))[0].__name__
         if op.startswith("prims::") and dynamo:
             # The dynamo exporter names the prims op a decomposition wrote; the user's line calls
             # the aten op (checked on that line: several ops decompose to some prims ops).
@@ -445,18 +447,11 @@ def shapeless_function_facts(exc: BaseException, inlined: list[dict[str, str]], 
     return {}
 
 
-def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = None) -> list[str]:
-    """The ops outside torch's namespaces that an autograd.Function dispatches during one eager
-    forward of the model, in order of first call: the Function named `name` (its class name),
-    or the one whose forward holds `line` (`file.py:N`)."""
+def function_owners(name: str | None = None, line: str | None = None) -> list[type]:
+    """The autograd.Function classes named `name`, or whose forward holds `line` (`file.py:N`)."""
     import inspect
 
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from onnxdoctor.analysis.classify import TORCH_NAMESPACES
-    from onnxdoctor.worker.fixkit import reference_call
-    from onnxdoctor.worker.parity import watching_forwards
 
     def holds(cls: type) -> bool:
         file, _, number = (line or "").rpartition(":")
@@ -473,8 +468,22 @@ def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = 
             yield sub
             yield from subclasses(sub)
 
-    owners = [c for c in dict.fromkeys(subclasses(torch.autograd.Function))
-              if c.__name__ == name or (line and holds(c))]
+    return [c for c in dict.fromkeys(subclasses(torch.autograd.Function))
+            if c.__name__ == name or (line and holds(c))]
+
+
+def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = None) -> list[str]:
+    """The ops outside torch's namespaces that an autograd.Function dispatches during one eager
+    forward of the model, in order of first call: the Function named `name` (its class name),
+    or the one whose forward holds `line` (`file.py:N`)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from onnxdoctor.analysis.classify import TORCH_NAMESPACES
+    from onnxdoctor.worker.fixkit import reference_call
+    from onnxdoctor.worker.parity import watching_forwards
+
+    owners = function_owners(name, line)
     if not owners:
         return []
     running: list[type] = []
