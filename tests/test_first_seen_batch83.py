@@ -377,3 +377,16 @@ def test_a_function_the_exporter_inlined_and_stopped_in_is_named(tmp_path: Path)
     assert (finding.code, finding.op, finding.torch_op) == ("OD299", "Pooling", "odtest_pool::pool"), finding.message
     assert "aten::to" in finding.message
     assert any(f.verified for f in finding.fixes), [(f.kind, f.check) for f in finding.fixes]
+
+
+def test_the_node_stack_in_the_exporters_message_gives_the_users_line(tmp_path: Path) -> None:
+    # "Couldn't export operator aten::size ... Defined at:" where no frame holds the node
+    # (mit-han-lab/bevfusion#406: `x.shape[0]` in a Function's inlined forward).
+    from onnxdoctor.worker.failures import _defined_at
+
+    script = tmp_path / "model.py"
+    script.write_text("", "utf-8")
+    stack = (f"\n{torch.__file__}(625): apply\n{script}(62): forward\n"
+             f"{tmp_path / 'helpers.py'}(7): pool\n{script}(79): bev_pool\n")
+    assert _defined_at(stack, script) == "model.py:62"
+    assert _defined_at(f"\n{torch.__file__}(625): apply\n", script) is None

@@ -222,6 +222,10 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             facts["source"] = _symbolic_definition(loaded, op, target)
     if op and not symbolic and not facts.get("symbolic_outputs"):
         located = facts.get("constant_source") or facts.get("source") or source_from_frames(exc, target)
+        if not located and "Defined at:" in text:
+            # No frame holds the node (an op of a Function's inlined forward, `aten::size` of
+            # `x.shape[0]`): the exporter's own message carries the node's stack, innermost first.
+            located = _defined_at(text.split("Defined at:", 1)[1], target)
         if not located and loaded is not None and SYMBOLIC_METHOD_TYPE_ERROR.search(text):
             # The call into a Function's symbolic failed before any line of it ran: its `def`.
             with contextlib.suppress(Exception):
@@ -445,6 +449,21 @@ def shapeless_function_facts(exc: BaseException, inlined: list[dict[str, str]], 
         if inner:
             return {"shapeless_function": name, "inner_ops": inner}
     return {}
+
+
+_STACK_FRAME = re.compile(r"^\s*(.+?\.py)\((\d+)\): ", re.MULTILINE)
+
+
+def _defined_at(stack: str, target: Path) -> str | None:
+    """The innermost `file.py(N): function` line of a node's stack in the script's folder, as
+    `file.py:N`."""
+    folder = target.resolve().parent
+    for match in _STACK_FRAME.finditer(stack):
+        path = Path(match.group(1))
+        with contextlib.suppress(OSError, ValueError):
+            if path.resolve() == target.resolve() or path.resolve().parent == folder:
+                return f"{path.name}:{match.group(2)}"
+    return None
 
 
 def function_owners(name: str | None = None, line: str | None = None) -> list[type]:
