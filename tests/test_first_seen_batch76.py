@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from diagnosed import first_finding
 
 from onnxdoctor.analysis.fixes.batch_axis import _SHAPE_ERROR, BATCHED
 from onnxdoctor.analysis.fixes.rewrite import _REFUSALS
-from onnxdoctor.model import DiagnoseOptions, Finding
-from onnxdoctor.pipeline import diagnose
+from onnxdoctor.model import Finding
 from onnxdoctor.worker.loader import LoadedModel
 from onnxdoctor.worker.registry import decomposed_origin
 
@@ -43,11 +43,7 @@ def get_model():
 
 
 def _forward_failed(tmp_path: Path, source: str) -> Finding:
-    script = tmp_path / "model.py"
-    script.write_text(source, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert finding.code == "OD108", finding.message
-    return finding
+    return first_finding(tmp_path, source, "OD108")
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
-"""General mechanisms for failures not seen before (issue 22), written after the eighty-third
-first-seen batch (fixtures/corpus/first_seen_2026-12-07w.txt) and the earlier batches' misses it
-shares a cause with."""
+"""General mechanisms for failures not seen before (issue 22), written after the eighty-third to
+eighty-seventh first-seen batches (fixtures/corpus/first_seen_2026-12-07w.txt to
+first_seen_2026-12-08a.txt) and the earlier batches' misses they share a cause with."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from diagnosed import diagnosed, first_finding
 from fix_programs import run_fix_program
 
 from onnxdoctor.analysis.fixes.size_multiple import _SIZES_DISAGREE, ROUNDED
-from onnxdoctor.model import DiagnoseOptions, Finding
-from onnxdoctor.pipeline import diagnose
 
 # A U-Net with two poolings and an upsampling that doubles: at 20x18 the second level's 9 pools
 # to 4 and comes back as 8, and the skip connection's add refuses; at multiples of 4 it runs.
@@ -59,25 +58,17 @@ def get_model():
 '''
 
 
-def _forward_failed(tmp_path: Path, source: str) -> Finding:
-    script = tmp_path / "model.py"
-    script.write_text(source, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert finding.code == "OD108", finding.message
-    return finding
-
-
 @pytest.mark.slow
 def test_a_network_that_divides_its_maps_is_exported_at_the_next_multiple_it_runs_at(tmp_path: Path) -> None:
     # bearpaw/pytorch-pose#124, MIC-DKFZ/nnUNet#692: the skip connection refuses an odd size.
-    tried = {f.kind: f for f in _forward_failed(tmp_path, SMALL_UNET).fixes}
+    tried = {f.kind: f for f in first_finding(tmp_path, SMALL_UNET, "OD108").fixes}
     assert tried["size_multiple"].verified is True, tried["size_multiple"].check
     assert "20x18" in tried["size_multiple"].title
 
 
 @pytest.mark.slow
 def test_sizes_that_disagree_at_every_size_are_not_called_a_size_multiple(tmp_path: Path) -> None:
-    tried = {f.kind: f for f in _forward_failed(tmp_path, ALWAYS_SHORT).fixes}
+    tried = {f.kind: f for f in first_finding(tmp_path, ALWAYS_SHORT, "OD108").fixes}
     assert tried["size_multiple"].verified is False
     check = tried["size_multiple"].check
     assert check is not None and "not a matter of the input size" in check.detail, check
@@ -158,9 +149,7 @@ def get_model():
 
 
 def test_an_input_holding_a_length_follows_the_length_at_other_sizes(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(LENGTH_INPUT, "utf-8")
-    report = diagnose(str(script), DiagnoseOptions(fix=False))[0]
+    report = diagnosed(tmp_path, LENGTH_INPUT, fix=False)
     frozen = [f for f in report.findings if f.code == "OD802"]
     assert frozen and "tokens dim 1" in frozen[0].message, [(f.code, f.message) for f in report.findings]
 
@@ -219,10 +208,8 @@ def get_model():
 
 @pytest.mark.slow
 def test_a_custom_node_written_only_for_the_export_is_answered_by_the_eager_branch(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(EXPORT_ONLY_NODE, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert finding.code == "OD401" and "Alias" in (finding.op or ""), (finding.code, finding.message)
+    finding = first_finding(tmp_path, EXPORT_ONLY_NODE, "OD401")
+    assert "Alias" in (finding.op or ""), finding.message
     assert finding.fixes[0].kind == "eager_branch" and finding.fixes[0].verified is True, finding.fixes[0].check
 
 
@@ -268,15 +255,13 @@ def get_model():
 
 @pytest.mark.slow
 def test_a_scripted_part_the_tracer_refuses_is_exported_with_torchscript_off(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(SCRIPTED_PART, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert finding.code == "OD299" and "active trace" in finding.message, (finding.code, finding.message)
+    finding = first_finding(tmp_path, SCRIPTED_PART, "OD299")
+    assert "active trace" in finding.message, finding.message
     tried = {f.kind: f for f in finding.fixes}
     assert tried["scripting_off"].verified is True, tried["scripting_off"].check
     assert "1 scripted part " in tried["scripting_off"].title
     # fix.py turns TorchScript off before the script is imported, as the check did.
-    run_fix_program(tried["scripting_off"], script, tmp_path / "fix")
+    run_fix_program(tried["scripting_off"], tmp_path / "model.py", tmp_path / "fix")
 
 
 def _plus_one(x: torch.Tensor) -> torch.Tensor:
@@ -320,9 +305,7 @@ def get_model():
 
 
 def test_a_value_that_only_equals_a_size_is_drawn_as_before_where_moving_it_fails(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(SPEAKER_LIKE_LENGTH, "utf-8")
-    report = diagnose(str(script), DiagnoseOptions(fix=False))[0]
+    report = diagnosed(tmp_path, SPEAKER_LIKE_LENGTH, fix=False)
     checked = [c for c in report.shapes if dict(c.inputs)["tokens"] != (1, 6)]
     assert checked and all(c.status == "passed" for c in checked), report.shapes
 
@@ -371,10 +354,8 @@ def get_model():
 
 @pytest.mark.slow
 def test_a_function_the_exporter_inlined_and_stopped_in_is_named(tmp_path: Path) -> None:
-    script = tmp_path / "model.py"
-    script.write_text(FUNCTION_BESIDE_EXTENSION, "utf-8")
-    finding = diagnose(str(script), DiagnoseOptions(fix=True))[0].findings[0]
-    assert (finding.code, finding.op, finding.torch_op) == ("OD299", "Pooling", "odtest_pool::pool"), finding.message
+    finding = first_finding(tmp_path, FUNCTION_BESIDE_EXTENSION, "OD299")
+    assert (finding.op, finding.torch_op) == ("Pooling", "odtest_pool::pool"), finding.message
     assert "aten::to" in finding.message
     assert any(f.verified for f in finding.fixes), [(f.kind, f.check) for f in finding.fixes]
 
