@@ -269,6 +269,8 @@ def _plus_one(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_the_outermost_scripted_parts_are_counted() -> None:
+    from torch.utils import mkldnn
+
     from onnxdoctor.worker.scripted import scripted_parts
 
     model = torch.nn.Sequential(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())),
@@ -276,6 +278,9 @@ def test_the_outermost_scripted_parts_are_counted() -> None:
     scripted = torch.jit.script(_plus_one)
     assert scripted_parts(model, {"helper": scripted, "other": _plus_one}) == 2
     assert scripted_parts(torch.nn.Linear(2, 2), {}) == 0
+    # torch's own ScriptModule layers (torch.utils.mkldnn) are no scripting of the user's.
+    dense = torch.nn.Sequential(torch.nn.Linear(2, 2)).eval()
+    assert scripted_parts(mkldnn.to_mkldnn(dense), {}) == 0
 
 
 # A speaker id that happens to equal the example's length: moved with the length, it would leave

@@ -58,8 +58,11 @@ def scripted_parts(model: Any, namespace: dict[str, Any]) -> int:
     modules = 0
     if isinstance(model, torch.nn.Module):
         named = dict(model.named_modules())
-        # The outermost ones: a scripted FPN's scripted convolutions are one part with it.
+        # The outermost ones: a scripted FPN's scripted convolutions are one part with it. torch's
+        # own ScriptModule classes (torch.utils.mkldnn's layers) are not the user's scripting.
         modules = sum(isinstance(m, torch.jit.ScriptModule)
+                      and (isinstance(m, torch.jit.RecursiveScriptModule)
+                           or not type(m).__module__.startswith("torch."))
                       and not (path and isinstance(named.get(path.rpartition(".")[0]), torch.jit.ScriptModule))
                       for path, m in named.items())
     functions = sum(isinstance(v, torch.jit.ScriptFunction) for v in namespace.values())

@@ -97,7 +97,7 @@ def _scripting_off(ctx: FixContext) -> Fix:
               "exporter traces",
         snippet=SCRIPTING_OFF + "torch.onnx.export(model, example_inputs, 'model.onnx'"
                 + (f", dynamo={ctx.exporter == 'dynamo'})\n" if ctx.exporter else ")\n"),
-        applicability=Applicability.SAFE,
+        applicability=Applicability.UNSAFE,
         cost="none at run time; control flow inside the scripted parts is traced for the example (check "
              "other inputs, or declare the sizes dynamic)",
         recipe=Recipe("scripting_off", (ScriptingOff(),), isolated=True),
