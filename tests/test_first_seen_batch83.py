@@ -376,3 +376,32 @@ def test_the_node_stack_in_the_exporters_message_gives_the_users_line(tmp_path: 
              f"{tmp_path / 'helpers.py'}(7): pool\n{script}(79): bev_pool\n")
     assert _defined_at(stack, script) == "model.py:62"
     assert _defined_at(f"\n{torch.__file__}(625): apply\n", script) is None
+
+
+# The batch read with int() into a shape: at batch 2 the graph's Reshape still holds 1, and the
+# softmax runs over both samples at once (tinyvision/SOLIDER#9's window_reverse).
+FROZEN_BATCH_SHAPE = '''import torch
+import torch.nn as nn
+
+dynamo = False
+input_names = ["x"]
+output_names = ["y"]
+dynamic_axes = {"x": {0: "batch"}, "y": {0: "batch"}}
+
+
+class Windows(nn.Module):
+    def forward(self, x):
+        b = int(x.shape[0])
+        return x.reshape(b, -1).softmax(-1).reshape(x.shape)
+
+
+def get_model():
+    return Windows().eval(), (torch.rand(1, 4, 6),)
+'''
+
+
+def test_a_size_divergence_names_the_node_where_it_first_differs(tmp_path: Path) -> None:
+    report = diagnosed(tmp_path, FROZEN_BATCH_SHAPE, fix=False)
+    found = [f for f in report.findings if f.code == "OD803"]
+    assert found and found[0].op == "Reshape" and "first differs at Reshape node" in found[0].message, \
+        [(f.code, f.op, f.message) for f in report.findings]

@@ -150,7 +150,8 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
                        if e.get("error") and (not e.get("max_abs_diff") or " shape " in str(e.get("error")))), None)
         told = f"({shaped})" if shaped else f"(max abs diff {diff:.3g})"
         message = (f"at {sizes} ONNX Runtime runs without an error and differs from PyTorch "
-                   f"{told}, though the ONNX input declares the size dynamic")
+                   f"{told}, though the ONNX input declares the size dynamic"
+                   + (f"; it first differs at {where}" if node else ""))
         if ranges:
             message += f"; torch.export kept {', '.join(ranges)} (a guard on the size at export)"
     else:

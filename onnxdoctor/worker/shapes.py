@@ -82,6 +82,7 @@ def check_sizes(
     started = time.monotonic()
 
     followed: list[str] = []  # the inputs the last call gave a moved size as their value
+    last_call: list[tuple[Any, Any]] = []  # the (args, kwargs) the last call ran the model with
 
     def call(shapes: dict[str, list[int]], seed: int, follow: bool = True) -> tuple[list[Any], list[Any]]:
         if time.monotonic() - started > TIME_BUDGET:
@@ -102,6 +103,7 @@ def check_sizes(
             new[position] = tensor
             tensors.append(tensor)
         args, kwargs = pytree.tree_unflatten(new, spec)
+        last_call[:] = [(args, kwargs)]
         model = copy.deepcopy(loaded.model) if getattr(loaded.model, "training", False) else loaded.model
         torch.manual_seed(0)
         with torch.no_grad():
@@ -178,12 +180,52 @@ def check_sizes(
             entry.update(max_abs_diff=None, compared="shapes and dtypes of the random outputs")
         elif report["code"]:
             entry.update(status="failed", kind="mismatch", error=report["message"][:300])
+            if not dynamo and not any(e.get("op") for e in facts["sizes"]):
+                entry.update(_diverging_at(state, atol, rtol, last_call[0], started))
         facts["sizes"].append(entry)
     failing = [e for e in facts["sizes"] if e["status"] != "passed"]
     if failing:
         facts["frozen_nodes"] = _frozen_constants(state, example_shapes, failing)
         facts["size_code"] = size_code_lines(loaded.model)
     return facts
+
+
+# ONNX ops that build a shape from its pieces, between a frozen size and the op that uses it.
+_SHAPE_BUILDING = frozenset({"Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", "Mul", "Div", "Add", "Sub"})
+
+
+def _diverging_at(state: dict[str, Any], atol: float, rtol: float, call: tuple[Any, Any],
+                  started: float) -> dict[str, Any]:
+    """The node where a TorchScript export first computes otherwise at another size (`op`, `node`:
+    a Reshape holding the example's batch, a Resize its output size), searched as PARITY searches
+    a difference at other inputs, within what is left of the stage's budget; {} where not found."""
+    from onnxdoctor.worker.parity import OutOfTime, first_diverging_traced, time_limit
+
+    left = TIME_BUDGET - (time.monotonic() - started)
+    if left < 1:
+        return {}
+    try:
+        with time_limit(left):
+            found = first_diverging_traced(state, atol, rtol, at=call)
+    except (OutOfTime, Exception):  # best effort: the size is reported either way
+        return {}
+    if not found or not found.get("node"):
+        return {}
+    op, node = found.get("op"), found["node"]
+    model = state.get("onnx_model")
+    if op == "Constant" and model is not None:
+        # A constant that differs is a size the trace froze (the example's batch in a shape): the
+        # node it reaches through the shape's own arithmetic (the Reshape) is where it acts.
+        value = found.get("value")
+        for _ in range(6):
+            reader = next((n for n in model.graph.node if value in n.input), None)
+            if reader is None:
+                break
+            op, node = reader.op_type, reader.name
+            if op not in _SHAPE_BUILDING or not reader.output:
+                break
+            value = reader.output[0]
+    return {"op": op, "node": node, "torch_op": found.get("torch_op")}
 
 
 class _OutOfTime(Exception):
