@@ -610,8 +610,9 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make("OD204", message + (f": {detail}" if detail else ""))
     python_op = COULD_NOT_EXPORT_PYTHON.search(text)
     if facts.get("inner_ops") and (python_op or _COULD_NOT_EXPORT.search(text)):
-        # The finding's op stays what the exporter named (a Function's fixes answer it); what
-        # stopped the export is the extension op the Function's forward calls.
+        # The finding's op is the Function (what the exporter named, or whose inlined forward it
+        # stopped in) or the torch op it named where no Function is known; what stopped the
+        # export is the extension op the Function's forward calls.
         inner = str(facts["inner_ops"][0])
         function = str(facts.get("inner_function") or "")
         if python_op is None and function:
