@@ -627,6 +627,13 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                    f"{op} cannot be exported inside an autograd.Function whose forward also calls the extension "
                    f"op {inner}: export that op (or the Function) another way")
         return [replace(make("OD299", message)[0], torch_op=inner)]
+    enclosing = facts.get("enclosing_function")
+    if enclosing and op and _COULD_NOT_EXPORT.search(text):
+        # A torch op with no export inside a Function's forward (`torch.from_numpy` after a NumPy
+        # kernel): the Function is what the user wrote; the op is where the exporter stopped.
+        message = (f"autograd.Function {enclosing} cannot be exported: the TorchScript exporter inlined its "
+                   f"forward and stopped at {op}, which has no ONNX export")
+        return [replace(make("OD299", message, op=str(enclosing))[0], torch_op=op)]
     counted = facts.get("symbolic_outputs")
     if isinstance(counted, dict) and op and counted.get("registered"):
         return make("OD205", f"the symbolic registered for {op} returns {counted.get('got')} value(s) where {op} "

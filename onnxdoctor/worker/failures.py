@@ -246,6 +246,17 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                     facts["inner_ops"] = inner
                     # The Function itself: what the user wrote, named in the finding.
                     facts["inner_function"] = function_owners(line=facts.get("source"))[0].__name__
+            if "inner_ops" not in facts and "Defined at:" in text:
+                # No extension op, but the node's stack passes through a Function's forward (a
+                # `torch.from_numpy` in a helper that forward calls, graspness#12): the Function
+                # is what the user wrote, and what its fixes (its forward as a kernel) answer.
+                with contextlib.suppress(Exception):
+                    owner = _enclosing_function(text.split("Defined at:", 1)[1], target)
+                    if owner:
+                        from onnxdoctor.worker.parity import traced_functions
+
+                        facts["enclosing_function"] = owner
+                        facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == owner]
         if op.startswith("prims::") and dynamo:
             # The dynamo exporter names the prims op a decomposition wrote; the user's line calls
             # the aten op (checked on that line: several ops decompose to some prims ops).
@@ -463,6 +474,20 @@ def _defined_at(stack: str, target: Path) -> str | None:
         with contextlib.suppress(OSError, ValueError):
             if path.resolve() == target.resolve() or path.resolve().parent == folder:
                 return f"{path.name}:{match.group(2)}"
+    return None
+
+
+def _enclosing_function(stack: str, target: Path) -> str | None:
+    """The autograd.Function whose forward is on a node's stack (innermost first), by the frames
+    in the script's folder; None where none is."""
+    folder = target.resolve().parent
+    for match in _STACK_FRAME.finditer(stack):
+        path = Path(match.group(1))
+        with contextlib.suppress(OSError, ValueError):
+            if path.resolve().parent == folder:
+                owners = function_owners(line=f"{path.name}:{match.group(2)}")
+                if owners:
+                    return owners[0].__name__
     return None
 
 

@@ -1,0 +1,77 @@
+"""General mechanisms for failures not seen before (issue 22), written after the eighty-ninth and
+later first-seen batches (fixtures/corpus/first_seen_2026-12-08c.txt onwards)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from diagnosed import first_finding
+
+from onnxdoctor.worker import shapes
+from onnxdoctor.worker.loader import LoadedModel
+
+
+def test_a_size_is_checked_even_when_the_budget_is_spent_before_the_first(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a loaded machine the eager probes could spend the whole SHAPES budget, and a fixed-batch
+    # export (PaDiM exported at batch 1, anomalib#2338) was then called healthy: no size checked.
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU()).eval()
+    x = torch.rand(1, 3, 8, 8)
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"], opset_version=17)
+    state = {"loaded": LoadedModel(model, (x,), {}), "session": ort.InferenceSession(str(path)),
+             "onnx_model": onnx.load(str(path))}
+    monkeypatch.setattr(shapes, "TIME_BUDGET", 0.0)
+    facts = shapes.check_sizes(state, atol=1e-4, rtol=1e-3, explicit=(), dynamo=False)
+    assert facts["probes"][:1] == [{"dims": [("x", 0)], "accepted": True}]
+    assert [e["status"] for e in facts["sizes"]] == ["refused"], facts
+    assert facts["stopped"]  # the budget still stops every further size
+
+
+# A sparse convolution's Function whose forward calls a NumPy kernel through a helper, as
+# MinkowskiEngine's does through its compiled extension (graspness_implementation#12): the tracer
+# stops at the `torch.from_numpy` of the helper, a line outside the Function's forward.
+NUMPY_FUNCTION = '''import numpy as np
+import torch
+
+
+def _kernel(x, w):
+    return torch.from_numpy(np.maximum(x.detach().numpy() @ w.detach().numpy(), 0.0))
+
+
+class SparseConvFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        return _kernel(x.contiguous(), w)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(SparseConvFunction.apply(x, self.w))
+
+
+dynamo = False
+opset_version = 17
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.rand(5, 3),)
+'''
+
+
+def test_an_op_the_exporter_stops_at_in_a_helper_of_a_function_s_forward_names_the_function(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, NUMPY_FUNCTION, "OD299")
+    assert (finding.op, finding.torch_op) == ("SparseConvFunction", "aten::lift_fresh"), finding.message
+    assert finding.source == "model.py:6"
+    kernel = next(f for f in finding.fixes if f.kind == "function_kernel")
+    assert kernel.verified, kernel.check
