@@ -75,3 +75,43 @@ def test_an_op_the_exporter_stops_at_in_a_helper_of_a_function_s_forward_names_t
     assert finding.source == "model.py:6"
     kernel = next(f for f in finding.fixes if f.kind == "function_kernel")
     assert kernel.verified, kernel.check
+
+
+# A 4-bit layer's Function unpacking nibbles with `&` on uint8 (optimum#1914): torch's symbolic
+# for `&` at opset 14 refuses integers while the exporter tries to inline the Function, prints why
+# on stderr, and then fails on another op of the forward (`aten::size`).
+NIBBLE_FUNCTION = '''import torch
+
+
+class Unpack4Bit(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, packed, scale):
+        low = (packed & 15).float() - 8.0
+        return low.reshape(packed.size(0), -1) * scale
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("packed", torch.randint(0, 255, (4, 6), dtype=torch.uint8))
+        self.scale = torch.nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, x):
+        return x @ Unpack4Bit.apply(self.packed, self.scale).t()
+
+
+dynamo = False
+opset_version = 14
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Net().eval(), (torch.rand(2, 6),)
+'''
+
+
+def test_a_symbolic_refusal_inside_a_function_names_its_op_and_the_opset_that_takes_it(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, NIBBLE_FUNCTION, "OD201")
+    assert finding.op == "aten::bitwise_and", finding.message
+    assert "Unpack4Bit" in finding.message and "opset 18" in finding.message
+    assert any(f.verified for f in finding.fixes), [(f.kind, f.check) for f in finding.fixes]

@@ -455,6 +455,18 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                                  f"opset {newer[0]} registers another symbolic for it", op=by)
         return make(code, message, op=by)
 
+    refusal = next(iter(facts.get("not_inlined") or ()), {})
+    if refusal.get("op") and _COULD_NOT_EXPORT.search(text):
+        # A built-in symbolic refused an op of the Function's forward in its own words ("bitwise
+        # AND for non-boolean input values"): that op, not the one torch's error names after.
+        inner, reason = str(refusal["op"]), str(refusal["reason"]).rstrip(". ")
+        inside = f" (inside autograd.Function {refusal['function']}, which the TorchScript exporter could not inline)"
+        newer = [v for v in refusal.get("registrations") or () if isinstance(opset, int) and v > opset]
+        if newer:
+            return make("OD201", f"the TorchScript exporter's symbolic for {inner} at opset {opset} refuses this call "
+                                 f"({reason}); opset {newer[0]} registers another symbolic for it{inside}", op=inner)
+        return make("OD299", f"the TorchScript exporter's symbolic for {inner} refuses this call: {reason}{inside}",
+                    op=inner)
     shapeless = facts.get("shapeless_function")
     if facts.get("inner_ops") and shapeless and not COULD_NOT_EXPORT_PYTHON.search(text):
         # A symbolic after the Function refused the shapeless value its node leaves (the worker's

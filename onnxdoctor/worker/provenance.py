@@ -94,6 +94,10 @@ class TorchScriptRecorder:
     # (`self.norms[style_id](x)`): the tracer reads the index as the example's number, with no
     # warning, and the graph holds that module for every input (recipe.EagerExport.selected_modules).
     module_indices: list[str] = field(default_factory=list)
+    # Each symbolic that raised, as (the node's op, the first line of its message): the
+    # exporter's C++ side catches a refusal met while inlining an autograd.Function and prints
+    # only the message ("bitwise AND for non-boolean input values"), not the op that refused.
+    refusals: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def written_constants(self) -> list[str]:
@@ -290,12 +294,22 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     try:
         import torch
         from torch.onnx._internal.torchscript_exporter import jit_utils
+        from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
 
         original_op = jit_utils.GraphContext.op
         original_naming = torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value
+        original_convert = exporter_utils._run_symbolic_function
     except (ImportError, AttributeError):  # another torch: no table, the export as usual
         yield recorder
         return
+
+    def convert(graph: Any, block: Any, node: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original_convert(graph, block, node, *args, **kwargs)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                recorder.refusals.append((str(node.kind()), str(exc).split("[Caused by", 1)[0].strip()))
+            raise
 
     def op(self: Any, opname: str, *raw_args: Any, outputs: int = 1, **kwargs: Any) -> Any:
         try:
@@ -395,6 +409,7 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     for name, make in makers.items():
         setattr(torch, name, building(make))
     torch.nn.ModuleList.__getitem__ = item  # type: ignore[method-assign,assignment]
+    exporter_utils._run_symbolic_function = convert
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]
     torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = naming
     torch.Tensor.__bool__ = truth  # type: ignore[method-assign]
@@ -408,6 +423,7 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         for name, make in makers.items():
             setattr(torch, name, make)
         torch.nn.ModuleList.__getitem__ = original_item  # type: ignore[method-assign]
+        exporter_utils._run_symbolic_function = original_convert
         jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
         torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming
         torch.Tensor.__bool__ = original_truth  # type: ignore[method-assign]

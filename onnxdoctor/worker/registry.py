@@ -116,7 +116,7 @@ def refusing_symbolic(exc: BaseException) -> str | None:
 
 
 # The traced graph spells Python's operators as dunders; users and torch's docs name the op.
-_DUNDER_OPS = {"aten::__and__": "aten::bitwise_and", "aten::__or__": "aten::bitwise_or",
+DUNDER_OPS = {"aten::__and__": "aten::bitwise_and", "aten::__or__": "aten::bitwise_or",
                "aten::__xor__": "aten::bitwise_xor", "aten::__lshift__": "aten::bitwise_left_shift",
                "aten::__rshift__": "aten::bitwise_right_shift", "aten::__not__": "aten::bitwise_not"}
 
@@ -169,7 +169,7 @@ def converting_node_op(exc: BaseException, text: str) -> str | None:
         # read, "cannot call qscheme on UnknownQuantizer"): the op it feeds is the one to name.
         users = [use.user.kind() for output in node.outputs() for use in output.uses()]
         kind = next((k for k in users if not k.startswith("prim::")), kind)
-    return _DUNDER_OPS.get(kind, kind)
+    return DUNDER_OPS.get(kind, kind)
 
 
 def quantized_module_op(model: Any, text: str) -> str | None:

@@ -641,6 +641,18 @@ class Runner:
             facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
             inlined = not_inlined(stderr.text) if stderr is not None else []
             if inlined:
+                if recorder is not None:
+                    from onnxdoctor.worker.registry import DUNDER_OPS, torchscript_registrations
+
+                    # The op whose symbolic refused, where its message names none, and the opsets
+                    # that register a symbolic for it (a later one may take the call).
+                    for entry in inlined:
+                        kind = next((op for op, reason in recorder.refusals if reason.startswith(entry["reason"][:60])),
+                                    None)
+                        if kind:
+                            named = DUNDER_OPS.get(kind, kind)
+                            entry.update(op=named, registrations=sorted({*torchscript_registrations(kind),
+                                                                         *torchscript_registrations(named)}))
                 facts["not_inlined"] = inlined  # why a Function's forward could not stand in for it
                 facts.update(shapeless_function_facts(exc, inlined, loaded, facts))
             if branch["export_branch"]:
