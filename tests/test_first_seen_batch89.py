@@ -115,3 +115,38 @@ def test_a_symbolic_refusal_inside_a_function_names_its_op_and_the_opset_that_ta
     assert finding.op == "aten::bitwise_and", finding.message
     assert "Unpack4Bit" in finding.message and "opset 18" in finding.message
     assert any(f.verified for f in finding.fixes), [(f.kind, f.check) for f in finding.fixes]
+
+
+# A CRF's Viterbi decoding that walks back its best path with `.item()` and returns the tags as
+# Python lists (pytorch-crf#80): the tracer turns the returned numbers into constants.
+ITEM_DECODE = '''import torch
+
+
+class Tagger(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        scores = self.fc(x)
+        tags = []
+        for row in scores:
+            best = row.argmax()
+            tags.append(best.item())
+        return tags
+
+
+dynamo = False
+opset_version = 17
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Tagger().eval(), (torch.rand(3, 4),)
+'''
+
+
+def test_an_output_built_from_item_numbers_names_item_and_its_line(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, ITEM_DECODE, "OD299", fix=False)
+    assert (finding.op, finding.source) == ("aten::item", "model.py:14"), finding.message
+    assert not [f for f in finding.fixes if f.kind.startswith("aten_kernel")]

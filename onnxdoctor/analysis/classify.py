@@ -488,6 +488,14 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make("OD212", f"custom op {name} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=name)
     match = _NO_DATA_DEPENDENCE.search(text)
+    if match and facts.get("item_sites") and not facts.get("data_sites"):
+        # A number read with `.item()` while traced is a constant of the trace: an output built
+        # from such numbers (a decoded tag path returned as a list) depends on no input.
+        sites = [str(s) for s in facts["item_sites"]]
+        return make("OD299", f"output {match.group(1)} of forward() (counted from 1) does not depend on the inputs "
+                             f"in the TorchScript trace: forward() reads tensors into Python numbers with .item() at "
+                             f"{', '.join(sites[:3])}, which the tracer keeps as constants; return tensors instead "
+                             "(the indices themselves, torch.stack of them)", op="aten::item", source=sites[0])
     if match:
         sites = facts.get("data_sites") or []
         return make("OD299", f"output {match.group(1)} of forward() (counted from 1) does not depend on the inputs "

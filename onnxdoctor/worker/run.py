@@ -659,6 +659,8 @@ class Runner:
                 facts["export_branch"] = True
             if recorder is not None and recorder.failure:
                 facts["symbolic_attribute"] = recorder.failure
+            if recorder is not None and recorder.item_sites:
+                facts["item_sites"] = list(recorder.item_sites)
             typed = _UNEXPECTED_TYPE.search(str(exc))
             if recorder is not None and typed and not facts.get("op"):
                 # Raised when the file is written, after every symbolic ran: the node holding the

@@ -39,7 +39,9 @@ _MODE_OPS = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_le
 # Ops that are plumbing rather than math: bridging one would hide where a problem really is.
 _PLUMBING = frozenset({"view", "reshape", "_unsafe_view", "expand", "permute", "transpose", "t",
                        "slice", "select", "squeeze", "unsqueeze", "clone", "contiguous", "to",
-                       "_to_copy", "copy_", "detach", "alias", "lift_fresh_copy", "size", "sym_size"})
+                       "_to_copy", "copy_", "detach", "alias", "lift_fresh_copy", "size", "sym_size",
+                       # A Python number read out of a tensor: no graph value a kernel could give.
+                       "item", "_local_scalar_dense"})
 
 _COST = (
     "the op runs as PyTorch code inside ONNX Runtime: the serving process needs torch and "
