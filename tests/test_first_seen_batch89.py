@@ -150,3 +150,28 @@ def test_an_output_built_from_item_numbers_names_item_and_its_line(tmp_path: Pat
     finding = first_finding(tmp_path, ITEM_DECODE, "OD299", fix=False)
     assert (finding.op, finding.source) == ("aten::item", "model.py:14"), finding.message
     assert not [f for f in finding.fixes if f.kind.startswith("aten_kernel")]
+
+
+# position_ids from an int32 mask as HF's helpers build them (pytorch#77842): the CumSum keeps
+# int32 where PyTorch promotes to int64, and arithmetic and a clamp carry that type to the output.
+INT32_POSITIONS = '''import torch
+
+
+class Positions(torch.nn.Module):
+    def forward(self, mask):
+        ids = mask.cumsum(-1) * mask - 1
+        return ids.clamp(min=0)
+
+
+dynamo = False
+opset_version = 11
+
+
+def get_model():
+    return Positions().eval(), (torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.int32),)
+'''
+
+
+def test_an_output_type_is_named_at_the_first_value_of_another_type_through_arithmetic(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, INT32_POSITIONS, "OD604", fix=False)
+    assert (finding.op, finding.onnx_op, finding.source) == ("aten::cumsum", "CumSum", "model.py:6"), finding.message

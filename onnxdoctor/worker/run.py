@@ -992,8 +992,13 @@ class Runner:
                             # output takes the script's output name, so it is not compared there).
                             found = first_diverging_value(state, atol, rtol) or output_producer(state, report)
                         elif found is None and report["code"] == "OD604":
-                            # An output of another dtype: the node that writes it chose the type.
-                            found = output_producer(state, report)
+                            # An output of another dtype: the first value whose type differs from
+                            # the one it stands for (a CumSum kept in int32 where PyTorch promotes
+                            # to int64, a Cast or clamp after it), else the node that writes it.
+                            with contextlib.suppress(Exception):
+                                found = (first_diverging_traced(state, atol, rtol) if torchscript
+                                         else first_diverging_value(state, atol, rtol))
+                            found = found or output_producer(state, report)
                         elif found is None and report["code"] == "OD603" and torchscript:
                             # An output of another shape: the first call whose result's shape differs.
                             with contextlib.suppress(Exception):
