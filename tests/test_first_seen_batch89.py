@@ -175,3 +175,40 @@ def get_model():
 def test_an_output_type_is_named_at_the_first_value_of_another_type_through_arithmetic(tmp_path: Path) -> None:
     finding = first_finding(tmp_path, INT32_POSITIONS, "OD604", fix=False)
     assert (finding.op, finding.onnx_op, finding.source) == ("aten::cumsum", "CumSum", "model.py:6"), finding.message
+
+
+# Classifier guidance (onnx#6088): the gradient of a conv classifier's log-probability of class y
+# with respect to its input, taken with torch.func.vjp, with the class as F.one_hot and an input
+# named `t`. make_fx must trace through the convolution's backward, the one-hot and that name.
+GUIDANCE = '''import torch
+import torch.nn.functional as F
+from torch.func import vjp
+
+
+class Guided(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.classifier = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=2, padding=1), torch.nn.SiLU(),
+                                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                              torch.nn.Linear(4, 5))
+
+    def forward(self, x, t, y):
+        log_probs, pullback = vjp(lambda v: F.log_softmax(self.classifier(v), dim=-1), x)
+        (grad,) = pullback(F.one_hot(y, 5).to(log_probs.dtype))
+        return x - t.view(-1, 1, 1, 1) * grad
+
+
+dynamo = True
+input_names = ["x", "t", "y"]
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Guided().eval(), (torch.randn(2, 3, 8, 8), torch.rand(2), torch.tensor([1, 3]))
+'''
+
+
+def test_a_gradient_through_convolutions_and_a_one_hot_is_traced_and_exported(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, GUIDANCE, "OD204")
+    traced = next(f for f in finding.fixes if f.kind == "autograd_traced")
+    assert traced.verified, traced.check

@@ -36,6 +36,43 @@ def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     return torch.where(on_diagonal, placed, x).movedim((-2, -1), (dim1, dim2))
 
 
+def convolution_backward(grad, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    # torch has no decomposition of a convolution's backward: a gradient that flows back through
+    # a convolution to its input (guidance, saliency) is the transposed convolution of the
+    # gradient, and the weight's (groups of 1) the convolution of the input by the gradient.
+    if transposed:
+        return NotImplemented
+    dims = input.dim() - 2
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        kernel = weight.shape[2:]
+        extra = [input.shape[2 + i] - ((grad.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
+                                       + dilation[i] * (kernel[i] - 1) + 1) for i in range(dims)]
+        transpose = (torch.nn.functional.conv_transpose1d, torch.nn.functional.conv_transpose2d,
+                     torch.nn.functional.conv_transpose3d)[dims - 1]
+        grad_input = transpose(grad, weight, None, stride, padding, extra, groups, dilation)
+    if output_mask[1]:
+        if groups != 1:
+            return NotImplemented
+        convolve = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[dims - 1]
+        swapped = convolve(input.transpose(0, 1), grad.transpose(0, 1), None, dilation, padding, stride)
+        grad_weight = swapped.transpose(0, 1)
+        for i in range(dims):
+            grad_weight = grad_weight.narrow(2 + i, 0, weight.shape[2 + i])
+    if output_mask[2]:
+        grad_bias = grad.sum([0, *range(2, grad.dim())])
+    return grad_input, grad_weight, grad_bias
+
+
+def one_hot(tensor, num_classes=-1):
+    # F.one_hot checks its indices' range with a read of their values, which make_fx refuses
+    # (data-dependent); with the class count given, the comparison with arange is the same one-hot.
+    if num_classes < 0:
+        return plain_one_hot(tensor, num_classes)
+    return (tensor.unsqueeze(-1) == torch.arange(num_classes, device=tensor.device)).to(torch.int64)
+
+
 # make_fx runs forward() once below autograd and records every aten op it reaches, those of the
 # gradient it computes included, as a plain graph the dynamo exporter can take; functionalize
 # makes the in-place writes in it (torch.func's) values. The backward ops (silu_backward,
@@ -45,6 +82,8 @@ from torch._decomp import decomposition_table
 
 decompositions = {op: rule for op, rule in decomposition_table.items() if "_backward" in op.name()}
 decompositions[torch.ops.aten.diagonal_scatter.default] = diagonal_scatter
+decompositions.setdefault(torch.ops.aten.convolution_backward.default, convolution_backward)
+plain_one_hot, torch.nn.functional.one_hot = torch.nn.functional.one_hot, one_hot
 try:
     traced = make_fx(torch.func.functionalize(model, remove="mutations"),
                      decomposition_table=decompositions)(*example_inputs)
@@ -54,6 +93,15 @@ except RuntimeError as error:
     # forward() calls requires_grad_(), which functionalize refuses, or differentiates with
     # respect to an input that requires grad, which functionalize's wrapped inputs no longer do.
     traced = make_fx(model, decomposition_table=decompositions)(*example_inputs)
+finally:
+    torch.nn.functional.one_hot = plain_one_hot
+# The dynamo exporter names each value after its op, and a 2-D transpose's is `t`: an input named
+# `t` (a diffusion model's time step) would then share its name and fail ONNX's checks.
+for node in traced.graph.nodes:
+    value = node.meta.get("val") if node.op == "call_function" else None
+    if node.target is torch.ops.aten.t.default and getattr(value, "dim", lambda: 0)() == 2:
+        node.target, node.args = torch.ops.aten.permute.default, (node.args[0], [1, 0])
+traced.recompile()
 # The same numbers as your model at the example inputs (with gradients on: forward() needs them).
 torch.testing.assert_close(traced(*example_inputs), model(*example_inputs))
 model = traced
