@@ -212,3 +212,39 @@ def test_a_gradient_through_convolutions_and_a_one_hot_is_traced_and_exported(tm
     finding = first_finding(tmp_path, GUIDANCE, "OD204")
     traced = next(f for f in finding.fixes if f.kind == "autograd_traced")
     assert traced.verified, traced.check
+
+
+# A saliency map computed in forward() (captum#1778's integrated gradients), exported with the
+# batch declared dynamic: make_fx's trace must keep the batch symbolic for that declaration.
+DYNAMIC_SALIENCY = '''import torch
+
+dynamo = False
+opset_version = 17
+input_names = ["image"]
+dynamic_axes = {"image": {0: "batch"}}
+
+
+class Saliency(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                                       torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+
+    def forward(self, image):
+        with torch.enable_grad():
+            x = image.detach().requires_grad_()
+            score = self.net(x)[:, 1].sum()
+            (grad,) = torch.autograd.grad(score, x)
+        return grad.abs().amax(dim=1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Saliency().eval(), (torch.rand(2, 3, 8, 8),)
+'''
+
+
+def test_a_gradient_in_forward_is_traced_with_the_declared_batch_kept_dynamic(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, DYNAMIC_SALIENCY, "OD299")
+    traced = next(f for f in finding.fixes if f.kind == "autograd_traced")
+    assert traced.verified, traced.check

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from onnxdoctor.analysis.normalize import first_line, normalize_message, running_node
@@ -417,6 +418,23 @@ def _outputs_message(text: str) -> str | None:
     return None
 
 
+# The tracer's warning for a tensor read into a Python number, with where (tracebacks.warning_texts).
+_NUMBER_READ = re.compile(r"Converting a tensor to a Python (?:number|integer|float)\b.*\[(.+?):(\d+)\]$")
+
+
+def _number_reads(warnings: tuple[str, ...], base_dir: str | None) -> list[str]:
+    """The script folder's lines (`model.py:14`) where the tracer warned of a tensor read into a
+    Python number, in the order warned."""
+    sites: list[str] = []
+    for warning in warnings:
+        read = _NUMBER_READ.search(warning)
+        if read and base_dir and Path(read.group(1)).resolve().parent == Path(base_dir).resolve():
+            site = f"{Path(read.group(1)).name}:{read.group(2)}"
+            if site not in sites:
+                sites.append(site)
+    return sites
+
+
 def _classify_export(failure: _Failure) -> list[Finding]:
     inlined = failure.outcome.facts.get("not_inlined")
     if inlined and _COULD_NOT_EXPORT.search(failure.text):
@@ -456,9 +474,10 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make(code, message, op=by)
 
     refusal = next(iter(facts.get("not_inlined") or ()), {})
-    if refusal.get("op") and _COULD_NOT_EXPORT.search(text):
+    if str(refusal.get("op", "")).startswith("aten::") and not facts.get("inner_ops") and _COULD_NOT_EXPORT.search(text):
         # A built-in symbolic refused an op of the Function's forward in its own words ("bitwise
         # AND for non-boolean input values"): that op, not the one torch's error names after.
+        # (An extension op it met is the Function's own failure, named below with the Function.)
         inner, reason = str(refusal["op"]), str(refusal["reason"]).rstrip(". ")
         inside = f" (inside autograd.Function {refusal['function']}, which the TorchScript exporter could not inline)"
         newer = [v for v in refusal.get("registrations") or () if isinstance(opset, int) and v > opset]
@@ -488,10 +507,10 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make("OD212", f"custom op {name} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=name)
     match = _NO_DATA_DEPENDENCE.search(text)
-    if match and facts.get("item_sites") and not facts.get("data_sites"):
+    sites = _number_reads(outcome.warnings, base_dir) if match else []
+    if match and sites and not facts.get("data_sites"):
         # A number read with `.item()` while traced is a constant of the trace: an output built
         # from such numbers (a decoded tag path returned as a list) depends on no input.
-        sites = [str(s) for s in facts["item_sites"]]
         return make("OD299", f"output {match.group(1)} of forward() (counted from 1) does not depend on the inputs "
                              f"in the TorchScript trace: forward() reads tensors into Python numbers with .item() at "
                              f"{', '.join(sites[:3])}, which the tracer keeps as constants; return tensors instead "

@@ -98,9 +98,6 @@ class TorchScriptRecorder:
     # exporter's C++ side catches a refusal met while inlining an autograd.Function and prints
     # only the message ("bitwise AND for non-boolean input values"), not the op that refused.
     refusals: list[tuple[str, str]] = field(default_factory=list)
-    # The user's lines that read a traced tensor into a Python number (`.item()`): the tracer
-    # keeps the number as a constant, so an output built from such numbers depends on no input.
-    item_sites: list[str] = field(default_factory=list)
 
     @property
     def written_constants(self) -> list[str]:
@@ -393,18 +390,6 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
             return tensor
         return built
 
-    original_number = torch.Tensor.item
-
-    def number(self: Any) -> Any:
-        with contextlib.suppress(Exception):
-            frame = sys._getframe(1)
-            name = frame.f_code.co_filename
-            if torch._C._get_tracing_state() is not None and not name.startswith((torch_folder, _OURS)):
-                site = f"{os.path.basename(name)}:{frame.f_lineno}"
-                if site not in recorder.item_sites:
-                    recorder.item_sites.append(site)
-        return original_number(self)
-
     original_item = torch.nn.ModuleList.__getitem__
 
     def item(self: Any, idx: Any) -> Any:
@@ -424,7 +409,6 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
     for name, make in makers.items():
         setattr(torch, name, building(make))
     torch.nn.ModuleList.__getitem__ = item  # type: ignore[method-assign,assignment]
-    torch.Tensor.item = number  # type: ignore[method-assign]
     exporter_utils._run_symbolic_function = convert
     jit_utils.GraphContext.op = op  # type: ignore[method-assign]
     torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = naming
@@ -439,7 +423,6 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
         for name, make in makers.items():
             setattr(torch, name, make)
         torch.nn.ModuleList.__getitem__ = original_item  # type: ignore[method-assign]
-        torch.Tensor.item = original_number  # type: ignore[method-assign]
         exporter_utils._run_symbolic_function = original_convert
         jit_utils.GraphContext.op = original_op  # type: ignore[method-assign]
         torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value = original_naming

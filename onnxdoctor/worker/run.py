@@ -659,8 +659,6 @@ class Runner:
                 facts["export_branch"] = True
             if recorder is not None and recorder.failure:
                 facts["symbolic_attribute"] = recorder.failure
-            if recorder is not None and recorder.item_sites:
-                facts["item_sites"] = list(recorder.item_sites)
             typed = _UNEXPECTED_TYPE.search(str(exc))
             if recorder is not None and typed and not facts.get("op"):
                 # Raised when the file is written, after every symbolic ran: the node holding the
@@ -992,12 +990,13 @@ class Runner:
                             # output takes the script's output name, so it is not compared there).
                             found = first_diverging_value(state, atol, rtol) or output_producer(state, report)
                         elif found is None and report["code"] == "OD604":
-                            # An output of another dtype: the first value whose type differs from
-                            # the one it stands for (a CumSum kept in int32 where PyTorch promotes
-                            # to int64, a Cast or clamp after it), else the node that writes it.
-                            with contextlib.suppress(Exception):
-                                found = (first_diverging_traced(state, atol, rtol) if torchscript
-                                         else first_diverging_value(state, atol, rtol))
+                            # An output of another dtype: in a TorchScript export, the first call
+                            # whose result's type differs from PyTorch's (a CumSum kept in int32
+                            # where PyTorch promotes to int64, a clamp after it); else, and with
+                            # the dynamo exporter, the node that writes the output.
+                            if torchscript:
+                                with contextlib.suppress(Exception):
+                                    found = first_diverging_traced(state, atol, rtol)
                             found = found or output_producer(state, report)
                         elif found is None and report["code"] == "OD603" and torchscript:
                             # An output of another shape: the first call whose result's shape differs.

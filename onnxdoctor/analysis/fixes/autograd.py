@@ -83,10 +83,45 @@ from torch._decomp import decomposition_table
 decompositions = {op: rule for op, rule in decomposition_table.items() if "_backward" in op.name()}
 decompositions[torch.ops.aten.diagonal_scatter.default] = diagonal_scatter
 decompositions.setdefault(torch.ops.aten.convolution_backward.default, convolution_backward)
+class SymbolicTrace(torch.nn.Module):
+    """make_fx's graph traced at symbolic sizes, with the model's weights held as its own."""
+
+    def __init__(self, graph, state):
+        super().__init__()
+        self.graph_module, self.names = graph, list(state)
+        self.held = torch.nn.ParameterDict({name.replace(".", "__"): torch.nn.Parameter(
+            value.detach(), requires_grad=value.requires_grad) for name, value in state.items()})
+
+    def state(self):
+        return {name: self.held[name.replace(".", "__")] for name in self.names}
+
+
+def traced_symbolically(model, example_inputs):
+    # Sizes the script declares dynamic stay symbolic only in a symbolic trace, which takes the
+    # weights as inputs; forward() keeps its own argument names (the exporter reads them).
+    import inspect
+
+    names = list(inspect.signature(model.forward).parameters)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    graph = make_fx(lambda held, *inputs: torch.func.functional_call(model, held, inputs),
+                    decomposition_table=decompositions, tracing_mode="symbolic")(state, *example_inputs)
+    code = {}
+    exec(f"def forward(self, {', '.join(names)}):\\n    return self.graph_module(self.state(), {', '.join(names)})",
+         code)
+    return type("Traced", (SymbolicTrace,), {"forward": code["forward"]})(graph, state)
+
+
+declared = globals().get("dynamic_axes") or globals().get("dynamic_shapes")
 plain_one_hot, torch.nn.functional.one_hot = torch.nn.functional.one_hot, one_hot
 try:
-    traced = make_fx(torch.func.functionalize(model, remove="mutations"),
-                     decomposition_table=decompositions)(*example_inputs)
+    traced = None
+    if declared:
+        try:
+            traced = traced_symbolically(model, example_inputs)
+        except Exception:  # data-dependent sizes, *args: traced at the example's sizes below
+            traced = None
+    traced = traced or make_fx(torch.func.functionalize(model, remove="mutations"),
+                               decomposition_table=decompositions)(*example_inputs)
 except RuntimeError as error:
     if "functorch transform" not in str(error) and "does not require grad" not in str(error):
         raise
@@ -97,11 +132,12 @@ finally:
     torch.nn.functional.one_hot = plain_one_hot
 # The dynamo exporter names each value after its op, and a 2-D transpose's is `t`: an input named
 # `t` (a diffusion model's time step) would then share its name and fail ONNX's checks.
-for node in traced.graph.nodes:
+graph_module = getattr(traced, "graph_module", traced)
+for node in graph_module.graph.nodes:
     value = node.meta.get("val") if node.op == "call_function" else None
     if node.target is torch.ops.aten.t.default and getattr(value, "dim", lambda: 0)() == 2:
         node.target, node.args = torch.ops.aten.permute.default, (node.args[0], [1, 0])
-traced.recompile()
+graph_module.recompile()
 # The same numbers as your model at the example inputs (with gradients on: forward() needs them).
 torch.testing.assert_close(traced(*example_inputs), model(*example_inputs))
 model = traced
@@ -121,8 +157,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
               "with the dynamo exporter",
         snippet="import torch\n" + TRACE + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=True)\n",
         applicability=Applicability.UNSAFE,
-        cost="the graph is traced at the example's shapes and takes the branches the example took "
-             "(Python control flow is frozen, as with the TorchScript tracer); export again for other "
-             "shapes",
+        cost="the graph takes the branches the example took (Python control flow is frozen, as with "
+             "the TorchScript tracer), and is traced at the example's shapes unless the script declares "
+             "dynamic ones (then at symbolic sizes where the model allows)",
         recipe=Recipe("autograd_traced", (LoadCode(TRACE), UseExporter("dynamo")), isolated=True),
     )]
