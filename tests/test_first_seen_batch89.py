@@ -248,3 +248,34 @@ def test_a_gradient_in_forward_is_traced_with_the_declared_batch_kept_dynamic(tm
     finding = first_finding(tmp_path, DYNAMIC_SALIENCY, "OD299")
     traced = next(f for f in finding.fixes if f.kind == "autograd_traced")
     assert traced.verified, traced.check
+
+
+# A bag-of-words classifier whose input arrives as a sparse COO tensor and is made dense in
+# forward() (onnx#2676): ONNX has no sparse tensors, so the model takes the dense one.
+SPARSE_INPUT = '''import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Bow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(10, 3)
+
+    def forward(self, bow):
+        return self.fc(bow.to_dense())
+
+
+def get_model():
+    torch.manual_seed(0)
+    indices = torch.tensor([[0, 0, 1, 2], [1, 7, 3, 9]])
+    return Bow().eval(), (torch.sparse_coo_tensor(indices, torch.ones(4), (3, 10)),)
+'''
+
+
+def test_a_sparse_example_input_is_given_dense(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, SPARSE_INPUT, "OD202")
+    assert finding.op == "aten::to_dense"
+    dense = next(f for f in finding.fixes if f.kind == "dense_sparse")
+    assert dense.verified, dense.check

@@ -11,7 +11,7 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import EagerExport, Recipe
+from onnxdoctor.recipe import EagerExport, LoadCode, Recipe
 
 CODES = ("OD202", "OD203", "OD299")
 
@@ -37,14 +37,35 @@ return list(x)
 """
 
 
+# Sparse example inputs given dense: the ONNX model's inputs are the dense tensors.
+DENSE_INPUTS = """\
+# ONNX has no sparse tensors: the model takes the dense tensor (x.to_dense() before the call).
+example_inputs = tuple(x.to_dense() if isinstance(x, torch.Tensor) and x.layout is not torch.strided else x
+                       for x in example_inputs)
+"""
+
+
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """The export with sparse tensors dense, for a failure on a sparse op or a sparse constant."""
+    """The export with sparse tensors dense, for a failure on a sparse op, a sparse constant or a
+    sparse example input."""
     if ctx.target_kind != "script":
         return []
     text = " ".join([finding.op or "", finding.message, ctx.export_error])
-    # The model may hold a sparse constant the exporter's error does not call sparse.
-    if not SPARSE.search(text) and not ctx.facts_of(Stage.LOAD).get("sparse_tensors"):
+    load = ctx.facts_of(Stage.LOAD)
+    # The model may hold a sparse constant, or take a sparse input, the exporter's error does not
+    # call sparse (`aten::to_dense` has no export).
+    if not SPARSE.search(text) and not load.get("sparse_tensors") and not load.get("sparse_inputs"):
         return []
+    if load.get("sparse_inputs"):
+        return [Fix(
+            kind="dense_sparse",
+            title="Give the model its sparse inputs dense (ONNX has no sparse tensors): the exported model "
+                  "takes the dense tensors, and the model's sparse operations run dense",
+            snippet="import torch\n" + DENSE_INPUTS + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+            applicability=Applicability.SAFE,
+            cost="callers pass the dense tensor (x.to_dense()); memory and time grow with its full size",
+            recipe=Recipe("dense_sparse", (LoadCode(DENSE_INPUTS), EagerExport(dense_sparse=True)), isolated=True),
+        )]
     converts = bool(_CONVERSION.search(text))
     return [Fix(
         kind="dense_sparse",
