@@ -279,3 +279,34 @@ def test_a_sparse_example_input_is_given_dense(tmp_path: Path) -> None:
     assert finding.op == "aten::to_dense"
     dense = next(f for f in finding.fixes if f.kind == "dense_sparse")
     assert dense.verified, dense.check
+
+
+# A float16 encoder that adds a float32 mask to its attention scores (transformers#47050): on the
+# CPU the model's own forward() refuses the example, and in float32 it runs and exports.
+HALF_MASK = '''import torch
+
+dynamo = True
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        mask = torch.zeros(x.shape[0], x.shape[1], x.shape[1])  # float32, whatever the model's type
+        probs = (q @ k.transpose(-1, -2) + mask).softmax(-1)
+        return probs @ v
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Attention().half().eval(), (torch.randn(1, 4, 8).half(),)
+'''
+
+
+def test_a_half_model_whose_own_forward_refuses_the_example_is_exported_in_float32(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, HALF_MASK, "OD108")
+    fix = next(f for f in finding.fixes if f.kind == "float")
+    assert fix.verified, fix.check

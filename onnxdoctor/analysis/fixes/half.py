@@ -11,6 +11,8 @@ for numbers compared with the half-precision model.
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe
@@ -18,7 +20,11 @@ from onnxdoctor.recipe import LoadCode, Recipe
 # OD601: ONNX Runtime's half-precision kernels round otherwise than PyTorch's (which compute in
 # float32 and round each result), and an argmin over near-ties turns that into other indices
 # (onnxruntime#18227).
-CODES = ("OD299", "OD303", "OD304", "OD402", "OD501", "OD601")
+# OD108: forward() itself refuses the example in half precision on the CPU ("expected m1 and m2
+# to have the same dtype, but got: float != c10::Half", "not implemented for 'Half'").
+CODES = ("OD108", "OD299", "OD303", "OD304", "OD402", "OD501", "OD601")
+
+_HALF_WORDS = re.compile(r"\b(?:c10::)?(Half|BFloat16)\b")
 
 HALF = ("float16", "bfloat16")
 
@@ -44,6 +50,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     dtypes = {str(t.get("dtype")) for t in tensors if isinstance(t, dict)}
     said = finding.message.split(";")[0].lower()  # ONNX Runtime says "MLFloat16", "BFloat16"
     half = next((d for d in HALF if d in dtypes or d in said), None)
+    if finding.code == "OD108":
+        named = _HALF_WORDS.search(finding.message)
+        half = {"Half": "float16", "BFloat16": "bfloat16"}[named.group(1)] if named else None
     if half is None:
         return []
     why = (f"ONNX Runtime's {half} arithmetic can round otherwise than PyTorch's" if finding.code == "OD601"
