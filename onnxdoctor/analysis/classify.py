@@ -419,17 +419,19 @@ def _outputs_message(text: str) -> str | None:
 
 
 # The tracer's warning for a tensor read into a Python number, with where (tracebacks.warning_texts).
-_NUMBER_READ = re.compile(r"Converting a tensor to a Python (?:number|integer|float)\b.*\[(.+?):(\d+)\]$")
+_NUMBER_READ = re.compile(r"Converting a tensor to a Python (number|integer|float)\b.*\[(.+?):(\d+)\]$")
+# The op each read is (`.item()`, `int(t)`, `float(t)`).
+_NUMBER_OPS = {"number": "aten::item", "integer": "aten::Int", "float": "aten::Float"}
 
 
-def _number_reads(warnings: tuple[str, ...], base_dir: str | None) -> list[str]:
-    """The script folder's lines (`model.py:14`) where the tracer warned of a tensor read into a
-    Python number, in the order warned."""
-    sites: list[str] = []
+def _number_reads(warnings: tuple[str, ...], base_dir: str | None) -> list[tuple[str, str]]:
+    """(line, op) for each line of the script's folder (`model.py:14`) where the tracer warned of
+    a tensor read into a Python number, in the order warned."""
+    sites: list[tuple[str, str]] = []
     for warning in warnings:
         read = _NUMBER_READ.search(warning)
-        if read and base_dir and Path(read.group(1)).resolve().parent == Path(base_dir).resolve():
-            site = f"{Path(read.group(1)).name}:{read.group(2)}"
+        if read and base_dir and Path(read.group(2)).resolve().parent == Path(base_dir).resolve():
+            site = (f"{Path(read.group(2)).name}:{read.group(3)}", _NUMBER_OPS[read.group(1)])
             if site not in sites:
                 sites.append(site)
     return sites
@@ -483,7 +485,7 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         newer = [v for v in refusal.get("registrations") or () if isinstance(opset, int) and v > opset]
         if newer:
             return make("OD201", f"the TorchScript exporter's symbolic for {inner} at opset {opset} refuses this call "
-                                 f"({reason}); opset {newer[0]} registers another symbolic for it{inside}", op=inner)
+                                 f"({reason}){inside}; opset {newer[0]} registers another symbolic for it", op=inner)
         return make("OD299", f"the TorchScript exporter's symbolic for {inner} refuses this call: {reason}{inside}",
                     op=inner)
     shapeless = facts.get("shapeless_function")
@@ -511,10 +513,12 @@ def _classify_export(failure: _Failure) -> list[Finding]:
     if match and sites and not facts.get("data_sites"):
         # A number read with `.item()` while traced is a constant of the trace: an output built
         # from such numbers (a decoded tag path returned as a list) depends on no input.
+        lines = ", ".join(line for line, _op in sites[:3])
         return make("OD299", f"output {match.group(1)} of forward() (counted from 1) does not depend on the inputs "
-                             f"in the TorchScript trace: forward() reads tensors into Python numbers with .item() at "
-                             f"{', '.join(sites[:3])}, which the tracer keeps as constants; return tensors instead "
-                             "(the indices themselves, torch.stack of them)", op="aten::item", source=sites[0])
+                             f"in the TorchScript trace, likely because forward() reads tensors into Python numbers "
+                             f"(.item(), int(), float()) at {lines}, which the tracer keeps as constants; return "
+                             "tensors instead (the indices themselves, torch.stack of them)",
+                    op=sites[0][1], source=sites[0][0])
     if match:
         sites = facts.get("data_sites") or []
         return make("OD299", f"output {match.group(1)} of forward() (counted from 1) does not depend on the inputs "

@@ -402,10 +402,9 @@ class Runner:
         with contextlib.suppress(Exception):
             facts["sparse_tensors"] = sparse_tensors(model)
         with contextlib.suppress(Exception):
-            # Sparse example inputs: an ONNX model takes them dense (fixes/sparse_dense.py).
+            # Sparse positional example inputs: an ONNX model takes them dense (fixes/sparse_dense.py).
             facts["sparse_inputs"] = [str(i) for i, a in enumerate(loaded.args)
-                                      if isinstance(a, torch.Tensor) and a.layout is not torch.strided] + [
-                str(k) for k, a in loaded.kwargs.items() if isinstance(a, torch.Tensor) and a.layout is not torch.strided]
+                                      if isinstance(a, torch.Tensor) and a.layout is not torch.strided]
         with contextlib.suppress(Exception):
             facts["packed_sequences"] = packed_sequences(model)
         with contextlib.suppress(Exception):

@@ -140,7 +140,7 @@ def check_sizes(
         varied = [[n, d] for n in names for d, (a, b) in enumerate(zip(full[n], example_shapes[n])) if a != b]
         # The first set is checked whatever the probes took: on a loaded machine they can spend the
         # budget, and a stage that checked no size would let a fixed-size export pass unseen.
-        timed = bool(facts["sizes"] or facts["eager_refused"])
+        timed = bool(facts["sizes"])
         try:
             try:
                 tensors, expected = call(full, 1000 + index, timed=timed)
@@ -426,7 +426,8 @@ def _probe(example: dict[str, list[int]],
         for name, dim in members:
             shapes[name][dim] = size + 1
         try:
-            call(shapes, 999, timed=bool(probes))  # one probe at least, as one size set at least
+            # Until one probe is accepted, whatever the budget: one size set at least is then checked.
+            call(shapes, 999, timed=any(p["accepted"] for p in probes))
         except _OutOfTime:
             return False
         except Exception:

@@ -41,7 +41,7 @@ def convolution_backward(grad, input, weight, bias_sizes, stride, padding, dilat
     # torch has no decomposition of a convolution's backward: a gradient that flows back through
     # a convolution to its input (guidance, saliency) is the transposed convolution of the
     # gradient, and the weight's (groups of 1) the convolution of the input by the gradient.
-    if transposed:
+    if transposed or (output_mask[1] and groups != 1):
         return NotImplemented
     dims = input.dim() - 2
     grad_input = grad_weight = grad_bias = None
@@ -53,8 +53,6 @@ def convolution_backward(grad, input, weight, bias_sizes, stride, padding, dilat
                      torch.nn.functional.conv_transpose3d)[dims - 1]
         grad_input = transpose(grad, weight, None, stride, padding, extra, groups, dilation)
     if output_mask[1]:
-        if groups != 1:
-            return NotImplemented
         convolve = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[dims - 1]
         swapped = convolve(input.transpose(0, 1), grad.transpose(0, 1), None, dilation, padding, stride)
         grad_weight = swapped.transpose(0, 1)
@@ -67,7 +65,9 @@ def convolution_backward(grad, input, weight, bias_sizes, stride, padding, dilat
 
 def one_hot(tensor, num_classes=-1):
     # F.one_hot checks its indices' range with a read of their values, which make_fx refuses
-    # (data-dependent); with the class count given, the comparison with arange is the same one-hot.
+    # (data-dependent); with the class count given, the comparison with arange is the same one-hot
+    # for indices in range (one out of range gives a row of zeros instead of an error). Only calls
+    # through torch.nn.functional are seen.
     if num_classes < 0:
         return plain_one_hot(tensor, num_classes)
     return (tensor.unsqueeze(-1) == torch.arange(num_classes, device=tensor.device)).to(torch.int64)
@@ -101,7 +101,11 @@ def traced_symbolically(model, example_inputs):
     # weights as inputs; forward() keeps its own argument names (the exporter reads them).
     import inspect
 
-    names = list(inspect.signature(model.forward).parameters)
+    parameters = list(inspect.signature(model.forward).parameters.values())
+    if len(parameters) != len(example_inputs) or any(
+            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters):
+        raise TypeError("forward() takes other arguments than the example's positional inputs")
+    names = [p.name for p in parameters]
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     graph = make_fx(lambda held, *inputs: torch.func.functional_call(model, held, inputs),
                     decomposition_table=decompositions, tracing_mode="symbolic")(state, *example_inputs)
@@ -118,7 +122,8 @@ try:
     if declared:
         try:
             traced = traced_symbolically(model, example_inputs)
-        except Exception:  # data-dependent sizes, *args: traced at the example's sizes below
+            traced(*example_inputs)
+        except Exception:  # data-dependent sizes, other arguments: traced at the example's sizes below
             traced = None
     traced = traced or make_fx(torch.func.functionalize(model, remove="mutations"),
                                decomposition_table=decompositions)(*example_inputs)

@@ -56,6 +56,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if half is None:
         return []
     why = (f"ONNX Runtime's {half} arithmetic can round otherwise than PyTorch's" if finding.code == "OD601"
+           else f"PyTorch's own forward() refuses {half} on the CPU" if finding.code == "OD108"
            else f"ONNX Runtime's CPU kernels do not cover {half}")
     return [Fix(
         kind="float",

@@ -61,7 +61,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             kind="dense_sparse",
             title="Give the model its sparse inputs dense (ONNX has no sparse tensors): the exported model "
                   "takes the dense tensors, and the model's sparse operations run dense",
-            snippet="import torch\n" + DENSE_INPUTS + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
+            snippet=("import torch\n" + DENSE_INPUTS
+                     + "# and in forward(): torch.sparse.mm(adj, x) / torch.spmm(adj, x) -> adj @ x; x.to_dense()\n"
+                     "# of a dense tensor gives it back\n"
+                     "torch.onnx.export(model, example_inputs, 'model.onnx')\n"),
             applicability=Applicability.SAFE,
             cost="callers pass the dense tensor (x.to_dense()); memory and time grow with its full size",
             recipe=Recipe("dense_sparse", (LoadCode(DENSE_INPUTS), EagerExport(dense_sparse=True)), isolated=True),
