@@ -11,6 +11,8 @@ import pytest
 import torch
 from diagnosed import first_finding
 
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
 from onnxdoctor.worker import shapes
 from onnxdoctor.worker.loader import LoadedModel
 
@@ -310,3 +312,13 @@ def test_a_half_model_whose_own_forward_refuses_the_example_is_exported_in_float
     finding = first_finding(tmp_path, HALF_MASK, "OD108")
     fix = next(f for f in finding.fixes if f.kind == "float")
     assert fix.verified, fix.check
+
+
+def test_a_function_a_graph_pass_crashed_on_names_its_extension_op() -> None:
+    # InvAD's StyleGAN2 decoder (ADer#20): `_jit_pass_peephole` fails with "Argument passed to at()
+    # was not in the map" on the UpFirDn2d Function, whose forward calls a compiled op.
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "corpus" / \
+        "upfirdn2d_extension_python_op_invad_stylegan2_decoder_ader_20.py"
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=False, check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.op, finding.torch_op) == ("UpFirDn2d", "invad_ops::upfirdn2d"), finding.message

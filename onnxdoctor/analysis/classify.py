@@ -359,6 +359,9 @@ def _classify_failure(
             found = replace(found, message=f"{found.message}: {op} runs as Python in the graph (a prim::PythonOp node: "
                                            "a torch.jit.ignore function or an autograd.Function), which the exporter "
                                            "cannot write")
+        elif facts["torch_op"] in (facts.get("inner_ops") or ()):
+            found = replace(found, message=f"{found.message}: autograd.Function {op} stays Python in the graph, and "
+                                           f"its forward calls {facts['torch_op']}, an extension op with no ONNX export")
     return [found]
 
 

@@ -134,6 +134,11 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             if len(functions) == 1:
                 op = functions[0]
                 facts["torch_op"] = "prim::PythonOp"  # the node it is in the graph
+                # A Function around a compiled extension op (StyleGAN2's upfirdn2d): that op is
+                # what its forward cannot be exported without.
+                inner = function_inner_ops(loaded, name=op)
+                if inner:
+                    facts["inner_ops"], facts["torch_op"] = inner, inner[0]
     if not op and ("ScriptObject" in text or "PackedParams" in text) and loaded is not None:
         # A quantized module's packed weights stopped the exporter before any op was named.
         with contextlib.suppress(Exception):
