@@ -83,6 +83,8 @@ from torch._decomp import decomposition_table
 decompositions = {op: rule for op, rule in decomposition_table.items() if "_backward" in op.name()}
 decompositions[torch.ops.aten.diagonal_scatter.default] = diagonal_scatter
 decompositions.setdefault(torch.ops.aten.convolution_backward.default, convolution_backward)
+
+
 class SymbolicTrace(torch.nn.Module):
     """make_fx's graph traced at symbolic sizes, with the model's weights held as its own."""
 
