@@ -11,7 +11,7 @@ import pytest
 import torch
 from diagnosed import first_finding
 
-from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.model import DiagnoseOptions, Stage
 from onnxdoctor.pipeline import diagnose
 from onnxdoctor.worker import shapes
 from onnxdoctor.worker.loader import LoadedModel
@@ -322,3 +322,13 @@ def test_a_function_a_graph_pass_crashed_on_names_its_extension_op() -> None:
     (diagnosis,) = diagnose(str(path), DiagnoseOptions(fix=False, check_shapes=False))
     finding = diagnosis.findings[0]
     assert (finding.op, finding.torch_op) == ("UpFirDn2d", "invad_ops::upfirdn2d"), finding.message
+
+
+def test_a_forward_with_an_optional_argument_falls_back_to_the_trace_at_the_example_s_sizes(
+        tmp_path: Path) -> None:
+    # forward(image, mask=None) with one example input: the symbolic trace's generated forward
+    # cannot take it, so the route keeps make_fx's trace at the example's sizes (and says so).
+    source = DYNAMIC_SALIENCY.replace("def forward(self, image):", "def forward(self, image, mask=None):")
+    finding = first_finding(tmp_path, source, "OD299")
+    traced = next(f for f in finding.fixes if f.kind == "autograd_traced")
+    assert traced.check is not None and traced.check.failed_at is not Stage.LOAD, traced.check
