@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from onnxdoctor.analysis.findings import finding_from_record, make_finding
@@ -288,6 +289,24 @@ _CONVERSIONS = {"Python number": "aten::item", "Python integer": "aten::Int", "P
 
 # Conversions to a Python number, whose value the graph then holds as a constant.
 _NUMBERS = ("Python number", "Python integer", "Python float")
+# Where a TracerWarning was raised, as tracebacks.warning_texts appends it (`[path/model.py:14]`).
+_WARNED_AT = re.compile(r"\[(.+?):(\d+)\]$")
+
+
+def number_reads(warnings: tuple[str, ...], base_dir: str | None) -> list[tuple[str, str]]:
+    """(line, op) for each line of the script's folder (`model.py:14`) where the tracer warned of
+    a tensor read into a Python number (`aten::item`, `aten::Int`, `aten::Float`), in the order
+    warned."""
+    sites: list[tuple[str, str]] = []
+    for warning in warnings:
+        conversion, where = _CONVERTING.search(warning), _WARNED_AT.search(warning)
+        if not (conversion and conversion.group(1) in _NUMBERS and where and base_dir):
+            continue
+        if Path(where.group(1)).resolve().parent == Path(base_dir).resolve():
+            site = (f"{Path(where.group(1)).name}:{where.group(2)}", _CONVERSIONS[conversion.group(1)])
+            if site not in sites:
+                sites.append(site)
+    return sites
 
 
 # The tracer's warning for a tensor made from Python values ("torch.as_tensor results are

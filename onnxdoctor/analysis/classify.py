@@ -11,7 +11,6 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from onnxdoctor.analysis.normalize import first_line, normalize_message, running_node
@@ -139,7 +138,7 @@ _CAPTURE_TEXT = (
     "Dynamic control flow is not supported",
     "Could not extract specialized integer from data-dependent",
 )
-from onnxdoctor.analysis.cautions import caution_findings
+from onnxdoctor.analysis.cautions import caution_findings, number_reads
 from onnxdoctor.analysis.findings import (
     error_evidence,
     finding_from_record,
@@ -421,25 +420,6 @@ def _outputs_message(text: str) -> str | None:
     return None
 
 
-# The tracer's warning for a tensor read into a Python number, with where (tracebacks.warning_texts).
-_NUMBER_READ = re.compile(r"Converting a tensor to a Python (number|integer|float)\b.*\[(.+?):(\d+)\]$")
-# The op each read is (`.item()`, `int(t)`, `float(t)`).
-_NUMBER_OPS = {"number": "aten::item", "integer": "aten::Int", "float": "aten::Float"}
-
-
-def _number_reads(warnings: tuple[str, ...], base_dir: str | None) -> list[tuple[str, str]]:
-    """(line, op) for each line of the script's folder (`model.py:14`) where the tracer warned of
-    a tensor read into a Python number, in the order warned."""
-    sites: list[tuple[str, str]] = []
-    for warning in warnings:
-        read = _NUMBER_READ.search(warning)
-        if read and base_dir and Path(read.group(2)).resolve().parent == Path(base_dir).resolve():
-            site = (f"{Path(read.group(2)).name}:{read.group(3)}", _NUMBER_OPS[read.group(1)])
-            if site not in sites:
-                sites.append(site)
-    return sites
-
-
 def _classify_export(failure: _Failure) -> list[Finding]:
     inlined = failure.outcome.facts.get("not_inlined")
     if inlined and _COULD_NOT_EXPORT.search(failure.text):
@@ -469,10 +449,12 @@ def _classify_export(failure: _Failure) -> list[Finding]:
                      detail=extra.get("detail"))
         ]
 
-    def refused(by: str, what: str, code: str, message: str) -> list[Finding]:
+    def refused(by: str, what: str, code: str, message: str, registrations: Any = None) -> list[Finding]:
         """A built-in symbolic's refusal of `what`: OD201 where a later opset registers another
-        symbolic for the op (which may take the call), else `code` with `message`."""
-        newer = [v for v in facts.get("symbolic_registrations") or [] if isinstance(opset, int) and v > opset]
+        symbolic for the op (which may take the call), else `code` with `message`. `registrations`:
+        the op's opsets where they are not the failure's own (`symbolic_registrations`)."""
+        known = facts.get("symbolic_registrations") if registrations is None else registrations
+        newer = [v for v in known or [] if isinstance(opset, int) and v > opset]
         if newer:
             return make("OD201", f"the TorchScript exporter's symbolic for {by} at opset {opset} refuses {what}; "
                                  f"opset {newer[0]} registers another symbolic for it", op=by)
@@ -485,12 +467,9 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         # (An extension op it met is the Function's own failure, named below with the Function.)
         inner, reason = str(refusal["op"]), str(refusal["reason"]).rstrip(". ")
         inside = f" (inside autograd.Function {refusal['function']}, which the TorchScript exporter could not inline)"
-        newer = [v for v in refusal.get("registrations") or () if isinstance(opset, int) and v > opset]
-        if newer:
-            return make("OD201", f"the TorchScript exporter's symbolic for {inner} at opset {opset} refuses this call "
-                                 f"({reason}){inside}; opset {newer[0]} registers another symbolic for it", op=inner)
-        return make("OD299", f"the TorchScript exporter's symbolic for {inner} refuses this call: {reason}{inside}",
-                    op=inner)
+        return refused(inner, f"this call ({reason}){inside}", "OD299",
+                       f"the TorchScript exporter's symbolic for {inner} refuses this call: {reason}{inside}",
+                       registrations=refusal.get("registrations") or [])
     shapeless = facts.get("shapeless_function")
     if facts.get("inner_ops") and shapeless and not COULD_NOT_EXPORT_PYTHON.search(text):
         # A symbolic after the Function refused the shapeless value its node leaves (the worker's
@@ -512,7 +491,7 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         return make("OD212", f"custom op {name} has no fake (meta) kernel, so torch.export cannot "
                              "trace it (the dynamo exporter needs one; the op itself runs)", op=name)
     match = _NO_DATA_DEPENDENCE.search(text)
-    sites = _number_reads(outcome.warnings, base_dir) if match else []
+    sites = number_reads(outcome.warnings, base_dir) if match else []
     if match and sites and not facts.get("data_sites"):
         # A number read with `.item()` while traced is a constant of the trace: an output built
         # from such numbers (a decoded tag path returned as a list) depends on no input.

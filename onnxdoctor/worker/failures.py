@@ -470,30 +470,27 @@ def shapeless_function_facts(exc: BaseException, inlined: list[dict[str, str]], 
 _STACK_FRAME = re.compile(r"^\s*(.+?\.py)\((\d+)\): ", re.MULTILINE)
 
 
-def _defined_at(stack: str, target: Path) -> str | None:
-    """The innermost `file.py(N): function` line of a node's stack in the script's folder, as
-    `file.py:N`."""
-    folder = target.resolve().parent
-    for match in _STACK_FRAME.finditer(stack):
-        path = Path(match.group(1))
-        with contextlib.suppress(OSError, ValueError):
-            if path.resolve() == target.resolve() or path.resolve().parent == folder:
-                return f"{path.name}:{match.group(2)}"
-    return None
-
-
-def _enclosing_function(stack: str, target: Path) -> str | None:
-    """The autograd.Function whose forward is on a node's stack (innermost first), by the frames
-    in the script's folder; None where none is."""
+def _script_frames(stack: str, target: Path) -> Iterator[str]:
+    """The `file.py:N` lines of a node's stack (innermost first) in the script's folder."""
     folder = target.resolve().parent
     for match in _STACK_FRAME.finditer(stack):
         path = Path(match.group(1))
         with contextlib.suppress(OSError, ValueError):
             if path.resolve().parent == folder:
-                owners = function_owners(line=f"{path.name}:{match.group(2)}")
-                if owners:
-                    return owners[0].__name__
-    return None
+                yield f"{path.name}:{match.group(2)}"
+
+
+def _defined_at(stack: str, target: Path) -> str | None:
+    """The innermost `file.py(N): function` line of a node's stack in the script's folder, as
+    `file.py:N`."""
+    return next(_script_frames(stack, target), None)
+
+
+def _enclosing_function(stack: str, target: Path) -> str | None:
+    """The autograd.Function whose forward is on a node's stack (innermost first), by the frames
+    in the script's folder; None where none is."""
+    return next((owners[0].__name__ for line in _script_frames(stack, target)
+                 if (owners := function_owners(line=line))), None)
 
 
 def function_owners(name: str | None = None, line: str | None = None) -> list[type]:
