@@ -266,7 +266,10 @@ class EagerExport:
     `selected_modules`: an nn.ModuleList indexed with a one-element tensor while traced
     (`self.norms[style_id](x)`) gives a module that runs every module of the list and selects the
     result with the tensor (a Gather in the graph), where the tracer would read the index as the
-    example's number.
+    example's number; `strided_views`: under the TorchScript tracer, a contiguous tensor's
+    `stride()` is computed from its traced sizes and `as_strided` is a gather from the flattened
+    storage the tensor views (its base), so windows built from the input's strides follow its size
+    and windows that reach past a slice read what eager reads.
     """
 
     functions: tuple[str, ...] = ()
@@ -294,6 +297,7 @@ class EagerExport:
     cloned_constants: bool = False
     torch_symbolics: tuple[str, ...] = ()
     selected_modules: bool = False
+    strided_views: bool = False
 
     def merged(self, later: EagerExport) -> EagerExport:
         """Both sets of changes in one export: a switch either turns on is on, the listed sites

@@ -500,6 +500,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _frozen_weights(loaded.model, undo)
         if step.int_sizes:
             _int_sizes(undo)
+        if step.strided_views:
+            _strided_views(loaded, undo)
         if step.where_branches:
             from onnxdoctor.worker.branch_select import select_branches
 
@@ -643,6 +645,50 @@ def _int_sizes(undo: list[Callable[[], None]]) -> None:
         if callable(original):
             setattr(functional, name, reading(original))
             undo.append(lambda name=name, original=original: setattr(functional, name, original))
+
+
+def _strided_views(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, under the TorchScript tracer, `stride()` of a contiguous tensor is
+    computed from its sizes and `as_strided` is a gather from the storage the tensor views
+    (recipe.EagerExport.strided_views).
+
+    The tracer keeps sizes as traced values but records `stride()` as the example's numbers, and
+    the exporter's as_strided indexes the tensor it is given: a view's windows that reach past it
+    into its base (`torch.as_strided(x[0:6], (6, 4), (1, 1))`, valid in eager) index out of
+    bounds. The gather reads the flattened base at `offset + sum(arange(size_i) * stride_i)`, each
+    term traced, so it reads what eager reads at every size. A tensor whose base is not contiguous
+    keeps the exporter's as_strided."""
+    import torch
+
+    strides_of, as_strided = torch.Tensor.stride, torch.Tensor.as_strided
+
+    def traced(tensor: Any) -> bool:
+        return torch._C._get_tracing_state() is not None and isinstance(tensor, torch.Tensor)
+
+    def sized_stride(self: Any, dim: int | None = None) -> Any:
+        if not traced(self) or not self.is_contiguous():
+            return strides_of(self) if dim is None else strides_of(self, dim)
+        steps, step = [], 1
+        for size in reversed(self.shape):  # traced sizes: the products stay in the graph
+            steps.append(step)
+            step = step * size
+        steps.reverse()
+        return tuple(steps) if dim is None else steps[dim]
+
+    def gathered(self: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+        # torch's own parameter names: callers pass them by keyword (`x.as_strided(size=..., stride=...)`).
+        base = self._base if traced(self) and self._base is not None else self
+        if not traced(self) or not base.is_contiguous():
+            return as_strided(self, size, stride, storage_offset)
+        offset = self.storage_offset() if storage_offset is None else storage_offset
+        index = torch.zeros((), dtype=torch.long, device=self.device) + (offset - base.storage_offset())
+        for count, step in zip(size, stride):
+            index = index.unsqueeze(-1) + torch.arange(count, device=self.device) * step
+        return base.reshape(-1)[index]
+
+    _replace(torch.Tensor, "stride", sized_stride, loaded, undo)
+    _replace(torch.Tensor, "as_strided", gathered, loaded, undo)
+    _replace(torch, "as_strided", gathered, loaded, undo)
 
 
 def _frozen_weights(model: Any, undo: list[Callable[[], None]]) -> None:

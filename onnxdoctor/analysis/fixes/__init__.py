@@ -74,6 +74,7 @@ from onnxdoctor.analysis.fixes import (
     sparse_dense,
     split_sizes,
     state_io,
+    strided_views,
     target_gaps,
     tensor_data,
     traced_sizes,
@@ -93,6 +94,7 @@ FAMILIES = (
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, constant_writes, grouped_conv, dense_attention, complex_outputs, unordered,
     traced_sizes,
+    strided_views,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,
     batch_axis,

@@ -1,0 +1,71 @@
+"""General mechanisms for failures not seen before (issue 22), written after the ninety-eighth and
+later first-seen batches (fixtures/corpus/first_seen_2026-12-08l.txt onwards)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnosed import first_finding
+
+# Windows built from the input's own strides (pytorch#90607): the tracer records x.stride() as the
+# example's numbers, so with every dim declared dynamic the graph reads other elements at any other size.
+STRIDES_FROM_INPUT = '''import torch
+
+dynamo = False
+opset_version = 14
+input_names = ["x"]
+dynamic_axes = {"x": {0: "a", 1: "b", 2: "c"}}
+
+
+class Windows(torch.nn.Module):
+    def forward(self, x):
+        a, b, c = x.size()
+        s = x.stride()
+        return x.as_strided(size=(a, b // 2, 4), stride=(s[0] // 2, s[1] - 3, 3)) * 2.0
+
+
+def get_model():
+    return Windows().eval(), (torch.randn(6, 10, 5),)
+
+
+def get_inputs2():
+    return (torch.randn(8, 14, 7),)
+'''
+
+# Overlapping windows over a slice that reach past its end into the parent (onnxruntime#28342):
+# eager reads the parent's storage; both exporters gather from the slice, out of bounds.
+WINDOWS_PAST_A_SLICE = '''import torch
+
+dynamo = True
+
+
+class Taps(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.linspace(0.5, 1.5, 12))
+        self.taps = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = x * self.gain
+        return self.taps(torch.as_strided(h[0:6], size=(6, 4), stride=(1, 1)))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Taps().eval(), (torch.randn(12),)
+'''
+
+
+def test_windows_from_the_inputs_strides_follow_its_size_as_a_gather(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, STRIDES_FROM_INPUT, "OD803")
+    assert finding.op == "aten::as_strided"
+    fix = next(f for f in finding.fixes if f.kind == "strided_views")
+    assert fix.verified, fix.check
+    assert fix.check.sizes  # held at sizes other than the example's, where the frozen strides differ
+
+
+def test_windows_that_reach_past_a_slice_read_its_parent_as_eager_does(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, WINDOWS_PAST_A_SLICE, "OD501")
+    assert "aten::as_strided" in (finding.op, finding.torch_op)
+    fix = next(f for f in finding.fixes if f.kind == "strided_views")
+    assert fix.verified, fix.check
