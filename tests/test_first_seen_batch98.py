@@ -69,3 +69,44 @@ def test_windows_that_reach_past_a_slice_read_its_parent_as_eager_does(tmp_path:
     assert "aten::as_strided" in (finding.op, finding.torch_op)
     fix = next(f for f in finding.fixes if f.kind == "strided_views")
     assert fix.verified, fix.check
+
+
+# A strided network exported at one size with nothing declared (RapidLayout#3, MewZoom#3): eager
+# runs other batches and any multiple of its stride, but one pixel more breaks the skip connection.
+STRIDED_AT_ONE_SIZE = '''import torch
+import torch.nn.functional as F
+
+dynamo = False
+opset_version = 17
+input_names = ["images"]
+
+
+class Strided(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.deeper = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.head = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, images):
+        skip = self.down(images)
+        up = F.interpolate(self.deeper(skip), scale_factor=2.0, mode="nearest")
+        return self.head(skip + up)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Strided().eval(), (torch.rand(1, 3, 64, 64),)
+'''
+
+
+def test_a_fixed_size_export_with_nothing_else_wrong_gets_its_declaration_verified_at_a_multiple_of_its_stride(
+        tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, STRIDED_AT_ONE_SIZE, "OD801")
+    # 65 pixels is refused by eager itself; 128 (the size's stride, 64, further) is not.
+    assert "images dim 2 = 64" in finding.message and "images dim 3 = 64" in finding.message, finding.message
+    assert "takes only its example's sizes" in finding.message
+    fix = next(f for f in finding.fixes if f.kind == "declare_dynamic")
+    # Tried under --fix without --all-fixes: nothing else was wrong.
+    assert fix.verified, fix.check
+    assert any(size.endswith("x128x128") or size.endswith("x192x192") for size in fix.check.sizes), fix.check.sizes

@@ -110,7 +110,7 @@ def test_a_stage_that_did_not_complete_is_a_warning_not_a_failed_export() -> Non
 
 
 def test_sizes_stay_inside_declared_bounds_and_skip_the_example() -> None:
-    sets = _size_sets([([("x", 0)], 2, 5), ([("x", 1)], None, None)], {"x": [4, 16]})
+    sets = _size_sets([([("x", 0)], 2, 5, 1), ([("x", 1)], None, None, 1)], {"x": [4, 16]})
     assert len(sets) == 3
     assert all(2 <= s["x"][0] <= 5 and s != {"x": [4, 16]} for s in sets)
     assert len({tuple(s["x"]) for s in sets}) == 3

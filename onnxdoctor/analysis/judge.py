@@ -249,11 +249,14 @@ def attach_fixes(
     ]
 
 
-def to_try(finding: Finding, options: DiagnoseOptions) -> list[tuple[int, Fix]]:
-    """The fixes of an error finding that will be tried, best first."""
-    # A target's warning (a node ONNX Runtime's CUDA provider leaves to the CPU) is worth a fix too;
-    # a fixed-size export's (OD801) only when asked: it costs an export, and the size may be meant.
-    wanted = finding.stage is Stage.TARGET or (finding.stage is Stage.SHAPES and options.all_fixes)
+def to_try(finding: Finding, options: DiagnoseOptions, *, settled: bool = False) -> list[tuple[int, Fix]]:
+    """The fixes of an error finding that will be tried, best first; `settled`: the run has no
+    error finding, so a fixed-size export's warning is the one thing left to fix."""
+    # A target's warning (a node ONNX Runtime's CUDA provider leaves to the CPU) is worth a fix too.
+    # A fixed-size export's (OD801: ONNX Runtime refuses sizes PyTorch runs) when asked, or when
+    # nothing else is wrong: it costs an export, and while an error stands the size may be meant
+    # and the export is better spent on the error.
+    wanted = finding.stage is Stage.TARGET or (finding.stage is Stage.SHAPES and (options.all_fixes or settled))
     if finding.severity is not Severity.ERROR and not wanted:
         return []
     candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and fix.check is None]
@@ -264,8 +267,9 @@ def shared_fix_plan(findings: list[Finding], options: DiagnoseOptions) -> list[R
     """The in-process-safe recipes, deduplicated, in the order they are tried."""
     plan: list[Recipe] = []
     seen: set[str] = set()
+    settled = not any(f.severity is Severity.ERROR for f in findings)
     for finding in findings:
-        for _index, fix in to_try(finding, options):
+        for _index, fix in to_try(finding, options, settled=settled):
             if fix.recipe is not None and not fix.recipe.alone and fix.recipe.key() not in seen:
                 seen.add(fix.recipe.key())
                 plan.append(fix.recipe)

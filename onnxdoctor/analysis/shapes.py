@@ -128,7 +128,10 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
     if code == "OD801":
         fixed = ", ".join(f"{n} dim {d} = {example[n][d]}" for n, d in varied if n in example)
         batch = next((example[n][0] for n, d in varied if d == 0 and n in example), None)
-        head = f"this model takes only batch {batch}" if batch is not None else "this model takes only its example's sizes"
+        # "only batch 1" where the batch is all that was varied; a page frozen at 1024x1024 too
+        # is the example's sizes.
+        head = (f"this model takes only batch {batch}" if batch is not None and all(d == 0 for _n, d in varied)
+                else "this model takes only its example's sizes")
         message = (f"{head} ({fixed}): ONNX Runtime refuses {sizes}, which PyTorch runs; "
                    "nothing was declared dynamic")
     elif code == "OD804":

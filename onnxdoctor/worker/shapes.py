@@ -394,7 +394,8 @@ def _bound(value: Any) -> int | None:
     return number if abs(number) < 2**62 else None
 
 
-Group = tuple[list[tuple[str, int]], int | None, int | None]  # members, min, max
+# members, min, max, and the step between sizes the model takes (a strided network's 32).
+Group = tuple[list[tuple[str, int]], int | None, int | None, int]
 
 
 def _declared_groups(declared: list[dict[str, Any]], example: dict[str, list[int]]) -> list[Group]:
@@ -402,9 +403,9 @@ def _declared_groups(declared: list[dict[str, Any]], example: dict[str, list[int
     groups: dict[str, Group] = {}
     for row in declared:
         key = row["name"]
-        members, low, high = groups.get(key, ([], row["min"], row["max"]))
+        members, low, high, step = groups.get(key, ([], row["min"], row["max"], 1))
         members.append((row["input"], row["dim"]))
-        groups[key] = (members, low, high)
+        groups[key] = (members, low, high, step)
     return list(groups.values())
 
 
@@ -419,34 +420,44 @@ def _probe(example: dict[str, list[int]],
                 by_value.setdefault((dim != 0, size), []).append((name, dim))
     accepted: list[Group] = []
     probes: list[dict[str, Any]] = []
-    candidates = [(members, size) for (_later, size), members in sorted(by_value.items())]
+    candidates = [(later, members, size) for (later, size), members in sorted(by_value.items())]
 
-    def accepts(members: list[tuple[str, int]], size: int) -> bool:
+    def accepts(members: list[tuple[str, int]], size: int, step: int = 1) -> bool:
         shapes = {n: list(s) for n, s in example.items()}
         for name, dim in members:
-            shapes[name][dim] = size + 1
+            shapes[name][dim] = size + step
         try:
             # Until one probe is accepted, whatever the budget: one size set at least is then checked.
             call(shapes, 999, timed=any(p["accepted"] for p in probes))
         except _OutOfTime:
             return False
         except Exception:
-            probes.append({"dims": members, "accepted": False})
+            probes.append({"dims": members, "accepted": False, **({"step": step} if step > 1 else {})})
             return False
-        probes.append({"dims": members, "accepted": True})
+        probes.append({"dims": members, "accepted": True, **({"step": step} if step > 1 else {})})
         return True
 
-    for members, size in candidates:
+    def taken(members: list[tuple[str, int]], size: int, later: bool) -> int | None:
+        """The step the dims take a new size at: 1, or for a strided network's image dims (refused
+        one larger, as a detector downsampling by 32 refuses 1025), the size's power-of-two stride."""
+        if accepts(members, size):
+            return 1
+        step = _stride_of(size) if later else 1
+        if step > 1 and len(probes) < MAX_PROBES and accepts(members, size, step):
+            return step
+        return None
+
+    for later, members, size in candidates:
         if len(probes) >= MAX_PROBES:
             break
-        if accepts(members, size):
-            accepted.append((members, 1, None))
+        if (step := taken(members, size, later)) is not None:
+            accepted.append((members, 1, None, step))
         elif len(members) > 1:
             for member in members:
                 if len(probes) >= MAX_PROBES:
                     break
-                if accepts([member], size):
-                    accepted.append(([member], 1, None))
+                if (step := taken([member], size, later)) is not None:
+                    accepted.append(([member], 1, None, step))
     return accepted, probes
 
 
@@ -455,12 +466,15 @@ def _size_sets(groups: list[Group], example: dict[str, list[int]]) -> list[dict[
     if not groups:
         return []
     values: list[list[int]] = []
-    for members, low, high in groups:
+    for members, low, high, step in groups:
         name, dim = members[0]
         size = example[name][dim]
         picks: list[int] = []
-        # Small steps for large dims (an image's 224 becomes 225, 232, 227): the stage stays cheap.
-        for value in (size + 1, 2 * size if size <= 16 else size + 8, size + 3, size - 1, size + 5, 2):
+        # Small steps for large dims (an image's 224 becomes 225, 232, 227): the stage stays cheap;
+        # multiples of the stride for a strided network's (1024 becomes 1088, 1152, 960).
+        steps = (size + 1, 2 * size if size <= 16 else size + 8, size + 3, size - 1, size + 5, 2) if step == 1 else (
+            size + step, size + 2 * step, size - step)
+        for value in steps:
             if value == size or value < 2 or value in picks:
                 continue
             if (low is not None and value < low) or (high is not None and value > high):
@@ -471,7 +485,7 @@ def _size_sets(groups: list[Group], example: dict[str, list[int]]) -> list[dict[
     for k in range(SIZE_SETS):
         shapes = {n: list(s) for n, s in example.items()}
         changed = False
-        for (members, _low, _high), picks in zip(groups, values):
+        for (members, _low, _high, _step), picks in zip(groups, values):
             if not picks:
                 continue
             for name, dim in members:
@@ -480,6 +494,13 @@ def _size_sets(groups: list[Group], example: dict[str, list[int]]) -> list[dict[
         if changed and shapes not in sets:
             sets.append(shapes)
     return sets
+
+
+def _stride_of(size: int) -> int:
+    """The largest power of two dividing `size`, up to 64 (0 below 8): the downsampling a network
+    whose input is that size most likely requires its sizes to be a multiple of."""
+    step = size & -size
+    return min(step, 64) if step >= 8 else 0
 
 
 # ---- where the size froze ----------------------------------------------------------------------
