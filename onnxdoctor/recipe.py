@@ -269,7 +269,10 @@ class EagerExport:
     example's number; `strided_views`: under the TorchScript tracer, a contiguous tensor's
     `stride()` is computed from its traced sizes and `as_strided` is a gather from the flattened
     storage the tensor views (its base), so windows built from the input's strides follow its size
-    and windows that reach past a slice read what eager reads.
+    and windows that reach past a slice read what eager reads; `fake_quantized`: under the
+    TorchScript tracer, `torch.quantize_per_tensor`/`quantize_per_channel` give the float values
+    they quantize to (QuantizeLinear/DequantizeLinear) and `dequantize` of a float tensor is that
+    tensor, so what forward() does to a quantized tensor (indexing it) runs on its values.
     """
 
     functions: tuple[str, ...] = ()
@@ -298,6 +301,7 @@ class EagerExport:
     torch_symbolics: tuple[str, ...] = ()
     selected_modules: bool = False
     strided_views: bool = False
+    fake_quantized: bool = False
 
     def merged(self, later: EagerExport) -> EagerExport:
         """Both sets of changes in one export: a switch either turns on is on, the listed sites

@@ -109,4 +109,35 @@ def test_a_fixed_size_export_with_nothing_else_wrong_gets_its_declaration_verifi
     fix = next(f for f in finding.fixes if f.kind == "declare_dynamic")
     # Tried under --fix without --all-fixes: nothing else was wrong.
     assert fix.verified, fix.check
-    assert any(size.endswith("x128x128") or size.endswith("x192x192") for size in fix.check.sizes), fix.check.sizes
+    assert any(size.endswith(("x128x128", "x192x192")) for size in fix.check.sizes), fix.check.sizes
+
+
+# Codebooks quantized in forward and looked up by code (pytorch#126065): the TorchScript exporter
+# has no quantized Gather.
+QUANTIZED_LOOKUP = '''import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Lookup(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("codebook", torch.randn(16, 4) * 0.5)
+
+    def forward(self, codes):
+        q = torch.quantize_per_tensor(self.codebook, 0.05, 0, torch.qint8)
+        return torch.dequantize(q[codes]).sum(-1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Lookup().eval(), (torch.randint(0, 16, (6,)),)
+'''
+
+
+def test_a_tensor_quantized_in_forward_and_indexed_is_exported_on_its_grid_in_float(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, QUANTIZED_LOOKUP, "OD299")
+    fix = next(f for f in finding.fixes if f.kind == "fake_quantized")
+    assert fix.verified, fix.check
+    assert fix.check.max_abs_diff is not None and fix.check.max_abs_diff < 1e-6  # the same grid values

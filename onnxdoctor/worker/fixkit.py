@@ -502,6 +502,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _int_sizes(undo)
         if step.strided_views:
             _strided_views(loaded, undo)
+        if step.fake_quantized:
+            _fake_quantized(loaded, undo)
         if step.where_branches:
             from onnxdoctor.worker.branch_select import select_branches
 
@@ -689,6 +691,53 @@ def _strided_views(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     _replace(torch.Tensor, "stride", sized_stride, loaded, undo)
     _replace(torch.Tensor, "as_strided", gathered, loaded, undo)
     _replace(torch, "as_strided", gathered, loaded, undo)
+
+
+def _fake_quantized(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, under the TorchScript tracer, `torch.quantize_per_tensor` and
+    `torch.quantize_per_channel` give the float tensor of the values they quantize to (fake
+    quantization: QuantizeLinear then DequantizeLinear in the graph) and `dequantize` of a float
+    tensor is that tensor (recipe.EagerExport.fake_quantized).
+
+    Indexing, slicing or concatenating a quantized tensor then runs on those values, which
+    dequantizing afterwards gives exactly: the exporters have no quantized Gather (pytorch#126065)
+    and the dynamo exporter no quantized dtype at all."""
+    import torch
+
+    per_tensor, per_channel, dequantize = torch.quantize_per_tensor, torch.quantize_per_channel, torch.dequantize
+    dequantize_method = torch.Tensor.dequantize
+    bounds = {torch.qint8: (-128, 127), torch.quint8: (0, 255), torch.qint32: (-(2**31), 2**31 - 1)}
+
+    def traced() -> bool:
+        return torch._C._get_tracing_state() is not None
+
+    def tensor_grid(input: Any, scale: Any, zero_point: Any, dtype: Any) -> Any:
+        if not traced() or not isinstance(input, torch.Tensor) or dtype not in bounds:
+            return per_tensor(input, scale, zero_point, dtype)
+        low, high = bounds[dtype]
+        if isinstance(scale, torch.Tensor):
+            return torch.fake_quantize_per_tensor_affine(input, scale.float(), torch.as_tensor(zero_point).int(),
+                                                         low, high)
+        return torch.fake_quantize_per_tensor_affine(input, float(scale), int(zero_point), low, high)
+
+    def channel_grid(input: Any, scales: Any, zero_points: Any, axis: int, dtype: Any) -> Any:
+        if not traced() or dtype not in bounds:
+            return per_channel(input, scales, zero_points, axis, dtype)
+        low, high = bounds[dtype]
+        return torch.fake_quantize_per_channel_affine(input, scales.float(), zero_points.int(), axis, low, high)
+
+    def values(tensor: Any) -> Any:
+        if traced() and isinstance(tensor, torch.Tensor) and not tensor.is_quantized:
+            return tensor
+        return dequantize(tensor)
+
+    def values_method(self: Any) -> Any:
+        return self if traced() and not self.is_quantized else dequantize_method(self)
+
+    _replace(torch, "quantize_per_tensor", tensor_grid, loaded, undo)
+    _replace(torch, "quantize_per_channel", channel_grid, loaded, undo)
+    _replace(torch, "dequantize", values, loaded, undo)
+    _replace(torch.Tensor, "dequantize", values_method, loaded, undo)
 
 
 def _frozen_weights(model: Any, undo: list[Callable[[], None]]) -> None:

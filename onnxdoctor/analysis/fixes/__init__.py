@@ -40,6 +40,7 @@ from onnxdoctor.analysis.fixes import (
     export_branch,
     exporter,
     fake_kernel,
+    fake_quantized,
     frozen_weights,
     function_kernel,
     generators,
@@ -95,6 +96,7 @@ FAMILIES = (
     sparse_dense, tensor_data, constant_writes, grouped_conv, dense_attention, complex_outputs, unordered,
     traced_sizes,
     strided_views,
+    fake_quantized,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,
     batch_axis,
