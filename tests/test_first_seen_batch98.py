@@ -7,6 +7,9 @@ from pathlib import Path
 
 from diagnosed import first_finding
 
+from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.pipeline import diagnose
+
 # Windows built from the input's own strides (pytorch#90607): the tracer records x.stride() as the
 # example's numbers, so with every dim declared dynamic the graph reads other elements at any other size.
 STRIDES_FROM_INPUT = '''import torch
@@ -141,3 +144,17 @@ def test_a_tensor_quantized_in_forward_and_indexed_is_exported_on_its_grid_in_fl
     fix = next(f for f in finding.fixes if f.kind == "fake_quantized")
     assert fix.verified, fix.check
     assert fix.check.max_abs_diff is not None and fix.check.max_abs_diff < 1e-6  # the same grid values
+
+
+def test_a_function_the_exporter_cannot_inline_applied_at_two_widths_gets_a_kernel_node_of_free_sizes() -> None:
+    # mmcv's _DynamicScatter (mmdeploy#2460): a Function around a compiled op, applied by two
+    # voxel-encoder layers of other widths, and its voxel count is the data's. Its node declares
+    # types and ranks only: the first call's sizes broke the second layer's MatMul.
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "corpus" / \
+        "dynamic_scatter_custom_op_mvxnet_dynamic_vfe_mmdeploy_2460.py"
+    (diagnosis,) = diagnose(str(path), DiagnoseOptions(check_shapes=False))
+    finding = diagnosis.findings[0]
+    assert (finding.code, finding.op) == ("OD299", "_DynamicScatter"), finding.message
+    kernel = next(f for f in finding.fixes if f.kind == "function_kernel")
+    assert "with_sizes([None] * 2)" in kernel.snippet
+    assert kernel.verified, kernel.check

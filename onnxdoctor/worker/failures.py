@@ -188,6 +188,12 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             inner = function_inner_ops(loaded, name=python_op.group(1))
             if inner:
                 facts["inner_ops"] = inner
+        # The Function, traced through its forward, as one node whose kernel calls it (the
+        # function_kernel fix family: mmcv's _DynamicScatter, whose voxel count is the data's).
+        with contextlib.suppress(Exception):
+            from onnxdoctor.worker.parity import traced_functions
+
+            facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == python_op.group(1)]
     if dynamo and "data-dependent" in text:
         # The line whose branch asked for a data-dependent truth value (`if is_global_attn:`).
         with contextlib.suppress(Exception):

@@ -565,7 +565,8 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
     pairs from the example's call (dtype "" where it has no name), `arguments` (the call's
     arguments in order: "T" for each tensor, the value of each Python constant, which must be a
     literal: a number, a string, None or a list of them), and `source`, the user's line that
-    applies it (in `target`'s folder), where known.
+    applies it (in `target`'s folder), where known; `sizes_vary` where another call of it has other
+    sizes than the first's.
     """
     from onnxdoctor.worker.tracebacks import torchscript_user_line
 
@@ -580,7 +581,14 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
             continue
         qualname = getattr(owner, "__qualname__", "")
         key = f"{owner.__module__}:{qualname}"
-        if "<locals>" in qualname or key in found:
+        if key in found:
+            # Applied again at other sizes (a voxel encoder's two layers of other widths): the
+            # node's sizes are not the first call's everywhere, only its types and ranks.
+            with contextlib.suppress(Exception):
+                if _typed(node) != (found[key]["inputs"], found[key]["outputs"]):
+                    found[key]["sizes_vary"] = True
+            continue
+        if "<locals>" in qualname:
             continue
         constants = iter(node.scalar_args())
         arguments = ["T" if kind == "d" else next(constants) for kind in node.cconv()]

@@ -124,9 +124,11 @@ def _kernel_parts(entry: dict) -> _Parts | None:
     op_type = "".join(c for c in qualname.split(".")[-1] if c.isalnum()) or "Function"
     node = f"onnxdoctor::{op_type}"
     names = [f"input{i}" for i in range(len(inputs))]
+    # Applied at other sizes elsewhere in the model: each output's type and rank only.
+    unsized = ".with_sizes([None] * {})" if entry.get("sizes_vary") else ""
     typed = "\n".join(
         f"    outs[{i}].setType(torch._C.TensorType.create_from_tensor(torch.empty({list(shape)!r}, "
-        f"dtype=torch.{dtype})))"
+        f"dtype=torch.{dtype})){unsized.format(len(shape))})"
         for i, (dtype, (_t, shape)) in enumerate(zip(types_out, outputs, strict=True))
     )
     symbolic = (
@@ -143,9 +145,11 @@ def _kernel_parts(entry: dict) -> _Parts | None:
            if constants else
            f"def _{op_type.lower()}_symbolic(g, *inputs):\n"
            f"    outs = g.op({node!r}, *inputs, outputs={len(outputs)})\n") +
-        f"    outs = outs if isinstance(outs, (list, tuple)) else [outs]\n"
-        "    # The example's types and sizes: the exporter cannot infer a custom node's.\n"
-        f"{typed}\n"
+        "    outs = outs if isinstance(outs, (list, tuple)) else [outs]\n"
+        + ("    # The example's types and ranks (its sizes differ between calls): the exporter cannot\n"
+           "    # infer a custom node's.\n" if entry.get("sizes_vary") else
+           "    # The example's types and sizes: the exporter cannot infer a custom node's.\n")
+        + f"{typed}\n"
         "    return outs[0] if len(outs) == 1 else tuple(outs)\n\n\n"
         f"{qualname}.symbolic = staticmethod(_{op_type.lower()}_symbolic)\n"
     )
