@@ -158,3 +158,40 @@ def test_a_function_the_exporter_cannot_inline_applied_at_two_widths_gets_a_kern
     kernel = next(f for f in finding.fixes if f.kind == "function_kernel")
     assert "with_sizes([None] * 2)" in kernel.snippet
     assert kernel.verified, kernel.check
+
+
+# A two-layer GRU whose time steps torch.export specialises to the example's (pytorch#126339):
+# the dynamo export writes the input at that length, whatever dynamic_shapes declared.
+GRU_TIME_DIM = '''import torch
+from torch.export import Dim
+
+dynamo = True
+opset_version = 18
+input_names = ["x"]
+dynamic_shapes = {"x": {0: Dim("batch", max=64), 1: Dim("time", max=500)}}
+
+
+class Speech(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(6, 8, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        out, _ = self.gru(x)
+        return self.head(out)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Speech().eval(), (torch.randn(2, 11, 6),)
+'''
+
+
+def test_a_declared_dim_torch_export_specialised_is_declared_to_the_torchscript_exporter_instead(
+        tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, GRU_TIME_DIM, "OD208")
+    fix = next(f for f in finding.fixes if f.kind == "exporter")
+    assert "dynamic_axes={'x': {0: 'batch', 1: 'time'}}" in fix.snippet, fix.snippet
+    assert fix.verified, fix.check
+    assert any("x" in size and "x11x" not in size for size in fix.check.sizes), fix.check.sizes  # other lengths

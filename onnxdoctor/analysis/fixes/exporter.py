@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import Recipe, UseExporter
+from onnxdoctor.recipe import DeclareDynamic, Recipe, UseExporter
 
 # OD208 only for a script that declares dynamic_axes: the TorchScript exporter ignores
 # dynamic_shapes, so switching cannot fix those, but it takes dynamic_axes as they are (torch.onnx's
@@ -25,6 +27,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD901" and "during export" not in finding.message:
         return []
     settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
+    if finding.code == "OD208" and ctx.exporter == "dynamo" and settings.get("dynamic_shapes") and not settings.get(
+            "dynamic_axes"):
+        # torch.export specialised a declared Dim (a two-layer GRU's time steps, pytorch#126339): the
+        # TorchScript exporter with the same dims as dynamic_axes follows them, checked at other sizes.
+        return _declared_for_torchscript(ctx)
     if finding.code == "OD208" and (ctx.exporter != "dynamo" or not settings.get("dynamic_axes")
                                     or settings.get("dynamic_shapes")):
         return []
@@ -60,3 +67,40 @@ def _packed_weights(ctx: FixContext) -> bool:
     """torch.export stopped at a quantized module's packed weights (no branch is involved)."""
     export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
     return export is not None and export.error is not None and bool(PACKED_WEIGHTS.search(export.error.all_text()))
+
+
+# A Dim as the LOAD record writes it: "Dim('time', max=3000)".
+_DIM_NAME = re.compile(r"Dim\(\s*'(\w+)'")
+
+
+def _declared_for_torchscript(ctx: FixContext) -> list[Fix]:
+    """The TorchScript exporter with the script's dynamic_shapes as dynamic_axes: each forward()
+    argument's dims under the ONNX input name at its position."""
+    load = ctx.facts_of(Stage.LOAD)
+    settings = load.get("settings") or {}
+    spec = settings.get("dynamic_shapes")
+    params = list(load.get("forward_parameters") or ())
+    names = list(settings.get("input_names") or ())
+    entries = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, list) else ()
+    rows: list[tuple[str, int, str, None, None]] = []
+    for position, (key, dims) in enumerate(entries):
+        index = params.index(key) if key in params else (key if isinstance(key, int) else position)
+        name = names[index] if index < len(names) else (params[index] if index < len(params) else str(key))
+        for dim, text in (dims.items() if isinstance(dims, dict) else enumerate(dims or ())):
+            if text is not None:
+                found = _DIM_NAME.search(str(text))
+                rows.append((name, int(dim), found.group(1) if found else f"{name}_{dim}", None, None))
+    if not rows:
+        return []
+    axes: dict[str, dict[int, str]] = {}
+    for name, dim, label, _low, _high in rows:
+        axes.setdefault(name, {})[dim] = label
+    return [Fix(
+        kind="exporter",
+        title="Use the TorchScript exporter (dynamo=False) with the same dims declared as dynamic_axes",
+        snippet=(f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False,\n"
+                 f"                  input_names={names or None!r}, dynamic_axes={axes!r})\n"),
+        applicability=Applicability.SAFE,
+        cost="the TorchScript exporter is deprecated (opsets 7-20); it traces, so checked at other sizes",
+        recipe=Recipe("exporter", (UseExporter("torchscript"), DeclareDynamic(dims=tuple(rows), inputs=tuple(names)))),
+    )]
