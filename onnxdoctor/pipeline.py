@@ -388,12 +388,12 @@ class _Verifier:
         # takes only the checks that answer it (_recorded).
         done: dict[str, FixCheck] = dict(planned or {})
         done_wide = self.wide
-        settled = not any(f.severity is Severity.ERROR for f in findings)
+        no_errors = not any(f.severity is Severity.ERROR for f in findings)
         for finding in findings:
             wide = about_other_inputs(finding)
             finding = replace(finding, fixes=tuple(
                 replace(f, check=_recorded(f, wide, done, done_wide) or f.check) for f in finding.fixes))
-            candidates = to_try(finding, options, settled=settled)
+            candidates = to_try(finding, options, settled=no_errors)
             if not candidates or self._out_of_time():
                 verified.append(finding)
                 continue

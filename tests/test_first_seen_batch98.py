@@ -7,8 +7,11 @@ from pathlib import Path
 
 from diagnosed import first_finding
 
-from onnxdoctor.model import DiagnoseOptions
+from onnxdoctor.analysis.judge import to_try
+from onnxdoctor.model import DiagnoseOptions, Finding, Fix, Severity, Stage
 from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import DeclareDynamic, Recipe
+from onnxdoctor.worker.shapes import _size_sets, _stride_of
 
 # Windows built from the input's own strides (pytorch#90607): the tracer records x.stride() as the
 # example's numbers, so with every dim declared dynamic the graph reads other elements at any other size.
@@ -192,6 +195,23 @@ def test_a_declared_dim_torch_export_specialised_is_declared_to_the_torchscript_
         tmp_path: Path) -> None:
     finding = first_finding(tmp_path, GRU_TIME_DIM, "OD208")
     fix = next(f for f in finding.fixes if f.kind == "exporter")
-    assert "dynamic_axes={'x': {0: 'batch', 1: 'time'}}" in fix.snippet, fix.snippet
+    assert "dynamic_axes = {'x': {0: 'batch', 1: 'time'}}" in fix.snippet, fix.snippet
     assert fix.verified, fix.check
-    assert any("x" in size and "x11x" not in size for size in fix.check.sizes), fix.check.sizes  # other lengths
+    # Checked at other lengths than the example's 11 (sizes read "x=3x12x6").
+    lengths = {int(size.split("=", 1)[1].split("x")[1]) for size in fix.check.sizes}
+    assert lengths - {11}, fix.check.sizes
+
+
+def test_a_strided_dim_is_stepped_by_its_power_of_two_stride_and_its_sizes_are_multiples_of_it() -> None:
+    assert (_stride_of(1024), _stride_of(224), _stride_of(96), _stride_of(100), _stride_of(7)) == (64, 32, 32, 0, 0)
+    sets = _size_sets([([("images", 2), ("images", 3)], 1, None, 64)], {"images": [1, 3, 1024, 1024]})
+    assert [s["images"][2] for s in sets] == [1088, 1152, 960], sets
+    assert all(s["images"][2] == s["images"][3] for s in sets)
+
+
+def test_a_fixed_size_warnings_declaration_waits_while_an_error_stands() -> None:
+    fix = Fix(kind="declare_dynamic", title="declare", snippet="", recipe=Recipe("declare_dynamic", (DeclareDynamic(),)))
+    warning = Finding("OD801", Stage.SHAPES, Severity.WARNING, "fixed size", fixes=(fix,))
+    options = DiagnoseOptions()
+    assert to_try(warning, options) == []
+    assert to_try(warning, options, settled=True) == [(0, fix)]

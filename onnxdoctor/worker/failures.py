@@ -168,9 +168,7 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             if op and loaded is not None:
                 # Traced through its forward, the Function can be one node with a kernel that
                 # calls it (the function_kernel fix family): what it takes and returns.
-                from onnxdoctor.worker.parity import traced_functions
-
-                facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == op]
+                facts["traced_functions"] = _traced_function(loaded, target, op)
     if not op and (isinstance(exc, IndexError) or (isinstance(exc, RuntimeError) and _OP_ARGUMENT.search(str(exc)))):
         # An op's own check of its arguments, raised by the op the user's line calls with no
         # Python frame of torch's between (`input_char.unsqueeze(1)` on a 0-d tensor the tracer
@@ -190,10 +188,9 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 facts["inner_ops"] = inner
         # The Function, traced through its forward, as one node whose kernel calls it (the
         # function_kernel fix family: mmcv's _DynamicScatter, whose voxel count is the data's).
-        with contextlib.suppress(Exception):
-            from onnxdoctor.worker.parity import traced_functions
-
-            facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == python_op.group(1)]
+        if "traced_functions" not in facts:
+            with contextlib.suppress(Exception):
+                facts["traced_functions"] = _traced_function(loaded, target, python_op.group(1))
     if dynamo and "data-dependent" in text:
         # The line whose branch asked for a data-dependent truth value (`if is_global_attn:`).
         with contextlib.suppress(Exception):
@@ -264,10 +261,8 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 with contextlib.suppress(Exception):
                     owner = _enclosing_function(text.split("Defined at:", 1)[1], target)
                     if owner:
-                        from onnxdoctor.worker.parity import traced_functions
-
                         facts["enclosing_function"] = owner
-                        facts["traced_functions"] = [f for f in traced_functions(loaded, target) if f["name"] == owner]
+                        facts["traced_functions"] = _traced_function(loaded, target, owner)
         if op.startswith("prims::") and dynamo:
             # The dynamo exporter names the prims op a decomposition wrote; the user's line calls
             # the aten op (checked on that line: several ops decompose to some prims ops).
@@ -522,6 +517,14 @@ def function_owners(name: str | None = None, line: str | None = None) -> list[ty
 
     return [c for c in dict.fromkeys(subclasses(torch.autograd.Function))
             if c.__name__ == name or (line and holds(c))]
+
+
+def _traced_function(loaded: Any, target: Path | None, name: str) -> list[dict[str, Any]]:
+    """The trace's Functions (parity.traced_functions) whose class is `name`, as an error names
+    it: the class name, the last part of a nested Function's qualified name."""
+    from onnxdoctor.worker.parity import traced_functions
+
+    return [f for f in traced_functions(loaded, target) if str(f["name"]).rsplit(".", 1)[-1] == name]
 
 
 def function_inner_ops(loaded: Any, name: str | None = None, line: str | None = None) -> list[str]:

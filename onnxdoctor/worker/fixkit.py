@@ -657,9 +657,10 @@ def _strided_views(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     The tracer keeps sizes as traced values but records `stride()` as the example's numbers, and
     the exporter's as_strided indexes the tensor it is given: a view's windows that reach past it
     into its base (`torch.as_strided(x[0:6], (6, 4), (1, 1))`, valid in eager) index out of
-    bounds. The gather reads the flattened base at `offset + sum(arange(size_i) * stride_i)`, each
-    term traced, so it reads what eager reads at every size. A tensor whose base is not contiguous
-    keeps the exporter's as_strided."""
+    bounds. The gather reads the flattened base at `offset + sum(arange(size_i) * stride_i)`, the
+    sizes and strides traced, so windows computed from sizes follow them (the storage offset is
+    the example's; a size-1 dim's stride, which any value fits, may differ from eager's). A tensor
+    whose base is not contiguous keeps the exporter's as_strided."""
     import torch
 
     strides_of, as_strided = torch.Tensor.stride, torch.Tensor.as_strided
@@ -679,6 +680,8 @@ def _strided_views(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
 
     def gathered(self: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
         # torch's own parameter names: callers pass them by keyword (`x.as_strided(size=..., stride=...)`).
+        # The storage offsets are the example's numbers (a view's offset that depends on a size,
+        # `x[1:]` of a 2-D x, stays the example's).
         base = self._base if traced(self) and self._base is not None else self
         if not traced(self) or not base.is_contiguous():
             return as_strided(self, size, stride, storage_offset)
@@ -688,16 +691,19 @@ def _strided_views(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
             index = index.unsqueeze(-1) + torch.arange(count, device=self.device) * step
         return base.reshape(-1)[index]
 
+    def gathered_input(input: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+        return gathered(input, size, stride, storage_offset)  # torch.as_strided names it `input`
+
     _replace(torch.Tensor, "stride", sized_stride, loaded, undo)
     _replace(torch.Tensor, "as_strided", gathered, loaded, undo)
-    _replace(torch, "as_strided", gathered, loaded, undo)
+    _replace(torch, "as_strided", gathered_input, loaded, undo)
 
 
 def _fake_quantized(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     """Until `undo` runs, under the TorchScript tracer, `torch.quantize_per_tensor` and
     `torch.quantize_per_channel` give the float tensor of the values they quantize to (fake
     quantization: QuantizeLinear then DequantizeLinear in the graph) and `dequantize` of a float
-    tensor is that tensor (recipe.EagerExport.fake_quantized).
+    tensor is that tensor in float32, as eager gives it (recipe.EagerExport.fake_quantized).
 
     Indexing, slicing or concatenating a quantized tensor then runs on those values, which
     dequantizing afterwards gives exactly: the exporters have no quantized Gather (pytorch#126065)
@@ -706,7 +712,8 @@ def _fake_quantized(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
 
     per_tensor, per_channel, dequantize = torch.quantize_per_tensor, torch.quantize_per_channel, torch.dequantize
     dequantize_method = torch.Tensor.dequantize
-    bounds = {torch.qint8: (-128, 127), torch.quint8: (0, 255), torch.qint32: (-(2**31), 2**31 - 1)}
+    # qint32's range is wider than the exporter's fake-quantize symbolic takes: left as it is.
+    bounds = {torch.qint8: (-128, 127), torch.quint8: (0, 255)}
 
     def traced() -> bool:
         return torch._C._get_tracing_state() is not None
@@ -728,11 +735,11 @@ def _fake_quantized(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None
 
     def values(tensor: Any) -> Any:
         if traced() and isinstance(tensor, torch.Tensor) and not tensor.is_quantized:
-            return tensor
+            return tensor.float()  # as eager's dequantize of a float tensor: float32
         return dequantize(tensor)
 
     def values_method(self: Any) -> Any:
-        return self if traced() and not self.is_quantized else dequantize_method(self)
+        return self.float() if traced() and not self.is_quantized else dequantize_method(self)
 
     _replace(torch, "quantize_per_tensor", tensor_grid, loaded, undo)
     _replace(torch, "quantize_per_channel", channel_grid, loaded, undo)

@@ -573,6 +573,7 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
     graph = _trace_graph(loaded)
     found: dict[str, dict[str, Any]] = {}
     owners: dict[str, type] = {}
+    again: dict[str, list[tuple[Any, Any]]] = {}  # the later calls' (inputs, outputs)
     for node in graph.nodes():
         if node.kind() != "prim::PythonOp":
             continue
@@ -585,8 +586,7 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
             # Applied again at other sizes (a voxel encoder's two layers of other widths): the
             # node's sizes are not the first call's everywhere, only its types and ranks.
             with contextlib.suppress(Exception):
-                if _typed(node) != (found[key]["inputs"], found[key]["outputs"]):
-                    found[key]["sizes_vary"] = True
+                again.setdefault(key, []).append(_typed(node))
             continue
         if "<locals>" in qualname:
             continue
@@ -611,7 +611,20 @@ def traced_functions(loaded: Any, target: Any = None) -> list[dict[str, Any]]:
                 found[key]["inputs"], found[key]["outputs"] = observed[owners[key]]
             else:
                 del found[key]
+    for key, calls in again.items():
+        entry = found.get(key)
+        # Either side the trace typed in both calls, compared by shape (a data-dependent output
+        # is untyped in every call: its inputs tell).
+        if entry is not None and any(
+                mine is not None and theirs is not None and _shapes(mine) != _shapes(theirs)
+                for call in calls for mine, theirs in zip(call, (entry["inputs"], entry["outputs"]))):
+            entry["sizes_vary"] = True
     return list(found.values())
+
+
+def _shapes(typed: list[list[Any]]) -> list[Any]:
+    """The shapes of (dtype, shape) pairs."""
+    return [shape for _dtype, shape in typed]
 
 
 def _literal(value: Any) -> bool:

@@ -438,8 +438,8 @@ def _probe(example: dict[str, list[int]],
         return True
 
     def taken(members: list[tuple[str, int]], size: int, later: bool) -> int | None:
-        """The step the dims take a new size at: 1, or for a strided network's image dims (refused
-        one larger, as a detector downsampling by 32 refuses 1025), the size's power-of-two stride."""
+        """The step the dims take a new size at: 1, or for non-batch dims refused one larger (a
+        detector downsampling by 32 refuses 1025 pixels), the size's power-of-two stride."""
         if accepts(members, size):
             return 1
         step = _stride_of(size) if later else 1

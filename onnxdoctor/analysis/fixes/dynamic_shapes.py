@@ -17,7 +17,7 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix, Stage
-from onnxdoctor.recipe import DynamicShapes, LoadCode, Recipe, UseExporter
+from onnxdoctor.recipe import DeclareDynamic, DynamicShapes, LoadCode, Recipe, UseExporter
 
 CODES = ("OD208", "OD204", "OD299", "OD802", "OD803")
 
@@ -303,3 +303,32 @@ def _is_number(text: str) -> bool:
         return isinstance(ast.literal_eval(text.strip()), int)
     except (ValueError, SyntaxError):
         return False
+
+
+# A Dim as the LOAD record writes it: "Dim('time', max=3000)".
+_DIM_NAME = re.compile(r"Dim\(\s*'(\w+)'")
+
+
+def torchscript_declaration(ctx: FixContext) -> DeclareDynamic | None:
+    """The script's dynamic_shapes as the TorchScript exporter's dynamic_axes: each forward()
+    argument's dims under the ONNX input name at its position (its own name where the script
+    gives no input_names, which the declaration then sets); None where it declares none."""
+    load = ctx.facts_of(Stage.LOAD)
+    settings = load.get("settings") or {}
+    spec = settings.get("dynamic_shapes")
+    params = list(load.get("forward_parameters") or ())
+    names = list(settings.get("input_names") or ())
+    entries = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, list) else ()
+    rows: list[tuple[str, int, str, int | None, int | None]] = []
+    for position, (key, dims) in enumerate(entries):
+        index = params.index(key) if key in params else (key if isinstance(key, int) else position)
+        name = names[index] if index < len(names) else (params[index] if index < len(params) else str(key))
+        for dim, text in (dims.items() if isinstance(dims, dict) else enumerate(dims or ())):
+            if text is not None:
+                found = _DIM_NAME.search(str(text))
+                rows.append((name, int(dim), found.group(1) if found else f"{name}_{dim}", None, None))
+    if not rows:
+        return None
+    # TorchScript names inputs `input.1` where the script names none: the rows' names are set.
+    inputs = tuple(names) or tuple(params[:len(load.get("inputs") or params)])
+    return DeclareDynamic(dims=tuple(rows), inputs=inputs)

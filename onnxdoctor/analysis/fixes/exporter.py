@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import re
-
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_declaration
 from onnxdoctor.analysis.fixes.scripted import script_module
-from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import DeclareDynamic, Recipe, UseExporter
+from onnxdoctor.analysis.fixes.shapes import declaration_snippet
+from onnxdoctor.model import Applicability, Finding, Fix, FrozenSize, Stage
+from onnxdoctor.recipe import Recipe, UseExporter
 
-# OD208 only for a script that declares dynamic_axes: the TorchScript exporter ignores
-# dynamic_shapes, so switching cannot fix those, but it takes dynamic_axes as they are (torch.onnx's
-# conversion of them for torch.export is what failed). OD210 and OD502 are artefacts of tracing (a
-# frozen value, an int argument made a graph input).
+# OD208: a script that declares dynamic_axes gets the TorchScript exporter with them as they are
+# (torch.onnx's conversion of them for torch.export is what failed); one that declares
+# dynamic_shapes gets them converted to dynamic_axes (dynamic_shapes.torchscript_declaration).
+# OD210 and OD502 are artefacts of tracing (a frozen value, an int argument made a graph input).
 CODES = ("OD201", "OD202", "OD204", "OD205", "OD208", "OD212", "OD299", "OD301", "OD303", "OD304", "OD399",
          "OD210", "OD402", "OD403", "OD499", "OD501", "OD502", "OD599", "OD601", "OD602", "OD603", "OD604",
          "OD901")
@@ -69,38 +69,17 @@ def _packed_weights(ctx: FixContext) -> bool:
     return export is not None and export.error is not None and bool(PACKED_WEIGHTS.search(export.error.all_text()))
 
 
-# A Dim as the LOAD record writes it: "Dim('time', max=3000)".
-_DIM_NAME = re.compile(r"Dim\(\s*'(\w+)'")
-
 
 def _declared_for_torchscript(ctx: FixContext) -> list[Fix]:
-    """The TorchScript exporter with the script's dynamic_shapes as dynamic_axes: each forward()
-    argument's dims under the ONNX input name at its position."""
-    load = ctx.facts_of(Stage.LOAD)
-    settings = load.get("settings") or {}
-    spec = settings.get("dynamic_shapes")
-    params = list(load.get("forward_parameters") or ())
-    names = list(settings.get("input_names") or ())
-    entries = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, list) else ()
-    rows: list[tuple[str, int, str, None, None]] = []
-    for position, (key, dims) in enumerate(entries):
-        index = params.index(key) if key in params else (key if isinstance(key, int) else position)
-        name = names[index] if index < len(names) else (params[index] if index < len(params) else str(key))
-        for dim, text in (dims.items() if isinstance(dims, dict) else enumerate(dims or ())):
-            if text is not None:
-                found = _DIM_NAME.search(str(text))
-                rows.append((name, int(dim), found.group(1) if found else f"{name}_{dim}", None, None))
-    if not rows:
+    """The TorchScript exporter with the script's dynamic_shapes as dynamic_axes."""
+    declare = torchscript_declaration(ctx)
+    if declare is None:
         return []
-    axes: dict[str, dict[int, str]] = {}
-    for name, dim, label, _low, _high in rows:
-        axes.setdefault(name, {})[dim] = label
     return [Fix(
         kind="exporter",
         title="Use the TorchScript exporter (dynamo=False) with the same dims declared as dynamic_axes",
-        snippet=(f"torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False,\n"
-                 f"                  input_names={names or None!r}, dynamic_axes={axes!r})\n"),
+        snippet=declaration_snippet(FrozenSize(dims=declare.dims, inputs=declare.inputs), "torchscript"),
         applicability=Applicability.SAFE,
         cost="the TorchScript exporter is deprecated (opsets 7-20); it traces, so checked at other sizes",
-        recipe=Recipe("exporter", (UseExporter("torchscript"), DeclareDynamic(dims=tuple(rows), inputs=tuple(names)))),
+        recipe=Recipe("exporter", (UseExporter("torchscript"), declare)),
     )]

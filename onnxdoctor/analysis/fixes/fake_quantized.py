@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
+from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_declaration
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.recipe import DeclareDynamic, EagerExport, Recipe, UseExporter
 
-CODES = ("OD201", "OD202", "OD299", "OD901")
+CODES = ("OD201", "OD202", "OD299")
 
 _QUANTIZED = re.compile(r"to be a quantized tensor|\bq(?:u?int8|int32)\b|\bQU?Int(?:8|32)\b|quantize_per_(?:tensor|channel)")
 
@@ -33,6 +34,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The TorchScript export with forward()'s quantization done in float on the same grid."""
     if ctx.target_kind != "script" or not _QUANTIZED.search(f"{ctx.export_error} {finding.message}"):
         return []
+    if ctx.facts_of(Stage.LOAD).get("quantized_modules"):
+        return []  # quantized modules: their float rebuild (fixes/quantized.py)
     return [Fix(
         kind="fake_quantized",
         title="Quantize in float on the same grid (fake quantization) where forward() calls quantize_per_tensor",
@@ -40,6 +43,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         applicability=Applicability.SAFE,
         cost=("the same values: QuantizeLinear/DequantizeLinear round and clip as PyTorch does; the ops between "
               "run in float instead of on int8 storage"),
-        recipe=Recipe("fake_quantized", (EagerExport(fake_quantized=True), UseExporter("torchscript")),
-                      isolated=True),
+        recipe=Recipe("fake_quantized", _steps(ctx), isolated=True),
     )]
+
+
+def _steps(ctx: FixContext) -> tuple[EagerExport | UseExporter | DeclareDynamic, ...]:
+    """The TorchScript export with the change, and the script's dynamic_shapes as its
+    dynamic_axes: without them the fix would export, and be judged, at the example's size only."""
+    declare = torchscript_declaration(ctx)
+    steps: tuple[EagerExport | UseExporter | DeclareDynamic, ...] = (EagerExport(fake_quantized=True), UseExporter("torchscript"))
+    return (*steps, declare) if declare is not None else steps

@@ -14,8 +14,9 @@ the strides computed from the traced sizes, the graph reads what eager reads at 
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_declaration
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import EagerExport, Recipe, UseExporter
+from onnxdoctor.recipe import DeclareDynamic, EagerExport, Recipe, UseExporter
 
 # Wrong numbers at the example or at other sizes, a gather out of bounds at run time, and the
 # dynamo exporter's refusal of the symbolic stride.
@@ -26,11 +27,12 @@ _SNIPPET = """\
 # example's numbers. The same windows as a gather from the flattened storage, each index traced:
 def strided_gather(x, size, stride, offset=None):
     base = x._base if x._base is not None else x  # a slice's windows may reach into its parent
+    assert base.is_contiguous()  # its flattened values are then its storage, in order
     start = x.storage_offset() if offset is None else offset
-    index = torch.zeros((), dtype=torch.long) + (start - base.storage_offset())
+    index = torch.zeros((), dtype=torch.long, device=x.device) + (start - base.storage_offset())
     for count, step in zip(size, stride):
-        index = index.unsqueeze(-1) + torch.arange(count) * step
-    return base.contiguous().reshape(-1)[index]
+        index = index.unsqueeze(-1) + torch.arange(count, device=x.device) * step
+    return base.reshape(-1)[index]
 
 # and strides computed from the sizes, which the tracer follows, instead of x.stride():
 def contiguous_strides(x):
@@ -55,6 +57,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         applicability=Applicability.SAFE,
         cost=("one Gather with an index computed per call (a few Range/Mul/Add nodes); the result is a "
               "copy, not a view, so writes into it no longer reach the tensor it was taken from"),
-        recipe=Recipe("strided_views", (EagerExport(strided_views=True), UseExporter("torchscript")),
-                      isolated=True),
+        recipe=Recipe("strided_views", _steps(ctx), isolated=True),
     )]
+
+
+def _steps(ctx: FixContext) -> tuple[EagerExport | UseExporter | DeclareDynamic, ...]:
+    """The TorchScript export with the change, and the script's dynamic_shapes as its
+    dynamic_axes: without them the fix would export, and be judged, at the example's size only."""
+    declare = torchscript_declaration(ctx)
+    steps: tuple[EagerExport | UseExporter | DeclareDynamic, ...] = (EagerExport(strided_views=True), UseExporter("torchscript"))
+    return (*steps, declare) if declare is not None else steps
