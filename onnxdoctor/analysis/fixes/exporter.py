@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.classify import PACKED_WEIGHTS
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_declaration
@@ -28,9 +30,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
     if finding.code == "OD208" and ctx.exporter == "dynamo" and settings.get("dynamic_shapes") and not settings.get(
-            "dynamic_axes"):
+            "dynamic_axes") and _specialised(ctx):
         # torch.export specialised a declared Dim (a two-layer GRU's time steps, pytorch#126339): the
         # TorchScript exporter with the same dims as dynamic_axes follows them, checked at other sizes.
+        # (Dims misnamed or needing bounds are dynamic_shapes.py's corrections, not this.)
         return _declared_for_torchscript(ctx)
     if finding.code == "OD208" and (ctx.exporter != "dynamo" or not settings.get("dynamic_axes")
                                     or settings.get("dynamic_shapes")):
@@ -68,6 +71,11 @@ def _packed_weights(ctx: FixContext) -> bool:
     export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.error is not None), None)
     return export is not None and export.error is not None and bool(PACKED_WEIGHTS.search(export.error.all_text()))
 
+
+
+def _specialised(ctx: FixContext) -> bool:
+    """torch.export fixed a declared Dim to one value: its suggested fix is `time = 11`."""
+    return any(re.fullmatch(r"\w+ = \d+", str(line)) for line in ctx.export_facts.get("dynamic_shapes_suggested") or ())
 
 
 def _declared_for_torchscript(ctx: FixContext) -> list[Fix]:
