@@ -17,7 +17,14 @@ import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, DynamicShapesKeys, Finding, Fix, Stage
-from onnxdoctor.recipe import DeclareDynamic, DynamicShapes, LoadCode, Recipe, UseExporter
+from onnxdoctor.recipe import (
+    DeclareDynamic,
+    DynamicShapes,
+    EagerExport,
+    LoadCode,
+    Recipe,
+    UseExporter,
+)
 
 CODES = ("OD208", "OD204", "OD299", "OD802", "OD803")
 
@@ -332,3 +339,12 @@ def torchscript_declaration(ctx: FixContext) -> DeclareDynamic | None:
     # TorchScript names inputs `input.1` where the script names none: the rows' names are set.
     inputs = tuple(names) or tuple(params[:len(load.get("inputs") or params)])
     return DeclareDynamic(dims=tuple(rows), inputs=inputs)
+
+
+def torchscript_steps(ctx: FixContext, change: EagerExport) -> tuple[EagerExport | UseExporter | DeclareDynamic, ...]:
+    """A recipe's steps for a change made while the TorchScript exporter traces: the change, that
+    exporter, and the script's dynamic_shapes as its dynamic_axes (without them the fix would
+    export, and be judged, at the example's size only)."""
+    declare = torchscript_declaration(ctx)
+    steps: tuple[EagerExport | UseExporter | DeclareDynamic, ...] = (change, UseExporter("torchscript"))
+    return (*steps, declare) if declare is not None else steps

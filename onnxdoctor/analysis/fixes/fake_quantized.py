@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_declaration
+from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_steps
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import DeclareDynamic, EagerExport, Recipe, UseExporter
+from onnxdoctor.recipe import EagerExport, Recipe
 
 CODES = ("OD201", "OD202", "OD299")
 
@@ -43,13 +43,5 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         applicability=Applicability.SAFE,
         cost=("the same values: QuantizeLinear/DequantizeLinear round and clip as PyTorch does; the ops between "
               "run in float instead of on int8 storage"),
-        recipe=Recipe("fake_quantized", _steps(ctx), isolated=True),
+        recipe=Recipe("fake_quantized", torchscript_steps(ctx, EagerExport(fake_quantized=True)), isolated=True),
     )]
-
-
-def _steps(ctx: FixContext) -> tuple[EagerExport | UseExporter | DeclareDynamic, ...]:
-    """The TorchScript export with the change, and the script's dynamic_shapes as its
-    dynamic_axes: without them the fix would export, and be judged, at the example's size only."""
-    declare = torchscript_declaration(ctx)
-    steps: tuple[EagerExport | UseExporter | DeclareDynamic, ...] = (EagerExport(fake_quantized=True), UseExporter("torchscript"))
-    return (*steps, declare) if declare is not None else steps

@@ -14,9 +14,9 @@ the strides computed from the traced sizes, the graph reads what eager reads at 
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_declaration
+from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_steps
 from onnxdoctor.model import Applicability, Finding, Fix
-from onnxdoctor.recipe import DeclareDynamic, EagerExport, Recipe, UseExporter
+from onnxdoctor.recipe import EagerExport, Recipe
 
 # Wrong numbers at the example or at other sizes, a gather out of bounds at run time, and the
 # dynamo exporter's refusal of the symbolic stride.
@@ -57,13 +57,5 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         applicability=Applicability.SAFE,
         cost=("one Gather with an index computed per call (a few Range/Mul/Add nodes); the result is a "
               "copy, not a view, so writes into it no longer reach the tensor it was taken from"),
-        recipe=Recipe("strided_views", _steps(ctx), isolated=True),
+        recipe=Recipe("strided_views", torchscript_steps(ctx, EagerExport(strided_views=True)), isolated=True),
     )]
-
-
-def _steps(ctx: FixContext) -> tuple[EagerExport | UseExporter | DeclareDynamic, ...]:
-    """The TorchScript export with the change, and the script's dynamic_shapes as its
-    dynamic_axes: without them the fix would export, and be judged, at the example's size only."""
-    declare = torchscript_declaration(ctx)
-    steps: tuple[EagerExport | UseExporter | DeclareDynamic, ...] = (EagerExport(strided_views=True), UseExporter("torchscript"))
-    return (*steps, declare) if declare is not None else steps
