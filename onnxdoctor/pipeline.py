@@ -17,6 +17,7 @@ from onnxdoctor.analysis.fixes import chain, chainable, scalar_functions
 from onnxdoctor.analysis.judge import (
     attach_fixes,
     fix_check,
+    only_warnings,
     outcomes_for_run,
     prepare_findings,
     shapes_outcome,
@@ -388,7 +389,7 @@ class _Verifier:
         # takes only the checks that answer it (_recorded).
         done: dict[str, FixCheck] = dict(planned or {})
         done_wide = self.wide
-        no_errors = not any(f.severity is Severity.ERROR for f in findings)
+        no_errors = only_warnings(findings)
         for finding in findings:
             wide = about_other_inputs(finding)
             finding = replace(finding, fixes=tuple(

@@ -249,6 +249,11 @@ def attach_fixes(
     ]
 
 
+def only_warnings(findings: list[Finding]) -> bool:
+    """No error finding: warnings are all the run has left to fix (to_try's `settled`)."""
+    return not any(f.severity is Severity.ERROR for f in findings)
+
+
 def to_try(finding: Finding, options: DiagnoseOptions, *, settled: bool = False) -> list[tuple[int, Fix]]:
     """The fixes of an error finding that will be tried, best first; `settled`: the run has no
     error finding, so a fixed-size export's warning is the one thing left to fix."""
@@ -267,9 +272,9 @@ def shared_fix_plan(findings: list[Finding], options: DiagnoseOptions) -> list[R
     """The in-process-safe recipes, deduplicated, in the order they are tried."""
     plan: list[Recipe] = []
     seen: set[str] = set()
-    settled = not any(f.severity is Severity.ERROR for f in findings)
+    quiet = only_warnings(findings)
     for finding in findings:
-        for _index, fix in to_try(finding, options, settled=settled):
+        for _index, fix in to_try(finding, options, settled=quiet):
             if fix.recipe is not None and not fix.recipe.alone and fix.recipe.key() not in seen:
                 seen.add(fix.recipe.key())
                 plan.append(fix.recipe)

@@ -426,15 +426,16 @@ def _probe(example: dict[str, list[int]],
         shapes = {n: list(s) for n, s in example.items()}
         for name, dim in members:
             shapes[name][dim] = size + step
+        probe: dict[str, Any] = {"dims": members, "accepted": False, **({"step": step} if step > 1 else {})}
         try:
             # Until one probe is accepted, whatever the budget: one size set at least is then checked.
             call(shapes, 999, timed=any(p["accepted"] for p in probes))
         except _OutOfTime:
             return False
         except Exception:
-            probes.append({"dims": members, "accepted": False, **({"step": step} if step > 1 else {})})
+            probes.append(probe)
             return False
-        probes.append({"dims": members, "accepted": True, **({"step": step} if step > 1 else {})})
+        probes.append({**probe, "accepted": True})
         return True
 
     def taken(members: list[tuple[str, int]], size: int, later: bool) -> int | None:

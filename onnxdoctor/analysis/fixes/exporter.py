@@ -72,7 +72,6 @@ def _packed_weights(ctx: FixContext) -> bool:
     return export is not None and export.error is not None and bool(PACKED_WEIGHTS.search(export.error.all_text()))
 
 
-
 def _specialised(ctx: FixContext) -> bool:
     """torch.export fixed a declared Dim to one value: its suggested fix is `time = 11`."""
     return any(re.fullmatch(r"\w+ = \d+", str(line)) for line in ctx.export_facts.get("dynamic_shapes_suggested") or ())
