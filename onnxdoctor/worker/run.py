@@ -1053,6 +1053,11 @@ class Runner:
                     derived=frozen or self.request.other_inputs,
                     compare=self._distribution_comparer(state, atol, rtol) if random else None, prefix=prefix,
                     budget=self.request.localize_budget)
+            if frozen and loaded is not None and (report.get("second_inputs") or {}).get("matched") is False:
+                # A value frozen inside a Function the tracer inlined (a compiled extension's
+                # sampling read through numpy): the function_kernel family gives it a node.
+                with contextlib.suppress(Exception):
+                    report["traced_functions"] = traced_functions(loaded, self.code)
         return report
 
     def _distribution_comparer(self, state: dict[str, Any], atol: float, rtol: float,

@@ -1,5 +1,6 @@
-"""A torch.autograd.Function with no `symbolic` whose forward leaves PyTorch (OD601), or that an
-export failed inside (OD204, OD299: torch.export refusing the numpy its forward reads).
+"""A torch.autograd.Function with no `symbolic` whose forward leaves PyTorch (OD601; OD210 where the
+example matched and other inputs differ), or that an export failed inside (OD204, OD299:
+torch.export refusing the numpy its forward reads).
 
 The TorchScript exporter traces such a Function through the ops its forward ran. What the forward
 computed outside PyTorch (numpy, a compiled extension writing into a buffer it allocated with
@@ -22,7 +23,7 @@ from onnxdoctor.analysis.fixes.custom_domain import SCRIPT_MODULES
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import LoadCode, Recipe, RuntimeKernels, UseExporter
 
-CODES = ("OD601", "OD204", "OD299")
+CODES = ("OD601", "OD204", "OD299", "OD210")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -31,7 +32,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     of a mismatching TorchScript export, or the Function an export failed inside."""
     if ctx.target_kind != "script":
         return []
-    if finding.code == "OD601":
+    if finding.code in ("OD601", "OD210"):
+        # OD210: the example matched and other inputs did not (what the forward computed outside
+        # PyTorch is the example's); the PARITY stage listed the trace's Functions then.
         if ctx.exporter != "torchscript":
             return []
         functions = ctx.parity_facts.get("traced_functions") or []

@@ -1,0 +1,51 @@
+"""General mechanisms for failures not seen before (issue 22), written after the hundred-and-fourth
+and later first-seen batches (fixtures/corpus/first_seen_2026-12-08s.txt onwards)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnosed import first_finding
+
+# A point-cloud library's sampling as a torch.autograd.Function over a kernel the tracer cannot see
+# (crossmodal-feature-mapping#13: pointnet2_ops' furthest_point_sample, here through numpy): the
+# example's sampled indices are frozen into the graph, so the export matches only the example.
+SAMPLING_FUNCTION = '''import numpy as np
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+class FarthestFirst(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, xyz, npoint):
+        pts = xyz.detach().numpy()
+        order = np.argsort(-pts[:, 0], kind="stable")[:npoint].astype(np.int64)
+        return torch.from_numpy(order)
+
+
+class Centres(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(3, 8)
+
+    def forward(self, xyz):
+        idx = FarthestFirst.apply(xyz, 4)
+        return self.embed(xyz[idx])
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Centres().eval(), (torch.rand(32, 3),)
+'''
+
+
+def test_a_value_frozen_inside_a_function_the_tracer_inlined_gets_a_kernel_node_checked_at_other_inputs(
+        tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, SAMPLING_FUNCTION, "OD210")
+    fix = next(f for f in finding.fixes if f.kind == "function_kernel")
+    assert fix.verified, fix.check
+    assert "FarthestFirst" in fix.title
+    # Verified where the frozen indices differ, not at the example alone.
+    assert "input sets" in fix.check.detail, fix.check.detail
