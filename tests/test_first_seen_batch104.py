@@ -7,6 +7,8 @@ from pathlib import Path
 
 from diagnosed import first_finding
 
+from onnxdoctor.model import Stage
+
 # A point-cloud library's sampling as a torch.autograd.Function over a kernel the tracer cannot see
 # (crossmodal-feature-mapping#13: pointnet2_ops' furthest_point_sample, here through numpy): the
 # example's sampled indices are frozen into the graph, so the export matches only the example.
@@ -49,3 +51,43 @@ def test_a_value_frozen_inside_a_function_the_tracer_inlined_gets_a_kernel_node_
     assert "FarthestFirst" in fix.title
     # Verified where the frozen indices differ, not at the example alone.
     assert "input sets" in fix.check.detail, fix.check.detail
+
+
+# A forward() that reads its settings from a dataclass of ints passed beside the tensor
+# (pytorch#147400): neither exporter takes the object as an input.
+SETTINGS_INPUT = '''from dataclasses import dataclass
+
+import torch
+
+dynamo = False
+opset_version = 17
+
+
+@dataclass
+class Settings:
+    top_k: int
+    stride: int
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.score = torch.nn.Linear(4, 1)
+
+    def forward(self, feats, settings):
+        top, idx = torch.topk(self.score(feats).squeeze(-1), settings.top_k, dim=1)
+        return top * settings.stride, idx
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Head().eval(), (torch.randn(2, 10, 4), Settings(top_k=3, stride=8))
+'''
+
+
+def test_a_dataclass_of_settings_passed_as_an_input_is_kept_inside_the_model_as_the_examples(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, SETTINGS_INPUT, "OD299")
+    assert finding.stage is Stage.EXPORT  # the loader takes it: the exporter is what refuses it
+    fix = next(f for f in finding.fixes if f.kind == "object_inputs")
+    assert fix.verified, fix.check
+    assert "Keep Settings (input 1) inside the model" in fix.title

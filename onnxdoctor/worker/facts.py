@@ -305,14 +305,19 @@ def uses_flex_attention(model: Any) -> bool:
 
 
 def object_inputs(args: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """The positional example inputs that are objects holding tensors (loader.tensor_holder), or
-    lists, tuples and dicts with such objects inside (a detector's list of per-image objects):
-    their position and the first such object's class."""
-    found = []
+    """The positional example inputs that are objects holding tensors (loader.tensor_holder) or
+    settings of Python values only (loader.settings_object: `settings` true), or lists, tuples
+    and dicts with such objects inside (a detector's list of per-image objects): their position
+    and the first such object's class."""
+    from onnxdoctor.worker.loader import settings_object
+
+    found: list[dict[str, Any]] = []
     for i, value in enumerate(args):
         held = _held_object(value)
         if held is not None:
             found.append({"position": i, "class": held})
+        elif settings_object(value):
+            found.append({"position": i, "class": type(value).__qualname__, "settings": True})
     return found
 
 

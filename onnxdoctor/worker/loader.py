@@ -281,6 +281,32 @@ def tensor_holder(value: Any, depth: int = 3) -> bool:
     return any(_holds_tensor(v, depth - 1) for v in vars(value).values())
 
 
+def settings_object(value: Any, depth: int = 3) -> bool:
+    """Whether `value` is a plain object (a dataclass or namespace instance, not a tensor, module
+    or array) whose attributes are Python values only (numbers, strings, None, enums and lists,
+    tuples and dicts of them): settings a forward() reads, which the exported graph holds as the
+    example's (analysis/fixes/object_inputs.py)."""
+    if isinstance(value, (torch.nn.Module, type)) or not hasattr(value, "__dict__") or not vars(value):
+        return False
+    if type(value).__module__.split(".")[0] in ("numpy", "torch"):
+        return False
+    return all(_python_value(v, depth - 1) for v in vars(value).values())
+
+
+def _python_value(value: Any, depth: int) -> bool:
+    import enum
+
+    if isinstance(value, (bool, int, float, str, type(None), enum.Enum)):
+        return True
+    if depth < 0:
+        return False
+    if isinstance(value, dict):
+        return all(_python_value(k, depth - 1) and _python_value(v, depth - 1) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_python_value(v, depth - 1) for v in value)
+    return settings_object(value, depth)
+
+
 def _holds_tensor(value: Any, depth: int) -> bool:
     if isinstance(value, torch.Tensor):
         return True
@@ -339,8 +365,11 @@ def _check_tensors(value: Any, where: str) -> None:
         if isinstance(item, (tuple, list, dict)):
             _check_tensors(item, f"{where}[{key!r}]")
             continue
-        if tensor_holder(item):
-            continue  # an object holding the tensors (torchrec's KeyedJaggedTensor, a graph batch)
+        if tensor_holder(item) or settings_object(item):
+            # An object holding the tensors (torchrec's KeyedJaggedTensor, a graph batch), or a
+            # config of Python values (a dataclass of ints): the model takes it, and what the
+            # exporters make of it is the export's to say (analysis/fixes/object_inputs.py).
+            continue
         raise ProtocolError(
             "OD107",
             f"{where}[{key!r}] is a {type(item).__name__}; example inputs must be tensors "

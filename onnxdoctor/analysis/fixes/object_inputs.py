@@ -7,7 +7,8 @@ torch.export only classes registered with pytree. The fix is a wrapper whose for
 object's tensors as inputs of their own and rebuilds the object around them (a shallow copy of
 the example's with each tensor replaced), so the model's code runs unchanged on it. A list,
 tuple or dict with objects inside (a detector's list of per-image objects) is rebuilt the same
-way. Everything else the object holds (keys, sizes, flags) stays the example's.
+way. Everything else the object holds (keys, sizes, flags) stays the example's; an object of
+settings alone (a dataclass of ints, pytorch#147400) passes no tensor and is the example's whole.
 """
 
 from __future__ import annotations
@@ -126,12 +127,18 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script" or not objects or finding.stage is not Stage.EXPORT:
         return []
     shown = ", ".join(f"{o['class']} (input {o['position']})" for o in objects[:3])
+    settings = all(o.get("settings") for o in objects)
+    title = (f"Keep {shown} inside the model as the example's (a wrapper whose forward() takes the tensor "
+             "inputs only)" if settings else
+             f"Pass the tensors of {shown} as inputs of their own, the object rebuilt inside forward()")
     return [Fix(
         kind="object_inputs",
-        title=f"Pass the tensors of {shown} as inputs of their own, the object rebuilt inside forward()",
+        title=title,
         snippet=TENSORS_OF_OBJECTS + "torch.onnx.export(model, example_inputs, 'model.onnx', input_names=input_names)\n",
         applicability=Applicability.UNSAFE,
-        cost="the ONNX model takes the object's tensors as separate inputs (named after their attributes); "
-             "what else the object holds (keys, sizes, flags) is fixed to the example's",
+        cost=("the ONNX model has no input for it: its values are the example's (export again for other settings)"
+              if settings else
+              "the ONNX model takes the object's tensors as separate inputs (named after their attributes); "
+              "what else the object holds (keys, sizes, flags) is fixed to the example's"),
         recipe=Recipe("object_inputs", (LoadCode(TENSORS_OF_OBJECTS),), isolated=True),
     )]
