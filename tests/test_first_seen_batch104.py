@@ -91,3 +91,38 @@ def test_a_dataclass_of_settings_passed_as_an_input_is_kept_inside_the_model_as_
     fix = next(f for f in finding.fixes if f.kind == "object_inputs")
     assert fix.verified, fix.check
     assert "Keep Settings (input 1) inside the model" in fix.title
+
+
+# A module traced with example_kwarg_inputs and exported from keyword inputs alone (pytorch#100414):
+# the TorchScript exporter's input count assert fires; the eager class takes the keywords.
+TRACED_FROM_KEYWORDS = '''import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 6)
+        self.ctx = torch.nn.Linear(6, 6)
+
+    def forward(self, features, use_context=False, context=None):
+        h = self.proj(features)
+        if use_context and context is not None:
+            h = h + self.ctx(context)
+        return torch.tanh(h)
+
+
+def get_model():
+    torch.manual_seed(0)
+    features, context = torch.randn(3, 6), torch.randn(3, 6)
+    traced = torch.jit.trace(Head().eval(), example_kwarg_inputs={"features": features, "context": context})
+    return traced, (), {"features": features, "context": context}
+'''
+
+
+def test_a_module_traced_from_keyword_inputs_is_exported_as_its_eager_class_called_with_them(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, TRACED_FROM_KEYWORDS, "OD299")
+    fix = next(f for f in finding.fixes if f.kind == "scripted_eager" and f.verified)
+    assert "example_kwargs" in fix.snippet

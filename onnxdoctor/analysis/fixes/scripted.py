@@ -167,7 +167,9 @@ def _eager_class(name: str, subclass: bool = False, hooks: bool = False, gradien
         + ("    with torch.enable_grad():  # forward() takes gradients itself\n" if gradients else
            "    with torch.no_grad():\n")
         +
-        "        torch.testing.assert_close(eager(*example_inputs), model(*example_inputs))\n"
+        # Keyword inputs too (a module traced with example_kwarg_inputs, pytorch#100414).
+        "        torch.testing.assert_close(eager(*example_inputs, **(globals().get('example_kwargs') or {})),\n"
+        "                                   model(*example_inputs, **(globals().get('example_kwargs') or {})))\n"
         "model = eager\n"
     )
     return Fix(
