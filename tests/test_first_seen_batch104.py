@@ -126,3 +126,46 @@ def test_a_module_traced_from_keyword_inputs_is_exported_as_its_eager_class_call
     finding = first_finding(tmp_path, TRACED_FROM_KEYWORDS, "OD299")
     fix = next(f for f in finding.fixes if f.kind == "scripted_eager" and f.verified)
     assert "example_kwargs" in fix.snippet
+
+
+# Padding to a multiple of 8 computed with Python math on the traced sizes (onnx/models#691): the
+# Pad's amounts are frozen (zero at the example), and the skip connection's Add is what fails.
+PADDED_TO_A_MULTIPLE = '''import math
+
+import torch
+import torch.nn.functional as F
+
+dynamo = False
+opset_version = 13
+input_names = ["image"]
+dynamic_axes = {"image": {2: "height", 3: "width"}}
+
+
+class Padded(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.deeper = torch.nn.Conv2d(4, 4, 3, stride=2, padding=1)
+
+    def pad(self, image):
+        h, w = image.shape[-2:]
+        padded_h = int(math.ceil(float(h) / 8) * 8)
+        padded_w = int(math.ceil(float(w) / 8) * 8)
+        return F.pad(image, (0, padded_w - int(w), 0, padded_h - int(h)))
+
+    def forward(self, image):
+        skip = self.down(self.pad(image))
+        return skip + F.interpolate(self.deeper(skip), scale_factor=2.0, mode="nearest")
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Padded().eval(), (torch.rand(1, 3, 32, 48),)
+'''
+
+
+def test_a_size_frozen_by_python_math_names_the_node_using_it_not_the_add_that_fails_later(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, PADDED_TO_A_MULTIPLE, "OD802", fix=False)
+    assert (finding.op, finding.torch_op) == ("Pad", "aten::pad"), (finding.op, finding.message)
+    assert "Add node" in finding.message and "read as Python numbers" in finding.message
+    assert finding.source is not None and finding.source.endswith(":22")  # the F.pad line

@@ -213,7 +213,7 @@ def prepare_findings(
 ) -> list[Finding]:
     """Classify a run (its SHAPES stage too, when given) and attach its fixes; the worker calls
     this too, to plan fix checks."""
-    sized = classify_shapes(shapes, outcomes)
+    sized = classify_shapes(shapes, outcomes, str(target.path.parent))
     findings = classify(outcomes, base_dir=str(target.path.parent))
     if any(f.code in FROZEN_SIZE_CODES for f in sized):
         # OD210 says the tracer's frozen value matched at other inputs of the same size; a size
@@ -299,7 +299,7 @@ def fix_check(result: WorkerResult, run_id: str, target: Target) -> FixCheck:
     producer = next((o for o in outcomes if o.stage in (Stage.EXPORT, Stage.LOAD) and o.facts.get("onnx_path")
                      and o.status is Status.PASSED), None)
     shapes = shapes_outcome(result, run_id)
-    findings = classify(outcomes, base_dir=str(target.path.parent)) + classify_shapes(shapes, outcomes) + tool
+    findings = classify(outcomes, base_dir=str(target.path.parent)) + classify_shapes(shapes, outcomes, str(target.path.parent)) + tool
     numbers_checked = True
     if failed is None and not tool and reached is final:
         problem, text = _still_wrong(findings, numbers.facts if numbers else {})

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from onnxdoctor.analysis.cautions import number_reads
 from onnxdoctor.analysis.findings import make_finding, with_node_facts
+from onnxdoctor.analysis.sources import function_span, split_source
 from onnxdoctor.model import Finding, FrozenSize, SizeCheck, Stage, StageOutcome, Status
-from onnxdoctor.protocol import provenance_table
+from onnxdoctor.protocol import NodeProvenance, provenance_table
 
 # Larger sizes than any the stage checked are allowed by a generated Dim up to this factor.
 _BOUND_FACTOR = 16
@@ -41,8 +43,10 @@ def size_label(inputs: dict[str, list[int]] | tuple[tuple[str, tuple[int, ...]],
     return " ".join(f"{n}={'x'.join(str(v) for v in shape) or 'scalar'}" for n, shape in items)
 
 
-def classify_shapes(shapes: StageOutcome | None, outcomes: list[StageOutcome]) -> list[Finding]:
-    """OD801-OD804 (and OD899) for a SHAPES stage record; [] when every size passed."""
+def classify_shapes(shapes: StageOutcome | None, outcomes: list[StageOutcome],
+                    base_dir: str | None = None) -> list[Finding]:
+    """OD801-OD804 (and OD899) for a SHAPES stage record; [] when every size passed. `base_dir`:
+    the model's folder, where the lines the tracer warned about are read."""
     if shapes is None:
         return []
     if shapes.status is not Status.PASSED:
@@ -61,9 +65,8 @@ def classify_shapes(shapes: StageOutcome | None, outcomes: list[StageOutcome]) -
     for entry in failing:
         by_code.setdefault(_code_for(entry, facts), []).append(entry)
     export = next((o for o in outcomes if o.stage is Stage.EXPORT), None)
-    export_facts = export.facts if export else {}
     for code in sorted(by_code):
-        found.append(_finding(code, by_code[code], facts, export_facts))
+        found.append(_finding(code, by_code[code], facts, export, base_dir))
     return with_node_facts(found, {o.stage: o for o in outcomes})
 
 
@@ -107,7 +110,9 @@ def _dim_text(name: str, dim: int, facts: dict[str, Any] | None = None) -> str:
     return f"{name} dim {dim}" + (f" ({declared})" if declared else " (batch)" if dim == 0 else "")
 
 
-def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], export: dict[str, Any]) -> Finding:
+def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], export_outcome: StageOutcome | None,
+             base_dir: str | None) -> Finding:
+    export = export_outcome.facts if export_outcome else {}
     example = facts.get("example") or {}
     varied = sorted({(n, int(d)) for e in entries for n, d in e.get("varied") or ()})
     sizes = ", ".join(size_label(e["inputs"]) for e in entries)
@@ -118,10 +123,20 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
         node, op = frozen[0].get("node"), frozen[0].get("op")
     sources = export.get("node_sources") or {}
     table = provenance_table(export)
+    failing = None
+    consumer = _number_consumer(export_outcome, table, base_dir) if code == "OD802" and not frozen else None
+    if consumer is not None and node and consumer[0].node != node:
+        # The node that fails (an Add of two maps that no longer line up) is downstream of the one
+        # holding sizes the tracer read as Python numbers (a Pad's amounts): that one is named.
+        failing = f"{op} node {node}"
+        node, op = consumer[0].node, consumer[0].op.split("::")[-1]
     source = sources.get(node) if node else None
     if node and not source and node in table:
         source = table[node].source or None
     lines = [line for line in facts.get("size_code") or () if isinstance(line, dict)]
+    if consumer is not None and failing:
+        lines = [{"source": line, "kind": "int", "text": f"the tracer read a size as a Python number ({read})"}
+                 for line, read in consumer[1]] + lines
     held = next((f.get("value") for f in frozen if f.get("node") == node), None)
     where = f"{op} node {node}" if node else "the graph"
     example_text = ", ".join(f"{n} {shape}" for n, shape in example.items())
@@ -160,7 +175,12 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
     else:
         dims = ", ".join(_dim_text(n, d, facts) for n, d in varied)
         holds = f" holds the example's size {held}" if held is not None else " was traced at the example's size"
-        message = f"{dims} is declared dynamic, but {where}{holds}: it fails at {sizes} (example: {example_text})"
+        if failing:
+            reads = ", ".join(line for line, _read in consumer[1][:3]) if consumer else ""
+            holds = f" uses values computed from sizes the tracer read as Python numbers ({reads}), frozen at the example's"
+        message = (f"{dims} is declared dynamic, but {where}{holds}: "
+                   + (f"{failing} then fails at {sizes}" if failing else f"it fails at {sizes}")
+                   + f" (example: {example_text})")
     evidence = [f"checked: {size_label(e['inputs'])} {e.get('status')}" + (f": {e['error']}" if e.get("error") else "")
                 for e in entries][:3]
     evidence += [f"frozen size {f.get('value')} in {f.get('op')} node {f.get('node')}" for f in frozen
@@ -179,6 +199,39 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
         source = lines[0]["source"]
     return make_finding(code, Stage.SHAPES, message, op=op, node=node, source=source, evidence=tuple(evidence),
                         detail=_detail(code, varied, facts, entries))
+
+
+# ONNX ops that compute a size from sizes: between a number the tracer read and the op using it.
+_SIZE_ARITHMETIC = frozenset({"Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Identity",
+                              "Div", "Mul", "Add", "Sub", "Floor", "Ceil", "Slice", "Range"})
+
+
+def _number_consumer(export: StageOutcome | None, table: dict[str, NodeProvenance],
+                     base_dir: str | None) -> tuple[NodeProvenance, list[tuple[str, str]]] | None:
+    """The first node, in export order, written from the lines after those where the TorchScript
+    tracer warned it read a tensor as a Python number, in the same function (a Pad whose amounts
+    come from `int(math.ceil(h / 32) * 32)`), with those reads; None where there is none."""
+    if export is None or not base_dir or not table:
+        return None
+    reads = number_reads(export.warnings, base_dir)
+    first = split_source(reads[0][0]) if reads else None
+    span = function_span(reads[0][0], base_dir) if reads else None
+    if first is None or span is None:
+        return None
+    held = [(line, read) for line, read in reads
+            if (at := split_source(line)) is not None and at[0] == first[0] and span[0] <= at[1] <= span[1]]
+    last = max(split_source(line)[1] for line, _read in held)  # type: ignore[index]
+    rows = list(table.values())
+    for row in rows:
+        at = split_source(row.source)
+        if at is not None and at[0] == first[0] and last <= at[1] <= span[1] \
+                and row.op.split("::")[-1] not in _SIZE_ARITHMETIC:
+            # The call's result, not the first of the nodes it wrote (F.pad's ConstantOfShape
+            # building the amounts, before the Pad).
+            same = [r for r in rows if row.call >= 0 and r.call == row.call and r.function == row.function
+                    and r.source == row.source]
+            return (same[-1] if same else row), held
+    return None
 
 
 def _detail(code: str, varied: list[tuple[str, int]], facts: dict[str, Any],

@@ -46,3 +46,22 @@ def source_lines(source: str | None, folder: str | Path | None, count: int = 1) 
     if found is None or found[1] < 1:
         return []
     return found[0].splitlines()[found[1] - 1:found[1] - 1 + count]
+
+
+def function_span(source: str | None, folder: str | Path | None) -> tuple[int, int] | None:
+    """The first and last lines of the innermost function holding the source's line; None where
+    the file is unreadable, does not parse, or the line is in no function."""
+    import ast
+
+    found = source_text(source, folder)
+    if found is None:
+        return None
+    try:
+        tree = ast.parse(found[0])
+    except (SyntaxError, ValueError):
+        return None
+    line = found[1]
+    spans = [(node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    return max(spans, default=None)
