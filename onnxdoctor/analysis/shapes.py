@@ -124,10 +124,12 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
     sources = export.get("node_sources") or {}
     table = provenance_table(export)
     failing = None
-    consumer = _number_consumer(export_outcome, table, base_dir) if code == "OD802" and not frozen else None
+    consumer = (_number_consumer(export_outcome, table, base_dir)
+                if code == "OD802" and not frozen and op in _OPERAND_SHAPES else None)
     if consumer is not None and node and consumer[0].node != node:
-        # The node that fails (an Add of two maps that no longer line up) is downstream of the one
-        # holding sizes the tracer read as Python numbers (a Pad's amounts): that one is named.
+        # The node that fails on its operands' shapes (an Add of two maps that no longer line up)
+        # is downstream of one that sized its input by numbers the tracer read (a Pad's amounts):
+        # that one is named. A node failing on its own shape argument (a Reshape) is named itself.
         failing = f"{op} node {node}"
         node, op = consumer[0].node, consumer[0].op.split("::")[-1]
     source = sources.get(node) if node else None
@@ -201,16 +203,22 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
                         detail=_detail(code, varied, facts, entries))
 
 
-# ONNX ops that compute a size from sizes: between a number the tracer read and the op using it.
-_SIZE_ARITHMETIC = frozenset({"Constant", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Identity",
-                              "Div", "Mul", "Add", "Sub", "Floor", "Ceil", "Slice", "Range"})
+# ONNX ops that fail at run time on their operands' shapes not matching (broadcasting, joining),
+# not on a shape argument of their own.
+_OPERAND_SHAPES = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Concat", "Equal", "Greater", "Less",
+                             "And", "Or", "Max", "Min", "Sum", "Mean", "MatMul"})
+# ONNX ops that resize their input by amounts given to them: with the amounts frozen they return
+# another size than eager without failing, and only a later node's operands stop lining up (a
+# Reshape or a tensor made from a shape fails, or is the size, itself).
+_RESIZING = frozenset({"Pad", "Resize", "Upsample", "Slice", "Tile", "Expand"})
 
 
 def _number_consumer(export: StageOutcome | None, table: dict[str, NodeProvenance],
                      base_dir: str | None) -> tuple[NodeProvenance, list[tuple[str, str]]] | None:
-    """The first node, in export order, written from the lines after those where the TorchScript
-    tracer warned it read a tensor as a Python number, in the same function (a Pad whose amounts
-    come from `int(math.ceil(h / 32) * 32)`), with those reads; None where there is none."""
+    """The first resizing node, in export order, written from the lines after those where the
+    TorchScript tracer warned it read a tensor as a Python number, in the same function (a Pad
+    whose amounts come from `int(math.ceil(h / 32) * 32)`), with those reads; None where there is
+    none."""
     if export is None or not base_dir or not table:
         return None
     reads = number_reads(export.warnings, base_dir)
@@ -225,7 +233,7 @@ def _number_consumer(export: StageOutcome | None, table: dict[str, NodeProvenanc
     for row in rows:
         at = split_source(row.source)
         if at is not None and at[0] == first[0] and last <= at[1] <= span[1] \
-                and row.op.split("::")[-1] not in _SIZE_ARITHMETIC:
+                and row.op.split("::")[-1] in _RESIZING:
             # The call's result, not the first of the nodes it wrote (F.pad's ConstantOfShape
             # building the amounts, before the Pad).
             same = [r for r in rows if row.call >= 0 and r.call == row.call and r.function == row.function
