@@ -7,7 +7,8 @@ from pathlib import Path
 
 from diagnosed import first_finding
 
-from onnxdoctor.model import Stage
+from onnxdoctor.model import DiagnoseOptions, Stage
+from onnxdoctor.pipeline import diagnose
 
 # A point-cloud library's sampling as a torch.autograd.Function over a kernel the tracer cannot see
 # (crossmodal-feature-mapping#13: pointnet2_ops' furthest_point_sample, here through numpy): the
@@ -169,3 +170,29 @@ def test_a_size_frozen_by_python_math_names_the_node_using_it_not_the_add_that_f
     assert (finding.op, finding.torch_op) == ("Pad", "aten::pad"), (finding.op, finding.message)
     assert "Add node" in finding.message and "read as Python numbers" in finding.message
     assert finding.source is not None and finding.source.endswith(":22")  # the F.pad line
+
+
+# A model left in nn.DataParallel from training (MEAL-V2#26): the TorchScript exporter refuses the
+# wrapper outright; the module it holds is the model.
+DATA_PARALLEL = '''import torch
+
+dynamo = False
+opset_version = 17
+
+
+def get_model():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 5))
+    return torch.nn.DataParallel(net.eval()), (torch.randn(2, 3, 8, 8),)
+'''
+
+
+def test_a_model_left_in_a_training_wrapper_exports_the_module_it_holds(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(DATA_PARALLEL, "utf-8")
+    # Every fix tried: the dynamo exporter, checked first in the main worker, takes the wrapper too.
+    finding = diagnose(str(script), DiagnoseOptions(all_fixes=True, check_shapes=False))[0].findings[0]
+    assert finding.code == "OD299", finding.message
+    fix = next(f for f in finding.fixes if f.kind == "inner_module")
+    assert fix.verified, fix.check
+    assert "model = model.module" in fix.snippet

@@ -1724,6 +1724,37 @@ def entry_methods(loaded: LoadedModel) -> list[str]:
     return found[:3]
 
 
+# Wrappers that hold the model as `module` and whose forward() adds nothing at inference (a
+# replica scatter, a gradient hook, a running average's copy).
+_WRAPPERS = ("DataParallel", "DistributedDataParallel", "AveragedModel")
+
+
+def inner_modules(loaded: LoadedModel, *, raised: bool) -> list[str]:
+    """The model's direct submodules to export in its place: a wrapper's `module`
+    (DataParallel, DistributedDataParallel, AveragedModel), or, where forward() raised at the
+    example (a LightningModule that never defined one), the submodules whose own forward()
+    takes the example inputs and returns a tensor (at most 2, in definition order)."""
+    import torch
+
+    from onnxdoctor.worker.facts import tensor_leaves
+
+    model = loaded.model
+    if type(model).__name__ in _WRAPPERS and isinstance(getattr(model, "module", None), torch.nn.Module):
+        return ["module"]
+    if not raised:
+        return []
+    found: list[str] = []
+    for name, child in list(model.named_children())[:12]:
+        result = None
+        with contextlib.suppress(Exception), torch.no_grad():  # one that refuses the inputs: the next
+            result = child(*loaded.args, **(loaded.kwargs or {}))
+        if result is not None and tensor_leaves(result):
+            found.append(name)
+        if len(found) == 2:
+            break
+    return found
+
+
 def forward_parameters(loaded: LoadedModel) -> list[str]:
     """forward()'s argument names in order (none for `*args`/`**kwargs`; [] when unreadable)."""
     import inspect

@@ -92,6 +92,7 @@ from onnxdoctor.worker.fixkit import (
     apply_load_code,
     entry_methods,
     forward_parameters,
+    inner_modules,
     python_state,
     reference_call,
     variadic_inputs,
@@ -452,6 +453,9 @@ class Runner:
                     facts["forward_needs_gradients"] = True
                     outputs = reference_call(loaded, written)
         except BaseException as exc:
+            with contextlib.suppress(Exception):
+                # A submodule that takes the inputs (a LightningModule's network with no forward()).
+                facts["inner_modules"] = inner_modules(loaded, raised=True)
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
                 "OD108",
@@ -476,6 +480,8 @@ class Runner:
             # forward() computes nothing to export (a stub returning None): what else may.
             with contextlib.suppress(Exception):
                 facts["entry_methods"] = entry_methods(loaded)
+        with contextlib.suppress(Exception):
+            facts["inner_modules"] = inner_modules(loaded, raised=False)  # a DataParallel's module
         facts["none_outputs"] = none_leaves(outputs)
         with contextlib.suppress(Exception):
             facts["text_output"] = text_output(outputs)
