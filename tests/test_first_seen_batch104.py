@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from diagnosed import first_finding
+from diagnosed import diagnosed, first_finding
 
 from onnxdoctor.model import DiagnoseOptions, Stage
 from onnxdoctor.pipeline import diagnose
@@ -196,3 +196,35 @@ def test_a_model_left_in_a_training_wrapper_exports_the_module_it_holds(tmp_path
     fix = next(f for f in finding.fixes if f.kind == "inner_module")
     assert fix.verified, fix.check
     assert "model = model.module" in fix.snippet
+
+
+# The dynamo exporter asked for opset 9 (onnx#3805): ONNX's version converter has no adapter to
+# bring Resize down, so the file stays at opset 18 and only a logged traceback says why.
+OPSET_NINE_RESIZE = '''import torch
+import torch.nn.functional as F
+
+dynamo = True
+opset_version = 9
+
+
+class Upsampled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        return torch.cat([F.interpolate(self.conv(x), scale_factor=2.0, mode="nearest")] * 2, dim=1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Upsampled().eval(), (torch.rand(1, 3, 4, 4),)
+'''
+
+
+def test_an_opset_the_dynamo_exporter_could_not_convert_to_names_the_op_and_gets_the_torchscript_exporter(
+        tmp_path: Path) -> None:
+    finding = next(f for f in diagnosed(tmp_path, OPSET_NINE_RESIZE).findings if f.code == "OD207")
+    assert finding.op == "Resize" and "No Adapter" in finding.message
+    fix = next(f for f in finding.fixes if f.kind == "exporter")
+    assert fix.verified, fix.check

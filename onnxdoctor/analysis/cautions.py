@@ -70,10 +70,15 @@ def _opset_cautions(by_stage: _ByStage, base_dir: str | None) -> list[Finding]:
             evidence=tuple(w for w in export.warnings if "opset" in w.lower())[:2],
         )]
     if requested and written and int(requested) != int(written):
+        refusal = export.facts.get("conversion_error")
+        op = export.facts.get("conversion_op")
         return [make_finding(
             "OD207",
             Stage.EXPORT,
-            f"opset {requested} was requested but the {exporter} exporter wrote opset {written}",
+            f"opset {requested} was requested but the {exporter} exporter wrote opset {written}"
+            + (f": ONNX's version converter has no way down for {op} ({refusal})" if op else
+               f": ONNX's version converter refuses the model ({refusal})" if refusal else ""),
+            op=op,
             opset=int(written),
         )]
     return []

@@ -261,7 +261,9 @@ def to_try(finding: Finding, options: DiagnoseOptions, *, settled: bool = False)
     # A fixed-size export's (OD801: ONNX Runtime refuses sizes PyTorch runs) when asked, or when
     # nothing else is wrong: it costs an export, and while an error stands the size may be meant
     # and the export is better spent on the error.
-    wanted = finding.stage is Stage.TARGET or (finding.stage is Stage.SHAPES and (options.all_fixes or settled))
+    # An opset asked for and not written (OD207) likewise: the other exporter may write it.
+    wanted = finding.stage is Stage.TARGET or ((finding.stage is Stage.SHAPES or finding.code == "OD207")
+                                               and (options.all_fixes or settled))
     if finding.severity is not Severity.ERROR and not wanted:
         return []
     candidates = [(i, fix) for i, fix in enumerate(finding.fixes) if fix.recipe and fix.check is None]

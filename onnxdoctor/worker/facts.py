@@ -561,3 +561,26 @@ def torch_scalar(value: Any) -> str:
 def scalar_dtype(value: Any) -> str:
     """A graph value's element type as a dtype name (`float32`); "" for one with no such name."""
     return _SCALAR_NAMES.get(torch_scalar(value), "")
+
+
+# ONNX's version converter refusing an op: "No Adapter From Version $13 for Resize".
+_NO_ADAPTER = re.compile(r"No Adapter (?:From|To) Version \$?(\d+) for (\w+)")
+# Protos larger than this are not converted again only to learn why (a copy of the weights).
+_CONVERTIBLE_BYTES = 200 << 20
+
+
+def conversion_refusal(model: Any, opset: int) -> dict[str, Any]:
+    """Why ONNX's version converter cannot bring `model` down to `opset`: `conversion_error` (its
+    message, one line) and `conversion_op` (the op it has no adapter for), or {} where it can, or
+    the model is too large to try."""
+    import onnx
+
+    if model.ByteSize() > _CONVERTIBLE_BYTES:
+        return {}
+    try:
+        onnx.version_converter.convert_version(model, opset)
+    except Exception as exc:  # the converter's refusal is the fact wanted
+        text = " ".join(str(exc).split())[:300]
+        adapter = _NO_ADAPTER.search(text)
+        return {"conversion_error": text, **({"conversion_op": adapter.group(2)} if adapter else {})}
+    return {}

@@ -58,6 +58,7 @@ from onnxdoctor.recipe import (
 from onnxdoctor.worker.facts import (
     aliased_inputs,
     builds_tensors_from_values,
+    conversion_refusal,
     corrected_keys,
     describe_tensor,
     finding_record,
@@ -698,6 +699,10 @@ class Runner:
         state["onnx_path"] = path
         state["onnx_model"] = model  # CHECK reuses it: weights are not needed to check
         facts.update(model_facts(model))
+        if dynamo and opset and facts.get("written_opset") and int(opset) < int(facts["written_opset"]):
+            # The dynamo exporter wrote a newer opset than asked when its conversion failed, and
+            # logs why only as a traceback: ONNX's converter says which op it stops at.
+            facts.update(conversion_refusal(model, int(opset)))
         if branch["export_branch"]:
             facts["export_branch"] = True  # forward() took a branch written for the export only
         facts["onnx_path"] = str(path)

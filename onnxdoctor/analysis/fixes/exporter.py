@@ -18,7 +18,7 @@ from onnxdoctor.recipe import Recipe, UseExporter
 # OD210 and OD502 are artefacts of tracing (a frozen value, an int argument made a graph input).
 CODES = ("OD201", "OD202", "OD204", "OD205", "OD208", "OD212", "OD299", "OD301", "OD303", "OD304", "OD399",
          "OD210", "OD402", "OD403", "OD499", "OD501", "OD502", "OD599", "OD601", "OD602", "OD603", "OD604",
-         "OD901")
+         "OD901", "OD207")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -27,6 +27,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script" or ctx.exporter is None:
         return []
     if finding.code == "OD901" and "during export" not in finding.message:
+        return []
+    if finding.code == "OD207" and (ctx.exporter != "dynamo" or not _torchscript_opset(finding, ctx)):
+        # The dynamo exporter could not write the opset asked for (onnx#3805: no Resize adapter
+        # down to 9); the TorchScript exporter writes opsets 7-20 itself.
         return []
     settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
     if finding.code == "OD208" and ctx.exporter == "dynamo" and settings.get("dynamic_shapes") and not settings.get(
@@ -64,6 +68,13 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("exporter", (UseExporter(other),)),
         )
     ]
+
+
+def _torchscript_opset(finding: Finding, ctx: FixContext) -> bool:
+    """The opset asked for is one the TorchScript exporter writes."""
+    requested = ctx.export_facts.get("requested_opset")
+    ceiling = ctx.export_facts.get("exporter_max_opset") or 20
+    return isinstance(requested, int) and 7 <= requested <= int(ceiling)
 
 
 def _packed_weights(ctx: FixContext) -> bool:
