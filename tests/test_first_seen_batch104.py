@@ -228,3 +228,33 @@ def test_an_opset_the_dynamo_exporter_could_not_convert_to_names_the_op_and_gets
     assert finding.op == "Resize" and "No Adapter" in finding.message
     fix = next(f for f in finding.fixes if f.kind == "exporter")
     assert fix.verified, fix.check
+
+
+# A hand-written norm over a last dim of 1, scaled by 8 features (onnxruntime#31980): ONNX
+# Runtime's SimplifiedLayerNormFusion folds the broadcasting Mul into a node that refuses it.
+FUSED_NORM = '''import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Norm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        return self.scale * (centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5))
+
+
+def get_model():
+    return Norm().eval(), (torch.randn(4, 1),)
+'''
+
+
+def test_a_node_onnx_runtimes_optimizer_made_that_fails_gets_that_rewrite_turned_off(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, FUSED_NORM, "OD501")
+    fix = next(f for f in finding.fixes if f.kind == "ort_options")
+    assert fix.verified, fix.check
+    assert '"optimization.disable_specified_optimizers", "SimplifiedLayerNormFusion"' in fix.snippet

@@ -12,11 +12,17 @@ with that entry, compared with PyTorch.
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import Recipe, SessionConfig
 
-CODES = ("OD601", "OD603")
+CODES = ("OD601", "OD603", "OD501")
+
+# A node ONNX Runtime's optimizer made, named after the rewrite that made it
+# ('/Mul/SimplifiedLayerNormFusion/', onnxruntime#31980).
+_FUSED_BY = re.compile(r"(?<![A-Za-z0-9])([A-Z][A-Za-z0-9]*Fusion)(?![A-Za-z0-9])")
 
 DISABLE_QDQ_FUSION = (("session.disable_quant_qdq", "1"),)
 
@@ -56,6 +62,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """Disable ONNX Runtime's QDQ fusion for a mismatching model holding Q/DQ pairs; keep the
     Dropout nodes of a model whose random outputs differ in distribution."""
     export = next((o.facts for o in ctx.outcomes if o.stage is Stage.EXPORT), {})
+    fused = _FUSED_BY.search(finding.node or "")
+    if fused and finding.stage in (Stage.ORT_RUN, Stage.PARITY):
+        return [_without_rewrite(fused.group(1))]
     if finding.stage is not Stage.PARITY:
         return []
     drawn = ctx.parity_facts.get("random") if isinstance(ctx.parity_facts.get("random"), dict) else {}
@@ -82,3 +91,25 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
               "session that runs it must set the entry"),
         recipe=Recipe("ort_options", (SessionConfig(DISABLE_QDQ_FUSION),)),
     )]
+
+
+def _without_rewrite(rewrite: str) -> Fix:
+    """The model run with one of ONNX Runtime's graph rewrites off: the node that failed (or
+    differs) is one it made, not one of the model's."""
+    snippet = (
+        "import onnxruntime\n\n"
+        "options = onnxruntime.SessionOptions()\n"
+        f"# The failing node is one ONNX Runtime's {rewrite} rewrite made, not one of the model's:\n"
+        "# turn that rewrite off. Other optimizations stay on.\n"
+        f'options.add_session_config_entry("optimization.disable_specified_optimizers", "{rewrite}")\n'
+        'session = onnxruntime.InferenceSession("model.onnx", options, providers=["CPUExecutionProvider"])\n'
+    )
+    return Fix(
+        kind="ort_options",
+        title=f"Run the model with ONNX Runtime's {rewrite} rewrite off: the failing node is one it made",
+        snippet=snippet,
+        applicability=Applicability.SAFE,
+        cost=("the model file is unchanged; every session that runs it must set the entry; the nodes that rewrite "
+              "would have fused run unfused"),
+        recipe=Recipe("ort_options", (SessionConfig((("optimization.disable_specified_optimizers", rewrite),)),)),
+    )
