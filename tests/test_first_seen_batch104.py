@@ -258,3 +258,36 @@ def test_a_node_onnx_runtimes_optimizer_made_that_fails_gets_that_rewrite_turned
     fix = next(f for f in finding.fixes if f.kind == "ort_options")
     assert fix.verified, fix.check
     assert '"optimization.disable_specified_optimizers", "SimplifiedLayerNormFusion"' in fix.snippet
+
+
+# A classifier that packs its input and keeps only the LSTM's final state (onnx#1399): the
+# exporter's unpack is never used, and it takes a pack only with its unpack.
+FINAL_STATE_OF_A_PACK = '''import torch
+from torch.nn.utils.rnn import pack_padded_sequence
+
+dynamo = False
+opset_version = 11
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(3, 5, batch_first=True)
+        self.out = torch.nn.Linear(5, 2)
+
+    def forward(self, x, lengths):
+        _, (h_n, _) = self.rnn(pack_padded_sequence(x, lengths, batch_first=True))
+        return self.out(h_n[-1])
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Classifier().eval(), (torch.randn(2, 6, 3), torch.tensor([6, 4]))
+'''
+
+
+def test_a_pack_whose_recurrent_layer_keeps_only_its_final_state_exports_on_the_padded_batch(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, FINAL_STATE_OF_A_PACK, "OD299")
+    assert finding.op == "prim::PackPadded", finding.message
+    fix = next(f for f in finding.fixes if f.kind == "packed_on_padded")
+    assert fix.verified, fix.check

@@ -157,6 +157,9 @@ from onnxdoctor.worker.tracebacks import (
 )
 
 STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
+
+# The TorchScript exporter's C++ warning for a node it cannot infer shapes through.
+_SHAPELESS = re.compile(r"The shape inference of (\w+::\w+) type is missing")
 STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
 
 
@@ -650,6 +653,12 @@ class Runner:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
+            shapeless = _SHAPELESS.findall(stderr.text) if stderr is not None else []
+            if shapeless and not facts.get("op"):
+                # A native error that names nothing (`vector::_M_range_check`, onnx#1399), after the
+                # exporter warned it had no shape inference for an op: that op's output is what
+                # the failing pass read (an unpaired prim::PackPadded).
+                facts["op"] = shapeless[0]
             inlined = not_inlined(stderr.text) if stderr is not None else []
             if inlined:
                 if recorder is not None:

@@ -86,6 +86,11 @@ def _on_padded(forward):
         padded, _ = pad_packed_sequence(rnn_utils.PackedSequence(input.data, input.batch_sizes, None, None))
         out, hidden = forward(self, _pack(padded, lengths), _reordered(hx, input.sorted_indices))
         out, _ = _pad(out)
+        # The final state reads the unpacked output (a sum over none of its steps, exactly 0): a
+        # model that keeps only the state (`_, (h_n, _) = lstm(packed)`) would otherwise leave the
+        # unpack unused, and the exporter, which takes the pair only whole, a pack alone.
+        anchor = out[:0].sum().to(out.dtype)
+        hidden = tuple(h + anchor for h in hidden) if isinstance(hidden, tuple) else hidden + anchor
         mask = torch.arange(lengths.max()).unsqueeze(1) < lengths.unsqueeze(0)
         packed = rnn_utils.PackedSequence(out[mask], input.batch_sizes, input.sorted_indices, input.unsorted_indices)
         return packed, _reordered(hidden, input.unsorted_indices)
