@@ -291,3 +291,41 @@ def test_a_pack_whose_recurrent_layer_keeps_only_its_final_state_exports_on_the_
     assert finding.op == "prim::PackPadded", finding.message
     fix = next(f for f in finding.fixes if f.kind == "packed_on_padded")
     assert fix.verified, fix.check
+
+
+# A network whose levels must line up (a BiFPN, onnx#4452) with H and W declared dynamic: eager
+# refuses every size a pixel or a few away, and the anchors it builds in NumPy are frozen.
+LEVELS_THAT_LINE_UP = '''import numpy as np
+import torch
+import torch.nn.functional as F
+
+dynamo = False
+opset_version = 13
+input_names = ["image"]
+dynamic_axes = {"image": {2: "height", 3: "width"}}
+
+
+class Anchored(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Sequential(*[torch.nn.Conv2d(3 if i == 0 else 4, 4, 3, stride=2, padding=1)
+                                          for i in range(3)])
+        self.deeper = torch.nn.Conv2d(4, 4, 3, stride=2, padding=1)
+
+    def forward(self, image):
+        skip = self.down(image)  # an eighth of the size: the top level lines up only at multiples of 16
+        fused = skip + F.interpolate(self.deeper(skip), scale_factor=2.0, mode="nearest")
+        h, w = image.shape[2:]
+        anchors = torch.from_numpy(np.arange(int(h) * int(w) // 4, dtype=np.float32))
+        return fused, anchors
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Anchored().eval(), (torch.rand(1, 3, 32, 64),)
+'''
+
+
+def test_declared_sizes_eager_refuses_a_step_away_are_checked_again_at_the_stride(tmp_path: Path) -> None:
+    finding = next(f for f in diagnosed(tmp_path, LEVELS_THAT_LINE_UP, fix=False).findings if f.code == "OD803")
+    assert "image=1x3x64x128" in finding.message, finding.message  # 32x64 stepped by 32 and 64

@@ -135,6 +135,7 @@ def check_sizes(
     from onnxdoctor.worker.parity import compare_outputs
     from onnxdoctor.worker.runtime import feeds_for_session, run_session
 
+    strided: list[Group] = []  # the declared groups again at their stride, once tried
     for index, shapes in enumerate(sets):
         full = {n: list(shapes.get(n, example_shapes[n])) for n in names}
         varied = [[n, d] for n in names for d, (a, b) in enumerate(zip(full[n], example_shapes[n])) if a != b]
@@ -156,6 +157,11 @@ def check_sizes(
             break
         except Exception as exc:  # PyTorch itself refuses this size: not the export's fault
             facts["eager_refused"].append({"inputs": full, "error": _one_line(exc)})
+            if origin == "declared" and index == len(sets) - 1 and not facts["sizes"] and not strided:
+                # Eager refused every declared size a step away (a BiFPN whose levels must line up,
+                # onnx#4452): the same dims again at multiples of their power-of-two stride.
+                strided = _strided(groups, example_shapes)
+                sets.extend(s for s in _size_sets(strided, example_shapes) if s not in sets)
             continue
         entry: dict[str, Any] = {"inputs": full, "varied": varied, "status": "passed", "max_abs_diff": None,
                                  "error": None}
@@ -495,6 +501,17 @@ def _size_sets(groups: list[Group], example: dict[str, list[int]]) -> list[dict[
         if changed and shapes not in sets:
             sets.append(shapes)
     return sets
+
+
+def _strided(groups: list[Group], example: dict[str, list[int]]) -> list[Group]:
+    """The groups whose non-batch dims have a power-of-two stride, each stepped by it; [] where
+    none has one (the sizes a step away were all there is to try)."""
+    stepped: list[Group] = []
+    for members, low, high, _step in groups:
+        name, dim = members[0]
+        stride = _stride_of(example[name][dim]) if all(d != 0 for _n, d in members) else 0
+        stepped.append((members, low, high, stride or 1))
+    return stepped if any(group[3] > 1 for group in stepped) else []
 
 
 def _stride_of(size: int) -> int:
