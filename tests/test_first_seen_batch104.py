@@ -329,3 +329,31 @@ def get_model():
 def test_declared_sizes_eager_refuses_a_step_away_are_checked_again_at_the_stride(tmp_path: Path) -> None:
     finding = next(f for f in diagnosed(tmp_path, LEVELS_THAT_LINE_UP, fix=False).findings if f.code == "OD803")
     assert "image=1x3x64x128" in finding.message, finding.message  # 32x64 stepped by 32 and 64
+
+
+# A module that keeps its network as self.net and never defines forward() (a LightningModule),
+# beside one whose forward() is there and has a bug: only the first is offered its submodule.
+NO_FORWARD = '''import torch
+
+dynamo = False
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 2)
+{forward}
+
+def get_model():
+    return Wrapped().eval(), (torch.randn(3, 4),)
+'''
+
+
+def test_a_model_with_no_forward_is_offered_the_submodule_that_takes_its_inputs_and_a_buggy_one_is_not(
+        tmp_path: Path) -> None:
+    missing = first_finding(tmp_path, NO_FORWARD.format(forward=""), "OD108", fix=False)
+    assert [f.title for f in missing.fixes if f.kind == "inner_module"] == [
+        "Export model.net, a submodule that takes the example inputs, since the model's own forward() raises"]
+    buggy = NO_FORWARD.format(forward="\n    def forward(self, x):\n        return self.net(x) + x  # 2 and 4 columns\n")
+    wrong = first_finding(tmp_path, buggy, "OD108", fix=False)
+    assert not [f for f in wrong.fixes if f.kind == "inner_module"]

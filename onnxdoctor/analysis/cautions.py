@@ -10,7 +10,7 @@ from typing import Any
 
 from onnxdoctor.analysis.findings import finding_from_record, make_finding
 from onnxdoctor.analysis.normalize import normalize_message, running_node
-from onnxdoctor.analysis.sources import source_text
+from onnxdoctor.analysis.sources import innermost_function, parsed_source, source_text
 from onnxdoctor.model import (
     Finding,
     FrozenSize,
@@ -382,20 +382,9 @@ def _numpy_consumer(source: str | None, base_dir: str | None) -> str | None:
     return ast.unparse(receivers[-1].func) if receivers else None
 
 
-def _parsed(source: str | None, base_dir: str | None) -> tuple[ast.Module, int] | None:
-    """The syntax tree of the file a `file.py:line` source names, and the line."""
-    found = source_text(source, base_dir)
-    if found is None:
-        return None
-    try:
-        return ast.parse(found[0]), found[1]
-    except (SyntaxError, ValueError):
-        return None
-
-
 def _unpacks(source: str | None, base_dir: str | None) -> bool:
     """Whether the statement at `file.py:line` assigns to a fixed number of names (`a, b = t`)."""
-    parsed = _parsed(source, base_dir)
+    parsed = parsed_source(source, base_dir)
     if parsed is None:
         return False
     tree, line = parsed
@@ -409,22 +398,13 @@ def _enclosing_function(source: str | None, base_dir: str | None) -> str | None:
     """The name of the innermost function holding `file.py:line`, unless it is a module's forward()
     (the model's own code, not a helper it calls); the forward of an autograd.Function is named
     by its class (its ops run as one unit: AnyNet's GateRecurrent2dnoindFunction)."""
-    parsed = _parsed(source, base_dir)
-    if parsed is None:
+    found = innermost_function(source, base_dir)
+    if found is None:
         return None
-    tree, line = parsed
-
-    def holds(node: ast.AST) -> bool:
-        return node.lineno <= line <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]
-
-    holding = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and holds(node)]
-    innermost = max(holding, key=lambda node: node.lineno, default=None)
-    if innermost is None:
-        return None
+    tree, innermost = found
     if innermost.name not in ("forward", "__call__"):
         return innermost.name
-    owner = max((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and holds(c) and innermost in c.body),
+    owner = max((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and innermost in c.body),
                 key=lambda c: c.lineno, default=None)
     functions = [b for b in (owner.bases if owner is not None else ()) if ast.unparse(b).split(".")[-1] == "Function"]
     return owner.name if owner is not None and functions else None
@@ -511,7 +491,7 @@ def _checker_warnings(by_stage: _ByStage, base_dir: str | None) -> list[Finding]
 
 def _in_class(source: str | None, name: object, base_dir: str | None) -> bool:
     """Whether `file.py:line` lies in the body of a class of that name in that file."""
-    parsed = _parsed(source, base_dir) if isinstance(name, str) and name else None
+    parsed = parsed_source(source, base_dir) if isinstance(name, str) and name else None
     if parsed is None:
         return False
     tree, line = parsed

@@ -126,7 +126,7 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
     failing = None
     consumer = (_number_consumer(export_outcome, table, base_dir)
                 if code == "OD802" and not frozen and op in _OPERAND_SHAPES else None)
-    if consumer is not None and node and consumer[0].node != node:
+    if consumer is not None and node and consumer[0].node != node and _before(consumer[0].node, node, table):
         # The node that fails on its operands' shapes (an Add of two maps that no longer line up)
         # is downstream of one that sized its input by numbers the tracer read (a Pad's amounts):
         # that one is named. A node failing on its own shape argument (a Reshape) is named itself.
@@ -211,6 +211,13 @@ _OPERAND_SHAPES = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Concat
 # another size than eager without failing, and only a later node's operands stop lining up (a
 # Reshape or a tensor made from a shape fails, or is the size, itself).
 _RESIZING = frozenset({"Pad", "Resize", "Upsample", "Slice", "Tile", "Expand"})
+
+
+def _before(first: str, then: str, table: dict[str, NodeProvenance]) -> bool:
+    """Whether node `first` comes before node `then` in export order (a node the table does not
+    hold, such as one ONNX Runtime made, counts as after every node it holds)."""
+    order = list(table)
+    return first in table and (then not in table or order.index(first) < order.index(then))
 
 
 def _number_consumer(export: StageOutcome | None, table: dict[str, NodeProvenance],

@@ -8,6 +8,7 @@ inside the model's folder, as UTF-8 text, None or "" where the file is gone or u
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 
@@ -48,20 +49,34 @@ def source_lines(source: str | None, folder: str | Path | None, count: int = 1) 
     return found[0].splitlines()[found[1] - 1:found[1] - 1 + count]
 
 
-def function_span(source: str | None, folder: str | Path | None) -> tuple[int, int] | None:
-    """The first and last lines of the innermost function holding the source's line; None where
-    the file is unreadable, does not parse, or the line is in no function."""
-    import ast
 
+def parsed_source(source: str | None, folder: str | Path | None) -> tuple[ast.Module, int] | None:
+    """The syntax tree of the file a `file.py:N` source names, and N; None where the file is
+    unreadable or does not parse."""
     found = source_text(source, folder)
     if found is None:
         return None
     try:
-        tree = ast.parse(found[0])
+        return ast.parse(found[0]), found[1]
     except (SyntaxError, ValueError):
         return None
-    line = found[1]
-    spans = [(node.lineno, node.end_lineno or node.lineno) for node in ast.walk(tree)
-             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-             and node.lineno <= line <= (node.end_lineno or node.lineno)]
-    return max(spans, default=None)
+
+
+def innermost_function(source: str | None, folder: str | Path | None,
+                       ) -> tuple[ast.Module, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+    """The file's tree and the innermost function holding the source's line; None where there is
+    none (or the file cannot be read)."""
+    parsed = parsed_source(source, folder)
+    if parsed is None:
+        return None
+    tree, line = parsed
+    holding = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    innermost = max(holding, key=lambda node: node.lineno, default=None)
+    return (tree, innermost) if innermost is not None else None
+
+
+def function_span(source: str | None, folder: str | Path | None) -> tuple[int, int] | None:
+    """The first and last lines of the innermost function holding the source's line."""
+    found = innermost_function(source, folder)
+    return (found[1].lineno, found[1].end_lineno or found[1].lineno) if found else None

@@ -305,10 +305,11 @@ def uses_flex_attention(model: Any) -> bool:
 
 
 def object_inputs(args: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """The positional example inputs that are objects holding tensors (loader.tensor_holder) or
-    settings of Python values only (loader.settings_object: `settings` true), or lists, tuples
-    and dicts with such objects inside (a detector's list of per-image objects): their position
-    and the first such object's class."""
+    """The positional example inputs that are objects holding tensors (loader.tensor_holder), or
+    lists, tuples and dicts with such objects inside (a detector's list of per-image objects), or
+    are themselves settings of Python values only (loader.settings_object: `settings` true): their
+    position and the first such object's class. (A settings object inside a container or passed
+    by keyword loads too; the export's refusal then says so, with no wrapper offered.)"""
     from onnxdoctor.worker.loader import settings_object
 
     found: list[dict[str, Any]] = []

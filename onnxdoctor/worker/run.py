@@ -157,10 +157,12 @@ from onnxdoctor.worker.tracebacks import (
 )
 
 STAGES_SCRIPT = ("load", "export", "check", "ort_load", "ort_run", "parity")
+STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
 
 # The TorchScript exporter's C++ warning for a node it cannot infer shapes through.
 _SHAPELESS = re.compile(r"The shape inference of (\w+::\w+) type is missing")
-STAGES_ONNX = ("load", "check", "ort_load", "ort_run")
+# torch.nn.Module's own forward(), reached when a model class defines none.
+_NO_FORWARD = 'is missing the required "forward" function'
 
 
 def _runs_in_distribution(state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None,
@@ -457,9 +459,12 @@ class Runner:
                     facts["forward_needs_gradients"] = True
                     outputs = reference_call(loaded, written)
         except BaseException as exc:
-            with contextlib.suppress(Exception):
-                # A submodule that takes the inputs (a LightningModule's network with no forward()).
-                facts["inner_modules"] = inner_modules(loaded, raised=True)
+            if isinstance(exc, NotImplementedError) and _NO_FORWARD in str(exc):
+                # The model defines no forward() (a LightningModule keeping its network in
+                # self.model): a submodule that takes the inputs. A forward() that is there and
+                # fails is the user's bug, which no submodule answers.
+                with contextlib.suppress(Exception):
+                    facts["inner_modules"] = inner_modules(loaded, raised=True)
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
                 "OD108",
@@ -654,7 +659,7 @@ class Runner:
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
             shapeless = _SHAPELESS.findall(stderr.text) if stderr is not None else []
-            if shapeless and not facts.get("op"):
+            if shapeless and not facts.get("op") and "::" not in str(exc):
                 # A native error that names nothing (`vector::_M_range_check`, onnx#1399), after the
                 # exporter warned it had no shape inference for an op: that op's output is what
                 # the failing pass read (an unpaired prim::PackPadded).
@@ -1076,7 +1081,7 @@ class Runner:
             if frozen and loaded is not None and (report.get("second_inputs") or {}).get("matched") is False:
                 # A value frozen inside a Function the tracer inlined (a compiled extension's
                 # sampling read through numpy): the function_kernel family gives it a node.
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception, OutOfTime), time_limit(self.request.localize_budget):
                     report["traced_functions"] = traced_functions(loaded, self.code)
         return report
 

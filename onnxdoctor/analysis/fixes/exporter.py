@@ -28,7 +28,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     if finding.code == "OD901" and "during export" not in finding.message:
         return []
-    if finding.code == "OD207" and (ctx.exporter != "dynamo" or not _torchscript_opset(finding, ctx)):
+    if finding.code == "OD207" and (ctx.exporter != "dynamo" or not _torchscript_opset(ctx)):
         # The dynamo exporter could not write the opset asked for (onnx#3805: no Resize adapter
         # down to 9); the TorchScript exporter writes opsets 7-20 itself.
         return []
@@ -70,11 +70,14 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     ]
 
 
-def _torchscript_opset(finding: Finding, ctx: FixContext) -> bool:
+# The opsets the TorchScript exporter writes (torch.onnx's ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET is
+# 20; the worker records it only for TorchScript runs, and this path is the dynamo exporter's).
+_TORCHSCRIPT_OPSETS = range(7, 21)
+
+
+def _torchscript_opset(ctx: FixContext) -> bool:
     """The opset asked for is one the TorchScript exporter writes."""
-    requested = ctx.export_facts.get("requested_opset")
-    ceiling = ctx.export_facts.get("exporter_max_opset") or 20
-    return isinstance(requested, int) and 7 <= requested <= int(ceiling)
+    return ctx.requested_opset in _TORCHSCRIPT_OPSETS
 
 
 def _packed_weights(ctx: FixContext) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from onnxdoctor.analysis.fixes._context import EXTENSIONS_TYPES, FixContext
 from onnxdoctor.analysis.fixes.custom_domain import SCRIPT_MODULES
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe, RuntimeKernels, UseExporter
 
 CODES = ("OD601", "OD204", "OD299", "OD210")
@@ -37,6 +37,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # PyTorch is the example's); the PARITY stage listed the trace's Functions then.
         if ctx.exporter != "torchscript":
             return []
+        export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT), None)
+        warned = (*finding.evidence, *(export.warnings if export is not None else ()))
+        if finding.code == "OD210" and not any(_OUTSIDE_TORCH in w for w in warned):
+            # Frozen by an int() or a branch, not by a forward computing outside PyTorch: a node
+            # for a pure-PyTorch Function (a gradient reversal) would change nothing.
+            return []
         functions = ctx.parity_facts.get("traced_functions") or []
     else:
         functions = [f for f in ctx.export_facts.get("traced_functions") or ()
@@ -49,6 +55,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         fixes.insert(0, _kernels_fix([parts for parts in every if parts is not None]))
     return [f for f in fixes if f is not None]
 
+
+# The tracer's warnings for values computed outside PyTorch: an array read, a tensor made from it.
+_OUTSIDE_TORCH = "NumPy array"
 
 # Functions given nodes at once: more than this many is a library, not a few ops, to port.
 MAX_FUNCTIONS = 6

@@ -1,4 +1,5 @@
-"""Session options that make ONNX Runtime run the model as written: QDQ pairs, dropout kept on.
+"""Session options that make ONNX Runtime run the model as written: QDQ pairs, dropout kept on,
+a graph rewrite whose fused node fails or differs turned off.
 
 ONNX Runtime's graph optimizer fuses DequantizeLinear -> op -> QuantizeLinear into an integer
 kernel (QGemm, QLinearMatMul, ...). Those kernels round differently, and on x86 CPUs without VNNI
@@ -13,9 +14,11 @@ with that entry, compared with PyTorch.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
+from onnxdoctor.protocol import provenance_table
 from onnxdoctor.recipe import Recipe, SessionConfig
 
 CODES = ("OD601", "OD603", "OD501")
@@ -59,14 +62,27 @@ session = onnxruntime.InferenceSession("model.onnx", options, providers=["CPUExe
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """Disable ONNX Runtime's QDQ fusion for a mismatching model holding Q/DQ pairs; keep the
-    Dropout nodes of a model whose random outputs differ in distribution."""
+    """Turn off the ONNX Runtime rewrite that made a failing or differing node; disable its QDQ
+    fusion for a mismatching model holding Q/DQ pairs; keep the Dropout nodes of a model whose
+    random outputs differ in distribution."""
     export = next((o.facts for o in ctx.outcomes if o.stage is Stage.EXPORT), {})
     fused = _FUSED_BY.search(finding.node or "")
-    if fused and finding.stage in (Stage.ORT_RUN, Stage.PARITY):
-        return [_without_rewrite(fused.group(1))]
+    made = [_without_rewrite(fused.group(1))] if (
+        fused and finding.stage in (Stage.ORT_RUN, Stage.PARITY) and _not_exported(finding.node, export)) else []
     if finding.stage is not Stage.PARITY:
-        return []
+        return made
+    return made + _parity_options(export, ctx)
+
+
+def _not_exported(node: str | None, export: dict[str, Any]) -> bool:
+    """A node the exported file does not hold (the exporter's own names are in the provenance
+    table): one ONNX Runtime's optimizer made, not a module of the user's named `...Fusion`."""
+    table = provenance_table(export)
+    return bool(node) and bool(table) and node not in table
+
+
+def _parity_options(export: dict[str, Any], ctx: FixContext) -> list[Fix]:
+    """QDQ fusion off for a model holding Q/DQ pairs; Dropout kept for random outputs."""
     drawn = ctx.parity_facts.get("random") if isinstance(ctx.parity_facts.get("random"), dict) else {}
     if "Dropout" in (drawn.get("ops") or ()) and drawn.get("matched") is False:
         return [Fix(

@@ -168,8 +168,8 @@ def _eager_class(name: str, subclass: bool = False, hooks: bool = False, gradien
            "    with torch.no_grad():\n")
         +
         # Keyword inputs too (a module traced with example_kwarg_inputs, pytorch#100414).
-        "        torch.testing.assert_close(eager(*example_inputs, **(globals().get('example_kwargs') or {})),\n"
-        "                                   model(*example_inputs, **(globals().get('example_kwargs') or {})))\n"
+        "        keywords = globals().get('example_kwargs') or {}\n"
+        "        torch.testing.assert_close(eager(*example_inputs, **keywords), model(*example_inputs, **keywords))\n"
         "model = eager\n"
     )
     return Fix(
