@@ -659,10 +659,11 @@ class Runner:
                 raise
             facts.update(export_failure_facts(exc, loaded, dynamo, self.code, gather=self.request.gather_facts))
             shapeless = _SHAPELESS.findall(stderr.text) if stderr is not None else []
-            if shapeless and not facts.get("op") and "::" not in str(exc):
+            if shapeless and not facts.get("op") and shapeless[0].startswith("prim::"):
                 # A native error that names nothing (`vector::_M_range_check`, onnx#1399), after the
-                # exporter warned it had no shape inference for an op: that op's output is what
-                # the failing pass read (an unpaired prim::PackPadded).
+                # exporter warned it had no shape inference for one of its own prim:: ops (not a
+                # custom domain's, which it warns of whenever one is exported): that op's output
+                # is what the failing pass read (an unpaired prim::PackPadded).
                 facts["op"] = shapeless[0]
             inlined = not_inlined(stderr.text) if stderr is not None else []
             if inlined:
