@@ -123,7 +123,8 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
         node, op = frozen[0].get("node"), frozen[0].get("op")
     sources = export.get("node_sources") or {}
     table = provenance_table(export)
-    failing = None
+    failing = None  # the node that fails, where another is named
+    reads: list[tuple[str, str]] = []  # the lines where the tracer read the sizes that node uses
     consumer = (_number_consumer(export_outcome, table, base_dir)
                 if code == "OD802" and not frozen and op in _OPERAND_SHAPES else None)
     if consumer is not None and node and consumer[0].node != node and _before(consumer[0].node, node, table):
@@ -131,14 +132,14 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
         # is downstream of one that sized its input by numbers the tracer read (a Pad's amounts):
         # that one is named. A node failing on its own shape argument (a Reshape) is named itself.
         failing = f"{op} node {node}"
-        node, op = consumer[0].node, consumer[0].op.split("::")[-1]
+        row, reads = consumer
+        node, op = row.node, row.op.split("::")[-1]
     source = sources.get(node) if node else None
     if node and not source and node in table:
         source = table[node].source or None
     lines = [line for line in facts.get("size_code") or () if isinstance(line, dict)]
-    if consumer is not None and failing:
-        lines = [{"source": line, "kind": "int", "text": f"the tracer read a size as a Python number ({read})"}
-                 for line, read in consumer[1]] + lines
+    lines = [{"source": line, "kind": "int", "text": f"the tracer read a size as a Python number ({read})"}
+             for line, read in reads] + lines
     held = next((f.get("value") for f in frozen if f.get("node") == node), None)
     where = f"{op} node {node}" if node else "the graph"
     example_text = ", ".join(f"{n} {shape}" for n, shape in example.items())
@@ -178,8 +179,8 @@ def _finding(code: str, entries: list[dict[str, Any]], facts: dict[str, Any], ex
         dims = ", ".join(_dim_text(n, d, facts) for n, d in varied)
         holds = f" holds the example's size {held}" if held is not None else " was traced at the example's size"
         if failing:
-            reads = ", ".join(line for line, _read in consumer[1][:3]) if consumer else ""
-            holds = f" uses values computed from sizes the tracer read as Python numbers ({reads}), frozen at the example's"
+            read_at = ", ".join(line for line, _read in reads[:3])
+            holds = f" uses values computed from sizes the tracer read as Python numbers ({read_at}), frozen at the example's"
         message = (f"{dims} is declared dynamic, but {where}{holds}: "
                    + (f"{failing} then fails at {sizes}" if failing else f"it fails at {sizes}")
                    + f" (example: {example_text})")

@@ -1729,22 +1729,25 @@ def entry_methods(loaded: LoadedModel) -> list[str]:
 _WRAPPERS = ("DataParallel", "DistributedDataParallel", "AveragedModel")
 
 
-def inner_modules(loaded: LoadedModel, *, raised: bool) -> list[str]:
-    """The model's direct submodules to export in its place: a wrapper's `module`
-    (DataParallel, DistributedDataParallel, AveragedModel), or, where forward() raised at the
-    example (a LightningModule that never defined one), the submodules whose own forward()
-    takes the example inputs and returns a tensor (at most 2, in definition order)."""
+def wrapped_module(model: Any) -> list[str]:
+    """["module"] for a wrapper (DataParallel, DistributedDataParallel, AveragedModel) holding the
+    model as `module`, else []: the module to export in its place."""
+    import torch
+
+    held = getattr(model, "module", None)
+    return ["module"] if type(model).__name__ in _WRAPPERS and isinstance(held, torch.nn.Module) else []
+
+
+def submodules_taking_inputs(loaded: LoadedModel) -> list[str]:
+    """The model's direct submodules whose own forward() takes the example inputs and returns a
+    tensor (at most 2, in definition order): what to export where the model defines no forward()
+    (a LightningModule keeping its network in self.model)."""
     import torch
 
     from onnxdoctor.worker.facts import tensor_leaves
 
-    model = loaded.model
-    if type(model).__name__ in _WRAPPERS and isinstance(getattr(model, "module", None), torch.nn.Module):
-        return ["module"]
-    if not raised:
-        return []
     found: list[str] = []
-    for name, child in list(model.named_children())[:12]:
+    for name, child in list(loaded.model.named_children())[:12]:
         result = None
         with contextlib.suppress(Exception), torch.no_grad():  # one that refuses the inputs: the next
             result = child(*loaded.args, **(loaded.kwargs or {}))

@@ -93,11 +93,12 @@ from onnxdoctor.worker.fixkit import (
     apply_load_code,
     entry_methods,
     forward_parameters,
-    inner_modules,
     python_state,
     reference_call,
+    submodules_taking_inputs,
     variadic_inputs,
     with_gradients,
+    wrapped_module,
 )
 from onnxdoctor.worker.llm_cache import cache_facts, check_decoding
 from onnxdoctor.worker.parity import (
@@ -464,7 +465,7 @@ class Runner:
                 # self.model): a submodule that takes the inputs. A forward() that is there and
                 # fails is the user's bug, which no submodule answers.
                 with contextlib.suppress(Exception):
-                    facts["inner_modules"] = inner_modules(loaded, raised=True)
+                    facts["inner_modules"] = submodules_taking_inputs(loaded)
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
                 "OD108",
@@ -489,8 +490,7 @@ class Runner:
             # forward() computes nothing to export (a stub returning None): what else may.
             with contextlib.suppress(Exception):
                 facts["entry_methods"] = entry_methods(loaded)
-        with contextlib.suppress(Exception):
-            facts["inner_modules"] = inner_modules(loaded, raised=False)  # a DataParallel's module
+        facts["inner_modules"] = wrapped_module(loaded.model)  # a DataParallel's module
         facts["none_outputs"] = none_leaves(outputs)
         with contextlib.suppress(Exception):
             facts["text_output"] = text_output(outputs)

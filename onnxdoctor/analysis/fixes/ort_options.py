@@ -49,16 +49,25 @@ def has_qdq_pairs(op_types: list[str] | tuple[str, ...]) -> bool:
 # ONNX Runtime's graph optimizer removes Dropout nodes (the EliminateDropout rewrite), the ones
 # told to drop included: a model that keeps dropout on at inference (Monte Carlo dropout) then
 # returns the same numbers on every run. Naming the rule in this entry keeps the masks.
-KEEP_DROPOUT = (("optimization.disable_specified_optimizers", "EliminateDropout"),)
+# The session entry that turns named graph rewrites off, every other optimization left on.
+_REWRITES_OFF = "optimization.disable_specified_optimizers"
 
-DROPOUT_SNIPPET = '''import onnxruntime
 
-options = onnxruntime.SessionOptions()
-# Keep the Dropout nodes the model told to drop: ONNX Runtime's EliminateDropout rewrite removes
-# them, and every run then returns the same numbers. Other optimizations stay on.
-options.add_session_config_entry("optimization.disable_specified_optimizers", "EliminateDropout")
-session = onnxruntime.InferenceSession("model.onnx", options, providers=["CPUExecutionProvider"])
-'''
+def _rewrite_off_snippet(rewrite: str, why: str) -> str:
+    """A session created with one of ONNX Runtime's graph rewrites off; `why` the comment lines."""
+    return ("import onnxruntime\n\n"
+            "options = onnxruntime.SessionOptions()\n"
+            f"{why}"
+            f'options.add_session_config_entry("{_REWRITES_OFF}", "{rewrite}")\n'
+            'session = onnxruntime.InferenceSession("model.onnx", options, providers=["CPUExecutionProvider"])\n')
+
+
+KEEP_DROPOUT = ((_REWRITES_OFF, "EliminateDropout"),)
+
+DROPOUT_SNIPPET = _rewrite_off_snippet(
+    "EliminateDropout",
+    "# Keep the Dropout nodes the model told to drop: ONNX Runtime's EliminateDropout rewrite removes\n"
+    "# them, and every run then returns the same numbers. Other optimizations stay on.\n")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
@@ -112,14 +121,10 @@ def _parity_options(export: dict[str, Any], ctx: FixContext) -> list[Fix]:
 def _without_rewrite(rewrite: str) -> Fix:
     """The model run with one of ONNX Runtime's graph rewrites off: the node that failed (or
     differs) is one it made, not one of the model's."""
-    snippet = (
-        "import onnxruntime\n\n"
-        "options = onnxruntime.SessionOptions()\n"
+    snippet = _rewrite_off_snippet(
+        rewrite,
         f"# The failing node is one ONNX Runtime's {rewrite} rewrite made, not one of the model's:\n"
-        "# turn that rewrite off. Other optimizations stay on.\n"
-        f'options.add_session_config_entry("optimization.disable_specified_optimizers", "{rewrite}")\n'
-        'session = onnxruntime.InferenceSession("model.onnx", options, providers=["CPUExecutionProvider"])\n'
-    )
+        "# turn that rewrite off. Other optimizations stay on.\n")
     return Fix(
         kind="ort_options",
         title=f"Run the model with ONNX Runtime's {rewrite} rewrite off: the failing node is one it made",
@@ -127,5 +132,5 @@ def _without_rewrite(rewrite: str) -> Fix:
         applicability=Applicability.SAFE,
         cost=("the model file is unchanged; every session that runs it must set the entry; the nodes that rewrite "
               "would have fused run unfused"),
-        recipe=Recipe("ort_options", (SessionConfig((("optimization.disable_specified_optimizers", rewrite),)),)),
+        recipe=Recipe("ort_options", (SessionConfig(((_REWRITES_OFF, rewrite),)),)),
     )
