@@ -327,6 +327,8 @@ class DiagnoseOptions:
     max_fix_checks: int = 4
     # Seconds in which fix checks and the fix-chain search may start new runs (--fix-budget).
     fix_budget: float = 120.0
+    # Seconds one fix check may run (--fix-timeout); None: a multiple of the main run's stages.
+    fix_timeout: float | None = None
     # Seconds the search for the first diverging value of a mismatch may take (--localize-budget).
     localize_budget: float = 30.0
     skip_check: bool = False  # go from LOAD straight to ORT_LOAD (the caller checked already)

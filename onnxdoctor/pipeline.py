@@ -110,7 +110,7 @@ def _diagnose(
     stamp = load.facts.get("fingerprint") if load else None
     fingerprint = stamp.get("hash") if isinstance(stamp, dict) else None
     verifier = _Verifier(target, options, workdir, progress, deadline, fingerprint,
-                         budget_ends=time.monotonic() + options.fix_budget)
+                         budget_ends=time.monotonic() + options.fix_budget, run_cap=options.fix_timeout or fix_run_cap(result))
     diagnoses: list[Diagnosis] = []
     for run_id, _fix in runs:
         if run_id != "main" and not any(e.get("run") == run_id for e in result.events):
@@ -279,6 +279,19 @@ def _worker_targets(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(t for t in resolve_targets(names) if t == "openvino" or t in GPU_PROVIDERS) if names else ()
 
 
+# A fix check repeats the diagnosis's own stages with one change, so it gets a multiple of what
+# they took (at least the floor, for the worker's start and a slower exporter). A check that
+# spins (torch.export inside a loop it cannot trace) then costs that, not the rest of --timeout.
+FIX_RUN_FACTOR = 4.0
+FIX_RUN_FLOOR = 90.0
+
+
+def fix_run_cap(result: WorkerResult) -> float:
+    """Seconds one fix check may run: FIX_RUN_FACTOR times the main run's stages, at least FIX_RUN_FLOOR."""
+    spent = sum(record.seconds for record in result.records("main").values())
+    return max(FIX_RUN_FLOOR, FIX_RUN_FACTOR * spent)
+
+
 def _left(deadline: float) -> float:
     """Seconds left of the command's --timeout budget (never below a token amount)."""
     return max(deadline - time.monotonic(), 0.5)
@@ -342,8 +355,10 @@ class _Verifier:
     progress: Callable[[str], None]
     deadline: float
     fingerprint: str | None  # the first load's model: fix workers must rebuild the same one
-    # When to stop starting fix checks (--fix-budget); a check already running may use --timeout.
+    # When to stop starting fix checks (--fix-budget); a check already running may go on for
+    # run_cap seconds a recipe, within --timeout.
     budget_ends: float = float("inf")
+    run_cap: float = float("inf")
     # Every fix run so far, by recipe key: where a chain continues from.
     runs: dict[str, tuple[WorkerResult, str]] = field(default_factory=dict)
     # Checks of recipes at other inputs too (for a finding there), by recipe key: only those
@@ -355,8 +370,13 @@ class _Verifier:
                            expected_fingerprint=self.fingerprint, **request_args)
         if request_args.get("verify_fixes"):
             request = replace(request, load_only=True, stop_on_success=not self.options.all_fixes)
-        return run_worker(request, timeout=_left(self.deadline), cwd=_cwd(self.target),
-                          on_event=_progress_sink(self.progress))
+        cap = self.run_cap * max(1, len(request_args.get("verify_fixes") or ()))
+        left = _left(self.deadline)
+        result = run_worker(request, timeout=min(left, cap), cwd=_cwd(self.target),
+                            on_event=_progress_sink(self.progress))
+        if result.timed_out and cap < left:
+            result.extra["fix_run_cap"] = cap  # stopped by the cap, not by --timeout: say so
+        return result
 
     def _out_of_time(self) -> bool:
         return time.monotonic() >= min(self.deadline - 1.0, self.budget_ends)

@@ -59,6 +59,7 @@ def test_directory_target_is_a_usage_error() -> None:
         (["--exporter", "onnx"], "--exporter"),
         (["--opset", "0"], "--opset"),
         (["--timeout", "-1"], "--timeout"),
+        (["--fix-timeout", "0"], "--fix-timeout"),
         (["--input-shape", "x=1,a"], "--input-shape"),
         (["--custom-op-library", "/nonexistent/lib.so"], "--custom-op-library"),
     ],
@@ -253,3 +254,16 @@ def test_write_fix_path_with_brackets_is_reported_verbatim(tmp_path: Path) -> No
     assert result.exit_code == 1, result.output
     assert f"to {folder}:" in result.stdout  # not eaten as console markup
     assert (folder / "model.onnx").exists()
+
+
+def test_a_fix_check_past_fix_timeout_is_stopped_and_says_so() -> None:
+    # A fix check that spins (torch.export inside a loop it cannot trace) once held the command
+    # to --timeout; each check now has its own cap, and a check stopped by it says so.
+    result = _cli("diagnose", str(FIXTURES / "export/od201_grid_sampler_opset11.py"),
+                  "--all-fixes", "--fix-timeout", "0.5", "--json")
+    fixes = {fix["kind"]: fix for fix in json.loads(result.stdout)["findings"][0]["fixes"]}
+    # Checked in passing by the main worker, which the cap does not bound.
+    assert fixes["opset"]["verified"] is True
+    capped = fixes["contrib_ops"]
+    assert capped["verified"] is False and capped["status"] == "timed_out"
+    assert "may run 0.5 s; --fix-timeout sets it" in capped["detail"]

@@ -34,6 +34,7 @@ from onnxdoctor.model import (
     StageOutcome,
     Status,
 )
+from onnxdoctor.pipeline import FIX_RUN_FACTOR, FIX_RUN_FLOOR, fix_run_cap
 from onnxdoctor.protocol import WorkerResult
 from onnxdoctor.recipe import Recipe, RewriteOnnx, SetIrVersion, UseExporter
 from onnxdoctor.render.console import render_diagnoses
@@ -71,6 +72,25 @@ def test_a_killed_worker_is_timed_out_at_the_stage_it_was_in() -> None:
     outcomes, tool = outcomes_for_run(_result(events, timed_out=True, returncode=-9), "main", SCRIPT)
     assert outcomes[1].status is Status.TIMED_OUT
     assert [f.code for f in tool] == ["OD902"]
+
+
+def test_a_fix_check_stopped_by_its_cap_says_which_limit_stopped_it() -> None:
+    events = [_stage("main", "load"), {"event": "start", "run": "main", "stage": "export", "time": time.time()}]
+    capped = _result(events, timed_out=True, returncode=-9)
+    capped.extra["fix_run_cap"] = 90.0
+    _, tool = outcomes_for_run(capped, "main", SCRIPT)
+    assert [f.code for f in tool] == ["OD902"] and "may run 90 s; --fix-timeout" in tool[0].message
+    _, tool = outcomes_for_run(_result(events, timed_out=True, returncode=-9), "main", SCRIPT)
+    assert "raise --timeout" in tool[0].message and "--fix-timeout" not in tool[0].message
+
+
+def test_a_fix_check_gets_a_multiple_of_the_main_runs_stages() -> None:
+    quick = [{**_stage("main", s), "seconds": 1.0} for s in ("load", "export", "check")]
+    slow = [{**_stage("main", s), "seconds": 40.0} for s in ("load", "export", "check")]
+    # Another run's stages (a fix the main worker checked in passing) are not the model's cost.
+    others = [{**_stage("plan0", s), "seconds": 500.0} for s in ("load", "export")]
+    assert fix_run_cap(_result(quick + others)) == FIX_RUN_FLOOR
+    assert fix_run_cap(_result(slow)) == FIX_RUN_FACTOR * 120.0
 
 
 def test_an_onnx_file_has_no_export_or_parity_stage() -> None:

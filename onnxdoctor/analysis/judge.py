@@ -106,9 +106,12 @@ def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None
     where = f" during {stage}" if stage else ""
     evidence = tuple(line for line in [_stderr_excerpt(result.stderr_tail)] if line)
     if result.timed_out:
+        cap = result.extra.get("fix_run_cap")
+        why = ("(raise --timeout if the model is just slow)" if cap is None else
+               f"(a fix check may run {cap:.3g} s; --fix-timeout sets it)")
         return Finding("OD902", Stage.TOOL, Severity.ERROR,
-                       f"the worker was still running after {result.seconds:.0f} s{where} and was killed "
-                       "(raise --timeout if the model is just slow)", evidence=evidence)
+                       f"the worker was still running after {result.seconds:.0f} s{where} and was killed {why}",
+                       evidence=evidence)
     cap = int(result.extra.get("max_memory_mb") or 0)
     if result.signal_name == "SIGKILL" or (result.returncode not in (0, None) and _MEMORY_WORDS.search(result.stderr_tail)):
         # Nobody here sent SIGKILL (a timeout is said above): the kernel's out-of-memory killer

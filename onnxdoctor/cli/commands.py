@@ -157,6 +157,10 @@ def diagnose(
         120.0, "--fix-budget", metavar="SECONDS",
         help="Seconds in which fix checks and fix chains (up to 3 steps) may start; within --timeout.",
     ),
+    fix_timeout: float | None = typer.Option(
+        None, "--fix-timeout", metavar="SECONDS",
+        help="Seconds one fix check may run (default: 4x the diagnosis's own stages, at least 90).",
+    ),
     localize_budget: float = typer.Option(
         30.0, "--localize-budget", metavar="SECONDS",
         help="Seconds to search for a mismatch's first diverging value (0: skip the search).",
@@ -209,6 +213,7 @@ def diagnose(
         fix=fix,
         all_fixes=all_fixes,
         fix_budget=fix_budget,
+        fix_timeout=fix_timeout,
         localize_budget=localize_budget,
         targets=tuple(target_names),
         max_memory_mb=max_memory_mb,

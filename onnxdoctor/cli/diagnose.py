@@ -279,6 +279,8 @@ def validate_options(options: DiagnoseOptions) -> None:
         raise UsageError("--timeout must be a positive number of seconds")
     if not math.isfinite(options.fix_budget) or options.fix_budget < 0:
         raise UsageError("--fix-budget must be zero or a positive number of seconds")
+    if options.fix_timeout is not None and (not math.isfinite(options.fix_timeout) or options.fix_timeout <= 0):
+        raise UsageError("--fix-timeout must be a positive number of seconds")
     if not math.isfinite(options.localize_budget) or options.localize_budget < 0:
         raise UsageError("--localize-budget must be zero or a positive number of seconds")
     if options.max_input_bytes <= 0:
