@@ -307,11 +307,17 @@ class Runner:
                     state["pristine"]()
                 if hook is not None:
                     hook.attach()
-        # Sizes are checked for the diagnosis's own runs (one per exporter) and for fixes that
-        # declare dims; other fix checks keep their cost (they are judged at the example's size).
+        # Sizes are checked for the diagnosis's own runs (one per exporter), for fixes that
+        # declare dims and for every fix of a script that declares dims itself: an export that
+        # failed never reached SHAPES, and a fix (another opset) that exports a Reshape with the
+        # example's length frozen matches at the example only (mmdeploy#1970). Other fix checks
+        # keep their cost (they are judged at the example's size).
         own_run = self.request.gather_facts and not run_id.startswith("plan")
+        loaded = state.get("loaded")
+        declares = loaded is not None and any(loaded.settings.get(k) for k in ("dynamic_axes", "dynamic_shapes"))
         if (self.request.kind == "script" and self.request.check_shapes and "parity" not in left_out
-                and (fix is None or own_run or recipe.first(DeclareDynamic) is not None or self.request.other_inputs)
+                and (fix is None or own_run or declares or recipe.first(DeclareDynamic) is not None
+                     or self.request.other_inputs)
                 and records and all(r.status == PASSED for r in records) and records[-1].stage == "parity"):
             # After PARITY, never part of the ladder: a size problem is a finding of its own.
             self.stage("shapes", lambda: self._stage_shapes(state), run_id)

@@ -124,6 +124,7 @@ def check_sizes(
         origin = "declared"
         groups = _declared_groups(declared, example_shapes)
         sets = _size_sets(groups, example_shapes)
+        sets.extend(s for s in _skewed(groups, example_shapes) if s not in sets)
     else:
         origin = "probed"
         groups, probes = _probe(example_shapes, call)
@@ -501,6 +502,28 @@ def _size_sets(groups: list[Group], example: dict[str, list[int]]) -> list[dict[
         if changed and shapes not in sets:
             sets.append(shapes)
     return sets
+
+
+def _skewed(groups: list[Group], example: dict[str, list[int]]) -> list[dict[str, list[int]]]:
+    """One more set of declared sizes: each dim moved by its own multiple of its stride.
+
+    _size_sets moves groups of one example size (a square image's height and width) in step, by a
+    few pixels, which leaves a strided network's deep sizes where they were: a size frozen there
+    (a Reshape that holds at 65x72 and fails at 96x128: mmdeploy#1970) goes unseen."""
+    seen: dict[int, int] = {}
+    skewed = {n: list(s) for n, s in example.items()}
+    for members, low, high, _step in groups:
+        name, dim = members[0]
+        size = example[name][dim]
+        offset = seen.get(size, 0)
+        seen[size] = offset + 1
+        stride = _stride_of(size) if all(d != 0 for _n, d in members) else 0
+        value = size + stride * (offset + 1) if stride else size + 1 + offset
+        if (low is not None and value < low) or (high is not None and value > high):
+            continue
+        for name, dim in members:
+            skewed[name][dim] = value
+    return [skewed] if skewed != example else []
 
 
 def _strided(groups: list[Group], example: dict[str, list[int]]) -> list[Group]:

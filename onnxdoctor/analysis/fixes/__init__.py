@@ -73,6 +73,7 @@ from onnxdoctor.analysis.fixes import (
     shape_annotations,
     shapes,
     size_multiple,
+    sized_pooling,
     sparse_dense,
     split_sizes,
     state_io,
@@ -83,6 +84,7 @@ from onnxdoctor.analysis.fixes import (
     translation,
     tuple_inputs,
     unordered,
+    unset_attributes,
 )
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
@@ -91,6 +93,7 @@ from onnxdoctor.recipe import EagerExport, ExportCode, Recipe, UseExporter
 FAMILIES = (
     eval_mode, aliased_inputs, array_inputs, object_inputs, inner_module, entry_method, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, reparametrized, dynamic_shapes, distribution_checks, per_sample, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
+    sized_pooling,
     split_sizes, if_branches, perms, shape_annotations,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
@@ -103,6 +106,7 @@ FAMILIES = (
     batch_axis,
     norm_rank,  # after batch_axis: an unbatched example reads one axis short too
     size_multiple,
+    unset_attributes,
     aten_kernel,  # last: a Python-kernel bridge is what is left when nothing else works
 )
 

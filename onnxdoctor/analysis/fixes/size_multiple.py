@@ -9,6 +9,8 @@ pipelines around such networks never feed them those sizes: nnU-Net pads each im
 of its total downsampling, restoration models pad to their window, detectors letterbox to their
 stride. The route exports at the example's sizes rounded up to the smallest such multiple the
 model runs at; the ONNX model then takes that size, and inputs are padded to it before it runs.
+Where no spatial multiple runs, a leading axis alone is rounded: a temporal-shift network views its
+frames as (N, num_segments, ...) and an example of one frame is not a clip (mmaction2#2161).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ CODES = ("OD108",)
 # not answered by other spatial sizes.
 _SIZES_DISAGREE = re.compile(
     r"must match the size of tensor|sizes? of tensors must match|shape '\[[^\]]*\]' is invalid for input of size|"
-    r"expected size \d+ but got size \d+|must be divisible by|not divisible by",
+    r"expected size \d+ but got size \d+|must be divisible by|not divisible by|"
+    # A model's own check on two sizes (vocal-remover's crop: "h1_shape[3] must be greater than
+    # h2_shape[3]").
+    r"shape\[\d+\] must be (?:greater|smaller|less|larger|equal)",
     re.IGNORECASE,
 )
 
@@ -97,23 +102,49 @@ def _runs(model, args, kwargs):
                     buffer.copy_(saved)
 
 
-# A network that halves its maps k times needs 2**k: the smallest multiple that runs, first.
+# One leading axis (a clip's segments, a batch of frames) rounded up to a multiple, its last slice
+# repeated: a temporal-shift network views (N * T, C, H, W) as (N, T, ...) and takes only T of
+# its num_segments. None where the axis already is one, or grows past 8 times the example.
+def _axis_rounded(tensors, axis, multiple):
+    leaves = [t for t in torch.utils._pytree.tree_leaves(tensors)
+              if torch.is_tensor(t) and t.is_floating_point() and 3 <= t.dim() <= 5]
+    size = leaves[0].shape[axis] if leaves else 0
+    extra = (-size) % multiple
+    if not size or not extra or size + extra > 8 * size:
+        return None
+
+    def grow(t):
+        if t.is_floating_point() and 3 <= t.dim() <= 5 and t.shape[axis] == size:
+            edge = t.narrow(axis, size - 1, 1)
+            return torch.cat([t, edge.expand(*[extra if d == axis else -1 for d in range(t.dim())])], dim=axis)
+        return t
+    shape = "x".join(str(d) for d in leaves[0].shape[:axis]) + ("x" if axis else "") + str(size + extra)
+    return torch.utils._pytree.tree_map_only(torch.Tensor, grow, tensors), [f"{shape}x... (axis {axis})"]
+
+
+# A network that halves its maps k times needs 2**k: the smallest multiple that runs, first;
+# then a leading axis alone.
 _positional = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
 _example = (tuple(_positional), dict(globals().get("example_kwargs") or {}))
 _tried = []
-for _multiple in (2, 4, 8, 16, 32, 64, 128, 256):
-    _candidate = _rounded(_example, _multiple)
+_candidates = [(f"sizes that are multiples of {m}", lambda m=m: _rounded(_example, m))
+               for m in (2, 4, 8, 16, 32, 64, 128, 256)]
+_candidates += [(f"axis {a} a multiple of {m}", lambda a=a, m=m: _axis_rounded(_example, a, m))
+                for a in (1, 0) for m in (2, 4, 8, 16, 32)]
+for _label, _make in _candidates:
+    _candidate = _make()
     if _candidate is not None:
-        _tried.append(_multiple)
+        _tried.append(_label)
         if _runs(model, *_candidate[0]):
             (example_inputs, example_kwargs), _sizes = _candidate
-            print(f"The model runs at sizes that are multiples of {_multiple}: exported at {', '.join(_sizes)}.")
+            print(f"The model runs at {_label}: exported at {', '.join(_sizes)}.")
             break
 else:
     raise RuntimeError(
-        "forward() raises with the floating-point inputs' spatial sizes rounded up to a multiple of "
-        + ", ".join(map(str, _tried)) + ": the sizes that disagree are not a matter of the input size"
-        if _tried else "no multiple up to 256 changes the example's spatial sizes (already multiples, or too large)")
+        "the sizes that disagree are not a matter of the input size: forward() raises with the example's "
+        f"sizes rounded up in each of {len(_tried)} ways (spatial sizes to multiples of 2 to 256, then axis 1 "
+        "or 0 alone to multiples of 2 to 32)"
+        if _tried else "no multiple up to 256 changes the example's sizes (already multiples, or too large)")
 '''
 
 
@@ -130,9 +161,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     export = "torch.onnx.export(model, example_inputs, 'model.onnx', kwargs=example_kwargs)\n"
     return [Fix(
         kind="size_multiple",
-        title=f"If the network divides its feature maps (a U-Net, an hourglass, an FPN, windows), the example's "
-              f"{sizes} may not be a multiple it divides by: export at the sizes rounded up to the smallest "
-              "multiple it runs at, and pad inputs to that multiple before the ONNX model runs",
+        title=f"If the network divides its feature maps (a U-Net, an hourglass, an FPN, windows) or takes a "
+              f"fixed number of frames, the example's {sizes} may not be a multiple it divides by: export at the "
+              "sizes rounded up to the smallest multiple it runs at, and pad inputs to that multiple before the "
+              "ONNX model runs",
         snippet=ROUNDED + export,
         applicability=Applicability.UNSAFE,
         cost="the ONNX model takes the rounded sizes (declare them dynamic to take other multiples); inputs of "
