@@ -227,3 +227,22 @@ def test_a_fix_for_an_export_failure_is_checked_at_the_sizes_declared_dynamic(tm
     opset = next(f for f in finding.fixes if f.kind == "opset")
     assert opset.verified is False and opset.check is not None, opset.check
     assert opset.check.detail.startswith("OD802"), opset.check.detail
+
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "op", "node"), [
+    # The graph check's node spec: 'In Node, ("/layer/Gelu", Gelu, "com.microsoft", -1) : ...
+    # Error Unrecognized attribute: approximate for operator Gelu'.
+    ("gelu_approximate_attr_contrib_symbolic_bert_ffn_onnxruntime_13279.py", "com.microsoft::Gelu", "/layer/Gelu"),
+    # A Python op's kernel that could not read its attribute names the attribute alone.
+    ("pyop_int_attr_padding_length_gpt2_greedy_ids_onnxruntime_extensions_74.py", "ai.onnx.contrib::PadIds", "/PadIds"),
+])
+def test_a_runtime_refusal_naming_a_node_spec_or_an_attribute_names_the_op(script: str, op: str, node: str) -> None:
+    from onnxdoctor.model import DiagnoseOptions
+    from onnxdoctor.pipeline import diagnose
+
+    finding = diagnose(str(CORPUS / script), DiagnoseOptions(fix=False))[0].findings[0]
+    assert (finding.code, finding.op, finding.node) == ("OD499", op, node), finding

@@ -1014,6 +1014,12 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
         if named and not op:
             # "Node (/encoder/Where) Op (Where) [ShapeInferenceError] Incompatible dimensions"
             node, op = named.group(1), named.group(2)
+        spec = _IN_NODE.search(text)
+        if spec and not op:
+            # The graph check's node spec: 'In Node, ("/layer/Gelu", Gelu, "com.microsoft", -1) :
+            # ... Error Unrecognized attribute: approximate for operator Gelu' (onnxruntime#13279).
+            node, domain = spec.group(1), spec.group(3)
+            op = f"{domain}::{spec.group(2)}" if domain not in ("", "ai.onnx") else spec.group(2)
         prepack = _PREPACK.search(text)
         if prepack and not op:
             # A kernel refusing its initializers while the session prepacks them ("MatMulNBits
@@ -1041,6 +1047,7 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
 
 # ONNX Runtime's load errors that name the node and its op, and a kernel's prepacking error.
 _LOAD_NODE = re.compile(r"Node \(([^)]*)\) Op \((\w+)\)")
+_IN_NODE = re.compile(r'In Node, \("([^"]*)", (\w+), "([^"]*)"')
 _PREPACK = re.compile(r"\b([A-Z]\w+) PrePack:")
 
 

@@ -197,7 +197,21 @@ def initializing_op(message: str, model: Any) -> dict[str, Any]:
             op = max(fits, key=len)
             nodes = [n.name for n in model.graph.node if n.op_type == op and n.domain in ("", "ai.onnx")]
             return {"op": op, "node": nodes[0] or None} if len(nodes) == 1 else {"op": op}
+    attribute = _ATTRIBUTE.search(message)
+    if attribute:
+        # A kernel that could not read an attribute names the attribute alone (an onnxruntime-
+        # extensions Python op declared with another type: "Unable to find attribute
+        # 'padding_length'"): the node type that carries it, where one does.
+        nodes = [n for n in model.graph.node if any(a.name == attribute.group(1) for a in n.attribute)]
+        kinds = {(n.domain, n.op_type) for n in nodes}
+        if len(kinds) == 1:
+            ((domain, op_type),) = kinds
+            op = f"{domain}::{op_type}" if domain not in ("", "ai.onnx") else op_type
+            return {"op": op, "node": nodes[0].name or None} if len(nodes) == 1 else {"op": op}
     return {}
+
+
+_ATTRIBUTE = re.compile(r"attribute '(\w+)'")
 
 
 def kernel_facts(message: str, model: Any) -> dict[str, Any]:
