@@ -280,10 +280,12 @@ def _worker_targets(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # A fix check repeats the diagnosis's own stages with one change, so it gets a multiple of what
-# they took (at least the floor, for the worker's start and a slower exporter). A check that
-# spins (torch.export inside a loop it cannot trace) then costs that, not the rest of --timeout.
+# they took, and at least the floor: where the export failed, the main run's stages are a load
+# and a failed export, while a working fix also exports with another exporter, checks, runs,
+# compares and tries other sizes. A check that spins (torch.export inside a loop it cannot trace)
+# then costs that, not the rest of --timeout.
 FIX_RUN_FACTOR = 4.0
-FIX_RUN_FLOOR = 90.0
+FIX_RUN_FLOOR = 180.0
 
 
 def fix_run_cap(result: WorkerResult) -> float:
@@ -370,12 +372,13 @@ class _Verifier:
                            expected_fingerprint=self.fingerprint, **request_args)
         if request_args.get("verify_fixes"):
             request = replace(request, load_only=True, stop_on_success=not self.options.all_fixes)
+        # A worker checking several in-process fixes one after another gets the cap for each.
         cap = self.run_cap * max(1, len(request_args.get("verify_fixes") or ()))
         left = _left(self.deadline)
         result = run_worker(request, timeout=min(left, cap), cwd=_cwd(self.target),
                             on_event=_progress_sink(self.progress))
         if result.timed_out and cap < left:
-            result.extra["fix_run_cap"] = cap  # stopped by the cap, not by --timeout: say so
+            result.extra["fix_run_cap"] = self.run_cap  # stopped by the cap, not by --timeout: say so
         return result
 
     def _out_of_time(self) -> bool:

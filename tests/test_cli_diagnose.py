@@ -265,5 +265,6 @@ def test_a_fix_check_past_fix_timeout_is_stopped_and_says_so() -> None:
     # Checked in passing by the main worker, which the cap does not bound.
     assert fixes["opset"]["verified"] is True
     capped = fixes["contrib_ops"]
-    assert capped["verified"] is False and capped["status"] == "timed_out"
+    # (Killed before its first stage began, a run reads "failed"; the detail says why either way.)
+    assert capped["verified"] is False and capped["status"] in ("timed_out", "failed")
     assert "may run 0.5 s; --fix-timeout sets it" in capped["detail"]

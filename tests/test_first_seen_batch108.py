@@ -162,7 +162,7 @@ def test_an_example_of_one_frame_is_exported_as_a_clip_of_the_segments_the_netwo
     assert tried["size_multiple"].verified is True, tried["size_multiple"].check
 
 
-def test_a_leading_axis_is_rounded_only_after_the_spatial_sizes_failed() -> None:
+def test_a_clips_frame_axis_is_rounded_only_after_the_spatial_sizes_failed() -> None:
     calls: list[tuple[int, ...]] = []
 
     class Clip(torch.nn.Module):
@@ -197,7 +197,8 @@ def test_an_attribute_of_another_name_is_not_guessed() -> None:
     from onnxdoctor.analysis.fixes._context import FixContext
     from onnxdoctor.model import Finding, Severity, Stage
 
-    for attribute, proposed in (("drop_path_prob", True), ("num_classes", False), ("temperature", False)):
+    for attribute, proposed in (("drop_path_prob", True), ("num_classes", False), ("temperature", False),
+                                ("survival_prob", False)):  # "keep all" is 1.0, not 0.0
         finding = Finding("OD108", Stage.LOAD, Severity.ERROR,
                           f"forward() raised AttributeError with the example inputs: 'Net' object has no "
                           f"attribute '{attribute}'")
@@ -213,6 +214,21 @@ def test_an_avg_pool_with_a_window_read_from_the_size_is_summed_and_holds_at_oth
     assert best.kind == "sized_pooling" and best.verified is True, [(f.kind, f.check) for f in finding.fixes]
     # Checked at the sizes declared dynamic, where the example's baked window would differ.
     assert best.check is not None and len(best.check.sizes) >= 3, best.check
+
+
+def test_the_skewed_set_moves_one_inputs_dims_apart_and_separate_inputs_together() -> None:
+    from onnxdoctor.worker.shapes import _skewed
+
+    square = [([("x", 2)], None, None, 1), ([("x", 3)], None, None, 1)]
+    assert _skewed(square, {"x": [1, 3, 64, 64]}) == [{"x": [1, 3, 128, 192]}]
+    # A bound the move would pass leaves that dim where it was.
+    bounded = [([("x", 2)], None, 100, 1), ([("x", 3)], None, None, 1)]
+    assert _skewed(bounded, {"x": [1, 3, 64, 64]}) == [{"x": [1, 3, 64, 192]}]
+    # A volume moved apart would grow 7.5 times: each dim moves by one stride instead.
+    cube = [([("v", d)], None, None, 1) for d in (2, 3, 4)]
+    assert _skewed(cube, {"v": [1, 1, 128, 128, 128]}) == [{"v": [1, 1, 192, 192, 192]}]
+    paired = [([("x", 1)], None, None, 1), ([("mask", 1)], None, None, 1)]
+    assert _skewed(paired, {"x": [2, 7], "mask": [2, 7]}) == [{"x": [2, 8], "mask": [2, 8]}]
 
 
 @pytest.mark.slow

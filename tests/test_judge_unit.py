@@ -77,9 +77,9 @@ def test_a_killed_worker_is_timed_out_at_the_stage_it_was_in() -> None:
 def test_a_fix_check_stopped_by_its_cap_says_which_limit_stopped_it() -> None:
     events = [_stage("main", "load"), {"event": "start", "run": "main", "stage": "export", "time": time.time()}]
     capped = _result(events, timed_out=True, returncode=-9)
-    capped.extra["fix_run_cap"] = 90.0
+    capped.extra["fix_run_cap"] = 1200.0
     _, tool = outcomes_for_run(capped, "main", SCRIPT)
-    assert [f.code for f in tool] == ["OD902"] and "may run 90 s; --fix-timeout" in tool[0].message
+    assert [f.code for f in tool] == ["OD902"] and "may run 1200 s; --fix-timeout" in tool[0].message
     _, tool = outcomes_for_run(_result(events, timed_out=True, returncode=-9), "main", SCRIPT)
     assert "raise --timeout" in tool[0].message and "--fix-timeout" not in tool[0].message
 

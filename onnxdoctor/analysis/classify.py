@@ -1018,7 +1018,7 @@ def _classify_ort_load(failure: _Failure) -> list[Finding]:
         if spec and not op:
             # The graph check's node spec: 'In Node, ("/layer/Gelu", Gelu, "com.microsoft", -1) :
             # ... Error Unrecognized attribute: approximate for operator Gelu' (onnxruntime#13279).
-            node, domain = spec.group(1), spec.group(3)
+            node, domain = node or spec.group(1) or None, spec.group(3)
             op = f"{domain}::{spec.group(2)}" if domain not in ("", "ai.onnx") else spec.group(2)
         prepack = _PREPACK.search(text)
         if prepack and not op:

@@ -108,7 +108,7 @@ def _tool_finding(result: WorkerResult, stage: str | None, target: Target | None
     if result.timed_out:
         cap = result.extra.get("fix_run_cap")
         why = ("(raise --timeout if the model is just slow)" if cap is None else
-               f"(a fix check may run {cap:.3g} s; --fix-timeout sets it)")
+               f"(a fix check may run {cap:g} s; --fix-timeout sets it)")
         return Finding("OD902", Stage.TOOL, Severity.ERROR,
                        f"the worker was still running after {result.seconds:.0f} s{where} and was killed {why}",
                        evidence=evidence)

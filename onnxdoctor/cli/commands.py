@@ -159,7 +159,7 @@ def diagnose(
     ),
     fix_timeout: float | None = typer.Option(
         None, "--fix-timeout", metavar="SECONDS",
-        help="Seconds one fix check may run (default: 4x the diagnosis's own stages, at least 90).",
+        help="Seconds one fix check may run (default: 4x the diagnosis's own stages, at least 180).",
     ),
     localize_budget: float = typer.Option(
         30.0, "--localize-budget", metavar="SECONDS",

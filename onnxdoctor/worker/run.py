@@ -911,15 +911,21 @@ class Runner:
 
     # ---- PARITY --------------------------------------------------------------------------
 
+    def _tolerance(self, state: dict[str, Any]) -> tuple[float, float]:
+        """The comparison's atol and rtol: the request's, or quantization's for a model quantized
+        by the fix (a quantized model against a quantized one), at the example and other sizes alike."""
+        quantize = state["recipe"].first(QuantizeOnnx)
+        if quantize is None:
+            return self.request.atol, self.request.rtol
+        from onnxdoctor.worker.fixkit import quantization_atol
+
+        return quantization_atol(state["torch_outputs"], quantize.tolerance), 0.0
+
     def _stage_parity(self, state: dict[str, Any]) -> dict[str, Any]:
         from onnxdoctor.worker.parity import compare_outputs, compare_prefix
 
-        atol, rtol = self.request.atol, self.request.rtol
+        atol, rtol = self._tolerance(state)
         quantize = state["recipe"].first(QuantizeOnnx)
-        if quantize is not None:  # a quantized model against a quantized one: quantization's tolerance
-            from onnxdoctor.worker.fixkit import quantization_atol
-
-            atol, rtol = quantization_atol(state["torch_outputs"], quantize.tolerance), 0.0
         prefix = state["recipe"].first(PrefixParity) is not None
         report = (compare_prefix if prefix else compare_outputs)(state["torch_outputs"], state["ort_outputs"], atol, rtol)
         if quantize is not None:
@@ -1132,8 +1138,9 @@ class Runner:
         from onnxdoctor.worker.shapes import check_sizes
 
         declare = state["recipe"].first(DeclareDynamic)
+        atol, rtol = self._tolerance(state)
         return check_sizes(
-            state, atol=self.request.atol, rtol=self.request.rtol, explicit=self.request.size_sets,
+            state, atol=atol, rtol=rtol, explicit=self.request.size_sets,
             dynamo=state.get("exporter") == "dynamo",
             declared_extra=declare.dims if declare else (),
             sizes_from_fix=tuple({n: list(v) for n, v in s} for s in declare.sizes) if declare else (),

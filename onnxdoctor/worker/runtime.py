@@ -185,8 +185,9 @@ _SOURCE_FILE = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)\.(?:h|cc|cpp)\b")
 
 def initializing_op(message: str, model: Any) -> dict[str, Any]:
     """The op whose kernel failed to construct ("Exception during initialization" names only the
-    kernel's source file): the graph's op type that file is named after, the longest that fits
-    (ConvTranspose before Conv), and its node when it is the only one; {} when none fits."""
+    kernel's source file, or the attribute it could not read): the graph's op type that file is
+    named after, the longest that fits (ConvTranspose before Conv), else the custom-domain node
+    type carrying that attribute; its node when it is the only one; {} when none fits."""
     if model is None or "during initialization" not in message:
         return {}
     types = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}
@@ -202,7 +203,9 @@ def initializing_op(message: str, model: Any) -> dict[str, Any]:
         # A kernel that could not read an attribute names the attribute alone (an onnxruntime-
         # extensions Python op declared with another type: "Unable to find attribute
         # 'padding_length'"): the node type that carries it, where one does.
-        nodes = [n for n in model.graph.node if any(a.name == attribute.group(1) for a in n.attribute)]
+        # Custom domains only: a standard op's `axis` says nothing of which node refused it.
+        nodes = [n for n in model.graph.node if n.domain not in ("", "ai.onnx")
+                 and any(a.name == attribute.group(1) for a in n.attribute)]
         kinds = {(n.domain, n.op_type) for n in nodes}
         if len(kinds) == 1:
             ((domain, op_type),) = kinds

@@ -14,6 +14,7 @@ import ast
 import contextlib
 import copy
 import inspect
+import math
 import re
 import textwrap
 import time
@@ -510,19 +511,29 @@ def _skewed(groups: list[Group], example: dict[str, list[int]]) -> list[dict[str
     _size_sets moves groups of one example size (a square image's height and width) in step, by a
     few pixels, which leaves a strided network's deep sizes where they were: a size frozen there
     (a Reshape that holds at 65x72 and fails at 96x128: mmdeploy#1970) goes unseen."""
-    seen: dict[int, int] = {}
-    skewed = {n: list(s) for n, s in example.items()}
-    for members, low, high, _step in groups:
-        name, dim = members[0]
-        size = example[name][dim]
-        offset = seen.get(size, 0)
-        seen[size] = offset + 1
-        stride = _stride_of(size) if all(d != 0 for _n, d in members) else 0
-        value = size + stride * (offset + 1) if stride else size + 1 + offset
-        if (low is not None and value < low) or (high is not None and value > high):
-            continue
-        for name, dim in members:
-            skewed[name][dim] = value
+    def moved(apart: bool) -> dict[str, list[int]]:
+        # Dims of one input and one size move apart (height from width); dims of separate inputs
+        # named apart (x_0 beside mask_0) keep moving together, as those usually must.
+        seen: dict[tuple[str, int], int] = {}
+        shapes = {n: list(s) for n, s in example.items()}
+        for members, low, high, _step in groups:
+            name, dim = members[0]
+            size = example[name][dim]
+            offset = seen.get((name, size), 0) if apart else 0
+            seen[(name, size)] = offset + 1
+            stride = _stride_of(size) if all(d != 0 for _n, d in members) else 0
+            value = size + stride * (offset + 1) if stride else size + 1 + offset
+            if (low is not None and value < low) or (high is not None and value > high):
+                continue
+            for member, at in members:
+                shapes[member][at] = value
+        return shapes
+
+    skewed = moved(apart=True)
+    if any(math.prod(skewed[n]) > 6 * max(1, math.prod(example[n])) for n in example):
+        skewed = moved(apart=False)  # a volume moved apart grows too far: one stride each
+    if any(math.prod(skewed[n]) > 6 * max(1, math.prod(example[n])) for n in example):
+        return []
     return [skewed] if skewed != example else []
 
 

@@ -9,8 +9,9 @@ pipelines around such networks never feed them those sizes: nnU-Net pads each im
 of its total downsampling, restoration models pad to their window, detectors letterbox to their
 stride. The route exports at the example's sizes rounded up to the smallest such multiple the
 model runs at; the ONNX model then takes that size, and inputs are padded to it before it runs.
-Where no spatial multiple runs, a leading axis alone is rounded: a temporal-shift network views its
-frames as (N, num_segments, ...) and an example of one frame is not a clip (mmaction2#2161).
+Where no spatial multiple runs, a 5-D clip's frame axis alone is rounded: a temporal-shift network
+views its frames as (N, num_segments, ...) and an example of one frame is not a clip
+(mmaction2#2161).
 """
 
 from __future__ import annotations
@@ -102,19 +103,20 @@ def _runs(model, args, kwargs):
                     buffer.copy_(saved)
 
 
-# One leading axis (a clip's segments, a batch of frames) rounded up to a multiple, its last slice
-# repeated: a temporal-shift network views (N * T, C, H, W) as (N, T, ...) and takes only T of
-# its num_segments. None where the axis already is one, or grows past 8 times the example.
+# A clip's frame axis (axis 1 of (N, T, C, H, W)) rounded up to a multiple, its last frame
+# repeated: a temporal-shift network views the frames as (N, num_segments, ...) and takes only
+# clips of num_segments frames. None where the axis already is one, or grows past 8 times the
+# example. (Axis 1 of a 4-D input holds channels; a batch axis grown would hide a batch-1 bug.)
 def _axis_rounded(tensors, axis, multiple):
     leaves = [t for t in torch.utils._pytree.tree_leaves(tensors)
-              if torch.is_tensor(t) and t.is_floating_point() and 3 <= t.dim() <= 5]
+              if torch.is_tensor(t) and t.is_floating_point() and t.dim() == 5]
     size = leaves[0].shape[axis] if leaves else 0
     extra = (-size) % multiple
     if not size or not extra or size + extra > 8 * size:
         return None
 
     def grow(t):
-        if t.is_floating_point() and 3 <= t.dim() <= 5 and t.shape[axis] == size:
+        if t.is_floating_point() and t.dim() == 5 and t.shape[axis] == size:
             edge = t.narrow(axis, size - 1, 1)
             return torch.cat([t, edge.expand(*[extra if d == axis else -1 for d in range(t.dim())])], dim=axis)
         return t
@@ -123,14 +125,14 @@ def _axis_rounded(tensors, axis, multiple):
 
 
 # A network that halves its maps k times needs 2**k: the smallest multiple that runs, first;
-# then a leading axis alone.
+# then a clip's frame axis alone.
 _positional = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
 _example = (tuple(_positional), dict(globals().get("example_kwargs") or {}))
 _tried = []
 _candidates = [(f"sizes that are multiples of {m}", lambda m=m: _rounded(_example, m))
                for m in (2, 4, 8, 16, 32, 64, 128, 256)]
-_candidates += [(f"axis {a} a multiple of {m}", lambda a=a, m=m: _axis_rounded(_example, a, m))
-                for a in (1, 0) for m in (2, 4, 8, 16, 32)]
+_candidates += [(f"a clip's axis 1 a multiple of {m}", lambda m=m: _axis_rounded(_example, 1, m))
+                for m in (2, 4, 8, 16, 32)]
 for _label, _make in _candidates:
     _candidate = _make()
     if _candidate is not None:
@@ -142,8 +144,8 @@ for _label, _make in _candidates:
 else:
     raise RuntimeError(
         "the sizes that disagree are not a matter of the input size: forward() raises with the example's "
-        f"sizes rounded up in each of {len(_tried)} ways (spatial sizes to multiples of 2 to 256, then axis 1 "
-        "or 0 alone to multiples of 2 to 32)"
+        f"sizes rounded up in each of the {len(_tried)} ways that changed them (spatial sizes to multiples of up "
+        "to 256, then a 5-D clip's axis 1 alone to multiples of up to 32)"
         if _tried else "no multiple up to 256 changes the example's sizes (already multiples, or too large)")
 '''
 

@@ -40,7 +40,7 @@ def _window_sums(x, dim, kernel, step):
     # tracer records as values, which AveragePool's attributes cannot hold.
     count = (x.shape[dim] - kernel) // step + 1
     running = torch.cat([torch.zeros_like(x.narrow(dim, 0, 1)), x.cumsum(dim)], dim)
-    starts = torch.arange(count) * step
+    starts = torch.arange(count, device=x.device) * step
     return running.index_select(dim, starts + kernel) - running.index_select(dim, starts)
 
 
@@ -70,7 +70,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         title="avg_pool2d's window is computed from the input's size, which AveragePool cannot take: compute "
               "each window's sum from running sums (CumSum and Gather take it as a value), keeping the sizes dynamic",
         snippet=WINDOWS + "\ntorch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False, "
-                          "dynamic_axes=dynamic_axes)\n",
+                          "input_names=input_names, dynamic_axes=dynamic_axes)\n",
         applicability=Applicability.SAFE,
         cost="each window's mean is a difference of running sums: float rounding that grows with a row's length "
              "(about 1e-6 of the row's sum for a few hundred values); calls with padding, ceil_mode or a divisor "

@@ -20,8 +20,9 @@ from onnxdoctor.recipe import LoadCode, Recipe
 CODES = ("OD108",)
 
 _MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
-# Names of a rate whose inference value is 0: drop path, dropout, stochastic depth, drop block.
-_DROP_RATE = re.compile(r"drop|stochastic_depth|survival", re.IGNORECASE)
+# Names of a rate whose inference value is 0: drop path, dropout, drop block. (A survival or keep
+# probability means "keep all" at 1.0: not one of these.)
+_DROP_RATE = re.compile(r"drop", re.IGNORECASE)
 
 SET_ZERO = '''
 # {cls}.{name} is written by the training loop, not by the constructor: 0.0 drops nothing.
