@@ -227,6 +227,11 @@ def test_the_skewed_set_moves_one_inputs_dims_apart_and_separate_inputs_together
     # A volume moved apart would grow 7.5 times: each dim moves by one stride instead.
     cube = [([("v", d)], None, None, 1) for d in (2, 3, 4)]
     assert _skewed(cube, {"v": [1, 1, 128, 128, 128]}) == [{"v": [1, 1, 192, 192, 192]}]
+    # The batch moving with them is no reason to give up the set (mmdeploy#1970's 1x3x64x64 pair).
+    pair = [([("a", 0), ("b", 0)], None, None, 1), ([("a", 2), ("b", 2)], None, None, 1),
+            ([("a", 3), ("b", 3)], None, None, 1)]
+    assert _skewed(pair, {"a": [1, 3, 64, 64], "b": [1, 3, 64, 64]}) == [
+        {"a": [2, 3, 128, 192], "b": [2, 3, 128, 192]}]
     paired = [([("x", 1)], None, None, 1), ([("mask", 1)], None, None, 1)]
     assert _skewed(paired, {"x": [2, 7], "mask": [2, 7]}) == [{"x": [2, 8], "mask": [2, 8]}]
 

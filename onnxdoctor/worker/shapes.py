@@ -529,10 +529,14 @@ def _skewed(groups: list[Group], example: dict[str, list[int]]) -> list[dict[str
                 shapes[member][at] = value
         return shapes
 
+    def too_large(shapes: dict[str, list[int]]) -> bool:
+        # Each sample's size (the batch axis moves by one anyway): at most six times the example's.
+        return any(math.prod(shapes[n][1:]) > 6 * max(1, math.prod(example[n][1:])) for n in example)
+
     skewed = moved(apart=True)
-    if any(math.prod(skewed[n]) > 6 * max(1, math.prod(example[n])) for n in example):
+    if too_large(skewed):
         skewed = moved(apart=False)  # a volume moved apart grows too far: one stride each
-    if any(math.prod(skewed[n]) > 6 * max(1, math.prod(example[n])) for n in example):
+    if too_large(skewed):
         return []
     return [skewed] if skewed != example else []
 
