@@ -265,6 +265,13 @@ _POOLS = ("AveragePool", "MaxPool")
 _POOL_OPS = ("aten::max_pool2d", "aten::max_pool1d", "aten::avg_pool2d", "aten::avg_pool1d")
 
 
+def pool_kernel_refused(finding: Finding, ctx: FixContext) -> bool:
+    """A pool whose kernel the trace holds as a value (a size declared dynamic) stopped the export:
+    "Failed to export a node ... because it is not constant" in the pool's symbolic (mmocr#317,
+    ultralytics#16391)."""
+    return finding.code == "OD299" and (finding.op or "") in _POOL_OPS and "not constant" in ctx.export_error
+
+
 def global_pool_fix(finding: Finding, ctx: FixContext) -> Fix | None:
     """A traced pool whose kernel was read from the input's size: a mean/amax over the dims.
 
@@ -273,10 +280,7 @@ def global_pool_fix(finding: Finding, ctx: FixContext) -> Fix | None:
     A kernel that covers some dims and is 1 in the others (`(x.size(2), 1)`) reduces those dims."""
     export = ctx.facts_of(Stage.EXPORT)
     ops = {str(t).rsplit("::", 1)[-1] for t in export.get("op_types") or ()}
-    # A pool whose kernel the trace holds as a value (a size declared dynamic) stops the export:
-    # "Failed to export a node ... because it is not constant" in max_pool2d's symbolic (mmocr#317).
-    refused = (finding.code == "OD299" and (finding.op or "") in _POOL_OPS
-               and "not constant" in ctx.export_error)
+    refused = pool_kernel_refused(finding, ctx)
     if ctx.target_kind != "script" or ctx.exporter != "torchscript" or not (ops & set(_POOLS) or refused):
         return None
     return Fix(

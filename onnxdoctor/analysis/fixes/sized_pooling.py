@@ -13,15 +13,12 @@ stride as values: the TorchScript export keeps the sizes dynamic and every windo
 
 from __future__ import annotations
 
-import re
-
 from onnxdoctor.analysis.fixes._context import FixContext
+from onnxdoctor.analysis.fixes.shapes import pool_kernel_refused
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import LoadCode, Recipe, UseExporter
 
 CODES = ("OD299",)
-
-_NOT_CONSTANT = re.compile(r"because it is not constant|make things \(e\.g\. kernel sizes\) static")
 
 WINDOWS = '''import torch
 import torch.nn.functional as F
@@ -63,7 +60,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """avg_pool2d with a size-derived window computed from running sums, where the TorchScript
     exporter refused the window as not constant."""
     if (ctx.target_kind != "script" or ctx.op != "aten::avg_pool2d" or ctx.exporter != "torchscript"
-            or not _NOT_CONSTANT.search(f"{finding.message} {ctx.export_error}")):
+            or not pool_kernel_refused(finding, ctx)):
         return []
     return [Fix(
         kind="sized_pooling",
