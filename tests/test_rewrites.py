@@ -587,7 +587,10 @@ def test_every_rewrite_has_metadata_a_snippet_that_parses_and_a_test_case() -> N
         tree = ast.parse(rewrite.snippet())
         defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assert rewrite.function in defined and set(rewrite.functions) <= defined
-        assert rewrite.op in CASES, f"{rewrite.op} has no test case"
+        assert {function for _, function in rewrite.calls} <= defined
+        # An op torch.export cannot capture has its cases in tests/test_first_seen_batch112.py
+        # (its call patched while the TorchScript exporter traces the model).
+        assert rewrite.op in CASES or not rewrite.captured, f"{rewrite.op} has no test case"
 
 
 def test_failure_spellings_find_the_rewrite() -> None:
@@ -615,7 +618,7 @@ def test_rewrites_of_a_family_export_and_match_pytorch_in_onnx_runtime(family: s
     # One export per family (the fixed cost of an export and a session is most of a small case).
     import onnxruntime as ort
 
-    rewrites = [r for r in REWRITES if r.family == family]
+    rewrites = [r for r in REWRITES if r.family == family and r.captured]
     cases = [CASES[r.op] for r in rewrites]
     inputs = tuple(x for case in cases for x in case.inputs)
     exported = torch.export.export(_Family(cases).eval(), inputs)

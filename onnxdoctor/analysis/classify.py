@@ -94,8 +94,9 @@ _NO_ONNX_FUNCTION_BUILTIN = re.compile(r"No ONNX function found for <built-in fu
 # names its module.
 _NO_ONNX_FUNCTION_PYTHON = re.compile(r"No ONNX function found for <function (\w+) at 0x[0-9a-f]+>"
                                       r"(?:.*?target=(\w+)\.\1\b)?", re.DOTALL)
-# torch.export's fake tensors stop at an op whose output is data (torch.equal, Tensor.tolist).
-_DATA_DEPENDENT_OUTPUT = re.compile(r"DataDependentOutputException(?:'>)?: (\w+)\.(\w+)\.\w+")
+# torch.export's fake tensors stop at an op whose output is data (torch.equal, Tensor.tolist) or
+# whose output's shape is (torch.linalg.lstsq, nonzero outside an export-aware op).
+_DATA_DEPENDENT_OUTPUT = re.compile(r"(?:DataDependentOutput|DynamicOutputShape)Exception(?:'>)?: (\w+)\.(\w+)\.\w+")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
 NOT_REGISTERED_RT = re.compile(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op")
 NO_IMPLEMENTATION = re.compile(

@@ -6,8 +6,10 @@ eigendecomposition of A^T A would square the condition number."""
 from __future__ import annotations
 
 from onnxdoctor.rewrites.entry import Exactness, Rewrite
+from onnxdoctor.rewrites.linalg import ROUND_ROBIN
 
-JACOBI = r'''
+JACOBI = ROUND_ROBIN + r'''
+
 def _jacobi_eigh(A):
     """Eigenvalues (ascending) and eigenvectors of symmetric A by parallel Jacobi: each round
     rotates n/2 disjoint (p, q) pairs at once (a round-robin schedule, so that every pair meets
@@ -15,23 +17,14 @@ def _jacobi_eigh(A):
     for float32 at these sizes, measured)."""
     n = A.shape[-1]
     sweeps = 4 if n <= 4 else 6 if n <= 24 else 8
-    players = list(range(n)) + ([n] if n % 2 else [])  # n odd: one sits out each round
-    rounds = []
-    for _ in range(len(players) - 1):
-        half = len(players) // 2
-        pairs = [(min(a, b), max(a, b)) for a, b in zip(players[:half], reversed(players[half:]))]
-        rounds.append([(p, q) for p, q in pairs if q < n])
-        players = [players[0], players[-1], *players[1:-1]]
     eye = torch.eye(n, dtype=A.dtype, device=A.device)
     schedule = []
-    for pairs in rounds:
-        # Rows of the identity pick the pairs (no index tensors: constants made inside a
-        # decomposition are not lifted by run_decompositions); 0/1 matrices [pairs, n * n] place
-        # each rotation's entries in J.
-        EP = torch.stack([eye[p] for p, _ in pairs])  # [pairs, n]
-        EQ = torch.stack([eye[q] for _, q in pairs])
-        on_diagonal = (EP.unsqueeze(-1) * EP.unsqueeze(-2) + EQ.unsqueeze(-1) * EQ.unsqueeze(-2)).reshape(len(pairs), n * n)
-        off_diagonal = (EP.unsqueeze(-1) * EQ.unsqueeze(-2) - EQ.unsqueeze(-1) * EP.unsqueeze(-2)).reshape(len(pairs), n * n)
+    for EP, EQ in _round_robin(n):
+        EP, EQ = EP.to(A), EQ.to(A)
+        pairs = EP.shape[0]
+        # 0/1 matrices [pairs, n * n] place each rotation's entries in J.
+        on_diagonal = (EP.unsqueeze(-1) * EP.unsqueeze(-2) + EQ.unsqueeze(-1) * EQ.unsqueeze(-2)).reshape(pairs, n * n)
+        off_diagonal = (EP.unsqueeze(-1) * EQ.unsqueeze(-2) - EQ.unsqueeze(-1) * EP.unsqueeze(-2)).reshape(pairs, n * n)
         schedule.append((EP, EQ, on_diagonal, off_diagonal))
     V = eye.expand(A.shape)
     for _ in range(sweeps):
@@ -87,6 +80,7 @@ REWRITES = (
         family="eig",
         targets=("aten.linalg_eigh.default", "aten.linalg_eigvalsh.default", "aten._linalg_eigh.default"),
         functions=("linalg_eigh_public", "linalg_eigvalsh", "linalg_eigh"),
+        calls=(("torch.linalg.eigh", "linalg_eigh_public"), ("torch.linalg.eigvalsh", "linalg_eigvalsh")),
         function="linalg_eigh",
         source=EIGH,
         exactness=Exactness.APPROXIMATION,

@@ -115,42 +115,67 @@ def linalg_vander(x, *, N=None):
     return terms.prod(-1)
 '''
 
-SVD = r'''
+ROUND_ROBIN = r'''
+def _round_robin(n):
+    """Rounds of disjoint pairs (p, q), p < q, in which every pair of n indices meets once (the
+    circle method: n - 1 rounds for n even, n for n odd, where one index sits out each round), each
+    round as two 0/1 matrices [pairs, n] whose rows pick p and q. A matrix product with a row of
+    the identity picks a column exactly, and keeps index tensors out of a decomposition (constants
+    made inside one are not lifted by run_decompositions)."""
+    players = list(range(n)) + ([n] if n % 2 else [])
+    eye = torch.eye(n)
+    rounds = []
+    for _ in range(len(players) - 1):
+        half = len(players) // 2
+        pairs = [(min(a, b), max(a, b)) for a, b in zip(players[:half], reversed(players[half:]))]
+        pairs = [(p, q) for p, q in pairs if q < n]
+        rounds.append((torch.stack([eye[p] for p, _ in pairs]), torch.stack([eye[q] for _, q in pairs])))
+        players = [players[0], players[-1], *players[1:-1]]
+    return rounds
+'''
+
+SVD = ROUND_ROBIN + r'''
+
 def _jacobi_sweeps(n):
-    """Sweeps enough at this size: measured on random float32 matrices, 4 reach rounding for n <= 4,
-    6 for n <= 8, 8 for n <= 16 (Jacobi converges quadratically); one to four more for margin."""
-    return 5 if n <= 4 else 8 if n <= 8 else 12
+    """Sweeps enough at this size: measured on random and on covariance float32 matrices in the
+    round-robin order, 4 reach rounding for n <= 4, 6 for n <= 16, 8 for n <= 32 and 9 for n <= 64
+    (Jacobi converges quadratically once close); two more for margin (not measured beyond 64)."""
+    return 6 if n <= 4 else 8 if n <= 16 else 10 if n <= 32 else 11
 
 
 def _jacobi_svd(A):
-    """Thin SVD of A [..., m, n] by one-sided (Hestenes) Jacobi rotations, a fixed number of sweeps
-    unrolled over the column pairs; returns U [..., m, k], S [..., k], V [..., n, k], k = min(m, n),
-    S descending."""
+    """Thin SVD of A [..., m, n] by one-sided (Hestenes) Jacobi rotations: each round rotates n/2
+    disjoint column pairs at once, a fixed number of sweeps unrolled (the graph grows as sweeps x n
+    rounds, not sweeps x n^2 / 2 rotations); returns U [..., m, k], S [..., k], V [..., n, k],
+    k = min(m, n), S descending."""
     m, n = A.shape[-2], A.shape[-1]
     if m < n:  # orthogonalize the shorter side: A^T = V S U^T
         V, S, U = _jacobi_svd(A.transpose(-2, -1))
         return U, S, V
-    cols = [A[..., :, j] for j in range(n)]
-    eye = torch.eye(n, dtype=A.dtype, device=A.device).expand(*A.shape[:-2], n, n)
-    vcols = [eye[..., :, j] for j in range(n)]
-    eps = torch.finfo(A.dtype).eps
+    # A's columns and V's (the identity, then every rotation) stacked: one product per round picks
+    # and rotates both.
+    V = torch.eye(n, dtype=A.dtype, device=A.device).expand(*A.shape[:-2], n, n)
+    Z = torch.cat([A, V], -2)
+    rounds = [(EP.to(A), EQ.to(A)) for EP, EQ in _round_robin(n)]
+    rounds = [(EP, EQ, EP.transpose(0, 1), EQ.transpose(0, 1)) for EP, EQ in rounds]
+    tiny = torch.finfo(A.dtype).tiny
     for _ in range(_jacobi_sweeps(n)):
-        for p in range(n - 1):
-            for q in range(p + 1, n):
-                alpha = (cols[p] * cols[p]).sum(-1, keepdim=True)
-                beta = (cols[q] * cols[q]).sum(-1, keepdim=True)
-                gamma = (cols[p] * cols[q]).sum(-1, keepdim=True)
-                # Columns already orthogonal to working precision are left alone (no 0/0).
-                rotate = gamma.abs() > eps * torch.sqrt(alpha * beta)
-                zeta = (beta - alpha) / (2 * torch.where(rotate, gamma, torch.ones_like(gamma)))
-                sign = torch.where(zeta >= 0, torch.ones_like(zeta), -torch.ones_like(zeta))
-                t = torch.where(rotate, sign / (zeta.abs() + torch.sqrt(1 + zeta * zeta)), torch.zeros_like(zeta))
-                c = 1 / torch.sqrt(1 + t * t)
-                s = c * t
-                cols[p], cols[q] = c * cols[p] - s * cols[q], s * cols[p] + c * cols[q]
-                vcols[p], vcols[q] = c * vcols[p] - s * vcols[q], s * vcols[p] + c * vcols[q]
-    W = torch.stack(cols, -1)  # [..., m, n]: U S
-    V = torch.stack(vcols, -1)
+        for EP, EQ, EPt, EQt in rounds:
+            ZP, ZQ = Z @ EPt, Z @ EQt  # columns p and q: [..., m + n, pairs]
+            WP, WQ = ZP[..., :m, :], ZQ[..., :m, :]
+            alpha = (WP * WP).sum(-2, keepdim=True)
+            beta = (WQ * WQ).sum(-2, keepdim=True)
+            gamma = (WP * WQ).sum(-2, keepdim=True)
+            # tan of the angle that makes columns p and q orthogonal, the smaller root, written
+            # without dividing by gamma: 0 for columns already orthogonal (tiny keeps 0/0 out).
+            d = beta - alpha
+            sign = (d >= 0).to(A.dtype) * 2 - 1
+            t = 2 * gamma * sign / (d.abs() + torch.sqrt(d * d + 4 * gamma * gamma) + tiny)
+            c = 1 / torch.sqrt(1 + t * t)
+            s = c * t
+            # p <- c p - s q, q <- s p + c q, written back through the same 0/1 matrices.
+            Z = Z + ((c - 1) * ZP - s * ZQ) @ EP + (s * ZP + (c - 1) * ZQ) @ EQ
+    W, V = Z[..., :m, :], Z[..., m:, :]
     S = torch.sqrt((W * W).sum(-2))
     order = torch.argsort(S, dim=-1, descending=True)
     S = torch.gather(S, -1, order)
@@ -176,9 +201,41 @@ def _linalg_svd(A, full_matrices=False, compute_uv=True, driver=None):
     return U, S, V.transpose(-2, -1)
 
 
+def linalg_svd(A, full_matrices=True, *, driver=None):
+    """torch.linalg.svd as Python calls it (full_matrices defaults to True there)."""
+    return _linalg_svd(A, full_matrices, True, driver)
+
+
 def linalg_svdvals(A, driver=None):
     """torch.linalg.svdvals: S alone."""
     return _jacobi_svd(A)[1]
+'''
+
+LSTSQ = SVD + r'''
+
+def linalg_lstsq(A, B, rcond=None, *, driver=None):
+    """torch.linalg.lstsq: the minimum-norm least-squares solution through the pseudo-inverse of
+    the Jacobi SVD, singular values at or below rcond times the largest dropped (what LAPACK's
+    gelsy, gelsd and gelss return, for full-rank and rank-deficient A alike); the other outputs as
+    the driver gives them on the CPU."""
+    vector = B.dim() == A.dim() - 1  # a 2-D A with a vector B: torch takes it as one column
+    if vector:
+        B = B.unsqueeze(-1)
+    m, n = A.shape[-2], A.shape[-1]
+    U, S, V = _jacobi_svd(A)
+    if rcond is None:
+        rcond = torch.finfo(A.dtype).eps * max(m, n)
+    keep = S > rcond * S[..., :1]
+    inverse = torch.where(keep, 1 / torch.where(keep, S, torch.ones_like(S)), torch.zeros_like(S))
+    X = V @ (inverse.unsqueeze(-1) * (U.transpose(-2, -1) @ B))
+    driver = driver or "gelsy"
+    empty = torch.zeros(0, dtype=A.dtype, device=A.device)
+    residuals = empty
+    if driver != "gelsy" and m > n:
+        residuals = ((A @ X - B) ** 2).sum(-2)
+    rank = keep.sum(-1) if driver != "gels" else torch.zeros(0, dtype=torch.int64, device=A.device)
+    singular_values = S if driver in ("gelsd", "gelss") else empty
+    return X.squeeze(-1) if vector else X, residuals, rank, singular_values
 '''
 
 GROUPED_MM = r'''
@@ -324,6 +381,24 @@ REWRITES = (
         reported_as=("prims::prod",),
     ),
     Rewrite(
+        op="aten::linalg_lstsq",
+        family="linalg",
+        targets=("aten.linalg_lstsq.default",),
+        function="linalg_lstsq",
+        source=LSTSQ,
+        exactness=Exactness.APPROXIMATION,
+        error="the pseudo-inverse of the Jacobi SVD (see aten::svd): about cond(A) x 1e-6 relative "
+        "in float32 (measured, not a proven bound); the minimum-norm solution, as LAPACK's drivers give",
+        limits="static matrix shape; the graph grows as the SVD's (fine up to min(m, n) = 64); the "
+        "rank is counted from the SVD's singular values (gelsy estimates it from a pivoted QR: "
+        "they can differ for a nearly singular A); residuals are computed only where torch's "
+        "driver computes them (not the CPU default, gelsy)",
+        # torch.export's fake kernel refuses the op (its outputs' shapes depend on the driver and
+        # the rank: DynamicOutputShapeException): no exported program holds it to decompose.
+        calls=(("torch.linalg.lstsq", "linalg_lstsq"),),
+        captured=False,
+    ),
+    Rewrite(
         op="aten::svd",
         family="linalg",
         targets=("aten.svd.default", "aten._linalg_svd.default", "aten.linalg_svdvals.default"),
@@ -331,16 +406,18 @@ REWRITES = (
         function="svd",
         source=SVD,
         exactness=Exactness.APPROXIMATION,
-        error="one-sided Jacobi with a fixed number of sweeps (5 for min(m, n) <= 4, 8 up to 8, 12 "
-        "beyond): on random float32 matrices up to 16 x 16, singular values within 2e-6 of LAPACK's "
-        "relative to the largest and U orthonormal to 2e-6 (measured, not a proven bound: a matrix "
+        error="one-sided Jacobi with a fixed number of sweeps (6 for min(m, n) <= 4, 8 up to 16, 10 "
+        "up to 32, 11 beyond): on random and covariance float32 matrices up to 64 x 64, singular values within "
+        "6e-6 of LAPACK's relative to the largest and U orthonormal to 1e-6 (measured, not a proven bound: a matrix "
         "that needs more sweeps is left less converged); singular vectors are unique only up to sign (and, for repeated "
         "singular values, up to a rotation within their subspace), as between LAPACK drivers: code "
         "using U and V together (U diag(S) V^T, V U^T) gets the same result, code using one alone "
         "may not",
-        limits="static matrix shape; the graph grows as sweeps x min(m,n)^2 / 2 rotations (fine up to "
-        "min(m, n) = 16, not measured beyond); full_matrices=True only for square matrices; U's columns for zero singular "
+        limits="static matrix shape; the graph grows as sweeps x min(m, n) rounds of min(m, n) / 2 "
+        "rotations each (fine up to min(m, n) = 64, measured); full_matrices=True only for square matrices; U's columns for zero singular "
         "values are zero (LAPACK completes them to an orthonormal basis)",
+        calls=(("torch.linalg.svd", "linalg_svd"), ("torch.svd", "svd"), ("torch.Tensor.svd", "svd"),
+               ("torch.linalg.svdvals", "linalg_svdvals")),
         reported_as=("aten::_linalg_svd", "aten::linalg_svd"),
     ),
 )

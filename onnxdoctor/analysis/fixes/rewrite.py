@@ -22,7 +22,9 @@ from onnxdoctor.rewrites.entry import decomposing
 # (OD601: the library's version of the op gives PyTorch's numbers where the export does not); a
 # node the checker or shape inference refuses (OD301-OD304), or the exporter's crash while it built
 # the node (OD901), where the library writes the op in other ops.
-CODES = ("OD201", "OD202", "OD299", "OD601", "OD301", "OD302", "OD303", "OD304", "OD901")
+CODES = ("OD201", "OD202", "OD299", "OD601", "OD301", "OD302", "OD303", "OD304", "OD901",
+         # torch.export's capture stopped at an op the library has (only the call route reaches it).
+         "OD204")
 
 
 def program_code(rewrites: tuple[Rewrite, ...]) -> str:
@@ -47,6 +49,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The library's rewrite of the op, exported through run_decompositions (dynamo exporter)."""
     if ctx.target_kind != "script":
         return []
+    if finding.code == "OD204":
+        called = _called(ctx, tuple(r for r in find_rewrites(ctx.op) if not r.mismatch_only))
+        return [called] if called is not None else []
     symbolic: Fix | None = None
     if finding.code == "OD601":
         # The search's first differing call; else the torch op the finding's node was exported from.
@@ -82,6 +87,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     rewrites = tuple(r for r in rewrites if not r.when or re.search(r.when, text))
     if not rewrites:
         return [symbolic] if symbolic is not None else []
+    called = _called(ctx, rewrites) if any(r.calls for r in rewrites) else None
+    if called is not None and not all(r.captured for r in rewrites):
+        # An op torch.export cannot capture: no program holds it for run_decompositions.
+        return [f for f in (symbolic, called) if f is not None]
     code = program_code(rewrites)
     settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
     if not settings.get("dynamic_shapes"):
@@ -99,7 +108,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # ONNX has no sparse tensors: the exported model takes those inputs dense (changing the
         # example is process-wide for the worker's later runs: a worker of its own).
         steps = (LoadCode(_DENSE_INPUTS), *steps)
-    return [*([symbolic] if symbolic is not None else []),
+    return [*([symbolic] if symbolic is not None else []), *([called] if called is not None else []),
         Fix(
             kind="rewrite",
             title=f"Rewrite {names} in exportable torch ops (op-rewrite library, {worst.value})"
@@ -109,9 +118,61 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             # An approximation changes the numbers (within its stated bound): the user decides.
             applicability=Applicability.UNSAFE if worst is Exactness.APPROXIMATION else Applicability.SAFE,
             cost="; ".join(f"{r.op}: {r.limits}" for r in rewrites),
-            recipe=Recipe("rewrite", steps, isolated=bool(sparse)),
+            # Beside a call route (isolated, ranked first: the tracer writes an unrolled algorithm
+            # far faster), isolated too, so that the checks run in rank order rather than this one
+            # first in the main worker.
+            recipe=Recipe("rewrite", steps, isolated=bool(sparse) or called is not None),
         )
     ]
+
+
+_STAND_IN = '''
+
+def _standing_in(function, returned):
+    # torch returns a named tuple (`.solution`) where the library's function returns a plain one.
+    kind = getattr(torch.return_types, returned, None)
+
+    def call(*args, **kwargs):
+        out = function(*args, **kwargs)
+        return kind(out) if kind is not None and type(out) is tuple else out
+
+    return call
+'''
+
+
+def _called(ctx: FixContext, rewrites: tuple[Rewrite, ...]) -> Fix | None:
+    """The library's functions patched in for the public calls of their ops while the TorchScript
+    exporter traces the model: for ops torch.export cannot capture, and for unrolled algorithms
+    the tracer writes far faster than the dynamo exporter."""
+    if not rewrites:
+        return None
+    parts, patches, calls = [], [], []
+    for rewrite in rewrites:
+        parts.append(f"# {rewrite.op} rewritten in ops ONNX has ({rewrite.exactness.value}: {rewrite.error}).\n"
+                     f"# Limits: {rewrite.limits}\n" + rewrite.source.strip("\n"))
+        for call, function in rewrite.public_calls():
+            owner, name = call.rsplit(".", 1)
+            # torch.return_types names a tuple-returning op after its module (linalg_svd).
+            returned = ("linalg_" if owner == "torch.linalg" else "") + name
+            calls.append(call)
+            patches.append(f"if hasattr({owner}, {name!r}):\n"
+                           f"    {call} = _standing_in({function}, {returned!r})\n")
+    code = ("import math\n\nimport torch\n\n\n" + "\n\n\n".join(parts) + "\n" + _STAND_IN
+            + "\n\n# The calls the model makes, while it is traced for the export.\n" + "".join(patches))
+    worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
+    ops = ", ".join(dict.fromkeys(r.op for r in rewrites))
+    return Fix(
+        kind="rewrite",
+        title=f"Call the op-rewrite library's {ops} in place of {', '.join(calls)} while the TorchScript "
+              f"exporter traces the model ({worst.value})",
+        snippet=code + "\ntorch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n",
+        applicability=Applicability.UNSAFE if worst is Exactness.APPROXIMATION else Applicability.SAFE,
+        cost="; ".join(f"{r.op}: {r.limits}" for r in rewrites)
+             + "; only calls made through these names are replaced (not a name imported from torch before); "
+               "the TorchScript exporter is deprecated (opsets 7-20)",
+        # Patching torch's callables is process-wide: a worker of its own.
+        recipe=Recipe("rewrite_call", (LoadCode(code), UseExporter("torchscript")), isolated=True),
+    )
 
 
 def _shown_name(rewrite: Rewrite, failing: str | None) -> str:
