@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.model import Finding, Fix, FixCheck, Status, TargetGap
+from onnxdoctor.model import Finding, Fix, FixCheck, Stage, Status, TargetGap
 from onnxdoctor.targets import get_target
 from onnxdoctor.targets.matrix import matrix_rows
 from onnxdoctor.targets.verdict import TargetResult
@@ -44,7 +44,7 @@ class FixJudge:
         """One finding: each working fix with a model file gets one verdict per target."""
         if not self.targets or not any(f.check and f.check.works and f.check.artifact for f in finding.fixes):
             return finding
-        own = finding.detail.target if isinstance(finding.detail, TargetGap) else None
+        own = finding.detail.target if isinstance(finding.detail, TargetGap) else _named_target(finding)
         return replace(finding, fixes=tuple(self._fix(finding, fix, own) for fix in finding.fixes))
 
     def _fix(self, finding: Finding, fix: Fix, own: str | None) -> Fix:
@@ -115,6 +115,14 @@ def _own_target(finding: Finding, check: FixCheck, judged: TargetResult, before:
     detail = (f"the fixed model has {new_ops}, which {own} does not take" if brought
               else f"{own} still reports {finding.op} in the fixed model")
     return replace(check, detail=detail), True
+
+
+def _named_target(finding: Finding) -> str | None:
+    """The target a target finding without a gap names (OD702-OD704: `[openvino] ...`), so that a
+    fix for it works only where that target takes the fixed model."""
+    if finding.stage is not Stage.TARGET or not finding.message.startswith("["):
+        return None
+    return finding.message[1:].split("]", 1)[0] or None
 
 
 def target_problems(findings: Sequence[Finding]) -> set[tuple[str, str | None]]:

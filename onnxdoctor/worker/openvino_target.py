@@ -133,7 +133,7 @@ def run_openvino(
         text = str(exc)
         ops = unconverted_ops(text)
         record["unconverted"] = [n for op in ops for n in _nodes_of(model, op)]
-        record["failed"] = [_named(model, item) for item in failed_conversions(text)]
+        record["failed"] = first_failures(model, [_named(model, item) for item in failed_conversions(text)])
         record["error"] = _last_lines(text)
         record["step"] = "read"
         return with_seconds(record, started)
@@ -187,6 +187,43 @@ def _error_node(model: Any, message: str) -> dict[str, str] | None:
             domain = node.domain if node.domain not in ("", "ai.onnx") else ""
             return {"op": f"{domain}::{node.op_type}" if domain else node.op_type, "node": node.name}
     return None
+
+
+def first_failures(model: Any, failed: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The failed conversions no other failed node feeds, in graph order.
+
+    OpenVINO converts every node it can and lists each failure; a node downstream of a failed one
+    often fails only for that (openvino#37772: a Conv after a `Pad(wrap)` it could not convert
+    says "The input data tensor's rank has to be known"), in no message that says so. The
+    graph says it: such a node is left out while a node upstream of it failed too."""
+    nodes = list(model.graph.node)
+    position = {node.name: i for i, node in enumerate(nodes)}
+    producer = {out: node for node in nodes for out in node.output}
+
+    def node_of(name: str) -> str | None:
+        # OpenVINO names a node by its ONNX name, or where it has none by an output's name.
+        if name in position:
+            return name
+        return producer[name].name if name in producer and producer[name].name in position else None
+
+    names = {node_of(item.get("node") or "") for item in failed} - {None}
+
+    def fed_by_failure(name: str) -> bool:
+        seen, stack = set(), [nodes[position[name]]]
+        while stack:
+            for value in stack.pop().input:
+                node = producer.get(value)
+                if node is None or node.name in seen:
+                    continue
+                if node.name in names:
+                    return True
+                seen.add(node.name)
+                stack.append(node)
+        return False
+
+    own = [(item, node_of(item.get("node") or "")) for item in failed]
+    first = [(item, name) for item, name in own if name is None or not fed_by_failure(name)]
+    return [item for item, _ in sorted(first or own, key=lambda pair: position.get(pair[1] or "", len(nodes)))]
 
 
 def _named(model: Any, item: dict[str, str]) -> dict[str, str]:
