@@ -194,3 +194,42 @@ def test_lstsq_is_rewritten_at_its_call_only() -> None:
     assert not entry.captured and entry.public_calls() == (("torch.linalg.lstsq", "linalg_lstsq"),)
     (svd,) = find_rewrites("aten::linalg_svd")
     assert svd.captured and ("torch.linalg.svd", "linalg_svd") in svd.public_calls()
+
+
+# A stacked ensemble of LSTMs run through torch.func.vmap (pytorch#105982): forward() itself stops.
+VMAPPED_LSTM = '''import copy
+
+import torch
+import torch.nn as nn
+from torch.func import functional_call, stack_module_state, vmap
+
+dynamo = True
+
+
+class Ensemble(nn.Module):
+    def __init__(self):
+        super().__init__()
+        members = [nn.LSTM(4, 6, batch_first=True) for _ in range(3)]
+        params, _ = stack_module_state(members)
+        self.params = nn.ParameterDict({k.replace(".", "_"): nn.Parameter(v) for k, v in params.items()})
+        self.names = list(params)
+        base = copy.deepcopy(members[0]).to("meta")
+
+        def one(p, x):
+            return functional_call(base, p, (x,))[0]
+
+        self.run = vmap(one, in_dims=(0, None))
+
+    def forward(self, x):
+        return self.run({k: self.params[k.replace(".", "_")] for k in self.names}, x).mean(0)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Ensemble().eval(), (torch.randn(2, 5, 4),)
+'''
+
+
+def test_forward_stopped_by_vmap_names_the_op_without_a_batching_rule(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, VMAPPED_LSTM, "OD108", fix=False)
+    assert finding.op == "aten::lstm", finding.message

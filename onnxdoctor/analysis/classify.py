@@ -97,6 +97,8 @@ _NO_ONNX_FUNCTION_PYTHON = re.compile(r"No ONNX function found for <function (\w
 # torch.export's fake tensors stop at an op whose output is data (torch.equal, Tensor.tolist) or
 # whose output's shape is (torch.linalg.lstsq, nonzero outside an export-aware op).
 _DATA_DEPENDENT_OUTPUT = re.compile(r"(?:DataDependentOutput|DynamicOutputShape)Exception(?:'>)?: (\w+)\.(\w+)\.\w+")
+# torch.vmap (torch.func) over an op with no batching rule (an LSTM in a stacked ensemble, pytorch#105982).
+_NO_BATCHING_RULE = re.compile(r"Batching rule not implemented for (\w+)::(\w+)")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
 NOT_REGISTERED_RT = re.compile(r"([\w.]*):([\w.]+)\((-?\d+)\) is not a registered function/op")
 NO_IMPLEMENTATION = re.compile(
@@ -311,12 +313,14 @@ def _classify_failure(
         if code == "OD405" and facts.get("library"):
             # The user's own library path, as given: never shortened to <tmp>/ like a library's.
             message = f"custom-op library {facts['library']} {message}"
+        # forward() stopped by torch.vmap at an op it has no batching rule for: that op.
+        batched = _NO_BATCHING_RULE.search(text) if code == "OD108" else None
         return [
             make_finding(
                 code,
                 outcome.stage,
                 message,
-                op=facts.get("op"),
+                op=facts.get("op") or (f"{batched.group(1)}::{batched.group(2)}" if batched else None),
                 node=facts.get("node"),
                 source=facts.get("source"),
                 evidence=evidence,
