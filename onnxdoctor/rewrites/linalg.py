@@ -129,7 +129,8 @@ def _round_robin(n):
         half = len(players) // 2
         pairs = [(min(a, b), max(a, b)) for a, b in zip(players[:half], reversed(players[half:]))]
         pairs = [(p, q) for p, q in pairs if q < n]
-        rounds.append((torch.stack([eye[p] for p, _ in pairs]), torch.stack([eye[q] for _, q in pairs])))
+        if pairs:  # n = 1: nothing to pair
+            rounds.append((torch.stack([eye[p] for p, _ in pairs]), torch.stack([eye[q] for _, q in pairs])))
         players = [players[0], players[-1], *players[1:-1]]
     return rounds
 '''
@@ -168,9 +169,13 @@ def _jacobi_svd(A):
             gamma = (WP * WQ).sum(-2, keepdim=True)
             # tan of the angle that makes columns p and q orthogonal, the smaller root, written
             # without dividing by gamma: 0 for columns already orthogonal (tiny keeps 0/0 out).
+            # d and gamma are sums of squares: scaled to at most 1 before they are squared again,
+            # or entries beyond about 1e9 (below 1e-10) would overflow (underflow) in float32.
             d = beta - alpha
             sign = (d >= 0).to(A.dtype) * 2 - 1
-            t = 2 * gamma * sign / (d.abs() + torch.sqrt(d * d + 4 * gamma * gamma) + tiny)
+            scale = torch.maximum(d.abs(), 2 * gamma.abs()) + tiny
+            d, g = d / scale, 2 * gamma / scale
+            t = g * sign / (d.abs() + torch.sqrt(d * d + g * g) + tiny)
             c = 1 / torch.sqrt(1 + t * t)
             s = c * t
             # p <- c p - s q, q <- s p + c q, written back through the same 0/1 matrices.
@@ -187,9 +192,14 @@ def _jacobi_svd(A):
 
 def svd(A, some=True, compute_uv=True):
     """torch.svd: U, S, V (V itself, not its transpose)."""
+    m, n = A.shape[-2], A.shape[-1]
     U, S, V = _jacobi_svd(A)
-    if not compute_uv:
-        return torch.zeros_like(U), S, torch.zeros_like(V)
+    if not compute_uv:  # torch's zero-filled U and V are square whatever `some` says
+        batch = A.shape[:-2]
+        return (torch.zeros(*batch, m, m, dtype=A.dtype, device=A.device), S,
+                torch.zeros(*batch, n, n, dtype=A.dtype, device=A.device))
+    if not some and m != n:
+        raise NotImplementedError("some=False for a non-square matrix: use some=True")
     return U, S, V
 
 
@@ -218,12 +228,12 @@ def linalg_lstsq(A, B, rcond=None, *, driver=None):
     the Jacobi SVD, singular values at or below rcond times the largest dropped (what LAPACK's
     gelsy, gelsd and gelss return, for full-rank and rank-deficient A alike); the other outputs as
     the driver gives them on the CPU."""
-    vector = B.dim() == A.dim() - 1  # a 2-D A with a vector B: torch takes it as one column
+    vector = B.dim() == A.dim() - 1  # B one dim short of A: torch takes it as one column
     if vector:
         B = B.unsqueeze(-1)
     m, n = A.shape[-2], A.shape[-1]
     U, S, V = _jacobi_svd(A)
-    if rcond is None:
+    if rcond is None or rcond < 0:  # LAPACK takes a negative rcond as machine precision
         rcond = torch.finfo(A.dtype).eps * max(m, n)
     keep = S > rcond * S[..., :1]
     inverse = torch.where(keep, 1 / torch.where(keep, S, torch.ones_like(S)), torch.zeros_like(S))
@@ -391,8 +401,9 @@ REWRITES = (
         "in float32 (measured, not a proven bound); the minimum-norm solution, as LAPACK's drivers give",
         limits="static matrix shape; the graph grows as the SVD's (fine up to min(m, n) = 64); the "
         "rank is counted from the SVD's singular values (gelsy estimates it from a pivoted QR: "
-        "they can differ for a nearly singular A); residuals are computed only where torch's "
-        "driver computes them (not the CPU default, gelsy)",
+        "they can differ for a nearly singular A); residuals are computed where torch's driver "
+        "computes them (not the CPU default, gelsy), also for a rank-deficient A (torch leaves them "
+        "empty there); real dtypes only",
         # torch.export's fake kernel refuses the op (its outputs' shapes depend on the driver and
         # the rank: DynamicOutputShapeException): no exported program holds it to decompose.
         calls=(("torch.linalg.lstsq", "linalg_lstsq"),),
@@ -408,13 +419,14 @@ REWRITES = (
         exactness=Exactness.APPROXIMATION,
         error="one-sided Jacobi with a fixed number of sweeps (6 for min(m, n) <= 4, 8 up to 16, 10 "
         "up to 32, 11 beyond): on random and covariance float32 matrices up to 64 x 64, singular values within "
-        "6e-6 of LAPACK's relative to the largest and U orthonormal to 1e-6 (measured, not a proven bound: a matrix "
+        "6e-6 of LAPACK's relative to the largest and U orthonormal to 1e-6 (a column of U for a "
+        "singular value far below the largest is good to about 1e-7 times their ratio) (measured, not a proven bound: a matrix "
         "that needs more sweeps is left less converged); singular vectors are unique only up to sign (and, for repeated "
         "singular values, up to a rotation within their subspace), as between LAPACK drivers: code "
         "using U and V together (U diag(S) V^T, V U^T) gets the same result, code using one alone "
         "may not",
         limits="static matrix shape; the graph grows as sweeps x min(m, n) rounds of min(m, n) / 2 "
-        "rotations each (fine up to min(m, n) = 64, measured); full_matrices=True only for square matrices; U's columns for zero singular "
+        "rotations each (fine up to min(m, n) = 64, measured); full_matrices=True (torch.svd's some=False) only for square matrices; U's columns for zero singular "
         "values are zero (LAPACK completes them to an orthonormal basis)",
         calls=(("torch.linalg.svd", "linalg_svd"), ("torch.svd", "svd"), ("torch.Tensor.svd", "svd"),
                ("torch.linalg.svdvals", "linalg_svdvals")),

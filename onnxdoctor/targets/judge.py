@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from onnxdoctor.model import Finding, Fix, FixCheck, Stage, Status, TargetGap
+from onnxdoctor.model import Finding, Fix, FixCheck, Status, TargetGap
 from onnxdoctor.targets import get_target
 from onnxdoctor.targets.matrix import matrix_rows
 from onnxdoctor.targets.verdict import TargetResult
@@ -118,11 +118,14 @@ def _own_target(finding: Finding, check: FixCheck, judged: TargetResult, before:
 
 
 def _named_target(finding: Finding) -> str | None:
-    """The target a target finding without a gap names (OD702-OD704: `[openvino] ...`), so that a
-    fix for it works only where that target takes the fixed model."""
-    if finding.stage is not Stage.TARGET or not finding.message.startswith("["):
-        return None
-    return finding.message[1:].split("]", 1)[0] or None
+    """The target a finding without a gap is about, where fixed models are judged by a real run of
+    it (OpenVINO's OD702-OD704), so that a fix for it works only where that target takes the fixed
+    model."""
+    # Only OpenVINO's: the fix workers run it on each fixed model (a GPU provider's findings are
+    # the main model's run, and fixed models get its static table's verdict, which saw other things).
+    if finding.code in ("OD702", "OD703", "OD704") and finding.message.startswith("[openvino]"):
+        return "openvino"
+    return None
 
 
 def target_problems(findings: Sequence[Finding]) -> set[tuple[str, str | None]]:

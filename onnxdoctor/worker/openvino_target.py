@@ -197,33 +197,34 @@ def first_failures(model: Any, failed: list[dict[str, str]]) -> list[dict[str, s
     says "The input data tensor's rank has to be known"), in no message that says so. The
     graph says it: such a node is left out while a node upstream of it failed too."""
     nodes = list(model.graph.node)
-    position = {node.name: i for i, node in enumerate(nodes)}
-    producer = {out: node for node in nodes for out in node.output}
+    position = {node.name: i for i, node in enumerate(nodes) if node.name}
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
 
-    def node_of(name: str) -> str | None:
+    def node_of(name: str) -> int | None:
         # OpenVINO names a node by its ONNX name, or where it has none by an output's name.
-        if name in position:
-            return name
-        return producer[name].name if name in producer and producer[name].name in position else None
+        if not name:
+            return None
+        return position[name] if name in position else producer.get(name)
 
-    names = {node_of(item.get("node") or "") for item in failed} - {None}
+    failed_at = {node_of(item.get("node") or "") for item in failed} - {None}
 
-    def fed_by_failure(name: str) -> bool:
-        seen, stack = set(), [nodes[position[name]]]
+    def fed_by_failure(index: int) -> bool:
+        seen: set[int] = set()
+        stack = [index]
         while stack:
-            for value in stack.pop().input:
-                node = producer.get(value)
-                if node is None or node.name in seen:
+            for value in nodes[stack.pop()].input:
+                upstream = producer.get(value)
+                if upstream is None or upstream in seen:
                     continue
-                if node.name in names:
+                if upstream in failed_at:
                     return True
-                seen.add(node.name)
-                stack.append(node)
+                seen.add(upstream)
+                stack.append(upstream)
         return False
 
     own = [(item, node_of(item.get("node") or "")) for item in failed]
-    first = [(item, name) for item, name in own if name is None or not fed_by_failure(name)]
-    return [item for item, _ in sorted(first or own, key=lambda pair: position.get(pair[1] or "", len(nodes)))]
+    first = [(item, index) for item, index in own if index is None or not fed_by_failure(index)]
+    return [item for item, _ in sorted(first or own, key=lambda pair: len(nodes) if pair[1] is None else pair[1])]
 
 
 def _named(model: Any, item: dict[str, str]) -> dict[str, str]:

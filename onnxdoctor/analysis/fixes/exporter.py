@@ -31,6 +31,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         return []
     if finding.code == "OD901" and "during export" not in finding.message:
         return []
+    if finding.code in ("OD701", "OD702") and not finding.message.startswith("[openvino]"):
+        return []  # a GPU provider's finding is its table's or the main run's: no fixed model is run there
     if finding.code == "OD207" and (ctx.exporter != "dynamo" or not _torchscript_opset(ctx)):
         # The dynamo exporter could not write the opset asked for (onnx#3805: no Resize adapter
         # down to 9); the TorchScript exporter writes opsets 7-20 itself.

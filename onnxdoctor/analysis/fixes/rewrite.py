@@ -50,7 +50,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script":
         return []
     if finding.code == "OD204":
-        called = _called(ctx, tuple(r for r in find_rewrites(ctx.op) if not r.mismatch_only))
+        # Only where torch.export's fake tensors stopped at the op itself (not a guard on data).
+        text = f"{finding.message} {ctx.export_error}"
+        if not _STOPPED_AT_OP.search(text):
+            return []
+        rewrites = tuple(r for r in find_rewrites(ctx.op) if not r.mismatch_only and (not r.when or re.search(r.when, text)))
+        called = _called(ctx, rewrites, derive=True)
         return [called] if called is not None else []
     symbolic: Fix | None = None
     if finding.code == "OD601":
@@ -126,12 +131,34 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     ]
 
 
-_STAND_IN = '''
+# torch.export's fake tensors refused the op itself (its output, or its output's shape, is data).
+_STOPPED_AT_OP = re.compile(r"(?:DataDependentOutput|DynamicOutputShape)Exception")
 
-def _standing_in(function, returned):
+_CALLS_REWRITTEN = '''
+
+class CallsRewritten(torch.nn.Module):
+    """The model, with the library's functions in place of torch's while it runs (while it is
+    traced for the export): torch itself is left as it was before and after."""
+
+    def __init__(self, model, patches):
+        super().__init__()
+        self.model = model
+        self.patches = patches
+
+    def forward(self, *args, **kwargs):
+        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in self.patches if hasattr(owner, name)]
+        for owner, name, (function, returned) in self.patches:
+            if hasattr(owner, name):
+                setattr(owner, name, _standing_in(function, getattr(torch.return_types, returned, None)))
+        try:
+            return self.model(*args, **kwargs)
+        finally:
+            for owner, name, original in saved:
+                setattr(owner, name, original)
+
+
+def _standing_in(function, kind):
     # torch returns a named tuple (`.solution`) where the library's function returns a plain one.
-    kind = getattr(torch.return_types, returned, None)
-
     def call(*args, **kwargs):
         out = function(*args, **kwargs)
         return kind(out) if kind is not None and type(out) is tuple else out
@@ -140,39 +167,56 @@ def _standing_in(function, returned):
 '''
 
 
-def _called(ctx: FixContext, rewrites: tuple[Rewrite, ...]) -> Fix | None:
-    """The library's functions patched in for the public calls of their ops while the TorchScript
-    exporter traces the model: for ops torch.export cannot capture, and for unrolled algorithms
-    the tracer writes far faster than the dynamo exporter."""
-    if not rewrites:
-        return None
+def _called(ctx: FixContext, rewrites: tuple[Rewrite, ...], *, derive: bool = False) -> Fix | None:
+    """The library's functions in place of the public calls of their ops while the TorchScript
+    exporter traces the model (a wrapper patches them for its forward() alone, so PyTorch's own
+    reference is untouched): for ops torch.export cannot capture, and for unrolled algorithms the
+    tracer writes far faster than the dynamo exporter. `derive` (torch.export's capture stopped at the
+    op, OD204): also the names the op's name suggests for entries that list none."""
     parts, patches, calls = [], [], []
     for rewrite in rewrites:
+        listed = rewrite.public_calls() if derive and "." not in rewrite.op.split("::")[-1] else rewrite.calls
+        if not listed:
+            continue
         parts.append(f"# {rewrite.op} rewritten in ops ONNX has ({rewrite.exactness.value}: {rewrite.error}).\n"
                      f"# Limits: {rewrite.limits}\n" + rewrite.source.strip("\n"))
-        for call, function in rewrite.public_calls():
+        for call, function in listed:
             owner, name = call.rsplit(".", 1)
             # torch.return_types names a tuple-returning op after its module (linalg_svd).
             returned = ("linalg_" if owner == "torch.linalg" else "") + name
             calls.append(call)
-            patches.append(f"if hasattr({owner}, {name!r}):\n"
-                           f"    {call} = _standing_in({function}, {returned!r})\n")
-    code = ("import math\n\nimport torch\n\n\n" + "\n\n\n".join(parts) + "\n" + _STAND_IN
-            + "\n\n# The calls the model makes, while it is traced for the export.\n" + "".join(patches))
+            patches.append(f"    ({owner}, {name!r}, ({function}, {returned!r})),\n")
+    if not patches:
+        return None
+    code = ("import math\n\nimport torch\n\n\n" + "\n\n\n".join(parts) + "\n" + _CALLS_REWRITTEN
+            + "\n\n# The calls the model makes, rewritten while it runs for the export.\n"
+            + "traced_model = CallsRewritten(model, [\n" + "".join(patches) + "])\n")
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     ops = ", ".join(dict.fromkeys(r.op for r in rewrites))
+    steps: tuple[Step, ...] = (UseExporter("torchscript"), ExportCode(code, program="traced_model"))
+    if (ctx.requested_opset or 0) > _TORCHSCRIPT_NEWEST:
+        steps = (*steps, UseOpset(_TORCHSCRIPT_NEWEST))
+    cost = "; ".join(f"{r.op}: {r.limits}" for r in rewrites) + (
+        "; only calls made through these names are replaced (not a name imported from torch before); "
+        "the TorchScript exporter is deprecated (opsets 7-20)")
+    if derive:
+        # The capture stopped at the op (OD204): the tracer records only the branches this example takes.
+        cost += "; TorchScript traces the branch the example input takes and bakes it in"
     return Fix(
         kind="rewrite",
         title=f"Call the op-rewrite library's {ops} in place of {', '.join(calls)} while the TorchScript "
               f"exporter traces the model ({worst.value})",
-        snippet=code + "\ntorch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n",
-        applicability=Applicability.UNSAFE if worst is Exactness.APPROXIMATION else Applicability.SAFE,
-        cost="; ".join(f"{r.op}: {r.limits}" for r in rewrites)
-             + "; only calls made through these names are replaced (not a name imported from torch before); "
-               "the TorchScript exporter is deprecated (opsets 7-20)",
-        # Patching torch's callables is process-wide: a worker of its own.
-        recipe=Recipe("rewrite_call", (LoadCode(code), UseExporter("torchscript")), isolated=True),
+        snippet=code + "\ntorch.onnx.export(traced_model, example_inputs, 'model.onnx', dynamo=False)\n",
+        applicability=Applicability.UNSAFE if worst is Exactness.APPROXIMATION or derive
+        else Applicability.SAFE,
+        cost=cost,
+        # Its own worker: the export changes torch's callables while it runs.
+        recipe=Recipe("rewrite_call", steps, isolated=True),
     )
+
+
+# The newest opset the TorchScript exporter writes (torch.onnx's ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET).
+_TORCHSCRIPT_NEWEST = 20
 
 
 def _shown_name(rewrite: Rewrite, failing: str | None) -> str:
