@@ -144,6 +144,9 @@ class CallsRewritten(torch.nn.Module):
         super().__init__()
         self.model = model
         self.patches = patches
+        # The model's own mode: an export that switches modes for itself restores the wrapper's,
+        # recursively, and would leave an eval model training.
+        self.train(model.training)
 
     def forward(self, *args, **kwargs):
         saved = [(owner, name, getattr(owner, name)) for owner, name, _ in self.patches if hasattr(owner, name)]
