@@ -46,7 +46,9 @@ def program_code(rewrites: tuple[Rewrite, ...]) -> str:
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """The library's rewrite of the op, exported through run_decompositions (dynamo exporter)."""
+    """The library's rewrite of the op: exported through run_decompositions (dynamo exporter), and
+    in place of its public call while the TorchScript exporter traces where the entry lists calls
+    or torch.export's capture stopped at the op (`_called`)."""
     if ctx.target_kind != "script":
         return []
     if finding.code == "OD204":
