@@ -95,8 +95,9 @@ _NO_ONNX_FUNCTION_BUILTIN = re.compile(r"No ONNX function found for <built-in fu
 _NO_ONNX_FUNCTION_PYTHON = re.compile(r"No ONNX function found for <function (\w+) at 0x[0-9a-f]+>"
                                       r"(?:.*?target=(\w+)\.\1\b)?", re.DOTALL)
 # torch.export's fake tensors stop at an op whose output is data (torch.equal, Tensor.tolist) or
-# whose output's shape is (torch.linalg.lstsq, nonzero outside an export-aware op).
-_DATA_DEPENDENT_OUTPUT = re.compile(r"(?:DataDependentOutput|DynamicOutputShape)Exception(?:'>)?: (\w+)\.(\w+)\.\w+")
+# whose output's shape is (torch.linalg.lstsq, nonzero outside an export-aware op); the rewrite
+# family's call route answers only such a stop (analysis/fixes/rewrite.py).
+STOPPED_AT_OP = re.compile(r"(?:DataDependentOutput|DynamicOutputShape)Exception(?:'>)?: (\w+)\.(\w+)\.\w+")
 # torch.vmap (torch.func) over an op with no batching rule (an LSTM in a stacked ensemble, pytorch#105982).
 _NO_BATCHING_RULE = re.compile(r"Batching rule not implemented for (\w+)::(\w+)")
 _NO_OP_REGISTERED = re.compile(r"No Op registered for ([\w.]+) with domain_version of (\d+)")
@@ -195,7 +196,7 @@ def extract_op(text: str) -> str | None:
     match = _NO_ONNX_FUNCTION_PYTHON.search(text)
     if match:
         return f"{match.group(2)}::{match.group(1)}" if match.group(2) else match.group(1)
-    match = _DATA_DEPENDENT_OUTPUT.search(text)
+    match = STOPPED_AT_OP.search(text)
     if match:
         return f"{match.group(1)}::{match.group(2)}"
     match = _NO_OP_REGISTERED.search(text)

@@ -19,8 +19,7 @@ def _jacobi_eigh(A):
     sweeps = 4 if n <= 4 else 6 if n <= 24 else 8
     eye = torch.eye(n, dtype=A.dtype, device=A.device)
     schedule = []
-    for EP, EQ in _round_robin(n):
-        EP, EQ = EP.to(A), EQ.to(A)
+    for EP, EQ in _round_robin(A):
         pairs = EP.shape[0]
         # 0/1 matrices [pairs, n * n] place each rotation's entries in J.
         on_diagonal = (EP.unsqueeze(-1) * EP.unsqueeze(-2) + EQ.unsqueeze(-1) * EQ.unsqueeze(-2)).reshape(pairs, n * n)

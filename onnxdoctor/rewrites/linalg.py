@@ -116,14 +116,15 @@ def linalg_vander(x, *, N=None):
 '''
 
 ROUND_ROBIN = r'''
-def _round_robin(n):
-    """Rounds of disjoint pairs (p, q), p < q, in which every pair of n indices meets once (the
+def _round_robin(A):
+    """Rounds of disjoint pairs (p, q), p < q, in which every pair of A's n columns meets once (the
     circle method: n - 1 rounds for n even, n for n odd, where one index sits out each round), each
-    round as two 0/1 matrices [pairs, n] whose rows pick p and q. A matrix product with a row of
-    the identity picks a column exactly, and keeps index tensors out of a decomposition (constants
-    made inside one are not lifted by run_decompositions)."""
+    round as two 0/1 matrices [pairs, n] of A's dtype whose rows pick p and q. A matrix product
+    with a row of the identity picks a column exactly, and keeps index tensors out of a
+    decomposition (constants made inside one are not lifted by run_decompositions)."""
+    n = A.shape[-1]
     players = list(range(n)) + ([n] if n % 2 else [])
-    eye = torch.eye(n)
+    eye = torch.eye(n, dtype=A.dtype, device=A.device)
     rounds = []
     for _ in range(len(players) - 1):
         half = len(players) // 2
@@ -157,8 +158,7 @@ def _jacobi_svd(A):
     # and rotates both.
     V = torch.eye(n, dtype=A.dtype, device=A.device).expand(*A.shape[:-2], n, n)
     Z = torch.cat([A, V], -2)
-    rounds = [(EP.to(A), EQ.to(A)) for EP, EQ in _round_robin(n)]
-    rounds = [(EP, EQ, EP.transpose(0, 1), EQ.transpose(0, 1)) for EP, EQ in rounds]
+    rounds = [(EP, EQ, EP.transpose(0, 1), EQ.transpose(0, 1)) for EP, EQ in _round_robin(A)]
     tiny = torch.finfo(A.dtype).tiny
     for _ in range(_jacobi_sweeps(n)):
         for EP, EQ, EPt, EQt in rounds:
@@ -193,13 +193,13 @@ def _jacobi_svd(A):
 def svd(A, some=True, compute_uv=True):
     """torch.svd: U, S, V (V itself, not its transpose)."""
     m, n = A.shape[-2], A.shape[-1]
+    if compute_uv and not some and m != n:
+        raise NotImplementedError("some=False for a non-square matrix: use some=True")
     U, S, V = _jacobi_svd(A)
     if not compute_uv:  # torch's zero-filled U and V are square whatever `some` says
         batch = A.shape[:-2]
         return (torch.zeros(*batch, m, m, dtype=A.dtype, device=A.device), S,
                 torch.zeros(*batch, n, n, dtype=A.dtype, device=A.device))
-    if not some and m != n:
-        raise NotImplementedError("some=False for a non-square matrix: use some=True")
     return U, S, V
 
 

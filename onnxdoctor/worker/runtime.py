@@ -209,7 +209,7 @@ def initializing_op(message: str, model: Any) -> dict[str, Any]:
         kinds = {(n.domain, n.op_type) for n in nodes}
         if len(kinds) == 1:
             ((domain, op_type),) = kinds
-            op = f"{domain}::{op_type}" if domain not in ("", "ai.onnx") else op_type
+            op = f"{domain}::{op_type}"  # custom domains only (above)
             return {"op": op, "node": nodes[0].name or None} if len(nodes) == 1 else {"op": op}
     return {}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from onnxdoctor.analysis.classify import STOPPED_AT_OP
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.dynamic_shapes import axes_as_shapes
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
@@ -54,7 +55,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code == "OD204":
         # Only where torch.export's fake tensors stopped at the op itself (not a guard on data).
         text = f"{finding.message} {ctx.export_error}"
-        if not _STOPPED_AT_OP.search(text):
+        if not STOPPED_AT_OP.search(text):
             return []
         rewrites = tuple(r for r in find_rewrites(ctx.op) if not r.mismatch_only and (not r.when or re.search(r.when, text)))
         called = _called(ctx, rewrites, derive=True)
@@ -132,9 +133,6 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         )
     ]
 
-
-# torch.export's fake tensors refused the op itself (its output, or its output's shape, is data).
-_STOPPED_AT_OP = re.compile(r"(?:DataDependentOutput|DynamicOutputShape)Exception")
 
 _CALLS_REWRITTEN = '''
 
