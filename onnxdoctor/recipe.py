@@ -190,13 +190,17 @@ class UseOpset:
 class ExportCode:
     """Code run before the export, as the user would paste it into their script.
 
-    `program`: the variable holding an ExportedProgram the code built, exported instead of the
-    model; `translation_table`: the variable holding a dynamo custom_translation_table.
+    `program`: the variable holding an ExportedProgram (or a wrapper of the model) the code
+    built, exported instead of the model; `translation_table`: the variable holding a dynamo
+    custom_translation_table; `nests`: the code wraps what an earlier step of the recipe built
+    under the same `program` name, given to it by that name (call rewrites of two ops compose,
+    one wrapper inside the other), instead of starting again from the model.
     """
 
     code: str
     program: str = ""
     translation_table: str = ""
+    nests: bool = False
 
 
 @dataclass(frozen=True)

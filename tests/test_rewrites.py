@@ -275,6 +275,12 @@ CASES: dict[str, Case] = {
         # 2 x 2 and 2 x 3 (wide: the transposed route) keep the unrolled graph, and the test, small.
         lambda x: _svd_invariants(*torch.svd(x)), (_g(2, 2, 2, seed=11), _g(2, 3, seed=13)),
     ),
+    # Offsets both ways, new dims moved to the front and crossed, inf and NaN kept on the diagonal
+    # (no 0 * inf off it).
+    "aten::diag_embed": Case(
+        lambda x: (torch.diag_embed(x), torch.diag_embed(x, 1, 0, 2), torch.diag_embed(x, -2, -1, 0)),
+        (_g(2, 3, seed=15), torch.tensor([[1.0, INF, NAN], [-INF, 0.0, 2.0]])),
+    ),
     "aten::complex": Case(lambda x: _complex_calls(x), (_g(3, 4, seed=14),)),
     "aten::erfinv": Case(
         lambda x: torch.erfinv(x),

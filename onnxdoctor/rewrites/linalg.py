@@ -1,5 +1,5 @@
 """Linear algebra: inverse and solve (Gauss-Jordan), Cholesky, slogdet, Vandermonde, SVD (Jacobi),
-and the grouped (ragged, mixture-of-experts) matrix product."""
+the grouped (ragged, mixture-of-experts) matrix product, and diagonal matrices from vectors."""
 
 from __future__ import annotations
 
@@ -298,6 +298,26 @@ def einsum(equation, tensors, path=None):
     return torch.einsum(equation, *even)
 '''
 
+DIAG_EMBED = r'''
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """torch.diag_embed: the last dim's values on a diagonal of two new dims, zeros elsewhere."""
+    n = input.shape[-1]
+    size = n + abs(offset)
+    rows = torch.arange(size, device=input.device)
+    on_diagonal = (rows[None, :] - rows[:, None]) == offset
+    # Row r of the diagonal holds value r - max(-offset, 0); rows past the values are masked off.
+    values = input.index_select(-1, (rows - max(-offset, 0)).clamp(0, max(n - 1, 0)))
+    out = torch.where(on_diagonal, values.unsqueeze(-1), torch.zeros((), dtype=input.dtype, device=input.device))
+    # The two new dims move from the end to dim1, dim2 (a permutation with non-negative entries:
+    # the TorchScript exporter writes movedim's negative dims into Transpose as they are).
+    rank = out.dim()
+    first, second = dim1 % rank, dim2 % rank
+    others = iter(range(rank - 2))
+    order = [rank - 2 if d == first else rank - 1 if d == second else next(others) for d in range(rank)]
+    return out.permute(order)
+'''
+
+
 REWRITES = (
     Rewrite(
         op="aten::_grouped_mm",
@@ -431,5 +451,18 @@ REWRITES = (
         calls=(("torch.linalg.svd", "linalg_svd"), ("torch.svd", "svd"), ("torch.Tensor.svd", "svd"),
                ("torch.linalg.svdvals", "linalg_svdvals")),
         reported_as=("aten::_linalg_svd", "aten::linalg_svd"),
+    ),
+    Rewrite(
+        op="aten::diag_embed",
+        family="linalg",
+        targets=("aten.diag_embed.default",),
+        function="diag_embed",
+        source=DIAG_EMBED,
+        exactness=Exactness.EXACT,
+        error="none: each entry is the input's value or zero, selected (no arithmetic)",
+        limits="none known (any offset and dims; the dynamo exporter maps the op itself: the entry is "
+        "for the TorchScript exporter, which has no symbolic for it)",
+        # The TorchScript exporter's gap, met after another call rewrite (U diag(S) U^T after an SVD).
+        calls=(("torch.diag_embed", "diag_embed"), ("torch.Tensor.diag_embed", "diag_embed")),
     ),
 )

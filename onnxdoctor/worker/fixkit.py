@@ -48,11 +48,13 @@ def load(script: str, factory: str | None = None, *, arrays_as_tensors: bool = F
     return load_script(Path(script), factory, arrays_as_tensors=arrays_as_tensors)
 
 
-def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | None = None) -> dict[str, Any]:
+def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | None = None,
+             given: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run fix code as the user would paste it into their script: with the script's globals.
 
     The code runs from a real file because onnxscript reads function source with inspect. It sees
-    `model`, `example_inputs` and `example_kwargs`; the names it defines are returned.
+    `model`, `example_inputs` and `example_kwargs`, and `given` (what earlier pasted code defined);
+    the names it defines are returned.
     """
     import torch
 
@@ -61,6 +63,7 @@ def run_code(code: str, loaded: LoadedModel | None, name: str, folder: Path | No
     scope.update(torch=torch)
     if loaded is not None:
         scope.update(model=loaded.model, example_inputs=loaded.args, example_kwargs=loaded.kwargs)
+    scope.update(given or {})
     where = folder or _private_folder()
     path = where / f"{name}_{os.getpid()}_{time.monotonic_ns()}.py"
     path.write_text(code, "utf-8")

@@ -200,11 +200,11 @@ class Runner:
         # Called with each stage's name before it runs (the worker starts OpenVINO's import there).
         self.before_stage: Callable[[str, dict[str, Any]], None] | None = None
 
-    def _run_snippet(self, code: str, name: str, loaded: Any) -> dict[str, Any]:
+    def _run_snippet(self, code: str, name: str, loaded: Any, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run a fix's code as the user would paste it into their script (and as fix.py does)."""
         from onnxdoctor.worker.fixkit import run_code
 
-        return run_code(code, loaded, name, self.workdir)
+        return run_code(code, loaded, name, self.workdir, given)
 
     def emit(self, event: dict[str, Any]) -> None:
         append_event(self.request.events_path, event)
@@ -608,19 +608,21 @@ class Runner:
             except ValueError as exc:
                 raise StageFailed(str(exc), "OD199") from None
         model_or_program: Any = loaded.model
+        built: dict[str, Any] = {}
         for step in recipe.steps:
             match step:
-                case ExportCode(code=code, program=program, translation_table=table):
+                case ExportCode(code=code, program=program, translation_table=table, nests=nests):
                     from onnxdoctor.worker.fixkit import eager_export
 
                     eager_step = recipe.first(EagerExport)
                     # A program the code captures itself (a rewrite's run_decompositions) is
                     # captured with the chain's model changes in force, as the export would be.
                     with eager_export(loaded, eager_step) if eager_step else contextlib.nullcontext():
-                        namespace = self._run_snippet(code, f"fix_{recipe.kind}", loaded)
+                        given = {program: built[program]} if nests and program in built else None
+                        namespace = self._run_snippet(code, f"fix_{recipe.kind}", loaded, given)
                     if program:
                         # The fix built an ExportedProgram itself (e.g. run_decompositions): export that.
-                        model_or_program = namespace[program]
+                        model_or_program = built[program] = namespace[program]
                     if table and dynamo and namespace.get(table):
                         kwargs["custom_translation_table"] = namespace[table]
                 case DynamicShapes(rename=rename, suggested=suggested, pack=pack, missing=missing) if dynamo:

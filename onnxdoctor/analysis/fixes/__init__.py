@@ -158,7 +158,8 @@ def chainable(first: Fix, then: Fix) -> bool:
 
     A fix adds something the chain does not already do (a cast of a second op, not the same
     cast again); two fixes that each build the exported program
-    themselves do not compose (the second would start again from the model); and a fix that
+    themselves do not compose (the second would start again from the model), unless the later one
+    wraps what the earlier built (`ExportCode.nests`, call rewrites); and a fix that
     picks the other exporter would void the earlier steps made for one exporter (export code,
     custom opsets, dynamic_shapes). Model changes, file rewrites and kernels work with either.
     """
@@ -169,8 +170,10 @@ def chainable(first: Fix, then: Fix) -> bool:
         return False
     if all(_contained(step, first.recipe) for step in then.recipe.steps):
         return False
-    builds = [r for r in (first.recipe, then.recipe) if any(c.program for c in r.all(ExportCode))]
-    return len(builds) < 2
+    # Only a wrapper that nests what an earlier step built under its name (call rewrites) composes
+    # with it; any other program would be exported in its place.
+    built = [c for r in (first.recipe, then.recipe) for c in r.all(ExportCode) if c.program]
+    return all(c.nests and c.program == built[0].program for c in built[1:])
 
 
 def _contained(step: Any, recipe: Recipe) -> bool:

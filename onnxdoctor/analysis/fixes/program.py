@@ -98,19 +98,23 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
         "input_names=loaded.settings.get('input_names')",
         "output_names=loaded.settings.get('output_names')",
     ]
+    built: set[str] = set()
     for step in recipe.steps:
         match step:
-            case steps.ExportCode(code=code, program=program, translation_table=table):
+            case steps.ExportCode(code=code, program=program, translation_table=table, nests=nests):
                 patched = recipe.first(steps.EagerExport)
+                # A wrapper of what an earlier step built under the same name (call rewrites nest).
+                given = f", None, {{{program!r}: names[{program!r}]}}" if nests and program in built else ""
                 if patched:
                     # A program the code captures is captured with the same patches as the export,
                     # as the worker checked it.
                     lines.append(f"with fixkit.eager_export(loaded, {patched!r}):")
-                    lines.append(f"    names = fixkit.run_code({_literal(code)}, loaded, 'export')")
+                    lines.append(f"    names = fixkit.run_code({_literal(code)}, loaded, 'export'{given})")
                 else:
-                    lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export')")
+                    lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export'{given})")
                 if program:
                     exported = f"names[{program!r}]"
+                    built.add(program)
                 if table:
                     options.append(f"custom_translation_table=names[{table!r}]")
             case steps.CustomOpsets(domains=domains):

@@ -192,11 +192,14 @@ def _called(ctx: FixContext, rewrites: tuple[Rewrite, ...], *, derive: bool = Fa
     if not patches:
         return None
     code = ("import math\n\nimport torch\n\n\n" + "\n\n\n".join(parts) + "\n" + _CALLS_REWRITTEN
-            + "\n\n# The calls the model makes, rewritten while it runs for the export.\n"
-            + "traced_model = CallsRewritten(model, [\n" + "".join(patches) + "])\n")
+            + "\n\n# The calls the model makes, rewritten while it runs for the export (inside the\n"
+            + "# wrapper of an earlier step's rewrites, where there is one: both apply).\n"
+            + "earlier = globals().get('traced_model')\n"
+            + "traced_model = CallsRewritten(earlier if type(earlier).__name__ == 'CallsRewritten' else model, [\n"
+            + "".join(patches) + "])\n")
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     ops = ", ".join(dict.fromkeys(r.op for r in rewrites))
-    steps: tuple[Step, ...] = (UseExporter("torchscript"), ExportCode(code, program="traced_model"))
+    steps: tuple[Step, ...] = (UseExporter("torchscript"), ExportCode(code, program="traced_model", nests=True))
     if (ctx.requested_opset or 0) > _TORCHSCRIPT_NEWEST:
         steps = (*steps, UseOpset(_TORCHSCRIPT_NEWEST))
     cost = "; ".join(f"{r.op}: {r.limits}" for r in rewrites) + (

@@ -1,0 +1,96 @@
+"""General mechanisms for failures not seen before (issue 22), written after the hundred-and-sixteenth
+and later first-seen batches (fixtures/corpus/first_seen_2026-12-09j.txt on)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from fix_programs import run_fix_program
+
+from onnxdoctor.analysis.fixes import chainable
+from onnxdoctor.model import Applicability, DiagnoseOptions, Fix
+from onnxdoctor.pipeline import diagnose
+from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
+from onnxdoctor.rewrites import find_rewrites
+
+# A least-squares fitted gain (the lstsq the dynamo exporter cannot capture), used as a diagonal
+# matrix: the TorchScript exporter, which the lstsq's call route traces with, has no symbolic for
+# aten::diag_embed either, so the first call rewrite stops there and a second must nest in it
+# (onnx#4416's MPN-COV: an SVD, then U diag(sqrt(S)) U^T).
+LSTSQ_DIAGONAL = '''import torch
+import torch.nn as nn
+
+dynamo = False
+opset_version = 17
+
+
+class Gain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.basis = nn.Parameter(torch.randn(6, 3))
+
+    def forward(self, y):
+        coef = torch.linalg.lstsq(self.basis.expand(y.shape[0], 6, 3), y.unsqueeze(-1)).solution
+        return torch.diag_embed(coef.squeeze(-1)) @ self.basis.T
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Gain().eval(), (torch.randn(2, 6),)
+'''
+
+
+def test_a_call_rewrite_that_stops_at_a_second_op_nests_that_ops_call_rewrite(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(LSTSQ_DIAGONAL, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(all_fixes=True))[0].findings[0]
+    assert (finding.code, finding.op) == ("OD202", "aten::linalg_lstsq")
+    alone = next(f for f in finding.fixes if f.recipe is not None and f.recipe.kind == "rewrite_call")
+    assert alone.check is not None and not alone.check.works and "aten::diag_embed" in alone.check.detail
+    both = next((f for f in finding.fixes if f.steps == ("rewrite", "rewrite")), None)
+    assert both is not None and both.verified is True, [(f.steps, f.kind, f.check) for f in finding.fixes]
+    # Each step wraps the model its predecessor wrapped: both rewrites apply to one traced forward.
+    assert both.snippet.count("CallsRewritten(earlier if") == 2
+    assert "torch.linalg.lstsq" in both.title and "torch.diag_embed" in both.title
+    # fix.py, run apart, nests them the same way and matches PyTorch.
+    run_fix_program(both, script, tmp_path / "fix")
+
+
+def _fix(kind: str, *steps: object) -> Fix:
+    return Fix(kind=kind, title=kind, snippet="", applicability=Applicability.SAFE, cost="",
+               recipe=Recipe(kind, tuple(steps)))
+
+
+def test_only_a_wrapper_that_nests_composes_with_another_built_program() -> None:
+    calls = _fix("rewrite_call", UseExporter("torchscript"), ExportCode("w = 1", program="traced_model", nests=True))
+    other = _fix("rewrite_call", UseExporter("torchscript"), ExportCode("w = 2", program="traced_model", nests=True))
+    program = _fix("rewrite", UseExporter("torchscript"), ExportCode("p = 3", program="program"))
+    assert chainable(calls, other)
+    # A captured program starts again from the model: it would drop the wrapper's rewrites.
+    assert not chainable(calls, program) and not chainable(program, calls)
+
+
+def test_diag_embed_rewrite_exports_with_the_torchscript_exporter_at_any_offset_and_dims(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    (entry,) = find_rewrites("aten::diag_embed")
+    scope: dict[str, Any] = {"torch": torch}
+    exec(entry.source, scope)  # noqa: S102  (the library's own source, as fix.py runs it)
+    stand_in = scope["diag_embed"]
+
+    class Embeds(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return stand_in(x), stand_in(x, 1, 0, 2), stand_in(x, -2, -1, 0), stand_in(x.unsqueeze(0), 0, 1, 3)
+
+    x = torch.tensor([[1.0, float("inf"), float("nan")], [-float("inf"), 0.0, 2.0]])
+    path = tmp_path / "embeds.onnx"
+    torch.onnx.export(Embeds(), (x,), str(path), dynamo=False, opset_version=17)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    expected = (torch.diag_embed(x), torch.diag_embed(x, 1, 0, 2), torch.diag_embed(x, -2, -1, 0),
+                torch.diag_embed(x.unsqueeze(0), 0, 1, 3))
+    for out, want in zip(got, expected, strict=True):
+        # Exact: each entry is the input's value (inf and NaN too) or zero, never 0 * inf.
+        assert torch.equal(torch.from_numpy(out).nan_to_num(7.0), want.nan_to_num(7.0)), (out, want)
