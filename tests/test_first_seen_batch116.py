@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from diagnosed import first_finding
 from fix_programs import run_fix_program
 
 from onnxdoctor.analysis.fixes import chainable
@@ -94,3 +95,90 @@ def test_diag_embed_rewrite_exports_with_the_torchscript_exporter_at_any_offset_
     for out, want in zip(got, expected, strict=True):
         # Exact: each entry is the input's value (inf and NaN too) or zero, never 0 * inf.
         assert torch.equal(torch.from_numpy(out).nan_to_num(7.0), want.nan_to_num(7.0)), (out, want)
+
+
+# A lane detector whose forward() reads the image from a batch dict (lanedet#36), and a
+# detectron2-style one reading a list of one dict per image; the example gives the tensor itself.
+BATCH_DICT = '''import torch
+import torch.nn as nn
+
+dynamo = False
+
+
+class Detector(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, batch):
+        {read}
+        return self.head(self.backbone(x).mean((2, 3)) + prior)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Detector().eval(), (torch.rand(2, 3, 8, 8), torch.rand(2, 4))
+'''
+
+
+def test_forward_reading_named_tensors_from_a_dict_gets_them_passed_as_one(tmp_path: Path) -> None:
+    read = "x, prior = batch['img'], batch['prior']"
+    finding = first_finding(tmp_path, BATCH_DICT.format(read=read), "OD108")
+    fix = next(f for f in finding.fixes if f.kind == "dict_inputs")
+    assert fix.verified is True and "one dict ('img', 'prior')" in fix.title, fix.title
+    # The exported model takes the same tensors, in the order forward() read them.
+    assert "def forward(self, img, prior):" in fix.snippet
+
+
+def test_forward_reading_a_list_of_dicts_gets_the_tensors_as_one_dict_in_a_list(tmp_path: Path) -> None:
+    read = "x = torch.stack([item['image'] for item in batch]).squeeze(0); prior = batch[0]['prior']"
+    finding = first_finding(tmp_path, BATCH_DICT.format(read=read), "OD108")
+    fix = next(f for f in finding.fixes if f.kind == "dict_inputs")
+    assert fix.verified is True and "a list of one dict ('image', 'prior')" in fix.title, fix.title
+
+
+def test_a_forward_that_raises_for_its_own_bug_gets_no_dict_or_method(tmp_path: Path) -> None:
+    # forward() reads one key, but two tensors are given: no dict answers it, and no inference method.
+    read = "x = batch['img']; prior = x.sum()"
+    finding = first_finding(tmp_path, BATCH_DICT.format(read=read), "OD108", fix=False)
+    assert not [f for f in finding.fixes if f.kind in ("dict_inputs", "entry_method")], finding.fixes
+
+
+# forward() is the training step that unpacks targets from a dict; inference() takes the image
+# (Text-Recognition-on-Cross-Domain-Datasets#6). infer_batch() is named like one but raises.
+TRAINING_FORWARD = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+dynamo = False
+
+
+class Recognizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encode = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.AdaptiveAvgPool2d((1, 6)))
+        self.classify = nn.Linear(8, 5)
+
+    def forward(self, input_dict):
+        x, targets = input_dict['images'], input_dict['targets']
+        return F.cross_entropy(self.inferrence(x).flatten(0, 1), targets.flatten())
+
+    def infer_batch(self, x):
+        raise RuntimeError("batched inference needs a tokenizer")
+
+    def inferrence(self, x):
+        return F.log_softmax(self.classify(self.encode(x).flatten(2).transpose(1, 2)), -1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Recognizer().eval(), (torch.rand(2, 3, 8, 24),)
+'''
+
+
+def test_a_forward_that_raises_at_the_example_gets_the_inference_method_that_runs(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, TRAINING_FORWARD, "OD108")
+    methods = [f for f in finding.fixes if f.kind == "entry_method"]
+    assert [f.title.split("'s ")[1].split("(")[0] for f in methods] == ["inferrence"], [f.title for f in methods]
+    assert methods[0].verified is True and "which raises with the example inputs" in methods[0].title

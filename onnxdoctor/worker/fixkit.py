@@ -35,7 +35,7 @@ from onnxdoctor.recipe import (
 
 # A quantized fix's snippet (and its fix.py) imports float_model_of from here.
 from onnxdoctor.worker.dequantize import float_model_of
-from onnxdoctor.worker.facts import forward_scopes
+from onnxdoctor.worker.facts import forward_scopes, tensor_leaves
 from onnxdoctor.worker.loader import LoadedModel, function_class, load_script
 
 
@@ -1725,6 +1725,72 @@ def entry_methods(loaded: LoadedModel) -> list[str]:
                 continue
             found.append(name)
     return found[:3]
+
+
+def working_entry_methods(loaded: LoadedModel) -> list[str]:
+    """entry_methods() that run at the example and return a tensor (where forward() itself raised:
+    a training step that unpacks targets, while inference() takes the image), at most 2."""
+    import torch
+
+    found: list[str] = []
+    for name in entry_methods(loaded):
+        with _probing(loaded) as model, contextlib.suppress(Exception), torch.no_grad():
+            if tensor_leaves(getattr(model, name)(*loaded.args, **(loaded.kwargs or {}))):
+                found.append(name)
+        if len(found) == 2:
+            break
+    return found
+
+
+class _KeyProbe(dict):
+    """A dict that answers each key forward() asks for first by the next example tensor."""
+
+    def __init__(self, tensors: list[Any]) -> None:
+        super().__init__()
+        self.left = list(tensors)
+        self.order: list[Any] = []
+
+    def __missing__(self, key: Any) -> Any:
+        if not self.left:
+            raise KeyError(key)
+        self[key] = self.left.pop(0)
+        self.order.append(key)
+        return self[key]
+
+
+def dict_input_keys(loaded: LoadedModel) -> dict[str, Any] | None:
+    """Where forward() raised at the example's tensors: the string keys it reads them by when given
+    them in one dict (lanedet's `batch['img']`), or in a list of one dict per image (detectron2's
+    batched inputs): {"keys": [...], "listed": bool}, each tensor read once and every one read."""
+    import torch
+
+    args = list(loaded.args)
+    if loaded.kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args):
+        return None
+    for listed in (False, True):
+        probe = _KeyProbe(args)
+        with _probing(loaded) as model, contextlib.suppress(Exception), torch.no_grad():
+            out = model([probe] if listed else probe)
+            if not probe.left and all(isinstance(k, str) and k.isidentifier() for k in probe.order) \
+                    and tensor_leaves(out):
+                return {"keys": probe.order, "listed": listed}
+    return None
+
+
+@contextlib.contextmanager
+def _probing(loaded: LoadedModel) -> Iterator[Any]:
+    """The model for a probing call: a copy if it is training (batch norm statistics), else the model
+    with its Python state put back after the call."""
+    import copy
+
+    if getattr(loaded.model, "training", False):
+        yield copy.deepcopy(loaded.model)
+        return
+    saved = python_state(loaded.model)
+    try:
+        yield loaded.model
+    finally:
+        saved()
 
 
 # Wrappers that hold the model as `module` and whose forward() adds nothing at inference (a

@@ -91,6 +91,7 @@ from onnxdoctor.worker.failures import (
 )
 from onnxdoctor.worker.fixkit import (
     apply_load_code,
+    dict_input_keys,
     entry_methods,
     forward_parameters,
     python_state,
@@ -98,6 +99,7 @@ from onnxdoctor.worker.fixkit import (
     submodules_taking_inputs,
     variadic_inputs,
     with_gradients,
+    working_entry_methods,
     wrapped_module,
 )
 from onnxdoctor.worker.llm_cache import cache_facts, check_decoding
@@ -472,6 +474,13 @@ class Runner:
                 # fails is the user's bug, which no submodule answers.
                 with contextlib.suppress(Exception):
                     facts["inner_modules"] = submodules_taking_inputs(loaded)
+            elif isinstance(exc, Exception) and not isinstance(exc, MemoryError):
+                # forward() raised at the example: an inference method that takes it (forward() is a
+                # training step), or the dict of named tensors forward() reads its input from.
+                with contextlib.suppress(Exception):
+                    facts["entry_methods"] = working_entry_methods(loaded)
+                with contextlib.suppress(Exception):
+                    facts["dict_inputs"] = dict_input_keys(loaded)
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
                 "OD108",

@@ -31,6 +31,7 @@ from onnxdoctor.analysis.fixes import (
     custom_op,
     decompose,
     dense_attention,
+    dict_inputs,
     distribution_checks,
     down_converted,
     dynamic_shapes,
@@ -103,6 +104,7 @@ FAMILIES = (
     fake_quantized,
     export_branch,  # the branch the user wrote for the export, replaced: after the fixes that keep it
     tuple_inputs,
+    dict_inputs,
     batch_axis,
     norm_rank,  # after batch_axis: an unbatched example reads one axis short too
     size_multiple,
