@@ -244,6 +244,51 @@ def slice_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
             and not bound.keywords]
 
 
+# Calls that take sizes (x.view(n, -1), torch.zeros(n, c)): an int() given to one directly is a size.
+_SIZE_TAKERS = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty",
+                          "zeros", "ones", "full", "empty", "unflatten", "narrow", "arange", "split", "tile"})
+
+
+def size_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
+    """The `int(x)` calls that start on `line` and are a size: the whole value assigned to a name
+    (`b_merged = int(windows.shape[0] / per_image)`) or an argument of a call that takes sizes
+    (`x.view(int(n), -1)`), not a slice bound (slice_int_calls). The TorchScript tracer records
+    int() of a traced size as the example's number; the tensor itself is a size it keeps traced."""
+    def is_int(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Call) and node.lineno == line and isinstance(node.func, ast.Name)
+                and node.func.id == "int" and len(node.args) == 1 and not node.keywords)
+
+    found: list[ast.Call] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets) and is_int(node.value):
+            found.append(node.value)  # type: ignore[arg-type]
+        elif isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called in _SIZE_TAKERS:
+                found += [a for a in node.args if is_int(a)]
+    return found
+
+
+def size_int_edit(source: str, line: int) -> tuple[str, str] | None:
+    """(the line, the line with each size `int(x)` written `torch.as_tensor(x).long()`: the same
+    number in eager code, a traced size under the tracer), or None where the line holds no such
+    call on one line."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
+    calls = outermost_right_first([c for c in size_int_calls(tree, line) if c.end_lineno == line])
+    if not calls:
+        return None
+    encoded = text.encode("utf-8")  # ast's offsets count bytes
+    edited = encoded
+    for call in calls:
+        inner = encoded[call.args[0].col_offset:call.args[0].end_col_offset]
+        edited = edited[:call.col_offset] + b"torch.as_tensor(" + inner + b").long()" + edited[call.end_col_offset:]
+    return text, edited.decode("utf-8")
+
+
 def slice_int_edit(source: str, line: int) -> tuple[str, str] | None:
     """(the line, the line with each slice bound `int(x)` written `x`), or None where the line holds
     no such bound on one line."""

@@ -249,7 +249,10 @@ class EagerExport:
     `len(tensor)` calls, run as `tensor.shape[0]`, which the TorchScript tracer keeps as a traced
     size where it records len() as the example's number; `slice_sites`: (file name, line) of
     slices bounded by `int(tensor)` (`masks[..., :int(h)]`), run with the tensor itself as the
-    bound, which the tracer keeps as a traced Slice input; `int_sizes`: a 0-d tensor given to
+    bound, which the tracer keeps as a traced Slice input; `size_sites`: (file name, line) of
+    `int(x)` calls that are a size (the value assigned to a name, an argument of view/reshape/...:
+    onnxdoctor/branches.size_int_calls), run with x as an integer tensor, a traced size;
+    `int_sizes`: a 0-d tensor given to
     torch.nn.functional where it takes an int or a tuple of ints (`F.unfold(x, k, stride=s)` with
     `s` computed from sizes, a 0-d tensor under the TorchScript tracer, which torch's argument
     parsing iterates) is read as the Python int it holds, a constant of the graph as the user's
@@ -298,6 +301,7 @@ class EagerExport:
     where_branches: tuple[tuple[str, int], ...] = ()
     len_sites: tuple[tuple[str, int], ...] = ()
     slice_sites: tuple[tuple[str, int], ...] = ()
+    size_sites: tuple[tuple[str, int], ...] = ()
     int_sizes: bool = False
     frozen_weights: bool = False
     inplace_operators: bool = False

@@ -3,14 +3,16 @@ and later first-seen batches (fixtures/corpus/first_seen_2026-12-09j.txt on)."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
 import torch
-from diagnosed import first_finding
+from diagnosed import diagnosed, first_finding
 from fix_programs import run_fix_program
 
 from onnxdoctor.analysis.fixes import chainable
+from onnxdoctor.branches import size_int_calls, size_int_edit
 from onnxdoctor.model import Applicability, DiagnoseOptions, Fix
 from onnxdoctor.pipeline import diagnose
 from onnxdoctor.recipe import ExportCode, Recipe, UseExporter
@@ -182,3 +184,66 @@ def test_a_forward_that_raises_at_the_example_gets_the_inference_method_that_run
     methods = [f for f in finding.fixes if f.kind == "entry_method"]
     assert [f.title.split("'s ")[1].split("(")[0] for f in methods] == ["inferrence"], [f.title for f in methods]
     assert methods[0].verified is True and "which raises with the example inputs" in methods[0].title
+
+
+# doctr#1966's window merge: the windows' count per image as int() of a size quotient, traced as
+# the example's number; the windows are reshaped with it, so another batch fails or mixes images.
+WINDOW_MERGE = '''import torch
+import torch.nn as nn
+
+dynamo = False
+opset_version = 17
+input_names = ["image"]
+dynamic_axes = {"image": {0: "batch"}}
+
+
+class WindowMix(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, img):
+        b, c, h, w = img.shape
+        windows = img.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 3, 5, 1).reshape(-1, 4, c)
+        windows = self.proj(windows.transpose(1, 2)).transpose(1, 2)
+        per_image = int(windows.shape[0] / (h * w / 2 / 2))
+        merged = windows.reshape(per_image, h // 2, w // 2, 2, 2, -1)
+        return merged.permute(0, 5, 1, 3, 2, 4).reshape(-1, c, h, w)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return WindowMix().eval(), (torch.rand(2, 3, 4, 6),)
+
+
+def get_inputs2():
+    return (torch.rand(4, 3, 4, 6),)
+'''
+
+
+def test_a_size_int_took_out_of_traced_sizes_is_kept_a_tensor_and_verified_at_other_batches(tmp_path: Path) -> None:
+    finding = diagnosed(tmp_path, WINDOW_MERGE).findings[0]
+    assert finding.code in ("OD802", "OD803", "OD210"), finding.code
+    fix = next(f for f in finding.fixes if f.kind == "traced_size_int")
+    assert fix.verified is True and fix.check is not None and fix.check.sizes, fix.check
+    # The user's edit keeps the number in eager code and a traced size under the tracer.
+    assert "per_image = torch.as_tensor(windows.shape[0] / (h * w / 2 / 2)).long()" in fix.snippet
+
+
+def test_size_ints_are_assignments_and_size_arguments_not_slices_or_loop_counts() -> None:
+    source = (
+        "def f(x, n):\n"
+        "    k = int(x.shape[0] / 2); y = x.view(int(n), -1)[:int(n)]\n"
+        "    for _ in range(int(n)):\n"
+        "        pass\n"
+    )
+    tree = ast.parse(source)
+    sized = size_int_calls(tree, 2)
+    assert [ast.unparse(c) for c in sized] == ["int(x.shape[0] / 2)", "int(n)"]
+    # The slice bound's int() is slice_int_calls'; range()'s count stays a Python int.
+    assert sized[1].col_offset < source.splitlines()[1].index("[:")
+    assert size_int_calls(tree, 3) == []
+    assert size_int_edit(source, 3) is None
+    _line, edited = size_int_edit(source, 2)  # type: ignore[misc]
+    assert edited == ("    k = torch.as_tensor(x.shape[0] / 2).long(); "
+                      "y = x.view(torch.as_tensor(n).long(), -1)[:int(n)]"), edited

@@ -1,6 +1,6 @@
 """Run chosen lines of the model's code rewritten while exporting: `if <tensor>:` statements as
 selections (recipe.EagerExport.where_branches), `len(tensor)` as `tensor.shape[0]`
-(recipe.EagerExport.len_sites).
+(recipe.EagerExport.len_sites), `int(size)` as the size tensor (slice_sites, size_sites).
 
 The function holding each statement is compiled again from its source with the statement
 rewritten by onnxdoctor.branches (both sides computed, each name selected), and put where the
@@ -19,7 +19,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from onnxdoctor.branches import select_branch, slice_int_calls
+from onnxdoctor.branches import select_branch, size_int_calls, slice_int_calls
 from onnxdoctor.worker.loader import LoadedModel
 
 # The name the rewritten code calls to select; bound in the function's globals while exporting.
@@ -28,6 +28,8 @@ SELECT = "__onnxdoctor_select__"
 LENGTH = "__onnxdoctor_len__"
 # The name the rewritten slice-bound int() calls call (`as_bound`).
 BOUND = "__onnxdoctor_bound__"
+# The name the rewritten size int() calls call (`as_size`).
+SIZE = "__onnxdoctor_size__"
 
 
 def select_branches(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
@@ -61,6 +63,17 @@ def slice_bounds(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: 
     _rewrite_sites(loaded, sites, undo, _slice_ints)
 
 
+def traced_sizes(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
+    """Make each size `int(x)` on the sites' lines (branches.size_int_calls) give a tensor `x` as an
+    integer tensor, truncated as int() does (which the TorchScript tracer keeps as a traced size;
+    int() it records as a number) until `undo` runs.
+
+    Raises:
+        RuntimeError: a site is not in a function the model reaches, or holds no such call.
+    """
+    _rewrite_sites(loaded, sites, undo, _size_ints)
+
+
 def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]],
                    edit: Callable[[ast.FunctionDef | ast.AsyncFunctionDef, int], bool]) -> None:
     """Each function holding a site compiled again with `edit` at its sites, installed until `undo`."""
@@ -73,7 +86,7 @@ def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo
     for (owner, attribute, function), lines in by_function.items():
         replacement = _rewritten(function, owner, lines, edit)
         _install(owner, attribute, replacement, undo)
-        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH, BOUND)])
+        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH, BOUND, SIZE)])
 
 
 def length(value: Any) -> Any:
@@ -93,6 +106,26 @@ def as_bound(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.reshape(()).to(torch.int64)
     return int(value)
+
+
+def as_size(value: Any) -> Any:
+    """`int(value)` for a size: a one-element tensor stays a tensor (int64, truncated toward zero
+    as int() truncates), which the tracer records as a traced size; anything else is int()."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        # A cast to int64 truncates toward zero, in torch and in ONNX Runtime's Cast (the
+        # TorchScript exporter has no symbolic for aten::trunc).
+        return value.reshape(()).to(torch.int64)
+    return int(value)
+
+
+def _size_ints(definition: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
+    """The size `int(...)` calls that start on `line`, made calls to SIZE."""
+    calls = size_int_calls(definition, line)
+    for call in calls:
+        call.func = ast.copy_location(ast.Name(SIZE, ast.Load()), call.func)
+    return bool(calls)
 
 
 def _slice_ints(definition: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
@@ -197,7 +230,7 @@ def _rewritten(function: types.FunctionType, owner: Any, lines: list[int],
     code = compile(module, function.__code__.co_filename, "exec")
     namespace: dict[str, Any] = {}
     globals_ = function.__globals__
-    globals_[SELECT], globals_[LENGTH], globals_[BOUND] = select, length, as_bound
+    globals_[SELECT], globals_[LENGTH], globals_[BOUND], globals_[SIZE] = select, length, as_bound, as_size
     exec(code, globals_, namespace)  # noqa: S102 (the user's own function, compiled again)
     made = vars(namespace[klass])[definition.name] if klass else namespace[definition.name]
     target = inspect.unwrap(made.__func__ if isinstance(made, (staticmethod, classmethod)) else made)

@@ -519,6 +519,10 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             from onnxdoctor.worker.branch_select import slice_bounds
 
             slice_bounds(loaded, step.slice_sites, undo)
+        if step.size_sites:
+            from onnxdoctor.worker.branch_select import traced_sizes
+
+            traced_sizes(loaded, step.size_sites, undo)
         if step.torch_symbolics:
             _registered_symbolics_aside(step.torch_symbolics, undo)
         if step.selected_modules:

@@ -13,7 +13,7 @@ from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.scripted import script_module
 from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.analysis.sources import folder_file
-from onnxdoctor.branches import edit_text, outermost_right_first, slice_int_edit
+from onnxdoctor.branches import edit_text, outermost_right_first, size_int_edit, slice_int_edit
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import EagerExport, PrefixParity, Recipe, UseExporter
 
@@ -27,7 +27,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code in ("OD802", "OD803"):
         # A list or number the trace froze is a size too (Mixtral's `hidden[top_x.tolist()]`).
         values = _tensor_values(finding, ctx)
-        return [*([values] if values else []), *_size_branches(ctx)]
+        return [*_traced_size_ints(finding, ctx), *([values] if values else []), *_size_branches(ctx)]
     where_fix = _cond_as_where(finding, ctx)
     if where_fix is not None:
         return [where_fix]
@@ -51,6 +51,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         *(_selected_modules(ctx) if finding.code == "OD210" else []),
         *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
         *_traced_slices(finding, ctx),  # slice bounds int() took out of tensors: kept tensors
+        *_traced_size_ints(finding, ctx),  # sizes int() took out of tensors: kept tensors
         *([values] if values else []),
         *([pools] if pools else []),
         *_every_candidate(finding, ctx),
@@ -335,13 +336,35 @@ def _traced_slices(finding: Finding, ctx: FixContext) -> list[Fix]:
     )]
 
 
+def _traced_size_ints(finding: Finding, ctx: FixContext) -> list[Fix]:
+    """OD210 where a size is int() of a traced size (`b_merged = int(windows.shape[0] / per_image)`,
+    doctr#1966's window merge, reshaped with it): the tracer writes the example's number and the
+    batch is frozen; the size as an integer tensor is traced. Exported with those int() calls
+    giving the tensor, truncated as int() does (branch_select.traced_sizes)."""
+    # A size the batch was frozen at shows as a traced value that differs (OD210) or as a frozen
+    # size (a Reshape that fails or differs at another batch: OD802, OD803).
+    found = _warned_edits(finding, ctx, _INT_WARNING, size_int_edit, every=False, codes=("OD210", "OD802", "OD803"))
+    if found is None:
+        return []
+    sites, snippet, named = found
+    return [Fix(
+        kind="traced_size_int",
+        title=f"Keep the sizes computed at {named} as integer tensors instead of int(), so the graph "
+              "computes them for every input",
+        snippet=snippet,
+        applicability=Applicability.SAFE,
+        cost="none: the same number (truncated as int() does), computed by the graph from the sizes",
+        recipe=Recipe("traced_size_int", (EagerExport(size_sites=sites), UseExporter("torchscript")), isolated=True),
+    )]
+
+
 def _warned_edits(finding: Finding, ctx: FixContext, warning: re.Pattern[str],
-                  edit: Callable[[str, int], tuple[str, str] | None], *, every: bool
-                  ) -> tuple[tuple[tuple[str, int], ...], str, str] | None:
-    """For an OD210: the lines the export warned about with `warning` that `edit` rewrites, the
-    user's edit of each (the line before, the line after) and the sites named; None where there is
-    none, too many, or (`every`) a warned line that `edit` cannot rewrite."""
-    if finding.code != "OD210" or not ctx.target_path:
+                  edit: Callable[[str, int], tuple[str, str] | None], *, every: bool,
+                  codes: tuple[str, ...] = ("OD210",)) -> tuple[tuple[tuple[str, int], ...], str, str] | None:
+    """For a finding of `codes`: the lines the export warned about with `warning` that `edit`
+    rewrites, the user's edit of each (the line before, the line after) and the sites named; None
+    where there is none, too many, or (`every`) a warned line that `edit` cannot rewrite."""
+    if finding.code not in codes or not ctx.target_path:
         return None
     folder = Path(ctx.target_path).parent
     sites: list[tuple[str, int]] = []
