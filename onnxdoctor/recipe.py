@@ -279,7 +279,10 @@ class EagerExport:
     and windows that reach past a slice read what eager reads; `fake_quantized`: under the
     TorchScript tracer, `torch.quantize_per_tensor`/`quantize_per_channel` give the float values
     they quantize to (QuantizeLinear/DequantizeLinear) and `dequantize` of a float tensor is that
-    tensor, so what forward() does to a quantized tensor (indexing it) runs on its values.
+    tensor, so what forward() does to a quantized tensor (indexing it) runs on its values;
+    `unbatched_pools`: under the TorchScript tracer, a pooling functional given an unbatched input
+    (max_pool2d of (C, H, W)) pools it with a batch axis of 1, which the exporter writes as an ONNX
+    pool of the rank it is for, and takes the axis off again.
     """
 
     functions: tuple[str, ...] = ()
@@ -310,6 +313,7 @@ class EagerExport:
     selected_modules: bool = False
     strided_views: bool = False
     fake_quantized: bool = False
+    unbatched_pools: bool = False
 
     def merged(self, later: EagerExport) -> EagerExport:
         """Both sets of changes in one export: a switch either turns on is on, the listed sites

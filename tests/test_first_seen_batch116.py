@@ -247,3 +247,44 @@ def test_size_ints_are_assignments_and_size_arguments_not_slices_or_loop_counts(
     _line, edited = size_int_edit(source, 2)  # type: ignore[misc]
     assert edited == ("    k = torch.as_tensor(x.shape[0] / 2).long(); "
                       "y = x.view(torch.as_tensor(n).long(), -1)[:int(n)]"), edited
+
+
+# SuperPoint's simple_nms (hloc#391): max_pool2d of the (B, H, W) score map, unbatched to torch,
+# written by the TorchScript exporter as a 2-D MaxPool on a rank-3 input.
+UNBATCHED_POOL = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.functional import avg_pool1d
+
+dynamo = False
+opset_version = 16
+
+
+class Detector(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.score = nn.Conv2d(3, 1, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=1, padding=1)
+
+    def forward(self, image):
+        scores = self.score(image)[:, 0]  # (B, H, W)
+        peaks = F.max_pool2d(scores, kernel_size=5, stride=1, padding=2)
+        # A module and a name imported from torch before: both pooled as a batch of one too.
+        smooth = avg_pool1d(self.pool(scores)[0], 3, stride=1, padding=1)
+        return scores * (scores == peaks) + smooth
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Detector().eval(), (torch.rand(2, 3, 16, 16),)
+'''
+
+
+def test_an_unbatched_pool_is_pooled_as_a_batch_of_one_for_the_tracer(tmp_path: Path) -> None:
+    script = tmp_path / "model.py"
+    script.write_text(UNBATCHED_POOL, "utf-8")
+    finding = diagnose(str(script), DiagnoseOptions(all_fixes=True))[0].findings[0]
+    assert (finding.code, finding.op) == ("OD304", "MaxPool"), (finding.code, finding.op, finding.message)
+    fix = next(f for f in finding.fixes if f.kind == "unbatched_pools")
+    assert fix.verified is True and fix.check is not None and fix.check.max_abs_diff is not None
+    assert fix.check.max_abs_diff < 1e-5 and "model.py:18" in fix.title, fix.title

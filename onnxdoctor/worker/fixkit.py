@@ -507,6 +507,8 @@ def eager_export(loaded: LoadedModel, step: EagerExport) -> Iterator[None]:
             _strided_views(loaded, undo)
         if step.fake_quantized:
             _fake_quantized(loaded, undo)
+        if step.unbatched_pools:
+            _unbatched_pools(loaded, undo)
         if step.where_branches:
             from onnxdoctor.worker.branch_select import select_branches
 
@@ -704,6 +706,37 @@ def _strided_views(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     _replace(torch.Tensor, "stride", sized_stride, loaded, undo)
     _replace(torch.Tensor, "as_strided", gathered, loaded, undo)
     _replace(torch, "as_strided", gathered_input, loaded, undo)
+
+
+# The pooling functionals that take an unbatched input ((C, L), (C, H, W), (C, D, H, W)).
+_POOLS = tuple(f"{kind}{n}d" for n in (1, 2, 3) for kind in (
+    "max_pool", "avg_pool", "lp_pool", "adaptive_max_pool", "adaptive_avg_pool", "fractional_max_pool"))
+
+
+def _unbatched_pools(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
+    """Until `undo` runs, under the TorchScript tracer, a pooling functional given an unbatched
+    input (one dim fewer than its batched form: max_pool2d of (C, H, W)) pools it with a batch
+    axis of 1 and returns the result(s) without it (recipe.EagerExport.unbatched_pools).
+
+    torch pools an unbatched input itself; the exporter writes the ONNX pool on the input as it is,
+    and ONNX's MaxPool/AveragePool read the first two dims as batch and channels, so a 2-D pool's
+    attributes do not fit the rank-3 input ("Attribute dilations has incorrect size", hloc#391)."""
+    import torch
+    import torch.nn.functional as F
+
+    for name in _POOLS:
+        original = getattr(F, name, None)
+        if original is None:
+            continue
+        rank = int(name[-2]) + 1  # max_pool2d: an unbatched input has 3 dims
+
+        def batched(input: Any, *args: Any, _original: Any = original, _rank: int = rank, **kwargs: Any) -> Any:
+            if torch._C._get_tracing_state() is None or not isinstance(input, torch.Tensor) or input.dim() != _rank:
+                return _original(input, *args, **kwargs)
+            out = _original(input.unsqueeze(0), *args, **kwargs)
+            return tuple(o.squeeze(0) for o in out) if isinstance(out, tuple) else out.squeeze(0)
+
+        _replace(F, name, batched, loaded, undo)
 
 
 def _fake_quantized(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:

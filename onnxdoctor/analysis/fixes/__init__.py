@@ -84,6 +84,7 @@ from onnxdoctor.analysis.fixes import (
     traced_sizes,
     translation,
     tuple_inputs,
+    unbatched_pools,
     unordered,
     unset_attributes,
 )
@@ -95,6 +96,7 @@ FAMILIES = (
     eval_mode, aliased_inputs, array_inputs, object_inputs, inner_module, entry_method, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, reparametrized, dynamic_shapes, distribution_checks, per_sample, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
     sized_pooling,
+    unbatched_pools,
     split_sizes, if_branches, perms, shape_annotations,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
