@@ -288,3 +288,34 @@ def test_an_unbatched_pool_is_pooled_as_a_batch_of_one_for_the_tracer(tmp_path: 
     fix = next(f for f in finding.fixes if f.kind == "unbatched_pools")
     assert fix.verified is True and fix.check is not None and fix.check.max_abs_diff is not None
     assert fix.check.max_abs_diff < 1e-5 and "model.py:18" in fix.title, fix.title
+
+
+# A traced network saved and loaded back (torch.jit.load: no Python source behind it) in an
+# nn.Sequential with an eager projection (dinohash-perceptual-hash#4): the tracer refuses to enter it.
+LOADED_IN_SEQUENTIAL = '''import io
+
+import torch
+import torch.nn as nn
+
+dynamo = False
+
+
+def _loaded():
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()).eval()
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.trace(net, torch.rand(1, 3, 8, 8)), buffer)
+    buffer.seek(0)
+    return torch.jit.load(buffer)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return nn.Sequential(_loaded(), nn.Linear(4, 2)).eval(), (torch.rand(2, 3, 8, 8),)
+'''
+
+
+def test_a_loaded_scripted_part_the_tracer_refuses_gets_the_whole_model_scripted(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, LOADED_IN_SEQUENTIAL, "OD299")
+    assert "not part of the active trace" in finding.message
+    fix = next(f for f in finding.fixes if f.kind == "scripted_whole")
+    assert fix.verified is True, fix.check

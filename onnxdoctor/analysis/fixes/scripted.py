@@ -48,7 +48,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # (A scripted model itself takes the routes below: with TorchScript off it would be
         # another class than the one diagnosed, and a ScriptModule subclass stays one the
         # exporters refuse.)
-        return [_scripting_off(ctx)] if ctx.facts_of(Stage.LOAD).get("scripted_parts") else []
+        if not ctx.facts_of(Stage.LOAD).get("scripted_parts"):
+            return []
+        return [_scripting_off(ctx), *([_scripted_whole()] if _NOT_IN_TRACE in ctx.export_error else [])]
     fixes: list[Fix] = []
     eager = facts.get("eager_class")
     gradients = bool(ctx.facts_of(Stage.LOAD).get("forward_needs_gradients"))  # the comparison must keep them on
@@ -70,6 +72,29 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         fixes.append(wrapper)
     fixes.append(_converter())
     return fixes
+
+
+# The tracer's refusal of a scripted submodule it meets while tracing (a torch.jit.load-ed
+# network in an nn.Sequential with eager layers, dinohash-perceptual-hash#4).
+_NOT_IN_TRACE = "but it is not part of the active trace"
+
+SCRIPT_WHOLE = "model = torch.jit.script(model)  # one ScriptModule: its scripted parts are called, not traced\n"
+
+
+def _scripted_whole() -> Fix:
+    """The whole model scripted, for the TorchScript exporter, which exports a ScriptModule: a
+    scripted part the tracer cannot enter (loaded with torch.jit.load, so PYTORCH_JIT=0 has no
+    Python to give back) is then called from scripted code instead of traced."""
+    return Fix(
+        kind="scripted_whole",
+        title="Script the whole model (torch.jit.script) so its scripted parts are called from scripted code, "
+              "not traced; the TorchScript exporter exports a ScriptModule",
+        snippet=SCRIPT_WHOLE + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n",
+        applicability=Applicability.UNSAFE,
+        cost=("forward() and its eager submodules must be scriptable (type annotations, no unsupported Python); "
+              "the TorchScript exporter is deprecated"),
+        recipe=Recipe("scripted_whole", (LoadCode(SCRIPT_WHOLE), UseExporter("torchscript")), isolated=True),
+    )
 
 
 SCRIPTING_OFF = """\
