@@ -4,6 +4,7 @@ and later first-seen batches (fixtures/corpus/first_seen_2026-12-09j.txt on)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +320,45 @@ def test_a_loaded_scripted_part_the_tracer_refuses_gets_the_whole_model_scripted
     assert "not part of the active trace" in finding.message
     fix = next(f for f in finding.fixes if f.kind == "scripted_whole")
     assert fix.verified is True, fix.check
+
+
+# A binary-code head reading float32 bits as int32 (pytorch#116443): the TorchScript tracer's alias
+# analysis has no op for Tensor.view(dtype) and says so without naming the overload.
+VIEW_DTYPE_TRACED = '''import torch
+import torch.nn as nn
+
+dynamo = False
+opset_version = 17
+
+
+class Codes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 16)
+
+    def forward(self, x):
+        emb = self.proj(x)
+        bits = (emb.view(torch.int32) & -2147483648) | 1065353216
+        return bits.view(torch.float32), emb
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Codes().eval(), (torch.randn(2, 8),)
+'''
+
+
+def test_the_tracers_dtype_view_assert_gets_the_bit_cast_rewrite(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, VIEW_DTYPE_TRACED, "OD299")
+    assert finding.op == "aten::view"
+    fix = next(f for f in finding.fixes if f.kind == "rewrite")
+    assert fix.verified is True and fix.check is not None and fix.check.max_abs_diff is not None
+    assert fix.check.max_abs_diff < 1e-6
+
+
+def test_a_shape_view_the_tracer_refuses_is_not_taken_for_a_dtype_view() -> None:
+    (entry,) = [r for r in find_rewrites("aten::view") if r.op == "aten::view.dtype"]
+    shape_view = ("We don't have an op for aten::view but it isn't a special case.  Argument types: Tensor, "
+                  "int[], ")
+    dtype_view = "We don't have an op for aten::view but it isn't a special case.  Argument types: Tensor, int, "
+    assert re.search(entry.when, dtype_view) and not re.search(entry.when, shape_view)

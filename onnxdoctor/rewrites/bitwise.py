@@ -173,7 +173,9 @@ REWRITES = (
         "the canonical quiet NaN 0x7FC00000, and a NaN pattern's payload is not kept)",
         limits="float32 <-> int32 only (other pairs, and views that change the last dim's size, stay as "
         "they are); about 30 ONNX nodes per view",
-        when=r"overload='dtype'|view\.dtype|\.view\(torch\.(?:int32|float32)\)",
+        # The TorchScript tracer's alias analysis names no overload: a dtype is its int argument.
+        when=r"overload='dtype'|view\.dtype|\.view\(torch\.(?:int32|float32)\)"
+        r"|op for aten::view but it isn't a special case\.\s+Argument types: Tensor, int,",
     ),
     Rewrite(
         # One entry for the whole family: code that masks usually shifts too (4-bit unpacking), and
