@@ -362,3 +362,44 @@ def test_a_shape_view_the_tracer_refuses_is_not_taken_for_a_dtype_view() -> None
                   "int[], ")
     dtype_view = "We don't have an op for aten::view but it isn't a special case.  Argument types: Tensor, int, "
     assert re.search(entry.when, dtype_view) and not re.search(entry.when, shape_view)
+
+
+# An inpainting UNet whose first conv takes latents, mask and masked image (9 channels), given a
+# 4-channel latent by the export script (Stable-Diffusion-WebUI-TensorRT#210).
+NINE_CHANNEL_UNET = '''import torch
+import torch.nn as nn
+
+dynamo = False
+
+
+class InpaintUNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_in = nn.Conv2d(9, 8, 3, padding=1)
+        self.time = nn.Linear(1, 8)
+        self.conv_out = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, sample, timestep):
+        h = self.conv_in(sample) + self.time(timestep[:, None])[:, :, None, None]
+        return self.conv_out(torch.relu(h))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return InpaintUNet().eval(), (torch.randn(2, 4, 8, 8), torch.tensor([1.0, 2.0]))
+'''
+
+
+def test_an_example_with_fewer_channels_than_the_conv_takes_gets_them(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, NINE_CHANNEL_UNET, "OD108")
+    fix = next(f for f in finding.fixes if f.kind == "example_channels")
+    assert fix.verified is True and "the 9 channels" in fix.title and "it has 4" in fix.title, fix.title
+
+
+def test_a_channel_error_about_an_intermediate_value_changes_no_example(tmp_path: Path) -> None:
+    # The conv that refuses is fed by another layer: no example tensor has its input's shape.
+    source = NINE_CHANNEL_UNET.replace("self.conv_in(sample)", "self.conv_in(torch.cat([sample, sample], 1))")
+    source = source.replace("torch.randn(2, 4, 8, 8)", "torch.randn(2, 3, 8, 8)")
+    finding = first_finding(tmp_path, source, "OD108", fix=False)
+    assert "to have 9 channels, but got 6" in finding.message
+    assert not [f for f in finding.fixes if f.kind == "example_channels"]

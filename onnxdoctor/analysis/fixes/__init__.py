@@ -37,6 +37,7 @@ from onnxdoctor.analysis.fixes import (
     dynamic_shapes,
     entry_method,
     eval_mode,
+    example_channels,
     export_args,
     export_branch,
     exporter,
@@ -108,6 +109,7 @@ FAMILIES = (
     tuple_inputs,
     dict_inputs,
     batch_axis,
+    example_channels,
     norm_rank,  # after batch_axis: an unbatched example reads one axis short too
     size_multiple,
     unset_attributes,
