@@ -251,7 +251,8 @@ _SIZE_TAKERS = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "n
 
 def size_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
     """The `int(x)` calls that start on `line` and are a size: the whole value assigned to a name
-    (`b_merged = int(windows.shape[0] / per_image)`) or an argument of a call that takes sizes
+    (`b_merged = int(windows.shape[0] / per_image)`) or returned (a helper computing a size for its
+    caller), or an argument of a call that takes sizes
     (`x.view(int(n), -1)`), not a slice bound (slice_int_calls). The TorchScript tracer records
     int() of a traced size as the example's number; the tensor itself is a size it keeps traced."""
     def is_int(node: ast.AST) -> bool:
@@ -262,6 +263,8 @@ def size_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets) and is_int(node.value):
             found.append(node.value)  # type: ignore[arg-type]
+        elif isinstance(node, ast.Return) and node.value is not None and is_int(node.value):
+            found.append(node.value)  # type: ignore[arg-type]  (a helper computing a size for its caller)
         elif isinstance(node, ast.Call):
             called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if called in _SIZE_TAKERS:

@@ -403,3 +403,16 @@ def test_a_channel_error_about_an_intermediate_value_changes_no_example(tmp_path
     finding = first_finding(tmp_path, source, "OD108", fix=False)
     assert "to have 9 channels, but got 6" in finding.message
     assert not [f for f in finding.fixes if f.kind == "example_channels"]
+
+
+def test_a_size_int_in_a_module_level_function_is_kept_a_tensor_too(tmp_path: Path) -> None:
+    # ESPnet's make_pad_mask is a module-level function (espnet_onnx#95): its owner is the script's
+    # globals, a dict, which the compile-again route must key by identity.
+    source = WINDOW_MERGE.replace(
+        "class WindowMix(nn.Module):",
+        "def per_image_count(windows, h, w):\n    return int(windows.shape[0] / (h * w / 2 / 2))\n\n\nclass WindowMix(nn.Module):",
+    ).replace("per_image = int(windows.shape[0] / (h * w / 2 / 2))", "per_image = per_image_count(windows, h, w)")
+    finding = diagnosed(tmp_path, source).findings[0]
+    fix = next(f for f in finding.fixes if f.kind == "traced_size_int")
+    assert fix.verified is True, fix.check
+    assert "return torch.as_tensor(windows.shape[0] / (h * w / 2 / 2)).long()" in fix.snippet

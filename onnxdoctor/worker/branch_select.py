@@ -77,13 +77,14 @@ def traced_sizes(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: 
 def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]],
                    edit: Callable[[ast.FunctionDef | ast.AsyncFunctionDef, int], bool]) -> None:
     """Each function holding a site compiled again with `edit` at its sites, installed until `undo`."""
-    by_function: dict[Any, list[int]] = {}
+    # Keyed by the owner's identity: a module-level function's owner is the script's globals, a dict.
+    by_function: dict[tuple[int, str], tuple[tuple[Any, str, types.FunctionType], list[int]]] = {}
     for name, line in sites:
         found = _function_at(loaded, name, int(line))
         if found is None:
             raise RuntimeError(f"no function of the model holds line {name}:{line}")
-        by_function.setdefault(found, []).append(int(line))
-    for (owner, attribute, function), lines in by_function.items():
+        by_function.setdefault((id(found[0]), found[1]), (found, []))[1].append(int(line))
+    for (owner, attribute, function), lines in by_function.values():
         replacement = _rewritten(function, owner, lines, edit)
         _install(owner, attribute, replacement, undo)
         undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH, BOUND, SIZE)])
