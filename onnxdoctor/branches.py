@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -276,36 +277,30 @@ def size_int_edit(source: str, line: int) -> tuple[str, str] | None:
     """(the line, the line with each size `int(x)` written `torch.as_tensor(x).long()`: the same
     number in eager code, a traced size under the tracer), or None where the line holds no such
     call on one line."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
-    calls = outermost_right_first([c for c in size_int_calls(tree, line) if c.end_lineno == line])
-    if not calls:
-        return None
-    encoded = text.encode("utf-8")  # ast's offsets count bytes
-    edited = encoded
-    for call in calls:
-        inner = encoded[call.args[0].col_offset:call.args[0].end_col_offset]
-        edited = edited[:call.col_offset] + b"torch.as_tensor(" + inner + b").long()" + edited[call.end_col_offset:]
-    return text, edited.decode("utf-8")
+    return _int_calls_rewritten(source, line, size_int_calls, b"torch.as_tensor(", b").long()")
 
 
 def slice_int_edit(source: str, line: int) -> tuple[str, str] | None:
     """(the line, the line with each slice bound `int(x)` written `x`), or None where the line holds
     no such bound on one line."""
+    return _int_calls_rewritten(source, line, slice_int_calls, b"", b"")
+
+
+def _int_calls_rewritten(source: str, line: int, calls_of: Callable[[ast.AST, int], list[ast.Call]],
+                         before: bytes, after: bytes) -> tuple[str, str] | None:
+    """(the line, the line with each `int(x)` call `calls_of` finds on it written `before x after`),
+    or None where it finds none that ends on the line."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
     text = source.splitlines()[line - 1] if 0 < line <= len(source.splitlines()) else ""
-    calls = outermost_right_first([c for c in slice_int_calls(tree, line) if c.end_lineno == line])
+    calls = outermost_right_first([c for c in calls_of(tree, line) if c.end_lineno == line])
     if not calls:
         return None
     encoded = text.encode("utf-8")  # ast's offsets count bytes
     edited = encoded
     for call in calls:
         inner = encoded[call.args[0].col_offset:call.args[0].end_col_offset]
-        edited = edited[:call.col_offset] + inner + edited[call.end_col_offset:]
+        edited = edited[:call.col_offset] + before + inner + after + edited[call.end_col_offset:]
     return text, edited.decode("utf-8")
