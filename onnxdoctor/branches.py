@@ -246,8 +246,9 @@ def slice_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
 
 
 # Calls that take sizes (x.view(n, -1), torch.zeros(n, c)): an int() given to one directly is a size.
+# (Not split: Tensor.split takes int() of its size itself.)
 _SIZE_TAKERS = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_full", "new_empty",
-                          "zeros", "ones", "full", "empty", "unflatten", "narrow", "arange", "split", "tile"})
+                          "zeros", "ones", "full", "empty", "unflatten", "narrow", "arange", "tile"})
 
 
 def size_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
@@ -274,10 +275,10 @@ def size_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
 
 
 def size_int_edit(source: str, line: int) -> tuple[str, str] | None:
-    """(the line, the line with each size `int(x)` written `torch.as_tensor(x).long()`: the same
-    number in eager code, a traced size under the tracer), or None where the line holds no such
-    call on one line."""
-    return _int_calls_rewritten(source, line, size_int_calls, b"torch.as_tensor(", b").long()")
+    """(the line, the line with each size `int(x)` written `torch.as_tensor(x, dtype=torch.float64).long()`:
+    int()'s number in eager code (float64, as Python computes x; float32 would round 90 * 0.7 up
+    to 63), a traced size under the tracer), or None where the line holds no such call on one line."""
+    return _int_calls_rewritten(source, line, size_int_calls, b"torch.as_tensor(", b", dtype=torch.float64).long()")
 
 
 def slice_int_edit(source: str, line: int) -> tuple[str, str] | None:

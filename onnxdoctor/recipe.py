@@ -250,7 +250,7 @@ class EagerExport:
     size where it records len() as the example's number; `slice_sites`: (file name, line) of
     slices bounded by `int(tensor)` (`masks[..., :int(h)]`), run with the tensor itself as the
     bound, which the tracer keeps as a traced Slice input; `size_sites`: (file name, line) of
-    `int(x)` calls that are a size (the value assigned to a name, an argument of view/reshape/...:
+    `int(x)` calls that are a size (the value assigned to a name or returned, an argument of view/reshape/...:
     onnxdoctor/branches.size_int_calls), run with x as an integer tensor, a traced size;
     `int_sizes`: a 0-d tensor given to
     torch.nn.functional where it takes an int or a tuple of ints (`F.unfold(x, k, stride=s)` with

@@ -130,6 +130,8 @@ def test_forward_reading_named_tensors_from_a_dict_gets_them_passed_as_one(tmp_p
     finding = first_finding(tmp_path, BATCH_DICT.format(read=read), "OD108")
     fix = next(f for f in finding.fixes if f.kind == "dict_inputs")
     assert fix.verified is True and "one dict ('img', 'prior')" in fix.title, fix.title
+    # Which tensor goes with which key follows the order forward() reads them: the user checks.
+    assert fix.applicability is Applicability.UNSAFE
     # The exported model takes the same tensors, in the order forward() read them.
     assert "def forward(self, img, prior):" in fix.snippet
 
@@ -149,7 +151,8 @@ def test_a_forward_that_raises_for_its_own_bug_gets_no_dict_or_method(tmp_path: 
 
 
 # forward() is the training step that unpacks targets from a dict; inference() takes the image
-# (Text-Recognition-on-Cross-Domain-Datasets#6). infer_batch() is named like one but raises.
+# (Text-Recognition-on-Cross-Domain-Datasets#6). infer_batch() is named like one but raises, and
+# forward_features() is a part of forward(), not the model's inference path.
 TRAINING_FORWARD = '''import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -165,7 +168,11 @@ class Recognizer(nn.Module):
 
     def forward(self, input_dict):
         x, targets = input_dict['images'], input_dict['targets']
-        return F.cross_entropy(self.inferrence(x).flatten(0, 1), targets.flatten())
+        logits = self.classify(self.forward_features(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def forward_features(self, x):
+        return self.encode(x).flatten(2).transpose(1, 2)
 
     def infer_batch(self, x):
         raise RuntimeError("batched inference needs a tokenizer")
@@ -228,7 +235,7 @@ def test_a_size_int_took_out_of_traced_sizes_is_kept_a_tensor_and_verified_at_ot
     fix = next(f for f in finding.fixes if f.kind == "traced_size_int")
     assert fix.verified is True and fix.check is not None and fix.check.sizes, fix.check
     # The user's edit keeps the number in eager code and a traced size under the tracer.
-    assert "per_image = torch.as_tensor(windows.shape[0] / (h * w / 2 / 2)).long()" in fix.snippet
+    assert "per_image = torch.as_tensor(windows.shape[0] / (h * w / 2 / 2), dtype=torch.float64).long()" in fix.snippet
 
 
 def test_size_ints_are_assignments_and_size_arguments_not_slices_or_loop_counts() -> None:
@@ -246,8 +253,10 @@ def test_size_ints_are_assignments_and_size_arguments_not_slices_or_loop_counts(
     assert size_int_calls(tree, 3) == []
     assert size_int_edit(source, 3) is None
     _line, edited = size_int_edit(source, 2)  # type: ignore[misc]
-    assert edited == ("    k = torch.as_tensor(x.shape[0] / 2).long(); "
-                      "y = x.view(torch.as_tensor(n).long(), -1)[:int(n)]"), edited
+    assert edited == ("    k = torch.as_tensor(x.shape[0] / 2, dtype=torch.float64).long(); "
+                      "y = x.view(torch.as_tensor(n, dtype=torch.float64).long(), -1)[:int(n)]"), edited
+    # float64 as Python computes it: float32 would round 90 * 0.7 (62.99...) up to 63.
+    assert int(torch.as_tensor(90 * 0.7, dtype=torch.float64).long()) == int(90 * 0.7) == 62
 
 
 # SuperPoint's simple_nms (hloc#391): max_pool2d of the (B, H, W) score map, unbatched to torch,
@@ -415,4 +424,4 @@ def test_a_size_int_in_a_module_level_function_is_kept_a_tensor_too(tmp_path: Pa
     finding = diagnosed(tmp_path, source).findings[0]
     fix = next(f for f in finding.fixes if f.kind == "traced_size_int")
     assert fix.verified is True, fix.check
-    assert "return torch.as_tensor(windows.shape[0] / (h * w / 2 / 2)).long()" in fix.snippet
+    assert "return torch.as_tensor(windows.shape[0] / (h * w / 2 / 2), dtype=torch.float64).long()" in fix.snippet

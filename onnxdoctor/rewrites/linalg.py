@@ -305,9 +305,13 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     size = n + abs(offset)
     rows = torch.arange(size, device=input.device)
     on_diagonal = (rows[None, :] - rows[:, None]) == offset
-    # Row r of the diagonal holds value r - max(-offset, 0); rows past the values are masked off.
-    values = input.index_select(-1, (rows - max(-offset, 0)).clamp(0, max(n - 1, 0)))
-    out = torch.where(on_diagonal, values.unsqueeze(-1), torch.zeros((), dtype=input.dtype, device=input.device))
+    zero = torch.zeros((), dtype=input.dtype, device=input.device)
+    if n == 0:  # no values: a matrix of zeros, |offset| square
+        out = zero.expand(*input.shape[:-1], size, size).clone()
+    else:
+        # Row r of the diagonal holds value r - max(-offset, 0); rows past the values are masked off.
+        values = input.index_select(-1, (rows - max(-offset, 0)).clamp(0, n - 1))
+        out = torch.where(on_diagonal, values.unsqueeze(-1), zero)
     # The two new dims move from the end to dim1, dim2 (a permutation with non-negative entries:
     # the TorchScript exporter writes movedim's negative dims into Transpose as they are).
     rank = out.dim()

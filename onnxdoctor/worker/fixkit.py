@@ -1767,10 +1767,20 @@ def entry_methods(loaded: LoadedModel) -> list[str]:
 def working_entry_methods(loaded: LoadedModel) -> list[str]:
     """entry_methods() that run at the example and return a tensor (where forward() itself raised:
     a training step that unpacks targets, while inference() takes the image), at most 2."""
+    import inspect
+
     import torch
 
+    try:
+        called = set(re.findall(r"\.(\w+)\(", inspect.getsource(type(loaded.model).forward)))
+    except (OSError, TypeError):
+        called = set()
     found: list[str] = []
     for name in entry_methods(loaded):
+        # A method forward() calls is a part of it (timm's forward_features), not the model's
+        # inference path; a sampler or generator may loop a thousand steps: neither is called here.
+        if name in called or name.startswith(("sample", "generate")):
+            continue
         with _probing(loaded) as model, contextlib.suppress(Exception), torch.no_grad():
             if tensor_leaves(getattr(model, name)(*loaded.args, **(loaded.kwargs or {}))):
                 found.append(name)
@@ -1808,10 +1818,16 @@ def dict_input_keys(loaded: LoadedModel) -> dict[str, Any] | None:
         probe = _KeyProbe(args)
         with _probing(loaded) as model, contextlib.suppress(Exception), torch.no_grad():
             out = model([probe] if listed else probe)
-            if not probe.left and all(isinstance(k, str) and k.isidentifier() for k in probe.order) \
-                    and tensor_leaves(out):
+            if not probe.left and all(_parameter_name(k) for k in probe.order) and tensor_leaves(out):
                 return {"keys": probe.order, "listed": listed}
     return None
+
+
+def _parameter_name(key: Any) -> bool:
+    """Whether a key can name a parameter of the generated wrapper's forward()."""
+    import keyword
+
+    return isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key) and key != "self"
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         *(_selected_modules(ctx) if finding.code == "OD210" else []),
         *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
         *_traced_slices(finding, ctx),  # slice bounds int() took out of tensors: kept tensors
-        *_traced_size_ints(finding, ctx),  # sizes int() took out of tensors: kept tensors
+        *_traced_size_ints(finding, ctx),  # a size the batch was frozen at, computed by the graph instead
         *([values] if values else []),
         *([pools] if pools else []),
         *_every_candidate(finding, ctx),
@@ -337,10 +337,11 @@ def _traced_slices(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 
 def _traced_size_ints(finding: Finding, ctx: FixContext) -> list[Fix]:
-    """OD210 where a size is int() of a traced size (`b_merged = int(windows.shape[0] / per_image)`,
-    doctr#1966's window merge, reshaped with it): the tracer writes the example's number and the
-    batch is frozen; the size as an integer tensor is traced. Exported with those int() calls
-    giving the tensor, truncated as int() does (branch_select.traced_sizes)."""
+    """OD210, or the frozen size it leaves (OD802, OD803), where a size is int() of a traced size
+    (`b_merged = int(windows.shape[0] / per_image)`, doctr#1966's window merge, reshaped with it):
+    the tracer writes the example's number and the batch is frozen; the size as an integer tensor
+    is traced. Exported with those int() calls giving the tensor, truncated as int() does
+    (branch_select.traced_sizes)."""
     # A size the batch was frozen at shows as a traced value that differs (OD210) or as a frozen
     # size (a Reshape that fails or differs at another batch: OD802, OD803).
     found = _warned_edits(finding, ctx, _INT_WARNING, size_int_edit, every=False, codes=("OD210", "OD802", "OD803"))
@@ -353,7 +354,9 @@ def _traced_size_ints(finding: Finding, ctx: FixContext) -> list[Fix]:
               "computes them for every input",
         snippet=snippet,
         applicability=Applicability.SAFE,
-        cost="none: the same number (truncated as int() does), computed by the graph from the sizes",
+        cost=("the graph computes the size from the input's sizes, truncated as int() does; arithmetic on "
+              "traced sizes with Python floats runs in float32 there, so a quotient within rounding of an "
+              "integer can come out one off: checked at the other sizes"),
         recipe=Recipe("traced_size_int", (EagerExport(size_sites=sites), UseExporter("torchscript")), isolated=True),
     )]
 

@@ -12,6 +12,8 @@ passing forward() that dict; the export's inputs are the same tensors, in the sa
 
 from __future__ import annotations
 
+import keyword
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe
@@ -42,7 +44,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     found = ctx.facts_of(Stage.LOAD).get("dict_inputs")
     if ctx.target_kind != "script" or not isinstance(found, dict) or not found.get("keys"):
         return []
-    keys = [str(k) for k in found["keys"] if str(k).isidentifier()]
+    keys = [str(k) for k in found["keys"] if str(k).isidentifier() and not keyword.iskeyword(str(k)) and k != "self"]
     if len(keys) != len(found["keys"]):
         return []
     listed = bool(found.get("listed"))
@@ -54,8 +56,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         kind="dict_inputs",
         title=f"Pass the example to forward() as {what} ({named}), which it reads its input{'s' if len(keys) > 1 else ''} from",
         snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
-        applicability=Applicability.SAFE,
-        cost=f"the ONNX model takes the tensors {named} in that order; other keys forward() reads "
-             "only in other branches are not given",
+        # One key is what forward() reads; with several, which tensor goes with which key follows the
+        # order forward() reads them in, and the check (through the same wrapper) cannot tell.
+        applicability=Applicability.SAFE if len(keys) == 1 else Applicability.UNSAFE,
+        cost=f"the ONNX model takes the tensors {named} in that order"
+             + ("" if len(keys) == 1 else ", matched to the example's tensors in the order forward() reads the keys: "
+                "check each is the one you meant")
+             + "; other keys forward() reads only in other branches are not given",
         recipe=Recipe("dict_inputs", (LoadCode(code),), isolated=True),
     )]

@@ -23,12 +23,12 @@ CODES = ("OD108",)
 # torch's convolution check: the input's shape and the channel count the weight expects.
 _CHANNELS = re.compile(r"expected input\[(?P<shape>[\d, ]+)\] to have (?P<want>\d+) channels, but got (?P<got>\d+)")
 
-_RESHAPED = '''# The example's input {index} given the {want} channels the layer's weights expect (its own
+_RESHAPED = '''# The example's {shape} input given the {want} channels the layer's weights expect (its own
 # {got} channels taken in turn): forward() reads {want}.
-example_inputs = list(example_inputs)
-example_inputs[{index}] = example_inputs[{index}].index_select(
-    1, torch.arange({want}, device=example_inputs[{index}].device) % example_inputs[{index}].shape[1])
-example_inputs = tuple(example_inputs)
+example_inputs = tuple(
+    x.index_select(1, torch.arange({want}, device=x.device) % {got})
+    if isinstance(x, torch.Tensor) and list(x.shape) == {shape} else x
+    for x in example_inputs)
 '''
 
 
@@ -39,20 +39,21 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if ctx.target_kind != "script" or match is None:
         return []
     shape = [int(d) for d in match["shape"].split(",") if d.strip()]
-    # Only a positional tensor input of exactly the conv's input shape (not an intermediate value
-    # that happens to share the channel count).
+    # Only where one example tensor has exactly the conv's input shape (not an intermediate value
+    # that happens to share the channel count); the code finds it among the positional inputs by
+    # that shape.
     positions = [n for n, i in enumerate(inputs) if isinstance(i, dict) and list(i.get("shape") or ()) == shape]
     if len(positions) != 1 or len(shape) < 2:
         return []
-    index, want, got = positions[0], int(match["want"]), int(match["got"])
-    code = "import torch\n\n" + _RESHAPED.format(index=index, want=want, got=got)
+    want, got = int(match["want"]), int(match["got"])
+    code = "import torch\n\n" + _RESHAPED.format(shape=shape, want=want, got=got)
     return [Fix(
         kind="example_channels",
-        title=f"Give example input {index} the {want} channels the layer's weights expect (it has {got}): "
-              "the model is built for them",
+        title=f"Give the example's {tuple(shape)} input the {want} channels the layer's weights expect (it has "
+              f"{got}): the model is built for them",
         snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx')\n",
         applicability=Applicability.UNSAFE,
-        cost=f"this is the example changed, not the model: the ONNX model takes {want} channels in input "
-             f"{index}, as the model's weights do; build the real input with them",
+        cost=f"this is the example changed, not the model: the ONNX model takes {want} channels in that input, "
+             "as the model's weights do; build the real input with them",
         recipe=Recipe("example_channels", (LoadCode(code),), isolated=True),
     )]

@@ -103,8 +103,10 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
         match step:
             case steps.ExportCode(code=code, program=program, translation_table=table, nests=nests):
                 patched = recipe.first(steps.EagerExport)
-                # A wrapper of what an earlier step built under the same name (call rewrites nest).
-                given = f", None, {{{program!r}: names[{program!r}]}}" if nests and program in built else ""
+                # A wrapper of what an earlier step built under the same name (call rewrites nest):
+                # kept in a variable of its own, since a step between them rebinds `names`.
+                kept = f"built_{program}"
+                given = f", None, {{{program!r}: {kept}}}" if nests and program in built else ""
                 if patched:
                     # A program the code captures is captured with the same patches as the export,
                     # as the worker checked it.
@@ -113,7 +115,8 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
                 else:
                     lines.append(f"names = fixkit.run_code({_literal(code)}, loaded, 'export'{given})")
                 if program:
-                    exported = f"names[{program!r}]"
+                    lines.append(f"{kept} = names[{program!r}]")
+                    exported = kept
                     built.add(program)
                 if table:
                     options.append(f"custom_translation_table=names[{table!r}]")

@@ -194,7 +194,7 @@ def _called(ctx: FixContext, rewrites: tuple[Rewrite, ...], *, derive: bool = Fa
     code = ("import math\n\nimport torch\n\n\n" + "\n\n\n".join(parts) + "\n" + _CALLS_REWRITTEN
             + "\n\n# The calls the model makes, rewritten while it runs for the export (inside the\n"
             + "# wrapper of an earlier step's rewrites, where there is one: both apply).\n"
-            + "earlier = globals().get('traced_model')\n"
+            + "try:\n    earlier = traced_model\nexcept NameError:\n    earlier = None\n"
             + "traced_model = CallsRewritten(earlier if type(earlier).__name__ == 'CallsRewritten' else model, [\n"
             + "".join(patches) + "])\n")
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)

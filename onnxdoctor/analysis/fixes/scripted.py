@@ -78,7 +78,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 # network in an nn.Sequential with eager layers, dinohash-perceptual-hash#4).
 _NOT_IN_TRACE = "but it is not part of the active trace"
 
-SCRIPT_WHOLE = "model = torch.jit.script(model)  # one ScriptModule: its scripted parts are called, not traced\n"
+SCRIPT_WHOLE = "scripted = torch.jit.script(model)  # one ScriptModule: its scripted parts are called, not traced\n"
 
 
 def _scripted_whole() -> Fix:
@@ -89,11 +89,13 @@ def _scripted_whole() -> Fix:
         kind="scripted_whole",
         title="Script the whole model (torch.jit.script) so its scripted parts are called from scripted code, "
               "not traced; the TorchScript exporter exports a ScriptModule",
-        snippet=SCRIPT_WHOLE + "torch.onnx.export(model, example_inputs, 'model.onnx', dynamo=False)\n",
+        snippet=SCRIPT_WHOLE + "torch.onnx.export(scripted, example_inputs, 'model.onnx', dynamo=False)\n",
         applicability=Applicability.UNSAFE,
         cost=("forward() and its eager submodules must be scriptable (type annotations, no unsupported Python); "
               "the TorchScript exporter is deprecated"),
-        recipe=Recipe("scripted_whole", (LoadCode(SCRIPT_WHOLE), UseExporter("torchscript")), isolated=True),
+        # Exported in place of the model, which stays PyTorch's reference (scripting is what is checked).
+        recipe=Recipe("scripted_whole", (ExportCode(SCRIPT_WHOLE, program="scripted"), UseExporter("torchscript")),
+                      isolated=True),
     )
 
 

@@ -11,6 +11,8 @@ pools with a batch axis of 1 while the tracer runs and takes it off again
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.dynamic_shapes import torchscript_steps
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
@@ -18,7 +20,10 @@ from onnxdoctor.recipe import EagerExport, Recipe
 
 CODES = ("OD303", "OD304", "OD501")
 
-_POOL_OPS = frozenset({"MaxPool", "AveragePool", "LpPool"})
+# Each ONNX pool and the functional the snippet shows for it.
+_POOL_OPS = {"MaxPool": "max_pool2d", "AveragePool": "avg_pool2d", "LpPool": "lp_pool2d"}
+# What shape inference or the runtime says when a pool's attributes do not fit its input's rank.
+_RANK = re.compile(r"incorrect size|[Rr]ank|kernel_shape|dimensions? (?:mismatch|do not match)")
 
 _SNIPPET = """\
 # An unbatched input ((C, H, W) for a 2-D pool) is written as an ONNX pool on that rank, which reads
@@ -31,7 +36,7 @@ peaks = F.max_pool2d(scores.unsqueeze(0), kernel_size=9, stride=1, padding=4).sq
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The TorchScript export with each unbatched pool pooled as a batch of one."""
     if ctx.target_kind != "script" or finding.op not in _POOL_OPS or finding.stage not in (
-            Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN):
+            Stage.CHECK, Stage.ORT_LOAD, Stage.ORT_RUN) or not _RANK.search(finding.message):
         return []
     where = f" ({finding.source})" if finding.source else ""
     return [Fix(
@@ -48,4 +53,4 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 def _functional(finding: Finding) -> str:
     """The functional the finding's pool came from, by its torch op where known (max_pool2d)."""
     op = (finding.torch_op or "").split("::")[-1]
-    return op if op.endswith(("pool1d", "pool2d", "pool3d")) else "max_pool2d"
+    return op if op.endswith(("pool1d", "pool2d", "pool3d")) else _POOL_OPS.get(finding.op or "", "max_pool2d")
