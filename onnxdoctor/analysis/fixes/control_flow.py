@@ -27,7 +27,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if finding.code in ("OD802", "OD803"):
         # A list or number the trace froze is a size too (Mixtral's `hidden[top_x.tolist()]`).
         values = _tensor_values(finding, ctx)
-        return [*_traced_size_ints(finding, ctx), *([values] if values else []), *_size_branches(ctx)]
+        # A size int() took out of a traced size after the value route, which covers data values too
+        # (`int(lengths.max())`): tried first, as before, within a small check budget.
+        return [*([values] if values else []), *_traced_size_ints(finding, ctx), *_size_branches(ctx)]
     where_fix = _cond_as_where(finding, ctx)
     if where_fix is not None:
         return [where_fix]
@@ -51,8 +53,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         *(_selected_modules(ctx) if finding.code == "OD210" else []),
         *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
         *_traced_slices(finding, ctx),  # slice bounds int() took out of tensors: kept tensors
-        *_traced_size_ints(finding, ctx),  # a size the batch was frozen at, computed by the graph instead
         *([values] if values else []),
+        *_traced_size_ints(finding, ctx),  # a size the batch was frozen at, computed by the graph instead
         *([pools] if pools else []),
         *_every_candidate(finding, ctx),
         *_where_branches(finding, ctx),
