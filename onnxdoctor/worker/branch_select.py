@@ -87,7 +87,12 @@ def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo
     for (owner, attribute, function), lines in by_function.values():
         replacement = _rewritten(function, owner, lines, edit)
         _install(owner, attribute, replacement, undo)
-        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in (SELECT, LENGTH, BOUND, SIZE)])
+        undo.append(lambda globals_=function.__globals__: [globals_.pop(n, None) for n in _helpers()])
+
+
+def _helpers() -> dict[str, Callable[..., Any]]:
+    """The functions rewritten code calls, by the names it calls them."""
+    return {SELECT: select, LENGTH: length, BOUND: as_bound, SIZE: as_size}
 
 
 def length(value: Any) -> Any:
@@ -231,7 +236,7 @@ def _rewritten(function: types.FunctionType, owner: Any, lines: list[int],
     code = compile(module, function.__code__.co_filename, "exec")
     namespace: dict[str, Any] = {}
     globals_ = function.__globals__
-    globals_[SELECT], globals_[LENGTH], globals_[BOUND], globals_[SIZE] = select, length, as_bound, as_size
+    globals_.update(_helpers())
     exec(code, globals_, namespace)  # noqa: S102 (the user's own function, compiled again)
     made = vars(namespace[klass])[definition.name] if klass else namespace[definition.name]
     target = inspect.unwrap(made.__func__ if isinstance(made, (staticmethod, classmethod)) else made)

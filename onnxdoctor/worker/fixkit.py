@@ -109,25 +109,31 @@ def _private_folder() -> Path:
 
 def reference_call(loaded: LoadedModel, written: list[str] | None = None) -> Any:
     """forward() at the example inputs, as the reference for parity: seeded, without gradients, on
-    a copy of a model in training mode (batch norm would update its running statistics), and with
-    the model's own state put back after it (see ModelState), whose names the call changed are
-    appended to `written`."""
-    import copy
-
+    the model as `_probing` gives it, whose state names the call changed are appended to `written`."""
     import torch
 
-    copied = bool(getattr(loaded.model, "training", False))
-    model = copy.deepcopy(loaded.model) if copied else loaded.model
-    restore = None if copied else python_state(model)  # a copy's state is thrown away anyway
-    torch.manual_seed(0)
+    with _probing(loaded, written) as model, torch.no_grad():
+        torch.manual_seed(0)
+        return model(*loaded.args, **loaded.kwargs)
+
+
+@contextlib.contextmanager
+def _probing(loaded: LoadedModel, written: list[str] | None = None) -> Iterator[Any]:
+    """The model for a call that must leave it as it was: a copy of a model in training mode (batch
+    norm would update its running statistics), else the model with its own state put back after
+    the call (see ModelState), whose names the call changed are appended to `written`."""
+    import copy
+
+    if getattr(loaded.model, "training", False):
+        yield copy.deepcopy(loaded.model)  # a copy's state is thrown away anyway
+        return
+    restore = python_state(loaded.model)
     try:
-        with torch.no_grad():
-            return model(*loaded.args, **loaded.kwargs)
+        yield loaded.model
     finally:
-        if restore is not None:
-            if written is not None:
-                written.extend(restore.written())
-            restore()
+        if written is not None:
+            written.extend(restore.written())
+        restore()
 
 
 # An attribute or buffer holding more tensor bytes than this is left alone by python_state (a
@@ -1828,22 +1834,6 @@ def _parameter_name(key: Any) -> bool:
     import keyword
 
     return isinstance(key, str) and key.isidentifier() and not keyword.iskeyword(key) and key != "self"
-
-
-@contextlib.contextmanager
-def _probing(loaded: LoadedModel) -> Iterator[Any]:
-    """The model for a probing call: a copy if it is training (batch norm statistics), else the model
-    with its Python state put back after the call."""
-    import copy
-
-    if getattr(loaded.model, "training", False):
-        yield copy.deepcopy(loaded.model)
-        return
-    saved = python_state(loaded.model)
-    try:
-        yield loaded.model
-    finally:
-        saved()
 
 
 # Wrappers that hold the model as `module` and whose forward() adds nothing at inference (a

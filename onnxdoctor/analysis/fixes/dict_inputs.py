@@ -12,8 +12,6 @@ passing forward() that dict; the export's inputs are the same tensors, in the sa
 
 from __future__ import annotations
 
-import keyword
-
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe
@@ -44,9 +42,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     found = ctx.facts_of(Stage.LOAD).get("dict_inputs")
     if ctx.target_kind != "script" or not isinstance(found, dict) or not found.get("keys"):
         return []
-    keys = [str(k) for k in found["keys"] if str(k).isidentifier() and not keyword.iskeyword(str(k)) and k != "self"]
-    if len(keys) != len(found["keys"]):
-        return []
+    # LOAD keeps only keys that can name the wrapper's parameters (fixkit.dict_input_keys).
+    keys = [str(k) for k in found["keys"]]
     listed = bool(found.get("listed"))
     what = "a list of one dict" if listed else "one dict"
     code = WRAPPER.format(what=what, params=", ".join(keys),

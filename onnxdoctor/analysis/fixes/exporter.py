@@ -77,12 +77,12 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
 
 # The opsets the TorchScript exporter writes (torch.onnx's ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET is
 # 20; the worker records it only for TorchScript runs, and this path is the dynamo exporter's).
-_TORCHSCRIPT_OPSETS = range(7, 21)
+TORCHSCRIPT_OPSETS = range(7, 21)
 
 
 def _torchscript_opset(ctx: FixContext) -> bool:
     """The opset asked for is one the TorchScript exporter writes."""
-    return ctx.requested_opset in _TORCHSCRIPT_OPSETS
+    return ctx.requested_opset in TORCHSCRIPT_OPSETS
 
 
 def _packed_weights(ctx: FixContext) -> bool:

@@ -13,6 +13,7 @@ import re
 from onnxdoctor.analysis.classify import STOPPED_AT_OP
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.analysis.fixes.dynamic_shapes import axes_as_shapes
+from onnxdoctor.analysis.fixes.exporter import TORCHSCRIPT_OPSETS
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import ExportCode, LoadCode, Recipe, Step, UseExporter, UseOpset
 from onnxdoctor.rewrites import REWRITES, Exactness, Rewrite, find_rewrites
@@ -200,8 +201,8 @@ def _called(ctx: FixContext, rewrites: tuple[Rewrite, ...], *, derive: bool = Fa
     worst = max((r.exactness for r in rewrites), key=list(Exactness).index)
     ops = ", ".join(dict.fromkeys(r.op for r in rewrites))
     steps: tuple[Step, ...] = (UseExporter("torchscript"), ExportCode(code, program="traced_model", nests=True))
-    if (ctx.requested_opset or 0) > _TORCHSCRIPT_NEWEST:
-        steps = (*steps, UseOpset(_TORCHSCRIPT_NEWEST))
+    if (ctx.requested_opset or 0) > TORCHSCRIPT_OPSETS[-1]:
+        steps = (*steps, UseOpset(TORCHSCRIPT_OPSETS[-1]))
     cost = "; ".join(f"{r.op}: {r.limits}" for r in rewrites) + (
         "; only calls made through these names are replaced (not a name imported from torch before); "
         "the TorchScript exporter is deprecated (opsets 7-20)")
@@ -219,10 +220,6 @@ def _called(ctx: FixContext, rewrites: tuple[Rewrite, ...], *, derive: bool = Fa
         # Its own worker: the export changes torch's callables while it runs.
         recipe=Recipe("rewrite_call", steps, isolated=True),
     )
-
-
-# The newest opset the TorchScript exporter writes (torch.onnx's ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET).
-_TORCHSCRIPT_NEWEST = 20
 
 
 def _shown_name(rewrite: Rewrite, failing: str | None) -> str:
