@@ -115,6 +115,17 @@ class DropShapeAnnotations:
 
 
 @dataclass(frozen=True)
+class NameOutputs:
+    """Give the graph's outputs these names after the export, renaming any other value that has
+    one of them first (onnxkit.transforms.name_outputs). A script exported with this rewrite is
+    exported without its `output_names`: the dynamo exporter renames an output in place, and an
+    internal value that already had the name (an `nn.Embedding`'s output, `embedding`) leaves the
+    graph with two producers of it."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PerSampleLoop:
     """Run a graph exported at one sample once per sample: an ONNX Loop over dim 0 of the graph
     inputs at `inputs` (positions among its inputs), whose body is the graph, with each output
@@ -130,7 +141,7 @@ class FoldConstants:
 
 Transform = (SetOpset | ConvertOpset | ExpandFunction | CastAround | PromoteInputs | SetIrVersion | ToFloat32
              | FoldConstants | CastOutputs | SplitSizesAsTensor | AlignIfBranches | NonNegativePerms
-             | DropShapeAnnotations | PerSampleLoop)
+             | DropShapeAnnotations | NameOutputs | PerSampleLoop)
 
 
 @dataclass(frozen=True)
@@ -530,7 +541,7 @@ _EXPORTER_BOUND = (ExportCode, CustomOpsets, OperatorExportType, Unoptimized, St
 _CLASSES: dict[str, type] = {
     cls.__name__: cls
     for cls in (SetOpset, ConvertOpset, ExpandFunction, CastAround, PromoteInputs, SetIrVersion, ToFloat32, FoldConstants,
-                CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, DropShapeAnnotations, PerSampleLoop,
+                CastOutputs, SplitSizesAsTensor, AlignIfBranches, NonNegativePerms, DropShapeAnnotations, NameOutputs, PerSampleLoop,
                 Reference,
                 EvalMode, ArraysAsTensors, ScriptingOff, LoadCode, UseExporter, UseOpset, ExportCode, CustomOpsets, OperatorExportType, Unoptimized,
                 StrictCapture,

@@ -23,6 +23,7 @@ from onnxdoctor.recipe import (
     DropShapeAnnotations,
     ExpandFunction,
     FoldConstants,
+    NameOutputs,
     NonNegativePerms,
     PerSampleLoop,
     PromoteInputs,
@@ -910,6 +911,66 @@ def to_float32(model: onnx.ModelProto, source: str = "double") -> onnx.ModelProt
     return fixed
 
 
+def name_outputs(model: onnx.ModelProto, names: tuple[str, ...] | list[str]) -> onnx.ModelProto:
+    """The model with its first graph outputs named `names`, in order.
+
+    A value that already has one of the names is renamed first (its producer, readers and
+    declared shape), so the graph stays in SSA form: the dynamo exporter renames an output in place
+    and leaves an internal value of the same name beside it (OD306). An output that is a graph
+    input or a weight is passed through an Identity of the new name.
+
+    Raises:
+        TransformError: more names than outputs, a name given twice, or a name that is a graph
+            input's (renaming an input would change how the model is called).
+    """
+    graph = model.graph
+    if len(names) > len(graph.output):
+        raise TransformError(f"{len(names)} output names for a graph with {len(graph.output)} outputs")
+    if len(set(names)) != len(names):
+        raise TransformError("an output name is given twice")
+    inputs = {value.name for value in graph.input}
+    clash = sorted(name for index, name in enumerate(names) if name in inputs and graph.output[index].name != name)
+    if clash:
+        raise TransformError(f"output name {clash[0]!r} is a graph input's name")
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    graph = fixed.graph
+    taken = _value_names(graph)
+    for index, name in enumerate(names):
+        current = graph.output[index].name
+        if current == name:
+            continue
+        if name in taken:
+            # Another value has the name: an internal one, or an output still to be renamed.
+            _rename_value(graph, name, _fresh(name, taken))
+        if any(current in node.output for node in graph.node):
+            _rename_value(graph, current, name)
+            taken.discard(current)
+        else:  # a graph input or a weight returned as it is
+            graph.node.append(onnx.helper.make_node("Identity", [current], [name], name=f"{name}/identity"))
+            graph.output[index].name = name
+        taken.add(name)
+    return fixed
+
+
+def _value_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value name of a graph and its subgraphs."""
+    names = {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+    names.update(t.name for t in graph.initializer)
+    for node in _all_nodes(graph):
+        names.update(n for n in (*node.input, *node.output) if n)
+    return names
+
+
+def _rename_value(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Rename a value of the main graph everywhere it appears: producer or weight, readers
+    (subgraphs too), graph output and declared shape."""
+    _rename(graph, old, new, outputs=True)
+    for value in (*graph.output, *graph.value_info, *graph.initializer):
+        if value.name == old:
+            value.name = new
+
+
 def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of a graph and of its subgraphs."""
     from onnxdoctor.onnxkit.walk import walk_nodes
@@ -1200,6 +1261,8 @@ def apply_transform(model: onnx.ModelProto, transform: Transform) -> onnx.ModelP
             return non_negative_perms(model)
         case DropShapeAnnotations():
             return drop_shape_annotations(model)
+        case NameOutputs(names=names):
+            return name_outputs(model, names)
         case PerSampleLoop(inputs=inputs):
             return per_sample_loop(model, inputs)
     raise TransformError(f"unknown transform {type(transform).__name__}")

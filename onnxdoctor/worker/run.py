@@ -38,6 +38,7 @@ from onnxdoctor.recipe import (
     EvalMode,
     ExportCode,
     LoadCode,
+    NameOutputs,
     OperatorExportType,
     PerSample,
     PrefixParity,
@@ -588,6 +589,10 @@ class Runner:
             "input_names": settings.get("input_names"),
             "output_names": settings.get("output_names"),
         }
+        if any(isinstance(r.transform, NameOutputs) for r in recipe.all(RewriteOnnx)):
+            # Named after the export instead (recipe.NameOutputs): the dynamo exporter's own
+            # renaming can give an output the name of a value already in the graph.
+            kwargs["output_names"] = None
         if dynamo:
             kwargs["dynamic_shapes"] = settings.get("dynamic_shapes")
             if kwargs["dynamic_shapes"] is None and settings.get("dynamic_axes") is not None:

@@ -61,6 +61,7 @@ from onnxdoctor.analysis.fixes import (
     optimizer,
     ort_options,
     output_dtype,
+    output_names,
     outputs,
     packed,
     per_sample,
@@ -98,7 +99,7 @@ FAMILIES = (
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
     sized_pooling,
     unbatched_pools,
-    split_sizes, if_branches, perms, shape_annotations,  # ONNX-level rewrites that keep the exporter: before another exporter
+    split_sizes, if_branches, perms, shape_annotations, output_names,  # ONNX-level rewrites that keep the exporter: before another exporter
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, constant_writes, grouped_conv, dense_attention, complex_outputs, unordered,

@@ -96,7 +96,9 @@ def _script_program(recipe: Recipe, target: str, factory: str | None) -> str:
         f"dynamo={dynamo}",
         f"opset_version={opset.opset}" if opset else "opset_version=loaded.settings.get('opset_version')",
         "input_names=loaded.settings.get('input_names')",
-        "output_names=loaded.settings.get('output_names')",
+        # Named after the export where a rewrite names them (recipe.NameOutputs), as the check did.
+        "output_names=None" if any(isinstance(r.transform, steps.NameOutputs) for r in recipe.all(steps.RewriteOnnx))
+        else "output_names=loaded.settings.get('output_names')",
     ]
     built: set[str] = set()
     for step in recipe.steps:

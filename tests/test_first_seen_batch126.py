@@ -1,0 +1,97 @@
+"""General mechanisms for failures not seen before (issue 22), written after the hundred-and-twenty-sixth
+and later first-seen batches (fixtures/corpus/first_seen_2026-12-09w.txt on)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnxruntime as ort
+import pytest
+from diagnosed import first_finding
+from fix_programs import run_fix_program
+
+from onnxdoctor.onnxkit.checks import check_model
+from onnxdoctor.onnxkit.transforms import TransformError, name_outputs
+
+# An output named like a value the dynamo exporter names after its op: the embedding's Gather
+# writes `embedding`, and output_names renames the Mul's result to `embedding` as well
+# (pytorch#116443's binary retrieval encoder, once its view(dtype) was rewritten).
+OUTPUT_NAMED_LIKE_AN_OP = '''import torch
+
+dynamo = True
+output_names = ["embedding", "score"]
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        h = self.tok(ids)
+        return h * 2, h.sum(-1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Encoder().eval(), (torch.tensor([[1, 2, 3]]),)
+'''
+
+
+def test_an_output_name_the_graph_already_uses_is_given_after_the_export(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, OUTPUT_NAMED_LIKE_AN_OP, "OD306")
+    assert "'embedding'" in finding.message
+    fix = next(f for f in finding.fixes if f.kind == "output_names")
+    assert fix.verified, fix.check
+    assert "name_outputs(model, ('embedding', 'score'))" in fix.snippet
+    printed = run_fix_program(fix, tmp_path / "model.py", tmp_path / "fix")
+    assert "matches PyTorch" in printed
+    written = onnx.load(str(tmp_path / "fix" / "fixed.onnx"))
+    # The user's names on the outputs, and a graph in SSA form.
+    assert [o.name for o in written.graph.output] == ["embedding", "score"]
+    produced = [name for node in written.graph.node for name in node.output]
+    assert len(produced) == len(set(produced))
+
+
+def _two_outputs(first: str, second: str, *, passthrough: bool = False) -> onnx.ModelProto:
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    outs = [oh.make_tensor_value_info(first, onnx.TensorProto.FLOAT, [2]),
+            oh.make_tensor_value_info(second, onnx.TensorProto.FLOAT, [2])]
+    nodes = [oh.make_node("Neg", ["x"], ["a"], name="neg"),
+             oh.make_node("Abs", ["a"], [first], name="abs")]
+    if not passthrough:
+        nodes.append(oh.make_node("Relu", ["a"], [second], name="relu"))
+    graph = oh.make_graph(nodes, "g", [x], outs)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _run(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {"x": np.array([-1.0, 2.0], np.float32)}), strict=True))
+
+
+def test_name_outputs_moves_an_internal_value_aside_and_swaps_names() -> None:
+    model = _two_outputs("abs_out", "relu_out")
+    before = _run(model)
+    # `a` is the internal value: the first output takes its name, which it gives up.
+    renamed = name_outputs(model, ("a", "abs_out"))
+    assert [o.name for o in renamed.graph.output] == ["a", "abs_out"]
+    assert not check_model(renamed)
+    after = _run(renamed)
+    np.testing.assert_array_equal(after["a"], before["abs_out"])
+    np.testing.assert_array_equal(after["abs_out"], before["relu_out"])
+
+
+def test_name_outputs_passes_an_input_through_an_identity_and_refuses_an_input_name() -> None:
+    model = _two_outputs("y", "x", passthrough=True)
+    renamed = name_outputs(model, ("y", "copy"))
+    assert not check_model(renamed)
+    np.testing.assert_array_equal(_run(renamed)["copy"], np.array([-1.0, 2.0], np.float32))
+    with pytest.raises(TransformError, match="graph input"):
+        name_outputs(_two_outputs("y", "z"), ("x", "z"))
+    with pytest.raises(TransformError, match="twice"):
+        name_outputs(_two_outputs("y", "z"), ("w", "w"))
