@@ -95,3 +95,103 @@ def test_name_outputs_passes_an_input_through_an_identity_and_refuses_an_input_n
         name_outputs(_two_outputs("y", "z"), ("x", "z"))
     with pytest.raises(TransformError, match="twice"):
         name_outputs(_two_outputs("y", "z"), ("w", "w"))
+
+
+# A fixed-point solver whose `while` reads a residual (an MDEQ block, pytorch#22485): the tracer
+# records the example's number of steps; the residual's `norm()` has no dims, which the TorchScript
+# exporter's symbolic refuses in scripted code, so the scripted route needs the norm symbolic too.
+FIXED_POINT_SOLVER = '''import torch
+import torch.nn as nn
+
+dynamo = False
+opset_version = 17
+
+
+class Cell(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, z, x):
+        return torch.tanh(0.9 * self.lin(z) + x)
+
+
+class Solver(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = Cell()
+        self.tol = 1e-2
+
+    def solve(self, x: torch.Tensor) -> torch.Tensor:
+        z = torch.zeros_like(x)
+        residual = torch.ones(())
+        steps = 0
+        while steps < 50 and bool(residual > self.tol):
+            nxt = self.cell(z, x)
+            residual = (nxt - z).norm() / (nxt.norm() + 1e-8)
+            z = nxt
+            steps += 1
+        return z
+
+    def forward(self, x):
+        return self.solve(x)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 6)
+        self.solver = Solver()
+        self.out = nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.out(self.solver(self.inp(x)))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Model().eval(), (torch.full((2, 4), 0.01),)
+
+
+def get_inputs2():
+    torch.manual_seed(1)
+    return (3 * torch.randn(2, 4),)
+'''
+
+
+def test_a_loop_the_data_ends_is_kept_by_scripting_the_module_that_holds_it(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, FIXED_POINT_SOLVER, "OD210")
+    fix = next(f for f in finding.fixes if f.verified)
+    # The module holding the `while` scripted (its solve() exported for scripting), the rest traced,
+    # and the norm without dims mapped: a chain found after the first step stopped at aten::norm.
+    assert fix.steps == ("scripted_part", "rewrite"), (fix.steps, [(f.kind, f.check) for f in finding.fixes])
+    assert "script_part(traced, path)" in fix.snippet and "['solver']" in fix.snippet
+    assert "torch.jit.export(type(traced.get_submodule('solver')).solve)" in fix.snippet
+    printed = run_fix_program(fix, tmp_path / "model.py", tmp_path / "fix")
+    assert "matches PyTorch" in printed
+    written = onnx.load(str(tmp_path / "fix" / "fixed.onnx"))
+    assert "Loop" in {node.op_type for node in written.graph.node}
+
+
+SCRIPTED_NORM = '''import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Normalize(torch.nn.Module):
+    def forward(self, x):
+        return x / (x.norm() + 1e-6) + x.norm(1)
+
+
+def get_model():
+    return torch.jit.script(Normalize()), (torch.randn(2, 3),)
+'''
+
+
+def test_a_norm_without_dims_in_scripted_code_is_mapped_over_every_element(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, SCRIPTED_NORM, "OD299")
+    assert finding.op == "aten::norm"
+    fix = next(f for f in finding.fixes if f.verified)
+    assert fix.kind == "rewrite" and "norm_every_element" in fix.snippet
+    assert fix.check is not None and fix.check.max_abs_diff is not None and fix.check.max_abs_diff < 1e-5

@@ -81,6 +81,8 @@ class TorchScriptRecorder:
     # The branch lines that leave a bounded loop early (`if done.all(): break` in a `for ... in
     # range(n)`): read as never taken, the graph runs every step (recipe.PrefixParity).
     loop_exits: list[str] = field(default_factory=list)
+    # Branch sites whose condition decides how often a loop runs (controls_loop).
+    loop_conditions: list[str] = field(default_factory=list)
     # The user's lines that read or assign a tensor's `.data` while traced (BinaryNet's
     # `input.data = input.data.sign()`): the tracer records neither, so what they compute is a
     # constant of the graph or lost (recipe.EagerExport.traced_data).
@@ -202,6 +204,25 @@ def leaves_bounded_loop(filename: str, line: int) -> bool:
             continue
         for node in _same_loop(loop.body):
             if isinstance(node, ast.If) and node.lineno == line and node.body and isinstance(node.body[-1], ast.Break):
+                return True
+    return False
+
+
+def controls_loop(filename: str, line: int) -> bool:
+    """Whether the condition on `line` of `filename` decides how often a loop runs: a `while`
+    loop's test, or an `if` in a loop's body that leaves it (`break`, `return`). The tracer records
+    the example's number of steps; scripted, the loop stays an ONNX Loop."""
+    tree = _parsed(filename)
+    if tree is None:
+        return False
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.While, ast.For)):
+            continue
+        if isinstance(loop, ast.While) and loop.test.lineno == line:
+            return True
+        for node in _same_loop(loop.body):
+            if isinstance(node, ast.If) and node.lineno == line and any(
+                    isinstance(leaf, (ast.Break, ast.Return)) for leaf in _same_loop([*node.body, *node.orelse])):
                 return True
     return False
 
@@ -349,6 +370,8 @@ def recording_torchscript(target: Path) -> Iterator[TorchScriptRecorder]:
                 if site not in recorder.loop_exits and leaves_bounded_loop(caller.f_code.co_filename,
                                                                            caller.f_lineno):
                     recorder.loop_exits.append(site)
+                if site not in recorder.loop_conditions and controls_loop(caller.f_code.co_filename, caller.f_lineno):
+                    recorder.loop_conditions.append(site)
             elif node is not None and site not in recorder.size_branches:
                 recorder.size_branches.append(site)
         return truth_at(original_truth, self, caller)

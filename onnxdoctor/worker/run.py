@@ -763,6 +763,16 @@ class Runner:
             facts["written_constants"] = constants_written
         if recorder is not None and recorder.loop_exits:
             facts["loop_exits"] = list(recorder.loop_exits)
+        if recorder is not None and recorder.loop_conditions:
+            facts["loop_conditions"] = list(recorder.loop_conditions)
+        if recorder is not None and recorder.branch_values:
+            from onnxdoctor.worker.scripted import branch_owners
+
+            with contextlib.suppress(Exception):
+                # The modules whose code holds each frozen branch: scripted, they keep it (OD210).
+                owners = branch_owners(loaded.model, list(recorder.branch_values), self.code.resolve().parent)
+                if owners:
+                    facts["branch_owners"] = owners
         if recorder is not None and recorder.size_branches:
             facts["size_branches"] = list(recorder.size_branches)
         if dynamo and kwargs.get("dynamic_shapes") is not None:

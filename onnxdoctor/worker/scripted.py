@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -174,3 +176,53 @@ def autograd_watch() -> Iterator[list[int]]:
         yield calls
     finally:
         torch.autograd._engine_run_backward = original
+
+
+def branch_owners(model: Any, sites: list[str], folder: Path) -> dict[str, dict[str, Any]]:
+    """For each `file.py:line` branch site in the user's folder, the submodules whose class
+    defines the function holding the line (the deepest such modules, every instance of the
+    class) and that function's name: what to script so that the branch stays control flow.
+    Sites in a module-level function, or in no module's code, are left out."""
+    found: dict[str, dict[str, Any]] = {}
+    wanted = {site.rpartition(":")[0]: [] for site in sites}  # file name -> lines
+    for site in sites:
+        name, _, line = site.rpartition(":")
+        if line.isdigit():
+            wanted[name].append(int(line))
+    spans: dict[type, list[tuple[str, str, int, int]]] = {}  # class -> (function, file, first, last)
+    for path, module in model.named_modules():
+        cls = type(module)
+        if cls not in spans:
+            spans[cls] = _function_spans(cls, folder, set(wanted))
+        for function, file, first, last in spans[cls]:
+            for line in wanted.get(file, ()):
+                if not first <= line <= last:
+                    continue
+                site = f"{file}:{line}"
+                held = found.get(site)
+                depth = path.count(".") + bool(path)
+                if held is None or depth > held["depth"]:
+                    found[site] = {"modules": [path], "class": cls.__name__, "function": function, "depth": depth}
+                elif depth == held["depth"] and held["class"] == cls.__name__ and path not in held["modules"]:
+                    held["modules"].append(path)
+    for held in found.values():
+        del held["depth"]
+    return found
+
+
+def _function_spans(cls: type, folder: Path, files: set[str]) -> list[tuple[str, str, int, int]]:
+    """The functions a module class has from the user's files (its own and inherited ones), as
+    (name, file name, first line, last line)."""
+    spans = []
+    for klass in cls.__mro__:
+        for name, value in vars(klass).items():
+            function = getattr(value, "__func__", value)  # staticmethod / classmethod
+            code = getattr(function, "__code__", None)
+            if code is None or os.path.basename(code.co_filename) not in files:
+                continue
+            if Path(code.co_filename).resolve().parent != folder:
+                continue
+            with contextlib.suppress(OSError, TypeError):
+                lines, first = inspect.getsourcelines(function)
+                spans.append((name, os.path.basename(code.co_filename), first, first + len(lines) - 1))
+    return spans

@@ -15,7 +15,7 @@ from onnxdoctor.analysis.fixes.shapes import global_pool_fix
 from onnxdoctor.analysis.sources import folder_file
 from onnxdoctor.branches import edit_text, outermost_right_first, size_int_edit, slice_int_edit
 from onnxdoctor.model import Applicability, Finding, Fix, Stage
-from onnxdoctor.recipe import EagerExport, PrefixParity, Recipe, UseExporter
+from onnxdoctor.recipe import EagerExport, ExportCode, PrefixParity, Recipe, UseExporter
 
 CODES = ("OD204", "OD210", "OD299", "OD802", "OD803")
 
@@ -48,7 +48,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     where = f" at {finding.source}" if finding.source else ""
     values = _tensor_values(finding, ctx)
     pools = global_pool_fix(finding, ctx) if finding.code == "OD210" else None
+    scripted = _scripted_owners(finding, ctx)
+    loops = bool(set(_recorded_sites(ctx, "loop_conditions")) & set(branch_sites(ctx)))
     return [
+        # a loop whose steps the data decides: the module holding it scripted (an ONNX Loop)
+        *([scripted] if scripted and loops else []),
         # a module picked from a ModuleList by a tensor: all run, one selected
         *(_selected_modules(ctx) if finding.code == "OD210" else []),
         *_traced_lengths(finding, ctx),  # recorded len() calls: the one edit that keeps those sizes
@@ -62,6 +66,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         # A frozen size comparison can be the whole of an OD210 (yolov5#2558: a grid cached by a
         # dry run is rebuilt only `if self.grid[i].shape[2:4] != x[i].shape[2:4]`).
         *(_size_branches(ctx) if finding.code == "OD210" and not branch_sites(ctx) else []),
+        *([scripted] if scripted and not loops else []),
         Fix(
             kind="control_flow",
             title=f"Express the data-dependent branch{where} with tensor ops (torch.where / torch.cond)",
@@ -163,6 +168,68 @@ def _tensor_values(finding: Finding, ctx: FixContext) -> Fix | None:
 
 
 MAX_FORCED_SITES = 3  # more branches than this are a loop of decisions, not a check that skips work
+
+
+SCRIPT_PART = """def script_part(root, path):
+    \"\"\"Replace the submodule at `path` (a dotted name; '' is the model) with it scripted.\"\"\"
+    holder, _, name = path.rpartition(".")
+    holder = root.get_submodule(holder)
+    setattr(holder, name, torch.jit.script(getattr(holder, name)))
+"""
+
+
+def _scripted_owners(finding: Finding, ctx: FixContext) -> Fix | None:
+    """OD210 from branches on tensor values inside modules' code: those modules scripted
+    (torch.jit.script keeps a `while` on a residual, a decoder's stop token, an `if` as ONNX
+    Loop/If), the rest of the model traced around them, for the TorchScript exporter."""
+    if finding.code != "OD210" or ctx.target_kind != "script":
+        return None
+    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
+                  None)
+    owners = export.facts.get("branch_owners") if export is not None else None
+    sites = branch_sites(ctx)
+    if not sites or not isinstance(owners, dict) or any(f"{n}:{line}" not in owners for n, line in sites):
+        return None  # a branch in a module-level function: no module to script
+    held = [owners[f"{n}:{line}"] for n, line in sites]
+    paths = list(dict.fromkeys(str(p) for h in held for p in h.get("modules") or ()))
+    # A module inside one that is scripted anyway is compiled with it.
+    paths = [p for p in paths if not any(q != p and (q == "" or p.startswith(q + ".")) for q in paths)]
+    if not paths:
+        return None
+    lines = ["import copy", "", "import torch", "", "", SCRIPT_PART, ""]
+    named = ", ".join(f"{n}:{line}" for n, line in sites)
+    where = ", ".join(dict.fromkeys(f"{h.get('class')}.{h.get('function')}" for h in held))
+    lines.append(f"# {named} ({where}): the tracer records the example's path through a condition on tensor")
+    lines.append("# values. Scripted, the module holding it keeps the loop or branch as ONNX Loop/If;")
+    lines.append("# the rest of the model is traced as before.")
+    lines.append("traced = copy.deepcopy(model)")
+    for h in held:
+        function = str(h.get("function") or "")
+        first = next((str(p) for p in h.get("modules") or () if str(p) in paths), None)
+        if function and function != "forward" and first is not None and function.isidentifier():
+            # Scripting compiles forward() and what it calls; a method called from outside is compiled too.
+            lines.append(f"torch.jit.export(type(traced.get_submodule({first!r})).{function})")
+    if paths == [""]:
+        lines.append("traced = torch.jit.script(traced)")
+    else:
+        lines.append(f"for path in {paths!r}:")
+        lines.append("    script_part(traced, path)")
+        lines.append("traced = torch.jit.trace(traced, tuple(example_inputs), check_trace=False)")
+    code = "\n".join(lines) + "\n"
+    scripted = "the whole model" if paths == [""] else ", ".join(f"model.{p}" for p in paths)
+    return Fix(
+        kind="scripted_part",
+        title=f"Script {scripted} (torch.jit.script), which holds the condition at {named}, and trace the rest: "
+              "the loop or branch stays ONNX control flow",
+        snippet=code + "torch.onnx.export(traced, example_inputs, 'model.onnx', dynamo=False)\n",
+        applicability=Applicability.SAFE,
+        cost=("the scripted module must be scriptable (type annotations, TorchScript's Python subset), which the "
+              "check finds out; the TorchScript exporter, which is deprecated"),
+        # Exported in place of the model, which stays PyTorch's reference; torch.jit.export marks a
+        # method of the class for the process, so a worker of its own.
+        recipe=Recipe("scripted_part", (ExportCode(code, program="traced"), UseExporter("torchscript")),
+                      isolated=True),
+    )
 
 
 def branch_sites(ctx: FixContext) -> list[tuple[str, int]]:

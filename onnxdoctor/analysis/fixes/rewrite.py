@@ -487,6 +487,30 @@ for opset in range(10, 21):
     torch.onnx.register_custom_op_symbolic('aten::slice', slice_scalar_bounds, opset)
 """
 
+# `x.norm()` in scripted code (a DEQ solver's residual, a scripted loss): TorchScript keeps the
+# overloads without dims (aten::norm.Scalar(self, p), .ScalarOpt_dtype(self, p, dtype)), and the
+# opset-9 symbolic takes dim and keepdim as required ("norm() missing 2 required positional
+# arguments"). Without dims the norm is over every element: the same symbolic, given all of them.
+_NORM_ALL = """import torch
+from torch.onnx._internal.torchscript_exporter import symbolic_helper, symbolic_opset9
+
+
+def norm_every_element(g, self, p, *rest):
+    if len(rest) >= 2:  # dim and keepdim given: the exporter's own symbolic
+        return symbolic_opset9.norm(g, self, p, *rest)
+    rank = symbolic_helper._get_tensor_rank(self)
+    if rank is None:  # a rank the exporter does not know: one long vector has the same norm
+        self = g.op("Reshape", self, g.op("Constant", value_t=torch.tensor([-1])))
+        rank = 1
+    every = g.op("Constant", value_t=torch.tensor(list(range(rank)), dtype=torch.int64))
+    keepdim = g.op("Constant", value_t=torch.tensor(0))
+    return symbolic_opset9.norm(g, self, p, every, keepdim, *rest)
+
+
+for opset in range(9, 21):
+    torch.onnx.register_custom_op_symbolic('aten::norm', norm_every_element, opset)
+"""
+
 _TORCHSCRIPT_SYMBOLICS = {
     "aten::one_hot": _ONE_HOT_ENTRY,
     "OneHot": _ONE_HOT_ENTRY,  # the checker's finding names the node
@@ -512,9 +536,18 @@ _TORCHSCRIPT_SYMBOLICS = {
         "a Slice whose bounds are reshaped to one element each (opset 10 or later)",
         10,
     ),
+    "aten::norm": (
+        Exactness.EXACT,
+        ("p of 1 or 2 (the exporter's own symbolic refuses others); a norm over given dims is the "
+         "exporter's as before"),
+        _NORM_ALL,
+        "ReduceL1/ReduceL2 over every dim",
+        9,
+    ),
 }
 # Entries for one refusal of an op's symbolic only: the words the refusal has.
-_REFUSALS = {"aten::slice": re.compile(r"Rank must be 0 or 1")}
+_REFUSALS = {"aten::slice": re.compile(r"Rank must be 0 or 1"),
+             "aten::norm": re.compile(r"norm\(\) missing 2 required positional arguments")}
 # An ONNX node a check names, by the torch op whose symbolic wrote it.
 _TORCH_OP_OF = {"OneHot": "aten::one_hot"}
 # The ops whose symbolic is offered before the library's rewrite rather than instead of it (the
