@@ -195,3 +195,15 @@ def test_a_norm_without_dims_in_scripted_code_is_mapped_over_every_element(tmp_p
     fix = next(f for f in finding.fixes if f.verified)
     assert fix.kind == "rewrite" and "norm_every_element" in fix.snippet
     assert fix.check is not None and fix.check.max_abs_diff is not None and fix.check.max_abs_diff < 1e-5
+
+
+def test_a_higher_order_op_the_registry_lacks_is_named_from_its_object() -> None:
+    from onnxdoctor.analysis.classify import extract_op
+
+    # pytorch#140849's ViT: the dynamo exporter names flex_attention by its Python object.
+    text = ("torch.onnx._internal.exporter._errors.DispatchError: No ONNX function found for "
+            "<torch._higher_order_ops.flex_attention.FlexAttentionHOP object at 0x7f3a2c1b5d90>. "
+            "Failure message: No decompositions registered for the real-valued input")
+    assert extract_op(text) == "higher_order::flex_attention"
+    assert extract_op(text.replace("flex_attention.FlexAttentionHOP", "while_loop.WhileLoopOp")) == \
+        "higher_order::while_loop"

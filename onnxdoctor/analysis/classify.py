@@ -87,6 +87,10 @@ _TRANSLATING_NODE = re.compile(r"Error when translating node %\S+ : .*?call_func
 _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not supported")
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
+# A higher-order op the registry has no function for, named by its Python object
+# ("<torch._higher_order_ops.flex_attention.FlexAttentionHOP object at 0x...>"): its module is the
+# op's name (flex_attention, cond, while_loop, scan).
+_NO_ONNX_FUNCTION_HOP = re.compile(r"No ONNX function found for <torch\._higher_order_ops\.(\w+)\.\w+ object at")
 # A Python builtin applied to a symbolic size (round(h / scale)): the dynamo exporter's registry has
 # functions for aten ops only.
 _NO_ONNX_FUNCTION_BUILTIN = re.compile(r"No ONNX function found for <built-in function (\w+)>")
@@ -190,6 +194,9 @@ def extract_op(text: str) -> str | None:
             return raw
         namespace, name, _overload = raw.split(".")
         return f"{namespace}::{name}"
+    match = _NO_ONNX_FUNCTION_HOP.search(text)
+    if match:
+        return f"higher_order::{match.group(1)}"
     match = _NO_ONNX_FUNCTION_BUILTIN.search(text)
     if match:
         return f"builtins::{match.group(1)}"
@@ -573,10 +580,11 @@ def _classify_export(failure: _Failure) -> list[Finding]:
         op = facts.get("op") or aten_name(match.group(2))
         return refused(op, match.group(1), "OD202", f"the TorchScript exporter's symbolic for {op} refuses "
                                                      f"{match.group(1)} at every opset (it maps no ONNX op to that variant)")
-    match = _NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)
+    match = (_NO_ONNX_FUNCTION.search(text) or _NO_ONNX_FUNCTION_PLAIN.search(text)
+             or _NO_ONNX_FUNCTION_HOP.search(text))
     if match and op:
         namespace = op.split("::", 1)[0]
-        if namespace not in ("aten", "prims", "quantized", "_operator"):
+        if namespace not in ("aten", "prims", "quantized", "_operator", "higher_order"):
             return make("OD203", f"custom op {op} has no ONNX export mapping (dynamo exporter)")
         return make("OD202", f"{op} has no ONNX function in the dynamo exporter's registry"
                              + _also_unsupported(op, facts.get("unsupported_ops")))
