@@ -207,3 +207,37 @@ def test_a_higher_order_op_the_registry_lacks_is_named_from_its_object() -> None
     assert extract_op(text) == "higher_order::flex_attention"
     assert extract_op(text.replace("flex_attention.FlexAttentionHOP", "while_loop.WhileLoopOp")) == \
         "higher_order::while_loop"
+
+
+# A zero-padded FFT of complex samples (an FMCW radar's angle FFT over 4 antennas into 8 bins,
+# onnx#4785) and fftshift: the exporter decomposes fft(n=) into a complex constant_pad_nd and
+# fftshift into a complex index_select itself, so the program torch.export captures never calls
+# the padding the complex entry rewrites.
+PADDED_COMPLEX_FFT = '''import torch
+
+dynamo = True
+
+
+class AngleFFT(torch.nn.Module):
+    def forward(self, iq):
+        cube = torch.view_as_complex(iq)
+        spectrum = torch.fft.fftshift(torch.fft.fft(cube, n=8, dim=1), dim=1)
+        return spectrum.abs()
+
+
+def get_model():
+    torch.manual_seed(0)
+    return AngleFFT().eval(), (torch.randn(2, 4, 6, 2),)
+'''
+
+
+def test_a_complex_op_met_only_inside_a_composite_is_rewritten_over_the_default_decompositions(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, PADDED_COMPLEX_FFT, "OD202")
+    assert finding.op == "aten::constant_pad_nd"
+    fix = next(f for f in finding.fixes if f.verified)
+    assert fix.kind == "rewrite" and "torch.ops.aten.constant_pad_nd.default}" in fix.snippet
+    from onnxdoctor.rewrites import find_rewrites
+
+    entry = next(r for r in find_rewrites("aten::constant_pad_nd") if r.family == "complex")
+    assert entry.called_group("aten::constant_pad_nd") == ("aten.constant_pad_nd.default",)
+    assert entry.called_group("aten::view_as_complex") == entry.targets

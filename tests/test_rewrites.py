@@ -78,8 +78,8 @@ def _multi_head_attention(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """torch.complex, complex unsqueeze/squeeze/matmul, complex exp, products with a Python complex
-    number, a complex alias, zero padding, select and stack (the real matmul, exp, products and
-    pads go through the table too)."""
+    number, a complex alias, zero padding, select and stack, reordering and the STFT of complex
+    values (the real matmul, exp, products and pads go through the table too)."""
     z = torch.complex(x, x.flip(-1))
     y = (z @ z.mT.unsqueeze(0)).squeeze(0)
     spectrum = torch.exp(x) * torch.exp(torch.sin(x) * 1j)  # magnitude * exp(phase * 1j), MB-iSTFT-VITS2#3
@@ -95,7 +95,14 @@ def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             torch.view_as_real(torch.einsum("ij,kj->ik", z, z.flip(0))), torch.einsum("ij,kj->ik", x, x),
             torch.view_as_real(_low_modes(z)),
             # A complex recurrence's steps and states (an LRU, pytorch#137864): select and stack.
-            torch.view_as_real(torch.stack([z[:, 0], z[:, 1] * (0.5 + 1j) + z.select(-1, 2)], dim=-1)))
+            torch.view_as_real(torch.stack([z[:, 0], z[:, 1] * (0.5 + 1j) + z.select(-1, 2)], dim=-1)),
+            # Reordering complex values (fftshift's index_select, a roll, a flip, gathered and indexed
+            # bins) and the centred STFT of complex samples (reflection padding, radar I/Q, pytorch#65666).
+            torch.view_as_real(z.index_select(1, torch.tensor([3, 0]))), torch.view_as_real(z.roll(1, 1)),
+            torch.view_as_real(z.flip(0)), torch.view_as_real(z.gather(1, torch.tensor([[1, 0], [3, 3], [2, 1]]))),
+            torch.view_as_real(z[:, torch.tensor([2, 0])]),
+            torch.view_as_real(torch.stft(z.reshape(1, -1), 4, 2, window=torch.hann_window(4), center=True,
+                                          return_complex=True)))
 
 
 def _low_modes(z: torch.Tensor) -> torch.Tensor:

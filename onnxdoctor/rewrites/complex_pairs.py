@@ -7,7 +7,9 @@ matmul per bin, irfft), a complex `exp`, `split` or `repeat`, a complex `alias` 
 a product with a Python complex number (`magnitude * torch.exp(phase * 1j)`, MB-iSTFT-VITS2#3), a
 complex einsum of two operands and the copy and slice_scatter of a complex slice assignment (a
 Fourier layer's per-mode weights written into the low modes), or a complex select and stack (a
-linear recurrence's steps and states, pytorch#137864). These functions write each of
+linear recurrence's steps and states, pytorch#137864), complex values reordered (fftshift's
+index_select, roll, flip, gather, advanced indexing) or padded by reflection, or the STFT of complex
+samples (radar I/Q, pytorch#65666). These functions write each of
 those on the `view_as_real` pair, so the complex values only ever pass through ops the exporter
 lowers. A table entry replaces the op for
 real tensors too, so the real branch is the same op spelled without calling itself (reshape for
@@ -191,10 +193,78 @@ def constant_pad_nd(x, pad, value=0):
 
 
 def pad(x, pad, mode="constant", value=None):
-    """F.pad of a complex tensor in constant mode, the same way."""
-    if mode != "constant":
+    """F.pad of a complex tensor, the same way; reflect, replicate and circular padding too (a
+    centred STFT of complex samples pads by reflection)."""
+    if mode == "constant":
+        return constant_pad_nd(x, pad, 0 if value is None else value)
+    if not x.is_complex():
         return NotImplemented
-    return constant_pad_nd(x, pad, 0 if value is None else value)
+    return torch.view_as_complex(torch.nn.functional.pad(torch.view_as_real(x), [0, 0] + list(pad), mode=mode)
+                                 .contiguous())
+
+
+def _pair(x):
+    """A tensor's (real, imaginary) parts as two real tensors."""
+    return torch.view_as_real(x).unbind(-1) if x.is_complex() else (x, torch.zeros_like(x))
+
+
+def _joined(re, im):
+    return torch.view_as_complex(torch.stack([re, im], -1))
+
+
+def index_select(x, dim, index):
+    """index_select of a complex tensor (fftshift's reordering, a bin selection): the pair
+    selected on the same dim."""
+    if not x.is_complex():
+        return NotImplemented
+    d = dim if dim >= 0 else dim + x.dim()
+    return torch.view_as_complex(torch.view_as_real(x).index_select(d, index).contiguous())
+
+
+def roll(x, shifts, dims=()):
+    """roll of a complex tensor along given dims: the pair rolled on the same dims."""
+    dims = list(dims)
+    if not x.is_complex() or not dims:
+        return NotImplemented  # a roll of the flattened tensor would mix real and imaginary parts
+    return torch.view_as_complex(torch.view_as_real(x).roll(list(shifts), [d if d >= 0 else d + x.dim()
+                                                                           for d in dims]).contiguous())
+
+
+def flip(x, dims):
+    """flip of a complex tensor: the pair flipped on the same dims."""
+    if not x.is_complex():
+        return NotImplemented
+    return torch.view_as_complex(torch.view_as_real(x).flip([d if d >= 0 else d + x.dim() for d in dims])
+                                 .contiguous())
+
+
+def gather(x, dim, index, sparse_grad=False):
+    """gather of a complex tensor: each part gathered with the same index."""
+    if not x.is_complex():
+        return NotImplemented
+    re, im = _pair(x)
+    return _joined(re.gather(dim, index), im.gather(dim, index))
+
+
+def index_tensor(x, indices):
+    """Advanced indexing of a complex tensor (`spec[:, bins]`): the pair indexed on its leading
+    dims, its trailing (re, im) dim whole."""
+    if not x.is_complex():
+        return NotImplemented
+    return torch.view_as_complex(torch.ops.aten.index.Tensor(torch.view_as_real(x), list(indices)).contiguous())
+
+
+def stft(x, n_fft, hop_length=None, win_length=None, window=None, normalized=False, onesided=None,
+         return_complex=None, align_to_window=None):
+    """STFT of complex samples (radar I/Q): linear, so the STFT of the real part plus i times the
+    STFT of the imaginary part, each two-sided."""
+    if not x.is_complex():
+        return NotImplemented
+    parts = [torch.view_as_real(torch.stft(p, n_fft, hop_length, win_length, window, center=False,
+                                           normalized=normalized, onesided=False, return_complex=True)).unbind(-1)
+             for p in _pair(x)]
+    (ar, ai), (br, bi) = parts
+    return _joined(ar - bi, ai + br)
 '''
 
 REWRITES = (
@@ -205,10 +275,12 @@ REWRITES = (
                  "aten.exp.default", "aten.mul.Scalar", "aten.mul.Tensor", "aten.split.Tensor",
                  "aten.split_with_sizes.default", "aten.repeat.default", "aten.alias.default",
                  "aten.constant_pad_nd.default", "aten.pad.default", "aten.einsum.default", "aten.copy.default",
-                 "aten.slice_scatter.default", "aten.zeros.default", "aten.select.int", "aten.stack.default"),
+                 "aten.slice_scatter.default", "aten.zeros.default", "aten.select.int", "aten.stack.default",
+                 "aten.index_select.default", "aten.roll.default", "aten.flip.default", "aten.gather.default",
+                 "aten.index.Tensor", "aten.stft.default"),
         functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar", "split",
                    "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad", "einsum", "copy", "slice_scatter", "zeros",
-                   "select", "stack"),
+                   "select", "stack", "index_select", "roll", "flip", "gather", "index_tensor", "stft"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
@@ -217,9 +289,11 @@ REWRITES = (
         limits="complex64/complex128 through view_as_real (the dynamo exporter's representation); "
         "every matmul of the model is replaced (real ones through einsum, the same MatMul in ONNX); exp "
         "and multiplication by a Python number only where complex values are involved; padding of complex "
-        "values with zeros only; einsum of two operands only; conj is not covered",
+        "values with zeros or by reflection, replication or wrapping; einsum of two operands only; a roll "
+        "without dims and conj are not covered; a complex STFT is two real two-sided ones",
         reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul", "aten::split",
                      "aten::chunk", "aten::repeat", "aten::alias", "aten::constant_pad_nd", "aten::pad",
-                     "aten::einsum", "aten::copy", "aten::slice_scatter", "aten::zeros", "aten::select", "aten::stack"),
+                     "aten::einsum", "aten::copy", "aten::slice_scatter", "aten::zeros", "aten::select", "aten::stack",
+                     "aten::index_select", "aten::roll", "aten::flip", "aten::gather", "aten::index", "aten::stft"),
     ),
 )

@@ -90,16 +90,25 @@ class Rewrite:
             + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n"
         )
 
-    def program_code(self) -> str:
-        """The part of the snippet that builds the rewritten ExportedProgram `program`."""
+    def program_code(self, failed: str | None = None) -> str:
+        """The part of the snippet that builds the rewritten ExportedProgram `program` (`failed`:
+        the op the failure named, see `called_group`)."""
         return (
             "import math\n\nimport torch\n\n\n"
             f"# {self.op} rewritten in ops ONNX has ({self.exactness.value}: {self.error}).\n"
             f"# Limits: {self.limits}\n"
             + self.source.strip("\n")
             + "\n\n\n"
-            + decomposing(self.decomposition_table, [self.targets])
+            + decomposing(self.decomposition_table, [self.called_group(failed)])
         )
+
+    def called_group(self, failed: str | None) -> tuple[str, ...]:
+        """The targets of which the exported program must call one for the table alone to reach
+        the op: the ones the failure named, where it named some (the complex entry's zero padding
+        is met only inside a complex FFT with `n`, which the exporter decomposes itself), else all."""
+        bare = (failed or "").replace("::", ".").split(".")
+        named = tuple(t for t in self.targets if failed and t.split(".")[:2] == bare[:2])
+        return named or self.targets
 
 
 def decomposing(table: str, groups: list[tuple[str, ...]]) -> str:

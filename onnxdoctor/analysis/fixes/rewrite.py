@@ -29,10 +29,11 @@ CODES = ("OD201", "OD202", "OD299", "OD601", "OD301", "OD302", "OD303", "OD304",
          "OD204")
 
 
-def program_code(rewrites: tuple[Rewrite, ...]) -> str:
-    """Code that builds `program`, the model's ExportedProgram with every given op rewritten."""
+def program_code(rewrites: tuple[Rewrite, ...], failed: str | None = None) -> str:
+    """Code that builds `program`, the model's ExportedProgram with every given op rewritten
+    (`failed`: the op the failure named)."""
     if len(rewrites) == 1:
-        return rewrites[0].program_code()
+        return rewrites[0].program_code(failed)
     header = "import math\n\nimport torch\n\n\n"
     parts, table = [], []
     for rewrite in rewrites:
@@ -43,7 +44,7 @@ def program_code(rewrites: tuple[Rewrite, ...]) -> str:
         table.extend(f"torch.ops.{t}: {rewrite.function_for(t)}" for t in rewrite.targets)
     return (
         header + "\n\n\n".join(parts) + "\n\n\n"
-        + decomposing("{" + ", ".join(table) + "}", [r.targets for r in rewrites])
+        + decomposing("{" + ", ".join(table) + "}", [r.called_group(failed) for r in rewrites])
     )
 
 
@@ -100,7 +101,7 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     if called is not None and not all(r.captured for r in rewrites):
         # An op torch.export cannot capture: no program holds it for run_decompositions.
         return [f for f in (symbolic, called) if f is not None]
-    code = program_code(rewrites)
+    code = program_code(rewrites, ctx.op)
     settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
     if not settings.get("dynamic_shapes"):
         # The program is captured by torch.export: the dims the script declares dynamic the
