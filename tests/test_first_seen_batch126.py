@@ -241,3 +241,26 @@ def test_a_complex_op_met_only_inside_a_composite_is_rewritten_over_the_default_
     entry = next(r for r in find_rewrites("aten::constant_pad_nd") if r.family == "complex")
     assert entry.called_group("aten::constant_pad_nd") == ("aten.constant_pad_nd.default",)
     assert entry.called_group("aten::view_as_complex") == entry.targets
+
+
+# An MC-dropout classifier left in train() for its sampling, given one image: its BatchNorm1d
+# cannot take batch statistics of one sample and forward() refuses the example (pytorch#109577).
+TRAIN_MODE_ONE_SAMPLE = '''import torch
+import torch.nn as nn
+
+dynamo = False
+
+
+def get_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.2), nn.Linear(8, 3))
+    return model.train(), (torch.randn(1, 6),)
+'''
+
+
+def test_forward_refused_only_in_training_mode_gets_eval_mode(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, TRAIN_MODE_ONE_SAMPLE, "OD108")
+    assert "Expected more than 1 value per channel when training" in finding.message
+    fix = finding.fixes[0]
+    assert fix.kind == "eval_mode" and fix.verified, fix.check
+    assert "Monte Carlo" in fix.cost

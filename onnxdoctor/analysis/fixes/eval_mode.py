@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from onnxdoctor.analysis.fixes._context import FixContext
 from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EvalMode, Recipe
 
-CODES = ("OD206", "OD601", "OD501")
+CODES = ("OD206", "OD601", "OD501", "OD108")
+
+# forward() refusing the example only because normalisation layers are in training mode: batch
+# statistics of one sample (BatchNorm, pytorch#109577's MC-dropout classifier left in train()),
+# instance statistics of one element.
+_TRAINING_ONLY = re.compile(r"Expected more than 1 (?:value per channel|spatial element) when training")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """`model.eval()` when the model was exported in training mode and has mode-sensitive layers."""
     if not ctx.training or not ctx.mode_sensitive:
+        return []
+    if finding.code == "OD108" and not _TRAINING_ONLY.search(f"{finding.message} {' '.join(finding.evidence)}"):
         return []
     modules = ", ".join(ctx.mode_sensitive[:3])
     return [
@@ -25,7 +34,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
                    if ctx.factory_form == "triple" else "torch.onnx.export(model, example_inputs, 'model.onnx')\n")
             ),
             applicability=Applicability.SAFE,
-            cost=f"none for inference; affects {modules}",
+            cost=f"none for inference; affects {modules}" + (
+                "; dropout kept on at inference (Monte Carlo sampling) is off too: ONNX exports of "
+                "inference graphs leave it out" if finding.code == "OD108" and any("Dropout" in m for m in ctx.mode_sensitive)
+                else ""),
             recipe=Recipe("eval_mode", (EvalMode(),), isolated=True),
         )
     ]
