@@ -264,3 +264,26 @@ def test_forward_refused_only_in_training_mode_gets_eval_mode(tmp_path: Path) ->
     fix = finding.fixes[0]
     assert fix.kind == "eval_mode" and fix.verified, fix.check
     assert "Monte Carlo" in fix.cost
+
+
+NAMES_AS_STRINGS = '''import torch
+
+dynamo = {dynamo}
+input_names = "data"
+output_names = "output"
+
+
+def get_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU()).eval(), (torch.randn(1, 1, 8, 8),)
+'''
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_names_given_as_one_string_are_given_as_a_list(tmp_path: Path, dynamo: bool) -> None:
+    # Pytorch-UNet#492: the TorchScript exporter stops in a C++ pass, the dynamo exporter reads the
+    # letters of "data" as four names.
+    finding = first_finding(tmp_path, NAMES_AS_STRINGS.format(dynamo=dynamo), "OD299")
+    fix = finding.fixes[0]
+    assert fix.kind == "name_lists" and fix.verified, (fix.kind, fix.check)
+    assert "input_names = ['data']" in fix.snippet and "output_names = ['output']" in fix.snippet

@@ -53,6 +53,7 @@ from onnxdoctor.analysis.fixes import (
     inner_module,
     inplace_operators,
     llm_cache,
+    name_lists,
     named_inputs,
     norm_rank,
     object_inputs,
@@ -95,7 +96,7 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EagerExport, ExportCode, Recipe, UseExporter
 
 FAMILIES = (
-    eval_mode, aliased_inputs, array_inputs, object_inputs, inner_module, entry_method, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, reparametrized, dynamic_shapes, distribution_checks, per_sample, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, name_lists, aliased_inputs, array_inputs, object_inputs, inner_module, entry_method, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, reparametrized, dynamic_shapes, distribution_checks, per_sample, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
     sized_pooling,
     unbatched_pools,
