@@ -287,3 +287,33 @@ def test_names_given_as_one_string_are_given_as_a_list(tmp_path: Path, dynamo: b
     fix = finding.fixes[0]
     assert fix.kind == "name_lists" and fix.verified, (fix.kind, fix.check)
     assert "input_names = ['data']" in fix.snippet and "output_names = ['output']" in fix.snippet
+
+
+# A complex input (an SRP-PHAT localiser taking a 4-microphone STFT, pytorch#86746): the dynamo
+# exporter declares it as real pairs, which is how ONNX Runtime must be fed.
+COMPLEX_INPUT = '''import torch
+
+dynamo = True
+
+
+class PairPower(torch.nn.Module):
+    def forward(self, spec):
+        cross = spec[:, torch.tensor([0, 1])] * spec[:, torch.tensor([2, 3])].conj()
+        return torch.view_as_real(cross).pow(2).sum(-1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return PairPower().eval(), (torch.randn(1, 4, 5, 3, dtype=torch.complex64),)
+'''
+
+
+def test_a_complex_input_is_fed_as_the_real_pairs_the_export_declares(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, COMPLEX_INPUT, "OD202")
+    fix = next(f for f in finding.fixes if f.verified)
+    assert fix.kind == "rewrite" and "torch.view_as_real(x)" in fix.cost
+    printed = run_fix_program(fix, tmp_path / "model.py", tmp_path / "fix")
+    assert "matches PyTorch" in printed
+    written = onnx.load(str(tmp_path / "fix" / "fixed.onnx"))
+    declared = [d.dim_value for d in written.graph.input[0].type.tensor_type.shape.dim]
+    assert declared == [1, 4, 5, 3, 2]

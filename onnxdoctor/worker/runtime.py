@@ -61,6 +61,24 @@ def name_example_inputs(names: Any) -> None:
 
 
 def feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
+    feeds = _feeds(session, tensors)
+    declared = {i.name: i for i in session.get_inputs()}
+    return {name: _as_pairs(declared[name], array) if name in declared else array for name, array in feeds.items()}
+
+
+def _as_pairs(declared: Any, array: Any) -> Any:
+    """A complex example for an input the graph declares as real pairs (the dynamo exporter's
+    representation of a complex tensor: the same dims and a trailing one of 2, float for
+    complex64): the (real, imaginary) pairs, as a deployer feeds them (torch.view_as_real)."""
+    import numpy as np
+
+    wanted = _ORT_TYPES.get(declared.type)
+    if array.dtype.kind != "c" or wanted not in ("float32", "float64") or len(declared.shape or []) != array.ndim + 1:
+        return array
+    return np.ascontiguousarray(np.stack([array.real, array.imag], -1).astype(wanted))
+
+
+def _feeds(session: Any, tensors: list[Any]) -> dict[str, Any]:
     inputs = session.get_inputs()
     arrays = [to_numpy(t) for t in tensors]
     if len(arrays) < len(inputs):
@@ -90,6 +108,8 @@ def _fits(declared: Any, array: Any) -> bool:
     """Whether an example array can be the model input `declared` (its type, rank, fixed dims)."""
     wanted = _ORT_TYPES.get(declared.type)
     shape = declared.shape or []
+    if array.dtype.kind == "c" and wanted in ("float32", "float64") and len(shape) == array.ndim + 1:
+        return True  # complex values as real pairs (_as_pairs)
     if wanted is not None and str(array.dtype) != wanted:
         return False
     if len(shape) != array.ndim:

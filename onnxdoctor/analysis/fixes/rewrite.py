@@ -29,6 +29,12 @@ CODES = ("OD201", "OD202", "OD299", "OD601", "OD301", "OD302", "OD303", "OD304",
          "OD204")
 
 
+def _complex_inputs(ctx: FixContext) -> bool:
+    """Whether the script's example inputs hold complex tensors."""
+    return any(isinstance(x, dict) and str(x.get("dtype", "")).startswith("complex")
+               for x in ctx.facts_of(Stage.LOAD).get("inputs") or ())
+
+
 def program_code(rewrites: tuple[Rewrite, ...], failed: str | None = None) -> str:
     """Code that builds `program`, the model's ExportedProgram with every given op rewritten
     (`failed`: the op the failure named)."""
@@ -127,7 +133,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             + "torch.onnx.export(program, example_inputs, 'model.onnx', dynamo=True)\n",
             # An approximation changes the numbers (within its stated bound): the user decides.
             applicability=Applicability.UNSAFE if worst is Exactness.APPROXIMATION else Applicability.SAFE,
-            cost="; ".join(f"{r.op}: {r.limits}" for r in rewrites),
+            cost="; ".join(f"{r.op}: {r.limits}" for r in rewrites) + (
+                "; the model's complex inputs are (real, imaginary) pairs in a trailing dim of 2, as the dynamo "
+                "exporter writes complex tensors: feed torch.view_as_real(x)" if _complex_inputs(ctx) else ""),
             # Beside a call route (isolated, ranked first: the tracer writes an unrolled algorithm
             # far faster), isolated too, so that the checks run in rank order rather than this one
             # first in the main worker.
