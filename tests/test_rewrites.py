@@ -100,9 +100,14 @@ def _complex_calls(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             # bins) and the centred STFT of complex samples (reflection padding, radar I/Q, pytorch#65666).
             torch.view_as_real(z.index_select(1, torch.tensor([3, 0]))), torch.view_as_real(z.roll(1, 1)),
             torch.view_as_real(z.flip(0)), torch.view_as_real(z.gather(1, torch.tensor([[1, 0], [3, 3], [2, 1]]))),
-            torch.view_as_real(z[:, torch.tensor([2, 0])]),
+            torch.view_as_real(z[:, torch.tensor([2, 0])]), torch.view_as_real(z[:, :3].diagonal(0, -2, -1)),
             torch.view_as_real(torch.stft(z.reshape(1, -1), 4, 2, window=torch.hann_window(4), center=True,
                                           return_complex=True)))
+
+
+def _pairs_as_complex(real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+    """A complex tensor from its parts, through view_as_complex (which the dynamo exporter lowers)."""
+    return torch.view_as_complex(torch.stack([real, imag], -1))
 
 
 def _low_modes(z: torch.Tensor) -> torch.Tensor:
@@ -269,7 +274,10 @@ CASES: dict[str, Case] = {
     ),
     "aten::linalg_solve": Case(
         lambda a: (torch.linalg.solve(a, a[..., 0]), torch.linalg.solve(a, a.mT @ a + 1.0),
-                   torch.linalg.solve(a, torch.ones_like(a), left=False)),
+                   torch.linalg.solve(a, torch.ones_like(a), left=False),
+                   # A complex system (an MVDR beamformer's weights, onnx#5847), solved as a real one.
+                   torch.view_as_real(torch.linalg.solve(_pairs_as_complex(a, 0.5 * a.mT),
+                                                         _pairs_as_complex(a[..., :1], a[..., -1:])))),
         (_g(2, 3, 3, seed=9) + 3 * torch.eye(3), torch.tensor([[0.0, 2.0], [3.0, 1.0]]), _spd(5, 1)),
     ),
     "aten::linalg_cholesky": Case(lambda x: (torch.linalg.cholesky(x), torch.linalg.cholesky(x, upper=True)), (_spd(3), _spd(6, 1), torch.eye(2))),

@@ -8,7 +8,7 @@ a product with a Python complex number (`magnitude * torch.exp(phase * 1j)`, MB-
 complex einsum of two operands and the copy and slice_scatter of a complex slice assignment (a
 Fourier layer's per-mode weights written into the low modes), or a complex select and stack (a
 linear recurrence's steps and states, pytorch#137864), complex values reordered (fftshift's
-index_select, roll, flip, gather, advanced indexing) or padded by reflection, or the STFT of complex
+index_select, roll, flip, gather, advanced indexing, diagonal) or padded by reflection, or the STFT of complex
 samples (radar I/Q, pytorch#65666). These functions write each of
 those on the `view_as_real` pair, so the complex values only ever pass through ops the exporter
 lowers. A table entry replaces the op for
@@ -254,6 +254,15 @@ def index_tensor(x, indices):
     return torch.view_as_complex(torch.ops.aten.index.Tensor(torch.view_as_real(x), list(indices)).contiguous())
 
 
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """diagonal of a complex tensor (the trace of a beamformer's PSD matrix): the pair's diagonal,
+    which torch puts last, moved back before the trailing (re, im) dim."""
+    if not x.is_complex():
+        return NotImplemented
+    d1, d2 = (d if d >= 0 else d + x.dim() for d in (dim1, dim2))
+    return torch.view_as_complex(torch.view_as_real(x).diagonal(offset, d1, d2).movedim(-2, -1).contiguous())
+
+
 def stft(x, n_fft, hop_length=None, win_length=None, window=None, normalized=False, onesided=None,
          return_complex=None, align_to_window=None):
     """STFT of complex samples (radar I/Q): linear, so the STFT of the real part plus i times the
@@ -277,10 +286,10 @@ REWRITES = (
                  "aten.constant_pad_nd.default", "aten.pad.default", "aten.einsum.default", "aten.copy.default",
                  "aten.slice_scatter.default", "aten.zeros.default", "aten.select.int", "aten.stack.default",
                  "aten.index_select.default", "aten.roll.default", "aten.flip.default", "aten.gather.default",
-                 "aten.index.Tensor", "aten.stft.default"),
+                 "aten.index.Tensor", "aten.stft.default", "aten.diagonal.default"),
         functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar", "split",
                    "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad", "einsum", "copy", "slice_scatter", "zeros",
-                   "select", "stack", "index_select", "roll", "flip", "gather", "index_tensor", "stft"),
+                   "select", "stack", "index_select", "roll", "flip", "gather", "index_tensor", "stft", "diagonal"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
@@ -294,6 +303,7 @@ REWRITES = (
         reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul", "aten::split",
                      "aten::chunk", "aten::repeat", "aten::alias", "aten::constant_pad_nd", "aten::pad",
                      "aten::einsum", "aten::copy", "aten::slice_scatter", "aten::zeros", "aten::select", "aten::stack",
-                     "aten::index_select", "aten::roll", "aten::flip", "aten::gather", "aten::index", "aten::stft"),
+                     "aten::index_select", "aten::roll", "aten::flip", "aten::gather", "aten::index", "aten::stft",
+                     "aten::diagonal"),
     ),
 )

@@ -41,15 +41,31 @@ def linalg_inv(A):
 
 SOLVE = GAUSS_JORDAN + r'''
 
+def _parts(x):
+    return torch.view_as_real(x).unbind(-1) if x.is_complex() else (x, torch.zeros_like(x))
+
+
+def _solve(A, B):
+    """A X = B; complex A or B as the real system [[Ar, -Ai], [Ai, Ar]] [Xr; Xi] = [Br; Bi]
+    (a beamformer's MVDR weights), whose Gauss-Jordan works on real values only."""
+    if not (A.is_complex() or B.is_complex()):
+        return _gauss_jordan(A, B)
+    (ar, ai), (br, bi) = _parts(A), _parts(B)
+    n = A.shape[-1]
+    block = torch.cat([torch.cat([ar, -ai], -1), torch.cat([ai, ar], -1)], -2)
+    both = _gauss_jordan(block, torch.cat([br, bi], -2))
+    return torch.view_as_complex(torch.stack([both[..., :n, :], both[..., n:, :]], -1))
+
+
 def linalg_solve(A, B, *, left=True):
     """torch.linalg.solve: Gauss-Jordan on [A | B] (X A = B is solved as A^T X^T = B^T)."""
     vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
     if vector:
         B = B.unsqueeze(-1)
     if left:
-        X = _gauss_jordan(A, B)
+        X = _solve(A, B)
     else:
-        X = _gauss_jordan(A.transpose(-2, -1), B.transpose(-2, -1)).transpose(-2, -1)
+        X = _solve(A.transpose(-2, -1), B.transpose(-2, -1)).transpose(-2, -1)
     return X.squeeze(-1) if vector else X
 '''
 
@@ -359,7 +375,7 @@ REWRITES = (
         exactness=Exactness.ROUNDING,
         error="Gauss-Jordan with partial pivoting: relative error about cond(A) x machine epsilon",
         limits="static matrix size n (the graph grows as n steps; fine up to n = 64); a singular "
-        "matrix gives inf/NaN instead of an error",
+        "matrix gives inf/NaN instead of an error; complex systems as a real one of size 2n",
         reported_as=("aten::_linalg_solve_ex", "aten::linalg_solve_ex"),
     ),
     Rewrite(
