@@ -95,6 +95,15 @@ def test_name_outputs_passes_an_input_through_an_identity_and_refuses_an_input_n
         name_outputs(_two_outputs("y", "z"), ("x", "z"))
     with pytest.raises(TransformError, match="twice"):
         name_outputs(_two_outputs("y", "z"), ("w", "w"))
+    # One value returned as two outputs: each name its own, through an Identity.
+    twice = _two_outputs("y", "z")
+    twice.graph.output[1].name = "y"
+    del twice.graph.node[-1]
+    renamed = name_outputs(twice, ("first", "second"))
+    assert [o.name for o in renamed.graph.output] == ["first", "second"]
+    assert not check_model(renamed)
+    after = _run(renamed)
+    np.testing.assert_array_equal(after["first"], after["second"])
 
 
 # A fixed-point solver whose `while` reads a residual (an MDEQ block, pytorch#22485): the tracer
@@ -317,3 +326,96 @@ def test_a_complex_input_is_fed_as_the_real_pairs_the_export_declares(tmp_path: 
     written = onnx.load(str(tmp_path / "fix" / "fixed.onnx"))
     declared = [d.dim_value for d in written.graph.input[0].type.tensor_type.shape.dim]
     assert declared == [1, 4, 5, 3, 2]
+
+
+LOOPS = '''import torch
+
+
+def solve(x, tol):
+    while (x.abs().max()
+           > tol):
+        x = x / 2
+    return x
+
+
+def decode(steps):
+    for step in range(10):
+        for inner in range(3):
+            if steps[step, inner] > 0:
+                return step
+    return -1
+
+
+def branch(x):
+    if x.sum() > 0:
+        return x
+    return -x
+'''
+
+
+def test_controls_loop_knows_conditions_that_decide_a_loops_steps(tmp_path: Path) -> None:
+    from onnxdoctor.worker.provenance import controls_loop
+
+    source = tmp_path / "loops.py"
+    source.write_text(LOOPS, "utf-8")
+    lines = LOOPS.splitlines()
+    comparison = next(n for n, text in enumerate(lines, 1) if text.strip().startswith("> tol"))
+    inner_if = next(n for n, text in enumerate(lines, 1) if "if steps[step, inner]" in text)
+    plain_if = next(n for n, text in enumerate(lines, 1) if "if x.sum() > 0" in text)
+    # A while test spread over two lines, asked from its second; a return out of a nested loop.
+    assert controls_loop(str(source), comparison)
+    assert controls_loop(str(source), inner_if)
+    assert not controls_loop(str(source), plain_if)
+
+
+OWNERS = '''import torch
+
+
+class Base(torch.nn.Module):
+    @torch.no_grad()
+    def solve(self, x):
+        while bool(x.abs().max() > 1):
+            x = x / 2
+        return x
+
+
+class Encoder(Base):
+    def forward(self, x):
+        return self.solve(x)
+
+
+class Decoder(Base):
+    def forward(self, x):
+        return self.solve(x) + 1
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = Encoder()
+        self.rest = torch.nn.ModuleList([Encoder(), Decoder()])
+
+    def forward(self, x):
+        for block in [self.first, *self.rest]:
+            x = block(x)
+        return x
+'''
+
+
+def test_branch_owners_finds_every_module_holding_the_line(tmp_path: Path) -> None:
+    import importlib.util
+
+    from onnxdoctor.worker.scripted import branch_owners
+
+    source = tmp_path / "owners.py"
+    source.write_text(OWNERS, "utf-8")
+    spec = importlib.util.spec_from_file_location("owners", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    line = next(n for n, text in enumerate(OWNERS.splitlines(), 1) if "while bool" in text)
+    owners = branch_owners(module.Model(), [f"owners.py:{line}"], tmp_path.resolve())
+    # Both subclasses, at both depths, through the decorator; the function's own class named.
+    assert owners[f"owners.py:{line}"] == {"modules": ["first", "rest.0", "rest.1"], "class": "Base",
+                                           "function": "solve"}
+    assert branch_owners(module.Model(), [f"owners.py:{line}"], (tmp_path / "elsewhere").resolve()) == {}

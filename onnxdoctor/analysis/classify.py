@@ -88,9 +88,13 @@ _NOT_SUPPORTED_OP = re.compile(r"'?((?:aten|prims)::\w+)'? (?:is|are) not suppor
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
 _NO_ONNX_FUNCTION_PLAIN = re.compile(r"No ONNX function found for ([\w.]+::[\w.]+|[\w]+\.[\w]+\.[\w]+)")
 # A higher-order op the registry has no function for, named by its Python object
-# ("<torch._higher_order_ops.flex_attention.FlexAttentionHOP object at 0x...>"): its module is the
-# op's name (flex_attention, cond, while_loop, scan).
-_NO_ONNX_FUNCTION_HOP = re.compile(r"No ONNX function found for <torch\._higher_order_ops\.(\w+)\.\w+ object at")
+# ("<torch._higher_order_ops.flex_attention.FlexAttentionHOP object at 0x...>"): the op's name by
+# its class where the two differ from the module's name, else the module's (cond, while_loop, scan).
+_NO_ONNX_FUNCTION_HOP = re.compile(r"No ONNX function found for <torch\._higher_order_ops\.(\w+)\.(\w+) object at")
+_HOP_NAMES = {"FlexAttentionBackwardHOP": "flex_attention_backward", "MapImpl": "map_impl",
+              "WithEffects": "with_effects", "AutoFunctionalized": "auto_functionalized",
+              "AutoFunctionalizedV2": "auto_functionalized_v2", "WrapWithSetGradEnabled": "wrap_with_set_grad_enabled",
+              "WrapWithAutocast": "wrap_with_autocast", "InvokeSubgraphHOP": "invoke_subgraph"}
 # A Python builtin applied to a symbolic size (round(h / scale)): the dynamo exporter's registry has
 # functions for aten ops only.
 _NO_ONNX_FUNCTION_BUILTIN = re.compile(r"No ONNX function found for <built-in function (\w+)>")
@@ -196,7 +200,7 @@ def extract_op(text: str) -> str | None:
         return f"{namespace}::{name}"
     match = _NO_ONNX_FUNCTION_HOP.search(text)
     if match:
-        return f"higher_order::{match.group(1)}"
+        return f"higher_order::{_HOP_NAMES.get(match.group(2), match.group(1))}"
     match = _NO_ONNX_FUNCTION_BUILTIN.search(text)
     if match:
         return f"builtins::{match.group(1)}"

@@ -943,10 +943,11 @@ def name_outputs(model: onnx.ModelProto, names: tuple[str, ...] | list[str]) -> 
         if name in taken:
             # Another value has the name: an internal one, or an output still to be renamed.
             _rename_value(graph, name, _fresh(name, taken))
-        if any(current in node.output for node in graph.node):
+        shared = sum(value.name == current for value in graph.output) > 1
+        if any(current in node.output for node in graph.node) and not shared:
             _rename_value(graph, current, name)
             taken.discard(current)
-        else:  # a graph input or a weight returned as it is
+        else:  # a graph input, a weight, or a value returned twice: an Identity of the new name
             graph.node.append(onnx.helper.make_node("Identity", [current], [name], name=f"{name}/identity"))
             graph.output[index].name = name
         taken.add(name)

@@ -197,22 +197,23 @@ def pad(x, pad, mode="constant", value=None):
     centred STFT of complex samples pads by reflection)."""
     if mode == "constant":
         return constant_pad_nd(x, pad, 0 if value is None else value)
-    if not x.is_complex():
+    # The pair has one dim more, and F.pad pads at most 3 dims of a 2-D to 5-D input this way.
+    if not x.is_complex() or len(pad) // 2 + 1 > 3 or not 2 <= x.dim() + 1 <= 5:
         return NotImplemented
     return torch.view_as_complex(torch.nn.functional.pad(torch.view_as_real(x), [0, 0] + list(pad), mode=mode)
                                  .contiguous())
 
 
-def _pair(x):
+def _complex_parts(x):
     """A tensor's (real, imaginary) parts as two real tensors."""
     return torch.view_as_real(x).unbind(-1) if x.is_complex() else (x, torch.zeros_like(x))
 
 
-def _joined(re, im):
+def _from_parts(re, im):
     return torch.view_as_complex(torch.stack([re, im], -1))
 
 
-def index_select(x, dim, index):
+def index_select_pairs(x, dim, index):
     """index_select of a complex tensor (fftshift's reordering, a bin selection): the pair
     selected on the same dim."""
     if not x.is_complex():
@@ -221,7 +222,7 @@ def index_select(x, dim, index):
     return torch.view_as_complex(torch.view_as_real(x).index_select(d, index).contiguous())
 
 
-def roll(x, shifts, dims=()):
+def roll_pairs(x, shifts, dims=()):
     """roll of a complex tensor along given dims: the pair rolled on the same dims."""
     dims = list(dims)
     if not x.is_complex() or not dims:
@@ -230,7 +231,7 @@ def roll(x, shifts, dims=()):
                                                                            for d in dims]).contiguous())
 
 
-def flip(x, dims):
+def flip_pairs(x, dims):
     """flip of a complex tensor: the pair flipped on the same dims."""
     if not x.is_complex():
         return NotImplemented
@@ -238,15 +239,15 @@ def flip(x, dims):
                                  .contiguous())
 
 
-def gather(x, dim, index, sparse_grad=False):
+def gather_pairs(x, dim, index, sparse_grad=False):
     """gather of a complex tensor: each part gathered with the same index."""
     if not x.is_complex():
         return NotImplemented
-    re, im = _pair(x)
-    return _joined(re.gather(dim, index), im.gather(dim, index))
+    re, im = _complex_parts(x)
+    return _from_parts(re.gather(dim, index), im.gather(dim, index))
 
 
-def index_tensor(x, indices):
+def index_pairs(x, indices):
     """Advanced indexing of a complex tensor (`spec[:, bins]`): the pair indexed on its leading
     dims, its trailing (re, im) dim whole."""
     if not x.is_complex():
@@ -254,7 +255,7 @@ def index_tensor(x, indices):
     return torch.view_as_complex(torch.ops.aten.index.Tensor(torch.view_as_real(x), list(indices)).contiguous())
 
 
-def diagonal(x, offset=0, dim1=0, dim2=1):
+def diagonal_pairs(x, offset=0, dim1=0, dim2=1):
     """diagonal of a complex tensor (the trace of a beamformer's PSD matrix): the pair's diagonal,
     which torch puts last, moved back before the trailing (re, im) dim."""
     if not x.is_complex():
@@ -263,17 +264,17 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     return torch.view_as_complex(torch.view_as_real(x).diagonal(offset, d1, d2).movedim(-2, -1).contiguous())
 
 
-def stft(x, n_fft, hop_length=None, win_length=None, window=None, normalized=False, onesided=None,
+def stft_pairs(x, n_fft, hop_length=None, win_length=None, window=None, normalized=False, onesided=None,
          return_complex=None, align_to_window=None):
     """STFT of complex samples (radar I/Q): linear, so the STFT of the real part plus i times the
     STFT of the imaginary part, each two-sided."""
-    if not x.is_complex():
+    if not x.is_complex() or return_complex is False or align_to_window:
         return NotImplemented
     parts = [torch.view_as_real(torch.stft(p, n_fft, hop_length, win_length, window, center=False,
                                            normalized=normalized, onesided=False, return_complex=True)).unbind(-1)
-             for p in _pair(x)]
+             for p in _complex_parts(x)]
     (ar, ai), (br, bi) = parts
-    return _joined(ar - bi, ai + br)
+    return _from_parts(ar - bi, ai + br)
 '''
 
 REWRITES = (
@@ -289,7 +290,8 @@ REWRITES = (
                  "aten.index.Tensor", "aten.stft.default", "aten.diagonal.default"),
         functions=("complex_", "unsqueeze", "squeeze_dim", "matmul", "exp", "mul_scalar", "mul_scalar", "split",
                    "split_with_sizes", "repeat", "alias", "constant_pad_nd", "pad", "einsum", "copy", "slice_scatter", "zeros",
-                   "select", "stack", "index_select", "roll", "flip", "gather", "index_tensor", "stft", "diagonal"),
+                   "select", "stack", "index_select_pairs", "roll_pairs", "flip_pairs", "gather_pairs", "index_pairs",
+                   "stft_pairs", "diagonal_pairs"),
         function="complex_",
         source=PAIRS,
         exactness=Exactness.ROUNDING,
@@ -298,8 +300,9 @@ REWRITES = (
         limits="complex64/complex128 through view_as_real (the dynamo exporter's representation); "
         "every matmul of the model is replaced (real ones through einsum, the same MatMul in ONNX); exp "
         "and multiplication by a Python number only where complex values are involved; padding of complex "
-        "values with zeros or by reflection, replication or wrapping; einsum of two operands only; a roll "
-        "without dims and conj are not covered; a complex STFT is two real two-sided ones",
+        "values with zeros, or by reflection, replication or wrapping of up to two dims; einsum of two operands "
+        "only; a roll without dims and conj are not covered; a complex STFT is two real two-sided ones "
+        "(not with align_to_window)",
         reported_as=("aten::unsqueeze", "aten::squeeze", "aten::matmul", "aten::exp", "aten::mul", "aten::split",
                      "aten::chunk", "aten::repeat", "aten::alias", "aten::constant_pad_nd", "aten::pad",
                      "aten::einsum", "aten::copy", "aten::slice_scatter", "aten::zeros", "aten::select", "aten::stack",

@@ -41,7 +41,7 @@ def linalg_inv(A):
 
 SOLVE = GAUSS_JORDAN + r'''
 
-def _parts(x):
+def _complex_parts(x):
     return torch.view_as_real(x).unbind(-1) if x.is_complex() else (x, torch.zeros_like(x))
 
 
@@ -50,7 +50,7 @@ def _solve(A, B):
     (a beamformer's MVDR weights), whose Gauss-Jordan works on real values only."""
     if not (A.is_complex() or B.is_complex()):
         return _gauss_jordan(A, B)
-    (ar, ai), (br, bi) = _parts(A), _parts(B)
+    (ar, ai), (br, bi) = _complex_parts(A), _complex_parts(B)
     n = A.shape[-1]
     block = torch.cat([torch.cat([ar, -ai], -1), torch.cat([ai, ar], -1)], -2)
     both = _gauss_jordan(block, torch.cat([br, bi], -2))
@@ -375,7 +375,8 @@ REWRITES = (
         exactness=Exactness.ROUNDING,
         error="Gauss-Jordan with partial pivoting: relative error about cond(A) x machine epsilon",
         limits="static matrix size n (the graph grows as n steps; fine up to n = 64); a singular "
-        "matrix gives inf/NaN instead of an error; complex systems as a real one of size 2n",
+        "matrix gives inf/NaN instead of an error; a complex system is solved as a real one of size 2n "
+        "(so n up to 32)",
         reported_as=("aten::_linalg_solve_ex", "aten::linalg_solve_ex"),
     ),
     Rewrite(

@@ -218,10 +218,11 @@ def controls_loop(filename: str, line: int) -> bool:
     for loop in ast.walk(tree):
         if not isinstance(loop, (ast.While, ast.For)):
             continue
-        if isinstance(loop, ast.While) and loop.test.lineno == line:
+        # A condition spread over several lines asks from the line of its comparison.
+        if isinstance(loop, ast.While) and loop.test.lineno <= line <= (loop.test.end_lineno or line):
             return True
         for node in _same_loop(loop.body):
-            if isinstance(node, ast.If) and node.lineno == line and any(
+            if isinstance(node, ast.If) and node.test.lineno <= line <= (node.test.end_lineno or line) and any(
                     isinstance(leaf, (ast.Break, ast.Return)) for leaf in _same_loop([*node.body, *node.orelse])):
                 return True
     return False

@@ -61,6 +61,9 @@ def name_example_inputs(names: Any) -> None:
 
 
 def feeds_for_session(session: Any, tensors: list[Any]) -> dict[str, Any]:
+    """ONNX Runtime's feeds for the example tensors: each input its tensor (by position, by the
+    example's names, or by type and rank where the exporter dropped unused inputs), complex ones as
+    the real pairs the graph declares."""
     feeds = _feeds(session, tensors)
     declared = {i.name: i for i in session.get_inputs()}
     return {name: _as_pairs(declared[name], array) if name in declared else array for name, array in feeds.items()}
@@ -72,10 +75,21 @@ def _as_pairs(declared: Any, array: Any) -> Any:
     complex64): the (real, imaginary) pairs, as a deployer feeds them (torch.view_as_real)."""
     import numpy as np
 
-    wanted = _ORT_TYPES.get(declared.type)
-    if array.dtype.kind != "c" or wanted not in ("float32", "float64") or len(declared.shape or []) != array.ndim + 1:
+    if not _pairs_fit(declared, array):
         return array
+    wanted = _ORT_TYPES.get(declared.type)
     return np.ascontiguousarray(np.stack([array.real, array.imag], -1).astype(wanted))
+
+
+def _pairs_fit(declared: Any, array: Any) -> bool:
+    """Whether a complex array is the input `declared` as real pairs: a float type, its dims and
+    a trailing one of 2 (a symbolic dim fits any size)."""
+    shape = list(declared.shape or [])
+    if array.dtype.kind != "c" or _ORT_TYPES.get(declared.type) not in ("float32", "float64"):
+        return False
+    if len(shape) != array.ndim + 1:
+        return False
+    return all(not isinstance(d, int) or d == n for d, n in zip(shape, [*array.shape, 2]))
 
 
 def _feeds(session: Any, tensors: list[Any]) -> dict[str, Any]:
@@ -108,8 +122,8 @@ def _fits(declared: Any, array: Any) -> bool:
     """Whether an example array can be the model input `declared` (its type, rank, fixed dims)."""
     wanted = _ORT_TYPES.get(declared.type)
     shape = declared.shape or []
-    if array.dtype.kind == "c" and wanted in ("float32", "float64") and len(shape) == array.ndim + 1:
-        return True  # complex values as real pairs (_as_pairs)
+    if array.dtype.kind == "c":
+        return _pairs_fit(declared, array)  # complex values as real pairs (_as_pairs)
     if wanted is not None and str(array.dtype) != wanted:
         return False
     if len(shape) != array.ndim:

@@ -179,50 +179,50 @@ def autograd_watch() -> Iterator[list[int]]:
 
 
 def branch_owners(model: Any, sites: list[str], folder: Path) -> dict[str, dict[str, Any]]:
-    """For each `file.py:line` branch site in the user's folder, the submodules whose class
-    defines the function holding the line (the deepest such modules, every instance of the
-    class) and that function's name: what to script so that the branch stays control flow.
-    Sites in a module-level function, or in no module's code, are left out."""
+    """For each `file.py:line` branch site in the user's files, every submodule whose class has
+    (or inherits) the function holding the line, the class defining it and the function's name:
+    what to script so that the branch stays control flow. Sites in a module-level function, or in
+    no module's code, are left out."""
     found: dict[str, dict[str, Any]] = {}
-    wanted = {site.rpartition(":")[0]: [] for site in sites}  # file name -> lines
+    wanted: dict[str, list[int]] = {}  # file name -> lines
     for site in sites:
         name, _, line = site.rpartition(":")
         if line.isdigit():
-            wanted[name].append(int(line))
-    spans: dict[type, list[tuple[str, str, int, int]]] = {}  # class -> (function, file, first, last)
+            wanted.setdefault(name, []).append(int(line))
+    spans: dict[type, list[tuple[str, str, int, int, str]]] = {}
     for path, module in model.named_modules():
         cls = type(module)
         if cls not in spans:
             spans[cls] = _function_spans(cls, folder, set(wanted))
-        for function, file, first, last in spans[cls]:
+        for function, file, first, last, owner in spans[cls]:
             for line in wanted.get(file, ()):
-                if not first <= line <= last:
-                    continue
-                site = f"{file}:{line}"
-                held = found.get(site)
-                depth = path.count(".") + bool(path)
-                if held is None or depth > held["depth"]:
-                    found[site] = {"modules": [path], "class": cls.__name__, "function": function, "depth": depth}
-                elif depth == held["depth"] and held["class"] == cls.__name__ and path not in held["modules"]:
-                    held["modules"].append(path)
-    for held in found.values():
-        del held["depth"]
+                if first <= line <= last:
+                    held = found.setdefault(f"{file}:{line}", {"modules": [], "class": owner, "function": function})
+                    if path not in held["modules"]:
+                        held["modules"].append(path)
     return found
 
 
-def _function_spans(cls: type, folder: Path, files: set[str]) -> list[tuple[str, str, int, int]]:
-    """The functions a module class has from the user's files (its own and inherited ones), as
-    (name, file name, first line, last line)."""
+def _function_spans(cls: type, folder: Path, files: set[str]) -> list[tuple[str, str, int, int, str]]:
+    """The functions a module class has from the user's files (its own and inherited ones, in
+    its folder or below), as (name, file name, first line, last line, defining class)."""
+    import torch
+
     spans = []
     for klass in cls.__mro__:
         for name, value in vars(klass).items():
-            function = getattr(value, "__func__", value)  # staticmethod / classmethod
+            # staticmethod / classmethod, and a decorated method (@torch.no_grad()) unwrapped
+            function = inspect.unwrap(getattr(value, "__func__", value))
             code = getattr(function, "__code__", None)
             if code is None or os.path.basename(code.co_filename) not in files:
                 continue
-            if Path(code.co_filename).resolve().parent != folder:
+            where = Path(code.co_filename).resolve()
+            # The user's files, not a library installed inside their folder (a virtual environment).
+            if folder not in where.parents or Path(torch.__file__).parent in where.parents \
+                    or "site-packages" in where.parts:
                 continue
             with contextlib.suppress(OSError, TypeError):
                 lines, first = inspect.getsourcelines(function)
-                spans.append((name, os.path.basename(code.co_filename), first, first + len(lines) - 1))
+                spans.append((name, os.path.basename(code.co_filename), first, first + len(lines) - 1,
+                              klass.__name__))
     return spans

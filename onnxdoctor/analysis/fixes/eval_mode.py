@@ -10,17 +10,18 @@ from onnxdoctor.recipe import EvalMode, Recipe
 
 CODES = ("OD206", "OD601", "OD501", "OD108")
 
-# forward() refusing the example only because normalisation layers are in training mode: batch
-# statistics of one sample (BatchNorm, pytorch#109577's MC-dropout classifier left in train()),
-# instance statistics of one element.
-_TRAINING_ONLY = re.compile(r"Expected more than 1 (?:value per channel|spatial element) when training")
+# forward() refusing the example only because batch norm is in training mode: batch statistics of
+# one sample (pytorch#109577's MC-dropout classifier left in train()). GroupNorm says the same in
+# either mode, so a batch norm layer in training mode must be there for eval() to help.
+_TRAINING_ONLY = re.compile(r"Expected more than 1 value per channel when training")
 
 
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """`model.eval()` when the model was exported in training mode and has mode-sensitive layers."""
     if not ctx.training or not ctx.mode_sensitive:
         return []
-    if finding.code == "OD108" and not _TRAINING_ONLY.search(f"{finding.message} {' '.join(finding.evidence)}"):
+    if finding.code == "OD108" and not (_TRAINING_ONLY.search(f"{finding.message} {' '.join(finding.evidence)}")
+                                        and any("BatchNorm" in m for m in ctx.mode_sensitive)):
         return []
     modules = ", ".join(ctx.mode_sensitive[:3])
     return [

@@ -21,14 +21,17 @@ _NAME_SETTINGS = ("input_names", "output_names")
 def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     """The names as lists, for an export or check that failed with a name setting given as a string."""
     settings = ctx.facts_of(Stage.LOAD).get("settings") or {}
-    bare = {key: settings[key] for key in _NAME_SETTINGS if isinstance(settings.get(key), str)}
+    # (One letter is one name either way.)
+    bare = {key: settings[key] for key in _NAME_SETTINGS
+            if isinstance(settings.get(key), str) and len(settings[key]) > 1}
     if ctx.target_kind != "script" or not bare or finding.stage not in (Stage.EXPORT, Stage.CHECK):
         return []
     code = "".join(f"{key} = [{value!r}]  # one name per input or output, in a list\n" for key, value in bare.items())
     shown = " and ".join(bare)
     return [Fix(
         kind="name_lists",
-        title=f"Give {shown} as a list of names: a bare string is read as a sequence of one-letter names",
+        title=f"Give {shown} as a list of names: the exporters take a string as a sequence of letters "
+              "(the TorchScript one then refuses it, the dynamo one names each input a letter)",
         snippet=code + "torch.onnx.export(model, example_inputs, 'model.onnx', "
         + ", ".join(f"{key}={key}" for key in bare) + ")\n",
         applicability=Applicability.SAFE,
