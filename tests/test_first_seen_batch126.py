@@ -419,3 +419,44 @@ def test_branch_owners_finds_every_module_holding_the_line(tmp_path: Path) -> No
     assert owners[f"owners.py:{line}"] == {"modules": ["first", "rest.0", "rest.1"], "class": "Base",
                                            "function": "solve"}
     assert branch_owners(module.Model(), [f"owners.py:{line}"], (tmp_path / "elsewhere").resolve()) == {}
+
+
+# A detector returning one result object per image, its fields tensors (mmdeploy#2390's rotated
+# RTMDet and its InstanceData): the objects sit inside a list, so the tensors are a level down.
+RESULT_OBJECTS = '''import torch
+
+dynamo = False
+
+
+class InstanceData:
+    def __init__(self, **fields):
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+
+class Detector(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        out = self.head(x)
+        return [InstanceData(bboxes=out[i, :4], scores=out[i, 4:].sigmoid()) for i in range(x.shape[0])]
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Detector().eval(), (torch.randn(2, 4),)
+'''
+
+
+def test_tensors_inside_a_list_of_result_objects_are_the_outputs(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, RESULT_OBJECTS, "OD299")
+    assert finding.message.startswith("forward() returns an InstanceData object"), finding.message
+    fix = finding.fixes[0]
+    assert fix.kind == "tensor_outputs" and fix.verified, (fix.kind, fix.check)
+    printed = run_fix_program(fix, tmp_path / "model.py", tmp_path / "fix")
+    assert "matches PyTorch" in printed
+    written = onnx.load(str(tmp_path / "fix" / "fixed.onnx"))
+    assert [o.name for o in written.graph.output] == ["output_0_bboxes", "output_0_scores", "output_1_bboxes",
+                                                      "output_1_scores"]

@@ -426,7 +426,7 @@ def _outputs_message(text: str) -> str | None:
     unknown = _UNKNOWN_OUTPUT.search(text)
     if unknown:
         kind = unknown.group(1)
-        return (f"forward() returns a {kind.rsplit('.', 1)[-1]} ({kind}), which torch.export cannot flatten "
+        return (f"forward() returns {_article(kind.rsplit('.', 1)[-1])} ({kind}), which torch.export cannot flatten "
                 "into ONNX outputs: only tensors and lists, tuples and dicts of them can be outputs")
     returned = _CONSTANT_OUTPUT.search(text)
     constant = _CONSTANT_OUTPUT_TYPE.search(text)

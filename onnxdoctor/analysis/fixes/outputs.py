@@ -22,7 +22,7 @@ _TO_NUMPY = "Converting a tensor to a NumPy array"
 # unsupported type: numpy.ndarray"; the dynamo exporter names the type as it meets it.
 NUMPY_OUTPUT = re.compile(r"unsupported type: numpy\.ndarray|<class 'numpy\.ndarray'>")
 # classify's OD299 for an object forward() returns to the TorchScript exporter.
-_RETURNED_OBJECT = re.compile(r"^forward\(\) returns a (\w+) object")
+_RETURNED_OBJECT = re.compile(r"^forward\(\) returns an? (\w+) object")
 
 WRAPPER = """import copy
 import dataclasses
@@ -49,17 +49,27 @@ class TensorOutputs(torch.nn.Module):
             return [(name, value) for name, value in vars(out).items() if not name.startswith("_")]
         return [("output", out)]
 
+    @classmethod
+    def leaves(cls, out, prefix="", depth=0):
+        \"\"\"The tensors among the outputs with the names of their fields. Objects are looked
+        into only where the outputs hold no tensor of their own (a list of per-image result
+        objects): a cache object beside the logits stays out.\"\"\"
+        found = [(name, value) for name, value in cls.named(out) if isinstance(value, torch.Tensor)]
+        if found or isinstance(out, torch.Tensor) or depth >= 4:
+            return [(f"{prefix}_{name}" if prefix else name, value) for name, value in found]
+        return [leaf for name, value in cls.named(out) if not isinstance(value, (str, bytes, int, float, bool))
+                and value is not None and value is not out
+                for leaf in cls.leaves(value, f"{prefix}_{name}" if prefix else name, depth + 1)]
+
     def output_names(self, *args, **kwargs):
         \"\"\"The fields (or keys) the tensors come from, to name the ONNX outputs after.\"\"\"
         # A model in training mode would update its batch-norm statistics: ask a copy.
         model = copy.deepcopy(self.model) if self.model.training else self.model
         with torch.no_grad():
-            return [name for name, value in self.named(model(*args, **kwargs))
-                    if isinstance(value, torch.Tensor)]
+            return [name for name, _ in self.leaves(model(*args, **kwargs))]
 
     def forward(self, *args, **kwargs):
-        out = self.model(*args, **kwargs)
-        return tuple(value for _, value in self.named(out) if isinstance(value, torch.Tensor))
+        return tuple(value for _, value in self.leaves(self.model(*args, **kwargs)))
 
 
 model = TensorOutputs(model).train(model.training)
