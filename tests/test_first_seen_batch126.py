@@ -460,3 +460,49 @@ def test_tensors_inside_a_list_of_result_objects_are_the_outputs(tmp_path: Path)
     written = onnx.load(str(tmp_path / "fix" / "fixed.onnx"))
     assert [o.name for o in written.graph.output] == ["output_0_bboxes", "output_0_scores", "output_1_bboxes",
                                                       "output_1_scores"]
+
+
+# A Function whose forward makes its inputs contiguous, then calls a compiled extension's op
+# (pytracking#126's PrRoIPool2DFunction): the TorchScript exporter inlines the forward and stops
+# at aten::contiguous beside the extension op; the Function as one node with a kernel calling it.
+EXTENSION_FUNCTION = '''import torch
+
+dynamo = False
+opset_version = 11
+
+torch.library.define("od_test_ext::box_mean", "(Tensor features, Tensor boxes) -> Tensor")
+
+
+@torch.library.impl("od_test_ext::box_mean", "CPU")
+def _box_mean(features, boxes):
+    return torch.stack([features[:, int(b[0]):int(b[1])].mean(1) for b in boxes], 1)
+
+
+class BoxMean(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, features, boxes):
+        features = features.contiguous()
+        return torch.ops.od_test_ext.box_mean(features, boxes)
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, boxes):
+        return BoxMean.apply(self.proj(x).transpose(1, 2), boxes)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Head().eval(), (torch.randn(2, 6, 8), torch.tensor([[0, 3], [2, 6]]))
+'''
+
+
+def test_a_function_stopped_beside_an_extension_op_gets_a_node_with_a_kernel(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, EXTENSION_FUNCTION, "OD299")
+    assert finding.op == "BoxMean"
+    fix = next(f for f in finding.fixes if f.kind == "function_kernel")
+    assert fix.verified, fix.check
+    assert "the export stopped inside its forward" in fix.title

@@ -252,8 +252,11 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
                 inner = function_inner_ops(loaded, line=facts.get("source"))
                 if inner:
                     facts["inner_ops"] = inner
-                    # The Function itself: what the user wrote, named in the finding.
+                    # The Function itself: what the user wrote, named in the finding; traced
+                    # through its forward, one node whose kernel calls it (function_kernel).
                     facts["inner_function"] = function_owners(line=facts.get("source"))[0].__name__
+                    if "traced_functions" not in facts:
+                        facts["traced_functions"] = _traced_function(loaded, target, facts["inner_function"])
             if "inner_ops" not in facts and "Defined at:" in text:
                 # No extension op, but the node's stack passes through a Function's forward (a
                 # `torch.from_numpy` in a helper that forward calls, graspness#12): the Function

@@ -47,7 +47,11 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     else:
         functions = [f for f in ctx.export_facts.get("traced_functions") or ()
                      if isinstance(f, dict) and f.get("name") == finding.op]
-    fixes = [_kernel_fix(entry) for entry in functions[:2] if isinstance(entry, dict)]
+    # Why the Function needs a node: the trace froze what its forward computed (a mismatch), or
+    # the export stopped inside it.
+    why = ("the trace froze what its forward computed outside PyTorch" if finding.code in ("OD601", "OD210")
+           else "the export stopped inside its forward")
+    fixes = [_kernel_fix(entry, why) for entry in functions[:2] if isinstance(entry, dict)]
     every = [_kernel_parts(entry) for entry in functions[:MAX_FUNCTIONS] if isinstance(entry, dict)]
     if len(every) > 1 and all(parts is not None for parts in every):
         # Several Functions froze (a point-cloud library's sampling, grouping and gathering, each
@@ -95,7 +99,7 @@ def _kernels_fix(every: list[_Parts]) -> Fix:
     )
 
 
-def _kernel_fix(entry: dict) -> Fix | None:
+def _kernel_fix(entry: dict, why: str) -> Fix | None:
     parts = _kernel_parts(entry)
     if parts is None:
         return None
@@ -110,7 +114,7 @@ def _kernel_fix(entry: dict) -> Fix | None:
     return Fix(
         kind="function_kernel",
         title=(f"Export {qualname} as one {node} node, computed by an ONNX Runtime kernel that calls "
-               f"{qualname} (onnxruntime-extensions): the trace froze what its forward computed outside PyTorch"),
+               f"{qualname} (onnxruntime-extensions): {why}"),
         snippet=snippet,
         applicability=Applicability.UNSAFE,
         cost=("a Python kernel runs the Function's own code and needs torch (and whatever it calls) at run "
