@@ -506,3 +506,34 @@ def test_a_function_stopped_beside_an_extension_op_gets_a_node_with_a_kernel(tmp
     fix = next(f for f in finding.fixes if f.kind == "function_kernel")
     assert fix.verified, fix.check
     assert "the export stopped inside its forward" in fix.title
+
+
+def test_the_tensors_only_wrapper_keeps_caches_and_modules_out_and_names_unique() -> None:
+    import torch
+
+    from onnxdoctor.analysis.fixes.outputs import WRAPPER
+
+    scope: dict = {}
+    exec(WRAPPER.split("model = TensorOutputs")[0], scope)  # the class as fix.py defines it
+    leaves = scope["TensorOutputs"].leaves
+
+    class Cache:
+        def __init__(self) -> None:
+            self.key_cache = [torch.zeros(1)]
+
+    class Result:
+        def __init__(self, **fields: object) -> None:
+            self.__dict__.update(fields)
+
+    t = torch.zeros(2)
+    # A cache in a dict beside a list of tensors, and beside the logits at the top, stays out.
+    assert [n for n, _ in leaves({"preds": [t, t], "cache": Cache()})] == ["preds_output_0", "preds_output_1"]
+    assert [n for n, _ in leaves((t, Cache()))] == ["output_0"]
+    # Per-item result objects are looked into; a module among their fields, and a cycle, add nothing.
+    looped = Result(boxes=t)
+    looped.kids = [looped]
+    module = torch.nn.Linear(1, 1)
+    module.anchors = torch.zeros(2)
+    assert [n for n, _ in leaves([looped, Result(net=module)])] == ["output_0_boxes"]
+    # Names that join to the same text are made unique.
+    assert [n for n, _ in leaves({"a": {"b_c": t}, "a_b": {"c": t}})] == ["a_b_c", "a_b_c_2"]

@@ -45,8 +45,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             return []
         functions = ctx.parity_facts.get("traced_functions") or []
     else:
+        # (A Function defined inside a class is recorded by its qualified name.)
         functions = [f for f in ctx.export_facts.get("traced_functions") or ()
-                     if isinstance(f, dict) and f.get("name") == finding.op]
+                     if isinstance(f, dict) and str(f.get("name")).rsplit(".", 1)[-1] == finding.op]
     # Why the Function needs a node: the trace froze what its forward computed (a mismatch), or
     # the export stopped inside it.
     why = ("the trace froze what its forward computed outside PyTorch" if finding.code in ("OD601", "OD210")

@@ -50,16 +50,38 @@ class TensorOutputs(torch.nn.Module):
         return [("output", out)]
 
     @classmethod
-    def leaves(cls, out, prefix="", depth=0):
-        \"\"\"The tensors among the outputs with the names of their fields. Objects are looked
-        into only where the outputs hold no tensor of their own (a list of per-image result
-        objects): a cache object beside the logits stays out.\"\"\"
-        found = [(name, value) for name, value in cls.named(out) if isinstance(value, torch.Tensor)]
-        if found or isinstance(out, torch.Tensor) or depth >= 4:
-            return [(f"{prefix}_{name}" if prefix else name, value) for name, value in found]
-        return [leaf for name, value in cls.named(out) if not isinstance(value, (str, bytes, int, float, bool))
-                and value is not None and value is not out
-                for leaf in cls.leaves(value, f"{prefix}_{name}" if prefix else name, depth + 1)]
+    def leaves(cls, out):
+        \"\"\"The tensors among the outputs, named after the fields they come from (made unique):
+        those at the top where there are some, else those a level or more down.\"\"\"
+        top = [(name, value) for name, value in cls.named(out) if isinstance(value, torch.Tensor)]
+        found = top or cls._leaves(out, "", set())
+        seen = {}
+        named = []
+        for name, value in found:
+            seen[name] = seen.get(name, 0) + 1
+            named.append((name if seen[name] == 1 else f"{name}_{seen[name]}", value))
+        return named
+
+    @classmethod
+    def _leaves(cls, out, prefix, visited):
+        # Containers are looked into; an object only as an item of a list or tuple that holds no
+        # tensor of its own (a list of per-image result objects): a cache object beside the
+        # logits, or in a dict, stays out. Modules and objects met before add nothing.
+        if isinstance(out, torch.Tensor):
+            return [(prefix or "output", out)]
+        if id(out) in visited or isinstance(out, (torch.nn.Module, type, str, bytes, int, float, bool)) or out is None:
+            return []
+        visited = visited | {id(out)}
+        items = cls.named(out)
+        sequence = isinstance(out, (tuple, list))
+        bare = sequence and not any(isinstance(value, torch.Tensor) for _, value in items)
+        found = []
+        for name, value in items:
+            path = f"{prefix}_{name}" if prefix else name
+            container = isinstance(value, (dict, tuple, list)) or dataclasses.is_dataclass(value)
+            if isinstance(value, torch.Tensor) or container or (bare and hasattr(value, "__dict__")):
+                found += cls._leaves(value, path, visited)
+        return found
 
     def output_names(self, *args, **kwargs):
         \"\"\"The fields (or keys) the tensors come from, to name the ONNX outputs after.\"\"\"
@@ -103,9 +125,10 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         if returned:  # an object among the outputs (a decoder's state, a Batch): its tensors kept
             return [_tensors_only(
                 f"Wrap the model so forward() returns only its tensors (the {returned.group(1)} object dropped, "
-                "its tensor fields kept where it is the whole output)",
+                "its tensor fields kept where the outputs hold no tensor beside it)",
                 f"the {returned.group(1)} object is not an output of the ONNX model: the caller rebuilds what it "
-                "needs from the tensors")]
+                "needs from the tensors; a list of result objects gives one set of outputs per item of the "
+                "example's list, so as many items as the example has")]
         return _numpy_outputs(finding, ctx) + ([_tensors_only(
             f"Wrap the model so forward() returns only its tensors (the text in {text} is made outside the model)",
             "the text outputs are dropped from the ONNX model: the caller makes them from the tensor outputs "
