@@ -104,10 +104,13 @@ class Rewrite:
 
     def called_group(self, failed: str | None) -> tuple[str, ...]:
         """The targets of which the exported program must call one for the table alone to reach
-        the op: the ones the failure named, where it named some (the complex entry's zero padding
-        is met only inside a complex FFT with `n`, which the exporter decomposes itself), else all."""
+        the op: where the failure names another of the entry's targets than its own op, those (the
+        complex entry's zero padding is met only inside a complex FFT with `n`, which the exporter
+        decomposes itself); else all."""
         bare = (failed or "").replace("::", ".").split(".")
-        named = tuple(t for t in self.targets if failed and t.split(".")[:2] == bare[:2])
+        if not failed or "::".join(bare[:2]) == self.op:
+            return self.targets  # the entry's own op: any of its overloads (linalg_inv_ex for linalg_inv)
+        named = tuple(t for t in self.targets if t.split(".")[:2] == bare[:2])
         return named or self.targets
 
 

@@ -49,7 +49,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     values = _tensor_values(finding, ctx)
     pools = global_pool_fix(finding, ctx) if finding.code == "OD210" else None
     scripted = _scripted_owners(finding, ctx)
-    loops = bool(set(_recorded_sites(ctx, "loop_conditions")) & set(branch_sites(ctx)))
+    # A loop whose steps the data decides, scripted first; not a bounded loop's early exit, whose
+    # run to the end (_run_to_the_end) works for any code where scripting needs TorchScript's subset.
+    loops = bool(set(_recorded_sites(ctx, "loop_conditions")) - set(_recorded_sites(ctx, "loop_exits")))
     return [
         # a loop whose steps the data decides: the module holding it scripted (an ONNX Loop)
         *([scripted] if scripted and loops else []),
