@@ -186,9 +186,7 @@ def _scripted_owners(finding: Finding, ctx: FixContext) -> Fix | None:
     Loop/If), the rest of the model traced around them, for the TorchScript exporter."""
     if finding.code != "OD210" or ctx.target_kind != "script":
         return None
-    export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
-                  None)
-    owners = export.facts.get("branch_owners") if export is not None else None
+    owners = _torchscript_export_facts(ctx).get("branch_owners")
     sites = branch_sites(ctx)
     if not sites or not isinstance(owners, dict) or any(f"{n}:{line}" not in owners for n, line in sites):
         return None  # a branch in a module-level function: no module to script
@@ -240,11 +238,16 @@ def branch_sites(ctx: FixContext) -> list[tuple[str, int]]:
     return _recorded_sites(ctx, "branch_values")
 
 
-def _recorded_sites(ctx: FixContext, fact: str) -> list[tuple[str, int]]:
-    """The `file.py:line` sites a TorchScript export recorded under `fact`, as (file name, line)."""
+def _torchscript_export_facts(ctx: FixContext) -> dict[str, Any]:
+    """The facts of the run's TorchScript export ({} where it had none)."""
     export = next((o for o in ctx.outcomes if o.stage is Stage.EXPORT and o.facts.get("exporter") == "torchscript"),
                   None)
-    return _sites((export.facts.get(fact) if export is not None else None) or ())
+    return export.facts if export is not None else {}
+
+
+def _recorded_sites(ctx: FixContext, fact: str) -> list[tuple[str, int]]:
+    """The `file.py:line` sites a TorchScript export recorded under `fact`, as (file name, line)."""
+    return _sites(_torchscript_export_facts(ctx).get(fact) or ())
 
 
 def _sites(recorded: Any) -> list[tuple[str, int]]:
