@@ -189,6 +189,43 @@ def _runs_in_distribution(state: dict[str, Any], args: tuple[Any, ...], kwargs: 
     return compare_in_distribution(run_torch, lambda: run_session(session, feeds), budget, atol, rtol)
 
 
+def _raising_op(loaded: Any, raised: BaseException) -> str | None:
+    """The aten op the user's code called when forward() raised `raised` (torch.cat at tensors of
+    sizes that do not match), or None where the error came from Python (the model's own TypeError).
+
+    The traceback cannot tell: a C++ op leaves no frame of its own, only the user's line. So the
+    failing call runs once more under a torch-function mode, which sees each torch call the model
+    makes itself (not the calls inside them) and notes the one the same error leaves.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Watch(TorchFunctionMode):
+        failed: tuple[Any, type[BaseException], str] | None = None
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            try:
+                return func(*args, **(kwargs or {}))
+            except Exception as exc:
+                if self.failed is None:
+                    self.failed = (func, type(exc), str(exc))
+                raise
+
+    watch = Watch()
+    with contextlib.suppress(Exception), watch:
+        reference_call(loaded)
+    if watch.failed is None:
+        return None
+    func, kind, text = watch.failed
+    if not (isinstance(raised, kind) and str(raised) == text):
+        return None  # the model caught that error and raised another: not the op's
+    name = getattr(func, "__name__", "")
+    if name.startswith("__") or not name:
+        return None
+    # Only a name the dispatcher knows is an op (`interpolate` is Python around several).
+    return f"aten::{name}" if torch._C._jit_get_schemas_for_operator(f"aten::{name}") else None
+
+
 class Runner:
     """Runs the stages for one request; `run_once` can be repeated for fix re-runs."""
 
@@ -482,6 +519,8 @@ class Runner:
                     facts["entry_methods"] = working_entry_methods(loaded)
                 with contextlib.suppress(Exception):
                     facts["dict_inputs"] = dict_input_keys(loaded)
+                with contextlib.suppress(Exception):
+                    facts["op"] = _raising_op(loaded, exc)
             raise StageFailed(
                 f"forward() raised {type(exc).__name__} with the example inputs: {exception_text(exc)}",
                 "OD108",
