@@ -484,16 +484,16 @@ class _Verifier:
         # not: a step that got the dynamo exporter past a data-dependent branch makes the op's
         # rewrite, which needs torch.export, possible.) A chain that answers a problem about other
         # inputs along the way (a branch decided for torch.export) is judged at other inputs too.
-        frontier = [([fix], {(finding.code, finding.op, exporter)}, about_other_inputs(finding)) for fix in finding.fixes
+        frontier = [([fix], {_problem(finding, exporter)}, about_other_inputs(finding)) for fix in finding.fixes
                     if fix.recipe and fix.check and not fix.check.works]
         found: list[Fix] = []
         tried: set[str] = set(self.runs)
         for _length in range(2, MAX_CHAIN + 1):
-            deeper: list[tuple[list[Fix], set[tuple[str, str | None, str | None]], bool]] = []
+            deeper: list[tuple[list[Fix], set[tuple[str | None, ...]], bool]] = []
             for steps, met, wide in frontier:
                 so_far = steps[0] if len(steps) == 1 else chain(steps)
                 left, used = self._left_behind(so_far)
-                problem = (left.code, left.op, used) if left else None
+                problem = _problem(left, used) if left else None
                 if left is None or problem in met:
                     continue
                 wide = wide or about_other_inputs(left)
@@ -533,6 +533,13 @@ class _Verifier:
         findings = prepare_findings(outcomes, tool, self.target, self.options, exporter,
                                     shapes_outcome(result, run_id))
         return next((f for f in findings if f.severity is Severity.ERROR and f.fixes), None), exporter
+
+
+def _problem(finding: Finding, exporter: str | None) -> tuple[str | None, ...]:
+    """What a chain step met, to tell a loop from progress: the code and op under an exporter, and
+    the user's line, since the same code at another line is the next problem (a second `if` on a
+    tensor torch.export stops at once the first is decided), not the one met again."""
+    return (finding.code, finding.op, exporter, finding.source)
 
 
 def _run_exporter(outcomes: list[StageOutcome], result: WorkerResult, run_id: str) -> str | None:
