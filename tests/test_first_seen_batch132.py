@@ -71,3 +71,88 @@ def test_no_op_is_named_for_the_model_s_own_error(tmp_path: Path) -> None:
         folder.mkdir()
         finding = first_finding(folder, source, "OD108", fix=False)
         assert finding.op is None, (name, finding.op)
+
+
+# A sparse up-sampling matrix the model holds as a plain attribute and reads the parts of
+# (HandMesh#31's spiral decoder): the tracer stops at the sparse constant without naming an op.
+HELD_SPARSE_PARTS = '''import torch
+
+dynamo = False
+
+
+def up_transform():
+    rows = torch.tensor([0, 0, 1, 2, 2, 3])
+    cols = torch.tensor([0, 1, 1, 0, 2, 2])
+    vals = torch.tensor([0.5, 0.5, 1.0, 0.3, 0.7, 1.0])
+    return torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (4, 3)).coalesce()
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trans = up_transform()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        row, col = self.trans._indices()
+        value = self.trans._values().unsqueeze(-1)
+        out = torch.index_select(x, 1, col) * value
+        index = row.view(1, -1, 1).expand_as(out)
+        up = torch.zeros(x.size(0), self.trans.size(0), x.size(2)).scatter_add(1, index, out)
+        return self.lin(up)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Decoder().eval(), (torch.randn(2, 3, 2),)
+'''
+
+# Two range checks that only print, on tensor values, before a complex STFT the TorchScript
+# exporter refuses (FCPE#9's mel extractor): the dynamo exporter stops at the first check, and,
+# that one decided, at the second.
+PRINTING_CHECKS_BEFORE_COMPLEX_STFT = '''import torch
+
+dynamo = False
+opset_version = 17
+
+
+class Mel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(16))
+        self.proj = torch.nn.Linear(9, 4)
+
+    def forward(self, y):
+        if torch.min(y) < -1.0:
+            print("min value is", torch.min(y))
+        if torch.max(y) > 1.0:
+            print("max value is", torch.max(y))
+        spec = torch.stft(y, 16, hop_length=4, window=self.window, center=False, return_complex=True)
+        mag = torch.sqrt(spec.real.pow(2) + spec.imag.pow(2) + 1e-9)
+        return self.proj(mag.transpose(-1, -2))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Mel().eval(), (torch.rand(1, 64) - 0.5,)
+
+
+def get_inputs2():
+    return (torch.randn(1, 64) * 2,)
+'''
+
+
+def test_the_parts_of_a_held_sparse_matrix_are_read_as_constants(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, HELD_SPARSE_PARTS, "OD299")
+    assert finding.op == "aten::_indices", finding.op  # named from the call at the user's line
+    fix = next(f for f in finding.fixes if f.kind == "dense_sparse")
+    assert fix.verified, fix.check
+    assert "(trans)" in fix.title and "_indices()" in fix.snippet
+
+
+def test_a_chain_decides_one_data_dependent_check_after_another(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, PRINTING_CHECKS_BEFORE_COMPLEX_STFT, "OD299")
+    assert finding.op == "aten::stft"
+    chained = [f for f in finding.fixes if f.verified and "; then" in f.title]
+    assert chained, [(f.title, f.check) for f in finding.fixes]
+    assert "model.py:14" in chained[0].title and "model.py:16" in chained[0].title

@@ -15,6 +15,7 @@ from typing import Any
 from onnxdoctor.analysis.classify import COULD_NOT_EXPORT_PYTHON
 from onnxdoctor.protocol import FUNCTION_SYMBOLIC, REGISTERED_SYMBOLIC
 from onnxdoctor.worker.tracebacks import (
+    called_op,
     error_info,
     exception_chain,
     exception_text,
@@ -120,6 +121,9 @@ def export_failure_facts(exc: BaseException, loaded: Any, dynamo: bool, target: 
             from onnxdoctor.worker.registry import converting_node_op
 
             op = converting_node_op(exc, text)
+    if not op and not dynamo:
+        with contextlib.suppress(Exception):
+            op = called_op(exc, target)
     if not op and not dynamo and loaded is not None and (
             "was not in the map" in text or "attribute 'Subgraph' is undefined" in text
             or ("INTERNAL ASSERT FAILED" in text and "/jit/passes/" in text)):

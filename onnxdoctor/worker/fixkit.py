@@ -1032,7 +1032,7 @@ def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     sparse products are ordinary ones, and `to_dense`/`coalesce`/`to_sparse` (and the other
     sparse layouts' conversions, `to_sparse_csr`, ...) of a dense tensor give it back. A sparse
     tensor the model holds (a buffer) is made dense with the tracer looking away: a constant of
-    the graph.
+    the graph; so are its indices and values, where the model reads those.
 
     ONNX has no sparse tensors, and neither exporter maps the sparse constructors (pytorch#112487:
     "Exporting the operator 'aten::sparse_coo_tensor' ... is not supported")."""
@@ -1058,8 +1058,25 @@ def _dense_sparse(loaded: LoadedModel, undo: list[Callable[[], None]]) -> None:
     def added_product(c: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
         return beta * dense(c) + alpha * torch.matmul(dense(a), dense(b))
 
+    def part(name: str) -> Callable[..., Any]:
+        # `row, col = trans._indices()` of a sparse matrix the model holds (HandMesh's
+        # up-sampling, HandMesh#31): the tracer records the op on the sparse constant it cannot
+        # write. Read with the tracer looking away, indices and values are dense constants.
+        original = getattr(torch.Tensor, name)
+
+        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.layout is torch.strided:
+                return original(self, *args, **kwargs)
+            with _untraced():
+                found = original(self, *args, **kwargs)
+                return found.clone() if isinstance(found, torch.Tensor) else found
+        return read
+
     to_dense, coalesce = torch.Tensor.to_dense, torch.Tensor.coalesce
     for owner, name, replacement in (
+        # and its sizes (`dim_size=trans.size(0)`), which the tracer records on the constant too
+        *((torch.Tensor, name, part(name)) for name in ("_indices", "_values", "indices", "values", "size")),
+        (torch.Tensor, "shape", property(lambda self: torch.Tensor.size(self))),
         (torch, "sparse_coo_tensor", sparse_coo_tensor),
         (torch.sparse, "mm", product),
         (torch, "spmm", product),

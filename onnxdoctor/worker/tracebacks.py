@@ -332,6 +332,53 @@ def user_frame(exc: BaseException, target: Path) -> str | None:
     return None
 
 
+def called_op(exc: BaseException, target: Path) -> str | None:
+    """The aten op the user's line was calling when `exc` left torch's C++ (`trans._indices()` on a
+    sparse constant: "Unsupported value kind: Tensor"), or None.
+
+    Such an error names no op, and a C++ call leaves no frame of its own: the user's frame is the
+    last one, and the position Python records for its instruction is the call expression itself.
+    A frame after it (a module call, torch's Python) means the error came from deeper code, and
+    the name at the user's line would be the wrong op (`self.linear(x)`).
+    """
+    import ast
+    import linecache
+
+    import torch
+
+    folder = target.resolve().parent
+    for current in exception_chain(exc, hidden_context=True):
+        frames = traceback.extract_tb(current.__traceback__)
+        if not frames or frames[-1].filename.startswith("<"):
+            continue
+        last = frames[-1]
+        with contextlib.suppress(OSError, ValueError):
+            if Path(last.filename).resolve().parent != folder:
+                continue
+            break
+    else:
+        return None
+    if last.lineno is None or last.end_lineno is None or last.colno is None or last.end_colno is None:
+        return None
+    # Positions are byte offsets into the UTF-8 source lines.
+    lines = [linecache.getline(last.filename, n).encode() for n in range(last.lineno, last.end_lineno + 1)]
+    if not lines or len(lines) > 20:
+        return None
+    lines[-1] = lines[-1][:last.end_colno]
+    lines[0] = lines[0][last.colno:]
+    try:
+        call = ast.parse(b"".join(lines).decode().strip(), mode="eval").body
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(call, ast.Call):
+        return None
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if not name or name.startswith("__"):
+        return None
+    return f"aten::{name}" if torch._C._jit_get_schemas_for_operator(f"aten::{name}") else None
+
+
 def locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
     """Find the op's FX node through torch.export to learn the user's source line and call values."""
     import torch

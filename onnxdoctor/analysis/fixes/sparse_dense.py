@@ -37,6 +37,23 @@ return list(x)
 """
 
 
+# A sparse matrix the model holds and reads the parts of (HandMesh#31's up-sampling reads
+# `trans._indices()`, `trans._values()` and `trans.size(0)`): the tracer records those reads on a
+# sparse constant it cannot write; dense copies made once are constants it can.
+HELD_SNIPPET = """\
+# The model holds sparse tensors ({named}) and reads their parts in forward(): keep dense
+# copies made once, when the model is built, and read those instead:
+# before:  row, col = trans._indices(); value = trans._values(); n = trans.size(0)
+#   __init__: self.register_buffer("up_index0", trans._indices().clone())
+#             self.register_buffer("up_value0", trans._values().clone()); self.up_rows0 = trans.size(0)
+#   forward:  row, col = self.up_index0; value = self.up_value0; n = self.up_rows0
+"""
+
+
+def _named(held: list[str]) -> str:
+    return ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+
+
 # Sparse example inputs given dense: the ONNX model's inputs are the dense tensors.
 DENSE_INPUTS = """\
 # ONNX has no sparse tensors: the model takes the dense tensor (x.to_dense() before the call).
@@ -70,13 +87,17 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("dense_sparse", (LoadCode(DENSE_INPUTS), EagerExport(dense_sparse=True)), isolated=True),
         )]
     converts = bool(_CONVERSION.search(text))
+    held = [str(name) for name in load.get("sparse_tensors") or ()]
+    title = ("Return the dense tensor and convert it to the sparse layout after ONNX Runtime runs (ONNX has "
+             "no sparse tensors)" if converts else
+             "Build the sparse tensor dense (ONNX has no sparse tensors): index_put with accumulate, "
+             "and the dense product")
+    if held and not converts:
+        title += f", with the indices, values and sizes of the sparse tensors the model holds ({_named(held)}) as constants"
     return [Fix(
         kind="dense_sparse",
-        title="Return the dense tensor and convert it to the sparse layout after ONNX Runtime runs (ONNX has "
-              "no sparse tensors)" if converts else
-              "Build the sparse tensor dense (ONNX has no sparse tensors): index_put with accumulate, "
-              "and the dense product",
-        snippet=CONVERSION_SNIPPET if converts else SNIPPET,
+        title=title,
+        snippet=CONVERSION_SNIPPET if converts else SNIPPET + (HELD_SNIPPET.format(named=_named(held)) if held else ""),
         applicability=Applicability.SAFE,
         cost="the matrix is dense in the ONNX model: memory and time grow with its full size",
         recipe=Recipe("dense_sparse", (EagerExport(dense_sparse=True),), isolated=True),
