@@ -15,6 +15,7 @@ attribute or an item is not a selection of values.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -274,10 +275,46 @@ def size_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
     return found
 
 
+# numpy's and math's rounding and elementwise functions torch has under the same name (math.fabs
+# is torch.abs). Given a traced size (`int(np.ceil(h / 8) * 8 - h)`, FBCNN's padding to a multiple
+# of 8, vs-mlrt#83), numpy makes it an array and math a float: the example's number, frozen.
+SIZE_MATH = {"ceil": "ceil", "floor": "floor", "round": "round", "trunc": "trunc", "sqrt": "sqrt", "log": "log",
+             "log2": "log2", "log10": "log10", "exp": "exp", "abs": "abs", "fabs": "abs", "maximum": "maximum",
+             "minimum": "minimum"}
+_MATH_MODULES = frozenset({"np", "numpy", "math"})
+
+
+def size_math_calls(int_calls: list[ast.Call]) -> list[ast.Call]:
+    """The numpy and math calls of SIZE_MATH inside the arguments of these size int() calls."""
+    return [node for call in int_calls for node in ast.walk(call.args[0])
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and node.func.value.id in _MATH_MODULES
+            and node.func.attr in SIZE_MATH and not node.keywords]
+
+
 def size_int_edit(source: str, line: int) -> tuple[str, str] | None:
     """(the line, the line with each size `int(x)` written `torch.as_tensor(x, dtype=torch.float64).long()`:
     int()'s number in eager code (float64, as Python computes x; float32 would round 90 * 0.7 up
-    to 63), a traced size under the tracer), or None where the line holds no such call on one line."""
+    to 63), a traced size under the tracer), or None where the line holds no such call on one line.
+    A numpy or math function of SIZE_MATH inside x is written as torch's of the same values."""
+    lines = source.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    text = lines[line - 1]
+    with contextlib.suppress(SyntaxError):
+        maths = outermost_right_first([c for c in size_math_calls(size_int_calls(ast.parse(source), line))
+                                       if c.lineno == c.end_lineno == line])
+        edited = text.encode("utf-8")  # ast's offsets count bytes
+        for call in maths:
+            values = b", ".join(b"torch.as_tensor(" + edited[a.col_offset:a.end_col_offset] + b", dtype=torch.float64)"
+                                for a in call.args)
+            torch_name = SIZE_MATH[call.func.attr].encode()  # type: ignore[attr-defined]
+            edited = edited[:call.col_offset] + b"torch." + torch_name + b"(" + values + b")" + edited[call.end_col_offset:]
+        if maths:
+            lines[line - 1] = edited.decode("utf-8")
+            found = _int_calls_rewritten("\n".join(lines), line, size_int_calls, b"torch.as_tensor(",
+                                         b", dtype=torch.float64).long()")
+            return (text, found[1]) if found else None
     return _int_calls_rewritten(source, line, size_int_calls, b"torch.as_tensor(", b", dtype=torch.float64).long()")
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from diagnosed import first_finding
+import torch
+from diagnosed import diagnosed, first_finding
+
+from onnxdoctor.branches import size_int_edit
 
 # forward() joins a 2-D query with 3-D features (SenseVoice's emotion and event queries, as in
 # sensevoice#35): torch.cat raises in C++, which leaves no frame of its own in the traceback.
@@ -156,3 +159,58 @@ def test_a_chain_decides_one_data_dependent_check_after_another(tmp_path: Path) 
     chained = [f for f in finding.fixes if f.verified and "; then" in f.title]
     assert chained, [(f.title, f.check) for f in finding.fixes]
     assert "model.py:14" in chained[0].title and "model.py:16" in chained[0].title
+
+
+# FBCNN's padding to a multiple of 8 (vs-mlrt#83), height and width declared dynamic: numpy turns
+# the traced size into an array, and int() of it is the example's number.
+NUMPY_PADDING_TO_A_MULTIPLE = '''import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+dynamo = False
+input_names = ["image"]
+output_names = ["restored"]
+dynamic_axes = {"image": {2: "height", 3: "width"}, "restored": {2: "height", 3: "width"}}
+
+
+class Restorer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(8, 3, 2, stride=2)
+
+    def forward(self, x):
+        h, w = x.size()[-2:]
+        bottom = int(np.ceil(h / 8) * 8 - h)
+        right = int(math.ceil(w / 8) * 8 - w)
+        padded = F.pad(x, (0, right, 0, bottom), mode="replicate")
+        y = self.up(torch.relu(self.down(padded)))
+        return y[..., :h, :w] + x
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Restorer().eval(), (torch.randn(1, 3, 32, 48),)
+'''
+
+
+def test_numpy_and_math_of_a_traced_size_are_computed_by_torch(tmp_path: Path) -> None:
+    findings = diagnosed(tmp_path, NUMPY_PADDING_TO_A_MULTIPLE).findings
+    finding = next(f for f in findings if f.code in ("OD802", "OD803"))  # fails or differs
+    fix = next(f for f in finding.fixes if f.kind == "traced_size_int")
+    assert fix.verified, fix.check
+    assert "torch.ceil(torch.as_tensor(h / 8, dtype=torch.float64))" in fix.snippet
+    assert "torch.ceil(torch.as_tensor(w / 8, dtype=torch.float64))" in fix.snippet  # math.ceil too
+
+
+def test_the_size_edit_writes_numpy_functions_as_torch_ones_with_each_value_a_tensor() -> None:
+    source = "def f(x, h, w):\n    p = int(np.maximum(h, w) - np.floor(h / 3))\n"
+    _line, edited = size_int_edit(source, 2)  # type: ignore[misc]
+    assert edited == ("    p = torch.as_tensor(torch.maximum(torch.as_tensor(h, dtype=torch.float64), "
+                      "torch.as_tensor(w, dtype=torch.float64)) - torch.floor(torch.as_tensor(h / 3, "
+                      "dtype=torch.float64)), dtype=torch.float64).long()"), edited
+    # The edit is eager code that gives int()'s number.
+    p = eval(edited.split("= ", 1)[1], {"torch": torch, "h": 7, "w": 5})
+    assert int(p) == 7 - 2

@@ -19,7 +19,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from onnxdoctor.branches import select_branch, size_int_calls, slice_int_calls
+from onnxdoctor.branches import (
+    SIZE_MATH,
+    select_branch,
+    size_int_calls,
+    size_math_calls,
+    slice_int_calls,
+)
 from onnxdoctor.worker.loader import LoadedModel
 
 # The name the rewritten code calls to select; bound in the function's globals while exporting.
@@ -30,6 +36,8 @@ LENGTH = "__onnxdoctor_len__"
 BOUND = "__onnxdoctor_bound__"
 # The name the rewritten size int() calls call (`as_size`).
 SIZE = "__onnxdoctor_size__"
+# The name the numpy and math functions inside those calls become (`size_math`).
+MATH = "__onnxdoctor_math__"
 
 
 def select_branches(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo: list[Callable[[], None]]) -> None:
@@ -92,7 +100,7 @@ def _rewrite_sites(loaded: LoadedModel, sites: tuple[tuple[str, int], ...], undo
 
 def _helpers() -> dict[str, Callable[..., Any]]:
     """The functions rewritten code calls, by the names it calls them."""
-    return {SELECT: select, LENGTH: length, BOUND: as_bound, SIZE: as_size}
+    return {SELECT: select, LENGTH: length, BOUND: as_bound, SIZE: as_size, MATH: size_math}
 
 
 def length(value: Any) -> Any:
@@ -126,9 +134,33 @@ def as_size(value: Any) -> Any:
     return int(value)
 
 
+def size_math(module: str, name: str) -> Callable[..., Any]:
+    """numpy's or math's `name` (`np.ceil`), as torch's function of that name (branches.SIZE_MATH)
+    where a value is a tensor (a traced size), which the tracer keeps traced; the module's own
+    function for plain numbers."""
+    import importlib
+
+    import torch
+
+    original = getattr(importlib.import_module("numpy" if module in ("np", "numpy") else "math"), name)
+
+    def call(*args: Any) -> Any:
+        tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if tensor is None:
+            return original(*args)
+        dtype = tensor.dtype if tensor.is_floating_point() else torch.get_default_dtype()
+        return getattr(torch, SIZE_MATH[name])(*(torch.as_tensor(a).to(dtype) for a in args))
+    return call
+
+
 def _size_ints(definition: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
-    """The size `int(...)` calls that start on `line`, made calls to SIZE."""
+    """The size `int(...)` calls that start on `line`, made calls to SIZE, and the numpy and math
+    functions inside them calls to MATH's."""
     calls = size_int_calls(definition, line)
+    for math_call in size_math_calls(calls):
+        module, name = math_call.func.value.id, math_call.func.attr  # type: ignore[attr-defined]
+        math_call.func = ast.copy_location(
+            ast.Call(ast.Name(MATH, ast.Load()), [ast.Constant(module), ast.Constant(name)], []), math_call.func)
     for call in calls:
         call.func = ast.copy_location(ast.Name(SIZE, ast.Load()), call.func)
     return bool(calls)

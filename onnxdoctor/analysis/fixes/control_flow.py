@@ -418,7 +418,7 @@ def _traced_size_ints(finding: Finding, ctx: FixContext) -> list[Fix]:
     (branch_select.traced_sizes)."""
     # A size the batch was frozen at shows as a traced value that differs (OD210) or as a frozen
     # size (a Reshape that fails or differs at another batch: OD802, OD803).
-    found = _warned_edits(finding, ctx, _INT_WARNING, size_int_edit, every=False, codes=("OD210", "OD802", "OD803"))
+    found = _warned_edits(finding, ctx, _SIZE_WARNING, size_int_edit, every=False, codes=("OD210", "OD802", "OD803"))
     if found is None:
         return []
     sites, snippet, named = found
@@ -463,6 +463,9 @@ def _warned_edits(finding: Finding, ctx: FixContext, warning: re.Pattern[str],
 # torch's TracerWarning for int() of a traced tensor, with the line the worker appends to it.
 _INT_WARNING = re.compile(r"Converting a tensor to a Python integer.*\[(?P<path>[^\[\]]+):(?P<line>\d+)\]$",
                           re.DOTALL)
+# The same for a size a numpy or math function took first (`int(np.ceil(h / 8) * 8 - h)`).
+_SIZE_WARNING = re.compile(r"Converting a tensor to a (?:Python integer|Python float|NumPy array).*"
+                           r"\[(?P<path>[^\[\]]+):(?P<line>\d+)\]$", re.DOTALL)
 # torch's TracerWarning for len() of a traced tensor, with the line the worker appends to it.
 _LEN_WARNING = re.compile(r"Using len to get tensor shape.*\[(?P<path>[^\[\]]+):(?P<line>\d+)\]$", re.DOTALL)
 
