@@ -38,13 +38,49 @@ def select_branch(function: ast.FunctionDef | ast.AsyncFunctionDef, line: int, s
         a.arg for a in ast.walk(function) if isinstance(a, ast.arg)}
     for owner, field, index, statement in _statements(function):
         if isinstance(statement, ast.If) and statement.lineno == line:
-            rewritten = _Rewriter(taken, select).rewrite(statement)
+            rewriter = _Rewriter(taken, select)
+            body = getattr(owner, field)
+            returned = _returning(statement, body[index + 1:], rewriter)
+            rewritten = rewriter.rewrite(returned[0], only=returned[1]) if returned else rewriter.rewrite(statement)
             if rewritten is None:
                 return None
-            body = getattr(owner, field)
+            if returned:
+                # The rest of the block became the `else`: the selection replaces both, and returns.
+                statements = [*rewritten[0], ast.copy_location(ast.Return(ast.Name(returned[1], ast.Load())), statement)]
+                body[index:] = statements
+                return Selection(tuple(statements), rewritten[1], ast.unparse(statement.test))
             body[index:index + 1] = rewritten[0]
             return Selection(tuple(rewritten[0]), rewritten[1], ast.unparse(statement.test))
     return None
+
+
+def _returning(statement: ast.If, rest: list[ast.stmt], rewriter: _Rewriter) -> tuple[ast.If, str] | None:
+    """An `if` that returns, as one assigning a fresh result name on each side, and that name:
+
+        if c:                         if c:
+            ...; return a       ->        ...; result = a
+        ...; return b                 else:
+                                          ...; result = b
+
+    (the block's rest after the `if` becomes its `else`: DynamicDet's router, VDIGPKU/DynamicDet#5,
+    returns early for an easy image). Also `if c: return a else: return b`. None where a side does
+    not end in the one `return` of a value."""
+    def ends_in_return(block: list[ast.stmt]) -> bool:
+        return (bool(block) and isinstance(block[-1], ast.Return) and block[-1].value is not None
+                and not any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))
+                            for s in block[:-1] for n in ast.walk(s)))
+
+    other = statement.orelse or rest
+    if not (ends_in_return(statement.body) and ends_in_return(other)) or (statement.orelse and rest):
+        return None
+    result = rewriter.fresh("result")
+
+    def assigned(block: list[ast.stmt]) -> list[ast.stmt]:
+        last = block[-1]
+        return [*block[:-1], ast.copy_location(ast.Assign([ast.Name(result, ast.Store())], last.value), last)]  # type: ignore[attr-defined]
+
+    rewriter.temporaries.discard(result)  # the name the selection gives: selected like a user's
+    return ast.copy_location(ast.If(statement.test, assigned(statement.body), assigned(other)), statement), result
 
 
 def _statements(node: ast.AST):  # type: ignore[no-untyped-def]
@@ -80,7 +116,9 @@ class _Rewriter:
         self.temporaries.add(name)
         return name
 
-    def rewrite(self, node: ast.If) -> tuple[list[ast.stmt], tuple[str, ...]] | None:
+    def rewrite(self, node: ast.If, only: str | None = None) -> tuple[list[ast.stmt], tuple[str, ...]] | None:
+        """The `if` as plain statements and selections, and the names selected (`only` that one:
+        a result the function returns next, where nothing else the sides assign is read again)."""
         condition = self.fresh("condition")
         out: list[ast.stmt] = [ast.Assign([ast.Name(condition, ast.Store())], copy.deepcopy(node.test))]
         sides = []
@@ -91,6 +129,8 @@ class _Rewriter:
             out += side[0]
             sides.append(side[1])
         names = tuple(dict.fromkeys([*sides[0], *sides[1]]))
+        if only is not None:
+            names = tuple(name for name in names if name == only)
         if not names:
             return None
         for name in names:
@@ -210,13 +250,18 @@ def edit_text(source: str, line: int) -> str | None:
         return None
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
-            original = next((s for _o, _f, _i, s in _statements(node) if isinstance(s, ast.If) and s.lineno == line), None)
+            original = next(((o, f, i, s) for o, f, i, s in _statements(node) if isinstance(s, ast.If) and s.lineno == line),
+                            None)
             if original is None:
                 continue
-            before = ast.unparse(original)
+            owner, field, index, statement = original
+            block = list(getattr(owner, field))
             selection = select_branch(node, line, "torch.where")
             if selection is None:
                 return None
+            # An `if` that returns takes the rest of its block into the selection: shown too.
+            returns = isinstance(selection.statements[-1], ast.Return)
+            before = "\n".join(ast.unparse(s) for s in (block[index:] if returns else [statement]))
             after = "\n".join(ast.unparse(s) for s in selection.statements)
             return "# before:\n" + _commented(before) + "\n# after (both sides computed, each name selected):\n" + after + "\n"
     return None

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from diagnosed import diagnosed, first_finding
 
-from onnxdoctor.branches import size_int_edit
+from onnxdoctor.branches import edit_text, size_int_edit
 
 # forward() joins a 2-D query with 3-D features (SenseVoice's emotion and event queries, as in
 # sensevoice#35): torch.cat raises in C++, which leaves no frame of its own in the traceback.
@@ -214,3 +214,55 @@ def test_the_size_edit_writes_numpy_functions_as_torch_ones_with_each_value_a_te
     # The edit is eager code that gives int()'s number.
     p = eval(edited.split("= ", 1)[1], {"torch": torch, "h": 7, "w": 5})
     assert int(p) == 7 - 2
+
+
+# DynamicDet's router (VDIGPKU/DynamicDet#5): an easy image returns after the first backbone, a
+# hard one goes on through the second; traced, the graph holds the example's path only.
+EARLY_RETURN_ROUTER = '''import torch
+
+dynamo = False
+
+
+class Router(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.second = torch.nn.Linear(4, 4)
+        self.score = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.first(x))
+        if torch.sigmoid(self.score(x)).mean() < 0.5:
+            return h * 2
+        h2 = self.second(h)
+        return h2 - 1
+
+
+def get_model():
+    torch.manual_seed(0)
+    model = Router().eval()
+    with torch.no_grad():
+        model.score.weight.fill_(1.0)
+        model.score.bias.zero_()
+    return model, (torch.full((1, 4), 2.0),)
+
+
+def get_inputs2():
+    return (torch.full((1, 4), -2.0),)
+'''
+
+
+def test_an_if_that_returns_early_selects_the_result_of_both_paths(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, EARLY_RETURN_ROUTER, "OD210")
+    fix = next(f for f in finding.fixes if f.kind == "where_branch")
+    assert fix.verified, fix.check
+    assert "result = torch.where(condition, result_if_true, result_if_false)" in fix.snippet
+    assert fix.snippet.rstrip().endswith("return result")
+    assert "h2 = torch.where" not in fix.snippet  # only the returned value is selected
+
+
+def test_a_returning_if_is_rewritten_only_where_both_paths_end_in_one_return() -> None:
+    returns_in_a_loop = "def f(x):\n    if x.sum() > 0:\n        return x\n    for i in range(2):\n        x = x + i\n"
+    assert edit_text(returns_in_a_loop, 2) is None  # the rest does not return
+    early_twice = "def f(x):\n    if x.sum() > 0:\n        if x.max() > 1:\n            return x\n        return -x\n    return x * 0\n"
+    assert edit_text(early_twice, 2) is None  # a return before the side's last statement

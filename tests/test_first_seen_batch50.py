@@ -138,9 +138,10 @@ def test_an_assignment_only_branch_is_written_as_a_selection() -> None:
     edit = edit_text(source, line)
     assert edit is not None and "factors = torch.where(condition, factors_if_true, factors_if_false)" in edit
     assert "factors_if_true = self.long * super().scale()" in edit
-    # A side that returns (or writes an attribute) is not a choice between values.
+    # A side that writes an attribute is not a choice between values; one that returns is a choice
+    # of the result, with the rest of the block as the other side (test_first_seen_batch132).
     guarded = "def f(x):\n    if x.sum() > 0:\n        return x\n    y = x\n    return y\n"
-    assert edit_text(guarded, 2) is None
+    assert "result = torch.where(condition, result_if_true, result_if_false)" in (edit_text(guarded, 2) or "")
     written = "def f(self, x):\n    if x.sum() > 0:\n        self.y = x\n    return x\n"
     assert edit_text(written, 2) is None
     # elif chains nest, and a name one side leaves alone keeps its value there.
