@@ -3,6 +3,7 @@ and later first-seen batches (fixtures/corpus/first_seen_2026-12-10f.txt on)."""
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 
 import torch
@@ -266,3 +267,42 @@ def test_a_returning_if_is_rewritten_only_where_both_paths_end_in_one_return() -
     assert edit_text(returns_in_a_loop, 2) is None  # the rest does not return
     early_twice = "def f(x):\n    if x.sum() > 0:\n        if x.max() > 1:\n            return x\n        return -x\n    return x * 0\n"
     assert edit_text(early_twice, 2) is None  # a return before the side's last statement
+
+
+# A feature embedding that seeds its own draws in forward() (TabPFN#97): PyTorch gives the same
+# numbers on every call, ONNX Runtime's RandomNormalLike nodes new ones.
+SEEDED_DRAWS = '''import torch
+
+dynamo = False
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        torch.manual_seed(42)
+        for _ in range(3):
+            x = x + 0.1 * torch.randn(x.shape)
+        return self.proj(x + torch.rand_like(x))
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Embedding().eval(), (torch.randn(2, 4),)
+'''
+
+
+def test_random_draws_become_inputs_the_caller_draws(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, SEEDED_DRAWS, "OD601")
+    fix = next(f for f in finding.fixes if f.kind == "noise_inputs")
+    assert fix.verified, fix.check
+    assert fix.check.max_abs_diff is not None and fix.check.max_abs_diff < 1e-5
+    # The wrapper records the four draws and takes them after the model's one input.
+    model, example_inputs = runpy.run_path(str(tmp_path / "model.py"))["get_model"]()
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(fix.recipe.steps[0].code, "utf-8")  # type: ignore[union-attr]
+    scope = runpy.run_path(str(wrapper), init_globals={"model": model, "example_inputs": example_inputs})
+    assert [(kind, shape) for kind, shape, _dtype in scope["model"].recorded] == [("randn", (2, 4))] * 3 + [("rand", (2, 4))]
+    assert len(scope["example_inputs"]) == 5

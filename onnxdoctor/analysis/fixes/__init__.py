@@ -55,6 +55,7 @@ from onnxdoctor.analysis.fixes import (
     llm_cache,
     name_lists,
     named_inputs,
+    noise_inputs,
     norm_rank,
     object_inputs,
     onnx_file,
@@ -101,6 +102,7 @@ FAMILIES = (
     sized_pooling,
     unbatched_pools,
     split_sizes, if_branches, perms, shape_annotations, output_names,  # ONNX-level rewrites that keep the exporter: before another exporter
+    noise_inputs,  # a random op's mismatch: its draws as inputs, before another exporter's random op
     exporter, runtime,
     aten_fallback, outputs, llm_cache, target_gaps, shapes, half, function_kernel, translation, scalar_functions, generators,
     sparse_dense, tensor_data, constant_writes, grouped_conv, dense_attention, complex_outputs, unordered,
