@@ -9,7 +9,7 @@ export, after checking that it gives the model's own numbers at the example inpu
 from __future__ import annotations
 
 from onnxdoctor.analysis.fixes._context import FixContext
-from onnxdoctor.model import Applicability, Finding, Fix
+from onnxdoctor.model import Applicability, Finding, Fix, Stage
 from onnxdoctor.recipe import LoadCode, Recipe
 
 CODES = ("OD201", "OD202", "OD212", "OD299")
@@ -121,6 +121,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
     method = NOOP_METHODS.get(finding.op or "")
     if ctx.target_kind != "script" or method is None:
         return []
+    if method == "to_dense" and ctx.facts_of(Stage.LOAD).get("sparse_tensors"):
+        return []  # to_dense() of a sparse tensor the model holds is its value: sparse_dense's case
     return [Fix(
         kind="inference_noops",
         title=f"Export through a wrapper that skips .{method}() and the other layout moves "
