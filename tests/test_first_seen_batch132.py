@@ -306,3 +306,38 @@ def test_random_draws_become_inputs_the_caller_draws(tmp_path: Path) -> None:
     scope = runpy.run_path(str(wrapper), init_globals={"model": model, "example_inputs": example_inputs})
     assert [(kind, shape) for kind, shape, _dtype in scope["model"].recorded] == [("randn", (2, 4))] * 3 + [("rand", (2, 4))]
     assert len(scope["example_inputs"]) == 5
+
+
+# Poincaré embeddings kept in the unit ball by max_norm (pytorch#72738): the renorm writes the
+# weight in place, untraced, so the export holds the example's rows rescaled and the others not.
+RENORMED_EMBEDDING = '''import torch
+
+dynamo = False
+
+
+class Entities(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(16, 4, max_norm=1.0)
+        with torch.no_grad():
+            self.table.weight.mul_(3.0)
+
+    def forward(self, ids):
+        return self.table(ids).sum(1)
+
+
+def get_model():
+    torch.manual_seed(0)
+    return Entities().eval(), (torch.tensor([[0, 1, 2]]),)
+
+
+def get_inputs2():
+    return (torch.tensor([[5, 6, 7]]),)
+'''
+
+
+def test_an_embedding_s_max_norm_rescales_the_looked_up_rows_in_the_graph(tmp_path: Path) -> None:
+    finding = next(f for f in diagnosed(tmp_path, RENORMED_EMBEDDING).findings if f.code in ("OD210", "OD803"))
+    fix = next(f for f in finding.fixes if f.kind == "renormed_embeddings")
+    assert fix.verified, fix.check
+    assert "(table)" in fix.title

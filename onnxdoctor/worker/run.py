@@ -131,6 +131,7 @@ from onnxdoctor.worker.scripted import (
     autograd_watch,
     quantized_facts,
     recurrent_facts,
+    renormed_embeddings,
     reparametrized_facts,
     script_module_facts,
     scripted_parts,
@@ -480,6 +481,7 @@ class Runner:
             facts["script_if_tracing"] = helpers[:20]  # scripted only while tracing
         facts.update(quantized_facts(model))  # quantized modules (torch.ao)
         facts.update(recurrent_facts(model))  # LSTM options the exporters miss
+        facts.update(renormed_embeddings(model))  # max_norm: renormed in place, untraced
         facts.update(reparametrized_facts(model))  # weight_norm, spectral_norm, parametrizations
         facts.update(cache_facts(model))  # a transformers model's cache (decoder-only or not)
         facts["fingerprint"] = fingerprint

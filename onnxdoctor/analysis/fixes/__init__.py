@@ -70,6 +70,7 @@ from onnxdoctor.analysis.fixes import (
     perms,
     quantized,
     recurrent,
+    renormed_embeddings,
     reparametrized,
     rewrite,
     runtime,
@@ -97,7 +98,7 @@ from onnxdoctor.model import Applicability, Finding, Fix
 from onnxdoctor.recipe import EagerExport, ExportCode, Recipe, UseExporter
 
 FAMILIES = (
-    eval_mode, name_lists, aliased_inputs, array_inputs, object_inputs, inner_module, entry_method, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, reparametrized, dynamic_shapes, distribution_checks, per_sample, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
+    eval_mode, name_lists, aliased_inputs, array_inputs, object_inputs, inner_module, entry_method, named_inputs, export_args, frozen_weights, inplace_operators, affine_norms, renormed_embeddings, reparametrized, dynamic_shapes, distribution_checks, per_sample, control_flow, causal_hint, autograd, fake_kernel, decompose, rewrite, custom_op, custom_domain, opset, onnx_file,
     contrib_ops, scripted, down_converted, inference_noops, ort_options, optimizer, quantized, recurrent, packed, conv_transpose, output_dtype,
     sized_pooling,
     unbatched_pools,
