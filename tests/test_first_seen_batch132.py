@@ -341,3 +341,20 @@ def test_an_embedding_s_max_norm_rescales_the_looked_up_rows_in_the_graph(tmp_pa
     fix = next(f for f in finding.fixes if f.kind == "renormed_embeddings")
     assert fix.verified, fix.check
     assert "(table)" in fix.title
+
+
+def test_an_openvino_error_naming_a_node_by_its_output_port_names_the_op() -> None:
+    # OpenVINO's CPU plugin names a node by its output and port ("component.0", openvino#19344),
+    # here a Multinomial whose output the export named `component`.
+    import onnx.helper as oh
+
+    from onnxdoctor.worker.openvino_target import error_node
+
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["h"], name="/Relu"),
+                           oh.make_node("Multinomial", ["h"], ["component"], name="/Multinomial")], "g",
+                          [oh.make_tensor_value_info("x", 1, [1, 4])], [oh.make_tensor_value_info("component", 6, [1, 1])])
+    model = oh.make_model(graph)
+    message = "[CPU] Multinomial node with name 'component.0' has incorrect number of output edges."
+    assert error_node(model, message) == {"op": "Multinomial", "node": "/Multinomial"}
+    assert error_node(model, "[CPU] Relu node with name 'h.1' failed") == {"op": "Relu", "node": "/Relu"}
+    assert error_node(model, "[CPU] node with name 'other.0' failed") is None

@@ -145,7 +145,7 @@ def run_openvino(
         compiled = core.compile_model(ov_model, "CPU", COMPILE_CONFIG)
         record["reached"] = "compile"
     except Exception as exc:
-        record.update(error=_last_lines(str(exc)), step="compile", error_node=_error_node(model, str(exc)))
+        record.update(error=_last_lines(str(exc)), step="compile", error_node=error_node(model, str(exc)))
         with contextlib.suppress(Exception):
             placed = core.query_model(ov_model, "CPU")
             names = {op.get_friendly_name() for op in ov_model.get_ops()
@@ -160,7 +160,7 @@ def run_openvino(
         outputs = [results[o] for o in compiled.outputs]
         record["reached"] = "run"
     except Exception as exc:
-        record.update(error=_last_lines(str(exc)), step="run", error_node=_error_node(model, str(exc)))
+        record.update(error=_last_lines(str(exc)), step="run", error_node=error_node(model, str(exc)))
         return with_seconds(record, started)
     if reference is None:
         record["status"] = "passed"
@@ -179,13 +179,18 @@ def run_openvino(
 _NODE_NAME = re.compile(r"node with name '([^']+)'")
 
 
-def _error_node(model: Any, message: str) -> dict[str, str] | None:
+def error_node(model: Any, message: str) -> dict[str, str] | None:
     """The ONNX node a compile or run error of the CPU plugin names (`TopK node with name 'x'`)."""
     names = set(_NODE_NAME.findall(message))
-    for node in model.graph.node:
-        if node.name in names:
-            domain = node.domain if node.domain not in ("", "ai.onnx") else ""
-            return {"op": f"{domain}::{node.op_type}" if domain else node.op_type, "node": node.name}
+    # OpenVINO names a node by its ONNX name, or where it has none by an output's name, with the
+    # output's port after a dot (a Multinomial writing the graph output `component`: "Multinomial
+    # node with name 'component.0'", openvino#19344).
+    names |= {name.rpartition(".")[0] for name in names if name.rpartition(".")[2].isdigit()}
+    for by_output in (False, True):
+        for node in model.graph.node:
+            if (names & set(node.output)) if by_output else node.name in names:
+                domain = node.domain if node.domain not in ("", "ai.onnx") else ""
+                return {"op": f"{domain}::{node.op_type}" if domain else node.op_type, "node": node.name or node.output[0]}
     return None
 
 
