@@ -63,24 +63,44 @@ def _returning(statement: ast.If, rest: list[ast.stmt], rewriter: _Rewriter) -> 
                                           ...; result = b
 
     (the block's rest after the `if` becomes its `else`: DynamicDet's router, VDIGPKU/DynamicDet#5,
-    returns early for an easy image). Also `if c: return a else: return b`. None where a side does
-    not end in the one `return` of a value."""
-    def ends_in_return(block: list[ast.stmt]) -> bool:
-        return (bool(block) and isinstance(block[-1], ast.Return) and block[-1].value is not None
-                and not any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom))
-                            for s in block[:-1] for n in ast.walk(s)))
-
-    other = statement.orelse or rest
-    if not (ends_in_return(statement.body) and ends_in_return(other)) or (statement.orelse and rest):
+    returns early for an easy image). Also `if c: return a else: return b`, and further early
+    returns in the rest, each the same way. None where a path does not end in one `return` of a
+    value, or returns from inside a loop, a `with` or a `try`."""
+    if not any(isinstance(n, ast.Return) for n in ast.walk(statement)):
         return None
     result = rewriter.fresh("result")
-
-    def assigned(block: list[ast.stmt]) -> list[ast.stmt]:
-        last = block[-1]
-        return [*block[:-1], ast.copy_location(ast.Assign([ast.Name(result, ast.Store())], last.value), last)]  # type: ignore[attr-defined]
-
+    converted = _assigning_returns([statement, *rest], result)
+    if converted is None or len(converted) != 1 or not isinstance(converted[0], ast.If):
+        return None
     rewriter.temporaries.discard(result)  # the name the selection gives: selected like a user's
-    return ast.copy_location(ast.If(statement.test, assigned(statement.body), assigned(other)), statement), result
+    return converted[0], result
+
+
+def _assigning_returns(block: list[ast.stmt], result: str) -> list[ast.stmt] | None:
+    """`block`, which must end every path in a `return` of a value, with each return an assignment
+    to `result` and each `if` that returns holding the rest of the block as its `else`."""
+    out: list[ast.stmt] = []
+    for index, statement in enumerate(block):
+        if isinstance(statement, ast.Return):
+            if statement.value is None or index != len(block) - 1:
+                return None
+            out.append(ast.copy_location(ast.Assign([ast.Name(result, ast.Store())], statement.value), statement))
+            return out
+        returns = any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom)) for n in ast.walk(statement))
+        if isinstance(statement, ast.If) and returns:
+            rest = block[index + 1:]
+            if statement.orelse and rest:
+                return None
+            body = _assigning_returns(statement.body, result)
+            other = _assigning_returns(statement.orelse or rest, result)
+            if body is None or other is None:
+                return None
+            out.append(ast.copy_location(ast.If(statement.test, body, other), statement))
+            return out
+        if returns:
+            return None  # a return inside a loop, a `with` or a `try`
+        out.append(statement)
+    return None  # a path that ends without a return
 
 
 def _statements(node: ast.AST):  # type: ignore[no-untyped-def]
@@ -106,6 +126,7 @@ class _Rewriter:
         self.taken = set(taken)
         self.select = select
         self.temporaries: set[str] = set()  # names this rewrite made up: never selected themselves
+        self.only: str | None = None  # a returned result, the one name the selections give
 
     def fresh(self, base: str) -> str:
         name, count = base, 1
@@ -118,7 +139,10 @@ class _Rewriter:
 
     def rewrite(self, node: ast.If, only: str | None = None) -> tuple[list[ast.stmt], tuple[str, ...]] | None:
         """The `if` as plain statements and selections, and the names selected (`only` that one:
-        a result the function returns next, where nothing else the sides assign is read again)."""
+        a result the function returns next, where nothing else the sides assign is read again;
+        the `if`s nested in its sides select only it too)."""
+        only = only if only is not None else self.only
+        self.only = only
         condition = self.fresh("condition")
         out: list[ast.stmt] = [ast.Assign([ast.Name(condition, ast.Store())], copy.deepcopy(node.test))]
         sides = []
@@ -263,6 +287,9 @@ def edit_text(source: str, line: int) -> str | None:
             returns = isinstance(selection.statements[-1], ast.Return)
             before = "\n".join(ast.unparse(s) for s in (block[index:] if returns else [statement]))
             after = "\n".join(ast.unparse(s) for s in selection.statements)
+            if returns and any(isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple) for n in ast.walk(statement)):
+                after += ("\n# (torch.where takes tensors: for a tuple, select each item, tuple(torch.where(c, a, b)"
+                          " for a, b in zip(if_true, if_false)))")
             return "# before:\n" + _commented(before) + "\n# after (both sides computed, each name selected):\n" + after + "\n"
     return None
 
@@ -323,9 +350,12 @@ def size_int_calls(tree: ast.AST, line: int) -> list[ast.Call]:
 # numpy's and math's rounding and elementwise functions torch has under the same name (math.fabs
 # is torch.abs). Given a traced size (`int(np.ceil(h / 8) * 8 - h)`, FBCNN's padding to a multiple
 # of 8, vs-mlrt#83), numpy makes it an array and math a float: the example's number, frozen.
-SIZE_MATH = {"ceil": "ceil", "floor": "floor", "round": "round", "trunc": "trunc", "sqrt": "sqrt", "log": "log",
+# (Not trunc: the TorchScript exporter has no symbolic for aten::trunc; int() truncates anyway.)
+SIZE_MATH = {"ceil": "ceil", "floor": "floor", "round": "round", "sqrt": "sqrt", "log": "log",
              "log2": "log2", "log10": "log10", "exp": "exp", "abs": "abs", "fabs": "abs", "maximum": "maximum",
              "minimum": "minimum"}
+# Their arity where torch's takes the same arguments: `np.round(x, 2)` and `math.log(x, 2)` do not.
+_TWO = frozenset({"maximum", "minimum"})
 _MATH_MODULES = frozenset({"np", "numpy", "math"})
 
 
@@ -334,7 +364,8 @@ def size_math_calls(int_calls: list[ast.Call]) -> list[ast.Call]:
     return [node for call in int_calls for node in ast.walk(call.args[0])
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and isinstance(node.func.value, ast.Name) and node.func.value.id in _MATH_MODULES
-            and node.func.attr in SIZE_MATH and not node.keywords]
+            and node.func.attr in SIZE_MATH and not node.keywords
+            and len(node.args) == (2 if node.func.attr in _TWO else 1)]
 
 
 def size_int_edit(source: str, line: int) -> tuple[str, str] | None:
@@ -347,8 +378,10 @@ def size_int_edit(source: str, line: int) -> tuple[str, str] | None:
         return None
     text = lines[line - 1]
     with contextlib.suppress(SyntaxError):
-        maths = outermost_right_first([c for c in size_math_calls(size_int_calls(ast.parse(source), line))
-                                       if c.lineno == c.end_lineno == line])
+        found = [c for c in size_math_calls(size_int_calls(ast.parse(source), line)) if c.lineno == c.end_lineno == line]
+        maths = outermost_right_first(found)
+        if len(maths) != len(found):
+            return None  # a call inside another's argument: the one-line edit would leave it numpy
         edited = text.encode("utf-8")  # ast's offsets count bytes
         for call in maths:
             values = b", ".join(b"torch.as_tensor(" + edited[a.col_offset:a.end_col_offset] + b", dtype=torch.float64)"

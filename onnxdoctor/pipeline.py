@@ -537,9 +537,11 @@ class _Verifier:
 
 def _problem(finding: Finding, exporter: str | None) -> tuple[str | None, ...]:
     """What a chain step met, to tell a loop from progress: the code and op under an exporter, and
-    the user's line, since the same code at another line is the next problem (a second `if` on a
-    tensor torch.export stops at once the first is decided), not the one met again."""
-    return (finding.code, finding.op, exporter, finding.source)
+    for a data-dependent branch the user's line, since a branch at another line is the next
+    problem (a second `if` on a tensor torch.export stops at once the first is decided), not the
+    one met again."""
+    line = finding.source if finding.code in ("OD204", "OD210") else None
+    return (finding.code, finding.op, exporter, line)
 
 
 def _run_exporter(outcomes: list[StageOutcome], result: WorkerResult, run_id: str) -> str | None:

@@ -263,10 +263,13 @@ def test_an_if_that_returns_early_selects_the_result_of_both_paths(tmp_path: Pat
 
 
 def test_a_returning_if_is_rewritten_only_where_both_paths_end_in_one_return() -> None:
-    returns_in_a_loop = "def f(x):\n    if x.sum() > 0:\n        return x\n    for i in range(2):\n        x = x + i\n"
-    assert edit_text(returns_in_a_loop, 2) is None  # the rest does not return
+    rest_without_return = "def f(x):\n    if x.sum() > 0:\n        return x\n    for i in range(2):\n        x = x + i\n"
+    assert edit_text(rest_without_return, 2) is None  # the rest does not end in a return
     early_twice = "def f(x):\n    if x.sum() > 0:\n        if x.max() > 1:\n            return x\n        return -x\n    return x * 0\n"
-    assert edit_text(early_twice, 2) is None  # a return before the side's last statement
+    nested = edit_text(early_twice, 2) or ""
+    assert "result_if_true_2 = torch.where(condition_2, " in nested and nested.rstrip().endswith("return result")
+    in_a_loop = "def f(x):\n    if x.sum() > 0:\n        for i in range(2):\n            return x\n    return x * 0\n"
+    assert edit_text(in_a_loop, 2) is None  # a return inside a loop
 
 
 # A feature embedding that seeds its own draws in forward() (TabPFN#97): PyTorch gives the same
@@ -303,9 +306,21 @@ def test_random_draws_become_inputs_the_caller_draws(tmp_path: Path) -> None:
     model, example_inputs = runpy.run_path(str(tmp_path / "model.py"))["get_model"]()
     wrapper = tmp_path / "wrapper.py"
     wrapper.write_text(fix.recipe.steps[0].code, "utf-8")  # type: ignore[union-attr]
-    scope = runpy.run_path(str(wrapper), init_globals={"model": model, "example_inputs": example_inputs})
-    assert [(kind, shape) for kind, shape, _dtype in scope["model"].recorded] == [("randn", (2, 4))] * 3 + [("rand", (2, 4))]
+    scope = runpy.run_path(str(wrapper), init_globals={"model": model, "example_inputs": example_inputs,
+                                                        "example_kwargs": {}})
+    wrapped = scope["model"]
+    assert [(kind, tuple(value.shape)) for kind, value in wrapped.recorded] == [("randn", (2, 4))] * 3 + [("rand", (2, 4))]
     assert len(scope["example_inputs"]) == 5
+    # forward() seeds its draws: the noise to feed is the recorded numbers, which give the model's own output.
+    assert wrapped.seeded
+    with torch.no_grad():
+        assert torch.equal(wrapped(*scope["example_inputs"]), model(*example_inputs))
+        try:
+            wrapped(*example_inputs)  # no noise given: a clear error, not an IndexError
+        except RuntimeError as exc:
+            assert "drew more than the 4 numbers" in str(exc)
+        else:
+            raise AssertionError("the wrapper ran without its noise inputs")
 
 
 # Poincaré embeddings kept in the unit ball by max_norm (pytorch#72738): the renorm writes the
@@ -356,5 +371,38 @@ def test_an_openvino_error_naming_a_node_by_its_output_port_names_the_op() -> No
     model = oh.make_model(graph)
     message = "[CPU] Multinomial node with name 'component.0' has incorrect number of output edges."
     assert error_node(model, message) == {"op": "Multinomial", "node": "/Multinomial"}
-    assert error_node(model, "[CPU] Relu node with name 'h.1' failed") == {"op": "Relu", "node": "/Relu"}
+    assert error_node(model, "[CPU] Relu node with name 'h.0' failed") == {"op": "Relu", "node": "/Relu"}
     assert error_node(model, "[CPU] node with name 'other.0' failed") is None
+
+
+# Two early returns in one forward(): the example meets the first only; decided, the second is
+# met next, and the chain's one rewrite of the function takes both (the later one first).
+TWO_EARLY_RETURNS = '''import torch
+
+dynamo = False
+
+
+class Gate(torch.nn.Module):
+    def forward(self, *inputs):  # *args: no TorchScript, so no scripted route before the selections
+        x = inputs[0]
+        s = x.mean()
+        if s > 1.0:
+            return x * 2, s
+        if s < -1.0:
+            return x * 3, s
+        return x - 1, s
+
+
+def get_model():
+    return Gate().eval(), (torch.full((2, 3), 2.0),)
+
+
+def get_inputs2():
+    return (torch.full((2, 3), -2.0),)
+'''
+
+
+def test_two_early_returns_in_one_function_are_both_selected(tmp_path: Path) -> None:
+    finding = first_finding(tmp_path, TWO_EARLY_RETURNS, "OD210")
+    verified = [f for f in finding.fixes if f.verified]
+    assert verified and "where_branch" in verified[0].recipe.key(), [(f.kind, f.check) for f in finding.fixes]  # type: ignore[union-attr]

@@ -332,7 +332,7 @@ def _classify_failure(
                 code,
                 outcome.stage,
                 message,
-                op=facts.get("op") or (f"{batched.group(1)}::{batched.group(2)}" if batched else None),
+                op=(f"{batched.group(1)}::{batched.group(2)}" if batched else None) or facts.get("op"),
                 node=facts.get("node"),
                 source=facts.get("source"),
                 evidence=evidence,

@@ -195,6 +195,8 @@ def select(condition: Any, if_true: Any, if_false: Any) -> Any:
         return if_true if condition else if_false
     if isinstance(if_true, (tuple, list)) and isinstance(if_false, (tuple, list)) and len(if_true) == len(if_false):
         return type(if_true)(select(condition, a, b) for a, b in zip(if_true, if_false))
+    if isinstance(if_true, dict) and isinstance(if_false, dict) and if_true.keys() == if_false.keys():
+        return {key: select(condition, value, if_false[key]) for key, value in if_true.items()}
     if if_true is if_false:
         return if_true
     plain = (bool, int, float)
@@ -248,7 +250,9 @@ def _rewritten(function: types.FunctionType, owner: Any, lines: list[int],
     definition = tree.body[0]
     if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise RuntimeError(f"cannot read the source of {function.__qualname__}")  # noqa: TRY004 (one error type for the step)
-    for line in lines:
+    # Last line first: an `if` that returns takes the rest of its block into its selection, and a
+    # site there must be rewritten before it moves (its statements keep their lines).
+    for line in sorted(lines, reverse=True):
         if not edit(definition, line):
             raise RuntimeError(f"line {line} of {function.__qualname__} holds nothing to rewrite "
                                f"({edit.__name__.strip('_')})")

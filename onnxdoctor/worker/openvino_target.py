@@ -184,11 +184,13 @@ def error_node(model: Any, message: str) -> dict[str, str] | None:
     names = set(_NODE_NAME.findall(message))
     # OpenVINO names a node by its ONNX name, or where it has none by an output's name, with the
     # output's port after a dot (a Multinomial writing the graph output `component`: "Multinomial
-    # node with name 'component.0'", openvino#19344).
-    names |= {name.rpartition(".")[0] for name in names if name.rpartition(".")[2].isdigit()}
-    for by_output in (False, True):
+    # node with name 'component.0'", openvino#19344). In that order: TorchScript also names
+    # outputs `input`, `input.3`, so a name is an output's as it stands before it is a port.
+    ported = {name.rpartition(".")[0] for name in names if name.rpartition(".")[2].isdigit()}
+    for matches in (lambda node: node.name in names, lambda node: bool(names & set(node.output)),
+                    lambda node: bool(ported & set(node.output))):
         for node in model.graph.node:
-            if (names & set(node.output)) if by_output else node.name in names:
+            if matches(node):
                 domain = node.domain if node.domain not in ("", "ai.onnx") else ""
                 return {"op": f"{domain}::{node.op_type}" if domain else node.op_type, "node": node.name or node.output[0]}
     return None

@@ -131,7 +131,7 @@ from onnxdoctor.worker.scripted import (
     autograd_watch,
     quantized_facts,
     recurrent_facts,
-    renormed_embeddings,
+    renormed_embedding_facts,
     reparametrized_facts,
     script_module_facts,
     scripted_parts,
@@ -196,8 +196,11 @@ def _raising_op(loaded: Any, raised: BaseException) -> str | None:
 
     The traceback cannot tell: a C++ op leaves no frame of its own, only the user's line. So the
     failing call runs once more under a torch-function mode, which sees each torch call the model
-    makes itself (not the calls inside them) and notes the one the same error leaves.
+    makes itself (not the calls inside them) and notes the one the same error leaves. That is a
+    second forward() with each torch call through Python: not run after running out of memory.
     """
+    if "out of memory" in str(raised).lower():
+        return None
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -208,8 +211,9 @@ def _raising_op(loaded: Any, raised: BaseException) -> str | None:
             try:
                 return func(*args, **(kwargs or {}))
             except Exception as exc:
-                if self.failed is None:
-                    self.failed = (func, type(exc), str(exc))
+                # The latest: an error the model caught (a fallback after a failed op) is not the
+                # one that left forward().
+                self.failed = (func, type(exc), str(exc))
                 raise
 
     watch = Watch()
@@ -481,7 +485,7 @@ class Runner:
             facts["script_if_tracing"] = helpers[:20]  # scripted only while tracing
         facts.update(quantized_facts(model))  # quantized modules (torch.ao)
         facts.update(recurrent_facts(model))  # LSTM options the exporters miss
-        facts.update(renormed_embeddings(model))  # max_norm: renormed in place, untraced
+        facts.update(renormed_embedding_facts(model))  # max_norm: renormed in place, untraced
         facts.update(reparametrized_facts(model))  # weight_norm, spectral_norm, parametrizations
         facts.update(cache_facts(model))  # a transformers model's cache (decoder-only or not)
         facts["fingerprint"] = fingerprint

@@ -150,13 +150,13 @@ def recurrent_facts(model: Any) -> dict[str, Any]:
     return {"projected_lstms": found[:50]} if found else {}
 
 
-def renormed_embeddings(model: Any) -> dict[str, Any]:
+def renormed_embedding_facts(model: Any) -> dict[str, Any]:
     """LOAD facts for embeddings built with max_norm: each call renormalises the rows it looks up
     in the weight itself (torch.embedding_renorm_, in place), which the tracer does not record."""
     import torch
 
     found = [name for name, module in model.named_modules()
-             if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and module.max_norm is not None]
+             if type(module) is torch.nn.Embedding and module.max_norm is not None]
     return {"renormed_embeddings": found[:50]} if found else {}
 
 

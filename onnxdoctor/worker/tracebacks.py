@@ -342,23 +342,28 @@ def called_op(exc: BaseException, target: Path) -> str | None:
     the name at the user's line would be the wrong op (`self.linear(x)`).
     """
     import ast
+    import builtins
     import linecache
 
     import torch
 
     folder = target.resolve().parent
-    for current in exception_chain(exc, hidden_context=True):
-        frames = traceback.extract_tb(current.__traceback__)
-        if not frames or frames[-1].filename.startswith("<"):
-            continue
-        last = frames[-1]
+
+    def users(frame: traceback.FrameSummary) -> bool:
         with contextlib.suppress(OSError, ValueError):
-            if Path(last.filename).resolve().parent != folder:
-                continue
-            break
-    else:
+            return not frame.filename.startswith("<") and Path(frame.filename).resolve().parent == folder
+        return False
+
+    # The first exception of the chain that passed through the user's code: its last frame must
+    # be theirs (an earlier one the model caught is not the failure).
+    frames = next((f for f in (traceback.extract_tb(c.__traceback__) for c in exception_chain(exc, hidden_context=True))
+                   if any(users(frame) for frame in f)), None)
+    if not frames or not users(frames[-1]):
         return None
-    if last.lineno is None or last.end_lineno is None or last.colno is None or last.end_colno is None:
+    last = frames[-1]
+    # Positions (Python 3.11 on) are where the instruction's expression starts and ends.
+    columns = (last.lineno, getattr(last, "end_lineno", None), getattr(last, "colno", None), getattr(last, "end_colno", None))
+    if any(c is None for c in columns):
         return None
     # Positions are byte offsets into the UTF-8 source lines.
     lines = [linecache.getline(last.filename, n).encode() for n in range(last.lineno, last.end_lineno + 1)]
@@ -374,7 +379,9 @@ def called_op(exc: BaseException, target: Path) -> str | None:
         return None
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    if not name or name.startswith("__"):
+    # A Python builtin called by its name (`max(a, b)` asking a tensor for a bool) is no aten op,
+    # whatever TorchScript calls its own builtin of that name.
+    if not name or name.startswith("__") or (isinstance(func, ast.Name) and hasattr(builtins, name)):
         return None
     return f"aten::{name}" if torch._C._jit_get_schemas_for_operator(f"aten::{name}") else None
 

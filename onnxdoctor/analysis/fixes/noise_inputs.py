@@ -8,6 +8,9 @@ matches. The draws become inputs instead: the wrapper records, at the example, t
 dtype of each `torch.rand`/`randn` (and `_like`) call forward() makes, and replays them from
 inputs that follow the model's own, in order. The caller draws the noise (torch or numpy), and
 ONNX Runtime computes exactly what PyTorch does with the same numbers, which the check compares.
+Where forward() seeds its own draws (TabPFN#97), the recorded numbers are the noise to feed, which
+gives the model's own output. Draws of other calls (bernoulli, normal_, randint) are not taken:
+the wrapper then says it recorded none, and the check fails with that.
 """
 
 from __future__ import annotations
@@ -29,32 +32,44 @@ import torch
 
 class NoiseAsInputs(torch.nn.Module):
     """forward(*inputs, *noise): the model with each torch.rand / torch.randn (and _like) draw of
-    its forward() taken, in order, from the noise inputs after its own; `noise()` draws them with
-    the shapes and dtypes the example's call recorded (uniform for rand, normal for randn)."""
+    its forward() taken, in order, from the noise inputs after its own. `noise()` gives draws with
+    the shapes and dtypes the example's call recorded (uniform for rand, normal for randn), or the
+    recorded numbers themselves where forward() seeds its own draws (torch.manual_seed in it)."""
 
     DRAWS = ("rand", "randn", "rand_like", "randn_like")
 
-    def __init__(self, model, example_inputs):
+    def __init__(self, model, example_inputs, example_kwargs=None):
         super().__init__()
-        self.model, self.count, self.recorded = model, len(example_inputs), []
+        self.model, self.count, self.recorded, self.seeded = model, len(example_inputs), [], False
         with torch.no_grad(), self.drawing(None):
-            model(*example_inputs)
+            model(*example_inputs, **(example_kwargs or {}))
+        if not self.recorded:
+            raise RuntimeError("forward() drew nothing with torch.rand/randn/rand_like/randn_like at the "
+                               "example: its random op comes from another call")
 
     @contextlib.contextmanager
     def drawing(self, noise):
-        originals = {name: getattr(torch, name) for name in self.DRAWS}
+        originals = {name: getattr(torch, name) for name in (*self.DRAWS, "manual_seed")}
 
         def draw(name):
             def drawn(*args, **kwargs):
                 if noise is None:  # recording: torch's own draw, its shape noted
                     value = originals[name](*args, **kwargs)
-                    self.recorded.append((name.split("_")[0], tuple(value.shape), value.dtype))
+                    self.recorded.append((name.split("_")[0], value.clone()))
                     return value
+                if not noise:
+                    raise RuntimeError(f"forward() drew more than the {len(self.recorded)} numbers it drew "
+                                       "at the example: its draws depend on the input")
                 return noise.pop(0)
             return drawn
 
+        def seed(*args, **kwargs):
+            self.seeded = True
+            return originals["manual_seed"](*args, **kwargs)
+
         for name in self.DRAWS:
             setattr(torch, name, draw(name))
+        torch.manual_seed = seed
         try:
             yield
         finally:
@@ -62,8 +77,10 @@ class NoiseAsInputs(torch.nn.Module):
                 setattr(torch, name, original)
 
     def noise(self):
-        return tuple((torch.rand if kind == "rand" else torch.randn)(shape, dtype=dtype)
-                     for kind, shape, dtype in self.recorded)
+        if self.seeded:  # the same numbers on every call: those the model draws
+            return tuple(value for _kind, value in self.recorded)
+        return tuple((torch.rand if kind == "rand" else torch.randn)(value.shape, dtype=value.dtype)
+                     for kind, value in self.recorded)
 
     def forward(self, *args, **kwargs):
         with self.drawing(list(args[self.count:])):
@@ -71,7 +88,7 @@ class NoiseAsInputs(torch.nn.Module):
 
 
 torch.manual_seed(0)
-model = NoiseAsInputs(model, tuple(example_inputs)).train(model.training)
+model = NoiseAsInputs(model, tuple(example_inputs), example_kwargs).train(model.training)
 example_inputs = (*example_inputs, *model.noise())
 '''
 
@@ -89,7 +106,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
               "draws, so ONNX Runtime computes with the same numbers as PyTorch",
         snippet=WRAPPER + "torch.onnx.export(model, example_inputs, 'model.onnx')\n"
                 "# at run time: feed the model's inputs, then model.noise() (or numpy draws of the same\n"
-                "# shapes: np.random.rand / np.random.randn) for the noise inputs\n",
+                "# shapes: np.random.rand / np.random.randn; where forward() seeds its draws, the\n"
+                "# recorded numbers model.noise() gives) for the noise inputs\n",
         applicability=Applicability.UNSAFE,
         cost="the model gains one input per draw, with the shape it had at the example (a draw whose "
              "shape follows an input's size is fixed at the example's); the caller draws the noise",

@@ -17,25 +17,25 @@ from onnxdoctor.recipe import LoadCode, Recipe
 
 CODES = ("OD210", "OD601", "OD802", "OD803")
 
-RENORMED = '''import torch
+RENORMED = '''import types
+
+import torch
 import torch.nn.functional as F
 
 
-def renormed_lookup(embedding):
+def renormed_lookup(self, indices):
     """forward() of an nn.Embedding built with max_norm, rescaling the rows it looked up instead of
     the weight: rows whose norm exceeds max_norm scaled to it, as torch.embedding_renorm_ does."""
-    def forward(indices):
-        rows = F.embedding(indices, embedding.weight, embedding.padding_idx, None, embedding.norm_type,
-                           embedding.scale_grad_by_freq, embedding.sparse)
-        norms = rows.norm(p=embedding.norm_type, dim=-1, keepdim=True)
-        scale = torch.where(norms > embedding.max_norm, embedding.max_norm / (norms + 1e-7), torch.ones_like(norms))
-        return rows * scale
-    return forward
+    rows = F.embedding(indices, self.weight, self.padding_idx, None, self.norm_type, self.scale_grad_by_freq,
+                       self.sparse)
+    norms = rows.norm(p=self.norm_type, dim=-1, keepdim=True)
+    return rows * torch.where(norms > self.max_norm, self.max_norm / (norms + 1e-7), torch.ones_like(norms))
 
 
 for module in model.modules():
     if type(module) is torch.nn.Embedding and module.max_norm is not None:
-        module.forward = renormed_lookup(module)
+        # A bound method, which a deepcopy of the model binds to the copy.
+        module.forward = types.MethodType(renormed_lookup, module)
 '''
 
 
@@ -53,7 +53,8 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
         snippet=RENORMED + "torch.onnx.export(model, example_inputs, 'model.onnx')\n"
                 "# or in the model: nn.Embedding(n, d) without max_norm, and the rescale above after it\n",
         applicability=Applicability.SAFE,
-        cost="the weight is no longer renormalised in place: the same values from the lookup; a training "
-             "loop that relied on the weight's rows being rescaled must rescale them itself",
+        cost="the weight is no longer renormalised in place: the same values from the lookup, but code that "
+             "reads the weight itself (a tied output layer, a distance to every row) sees it unrescaled, "
+             "and a training loop that relied on the rescaled rows must rescale them itself",
         recipe=Recipe("renormed_embeddings", (LoadCode(RENORMED),), isolated=True),
     )]

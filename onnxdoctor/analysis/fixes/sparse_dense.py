@@ -87,7 +87,9 @@ def propose(finding: Finding, ctx: FixContext) -> list[Fix]:
             recipe=Recipe("dense_sparse", (LoadCode(DENSE_INPUTS), EagerExport(dense_sparse=True)), isolated=True),
         )]
     converts = bool(_CONVERSION.search(text))
-    held = [str(name) for name in load.get("sparse_tensors") or ()]
+    # A held sparse tensor whose parts forward() reads: the export stopped at that read.
+    parts = finding.op in ("aten::_indices", "aten::_values", "aten::indices", "aten::values", "aten::size")
+    held = [str(name) for name in load.get("sparse_tensors") or ()] if parts else []
     title = ("Return the dense tensor and convert it to the sparse layout after ONNX Runtime runs (ONNX has "
              "no sparse tensors)" if converts else
              "Build the sparse tensor dense (ONNX has no sparse tensors): index_put with accumulate, "
