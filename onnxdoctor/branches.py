@@ -8,8 +8,10 @@ capture it. This module is plain `ast` (no torch): the analysis uses it to write
 makes, the worker to run that edit for the export.
 
 Only statements that assign plain names qualify (`x = ...`, `a, b = ...`, `x += ...`, `pass`, nested
-`if`/`elif` of the same kind): a side that returns, raises, loops, calls for its effect or writes an
-attribute or an item is not a selection of values.
+`if`/`elif` of the same kind): a side that raises, loops, calls for its effect or writes an
+attribute or an item is not a selection of values. A side that returns is one where every path of
+the `if` and the rest of its block ends in a `return` of a value: the returns become assignments to
+one result, the rest the `else`, and that result alone is selected and returned.
 """
 
 from __future__ import annotations
