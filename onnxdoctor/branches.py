@@ -43,7 +43,9 @@ def select_branch(function: ast.FunctionDef | ast.AsyncFunctionDef, line: int, s
             rewriter = _Rewriter(taken, select)
             body = getattr(owner, field)
             returned = _returning(statement, body[index + 1:], rewriter)
-            rewritten = rewriter.rewrite(returned[0], only=returned[1]) if returned else rewriter.rewrite(statement)
+            if returned:
+                rewriter.only = returned[1]
+            rewritten = rewriter.rewrite(returned[0] if returned else statement)
             if rewritten is None:
                 return None
             if returned:
@@ -128,7 +130,9 @@ class _Rewriter:
         self.taken = set(taken)
         self.select = select
         self.temporaries: set[str] = set()  # names this rewrite made up: never selected themselves
-        self.only: str | None = None  # a returned result, the one name the selections give
+        # A returned result, the one name the selections give (nested `if`s' too): nothing else
+        # the sides assign is read after the function returns it.
+        self.only: str | None = None
 
     def fresh(self, base: str) -> str:
         name, count = base, 1
@@ -139,12 +143,8 @@ class _Rewriter:
         self.temporaries.add(name)
         return name
 
-    def rewrite(self, node: ast.If, only: str | None = None) -> tuple[list[ast.stmt], tuple[str, ...]] | None:
-        """The `if` as plain statements and selections, and the names selected (`only` that one:
-        a result the function returns next, where nothing else the sides assign is read again;
-        the `if`s nested in its sides select only it too)."""
-        only = only if only is not None else self.only
-        self.only = only
+    def rewrite(self, node: ast.If) -> tuple[list[ast.stmt], tuple[str, ...]] | None:
+        """The `if` as plain statements and selections, and the names selected."""
         condition = self.fresh("condition")
         out: list[ast.stmt] = [ast.Assign([ast.Name(condition, ast.Store())], copy.deepcopy(node.test))]
         sides = []
@@ -155,8 +155,8 @@ class _Rewriter:
             out += side[0]
             sides.append(side[1])
         names = tuple(dict.fromkeys([*sides[0], *sides[1]]))
-        if only is not None:
-            names = tuple(name for name in names if name == only)
+        if self.only is not None:
+            names = tuple(name for name in names if name == self.only)
         if not names:
             return None
         for name in names:

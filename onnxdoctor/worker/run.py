@@ -149,6 +149,7 @@ from onnxdoctor.worker.stateful import (
 from onnxdoctor.worker.tracebacks import (
     StageFailed,
     StderrText,
+    aten_op,
     capturing_stderr,
     error_info,
     exception_text,
@@ -201,7 +202,6 @@ def _raising_op(loaded: Any, raised: BaseException) -> str | None:
     """
     if "out of memory" in str(raised).lower():
         return None
-    import torch
     from torch.overrides import TorchFunctionMode
 
     class Watch(TorchFunctionMode):
@@ -224,11 +224,7 @@ def _raising_op(loaded: Any, raised: BaseException) -> str | None:
     func, kind, text = watch.failed
     if not (isinstance(raised, kind) and str(raised) == text):
         return None  # the model caught that error and raised another: not the op's
-    name = getattr(func, "__name__", "")
-    if name.startswith("__") or not name:
-        return None
-    # Only a name the dispatcher knows is an op (`interpolate` is Python around several).
-    return f"aten::{name}" if torch._C._jit_get_schemas_for_operator(f"aten::{name}") else None
+    return aten_op(getattr(func, "__name__", ""))
 
 
 class Runner:

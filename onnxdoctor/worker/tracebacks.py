@@ -315,14 +315,8 @@ def user_frame(exc: BaseException, target: Path) -> str | None:
     for current in exception_chain(exc, hidden_context=True):
         best = None
         for item in traceback.extract_tb(current.__traceback__):
-            if item.filename.startswith("<"):
-                continue  # "<string>", "<frozen ...>": generated code, not a file in the user's folder
-            try:
-                path = Path(item.filename).resolve()
-            except (OSError, ValueError):
-                continue
-            if path.parent == folder:
-                best = f"{path.name}:{item.lineno}"
+            if _in_folder(item, folder):
+                best = f"{Path(item.filename).resolve().name}:{item.lineno}"
         if best is None:
             best = user_line_from_trace(str(current), target)
         if best is not None:
@@ -330,6 +324,26 @@ def user_frame(exc: BaseException, target: Path) -> str | None:
         if isinstance(current, SyntaxError) and current.lineno:
             return f"{target.name}:{current.lineno}"
     return None
+
+
+def _in_folder(frame: traceback.FrameSummary, folder: Path) -> bool:
+    """Whether a frame's file is in the user's folder ("<string>", "<frozen ...>" are generated code)."""
+    if frame.filename.startswith("<"):
+        return False
+    try:
+        return Path(frame.filename).resolve().parent == folder
+    except (OSError, ValueError):
+        return False
+
+
+def aten_op(name: str) -> str | None:
+    """`aten::name` where the dispatcher knows an op of that name (`interpolate` is Python around
+    several, a dunder is an operator's method), else None."""
+    import torch
+
+    if not name or name.startswith("__"):
+        return None
+    return f"aten::{name}" if torch._C._jit_get_schemas_for_operator(f"aten::{name}") else None
 
 
 def called_op(exc: BaseException, target: Path) -> str | None:
@@ -345,20 +359,12 @@ def called_op(exc: BaseException, target: Path) -> str | None:
     import builtins
     import linecache
 
-    import torch
-
     folder = target.resolve().parent
-
-    def users(frame: traceback.FrameSummary) -> bool:
-        with contextlib.suppress(OSError, ValueError):
-            return not frame.filename.startswith("<") and Path(frame.filename).resolve().parent == folder
-        return False
-
     # The first exception of the chain that passed through the user's code: its last frame must
     # be theirs (an earlier one the model caught is not the failure).
     frames = next((f for f in (traceback.extract_tb(c.__traceback__) for c in exception_chain(exc, hidden_context=True))
-                   if any(users(frame) for frame in f)), None)
-    if not frames or not users(frames[-1]):
+                   if any(_in_folder(frame, folder) for frame in f)), None)
+    if not frames or not _in_folder(frames[-1], folder):
         return None
     last = frames[-1]
     # Positions (Python 3.11 on) are where the instruction's expression starts and ends.
@@ -381,9 +387,9 @@ def called_op(exc: BaseException, target: Path) -> str | None:
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
     # A Python builtin called by its name (`max(a, b)` asking a tensor for a bool) is no aten op,
     # whatever TorchScript calls its own builtin of that name.
-    if not name or name.startswith("__") or (isinstance(func, ast.Name) and hasattr(builtins, name)):
+    if isinstance(func, ast.Name) and hasattr(builtins, name):
         return None
-    return f"aten::{name}" if torch._C._jit_get_schemas_for_operator(f"aten::{name}") else None
+    return aten_op(name)
 
 
 def locate_op(loaded: Any, op: str, target: Path) -> dict[str, Any]:
